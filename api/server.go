@@ -1,0 +1,210 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+// Config configures the listeners and request limits.
+type Config struct {
+	// GRPCAddr and HTTPAddr are the listen addresses; port 0 picks a free one.
+	GRPCAddr string
+	HTTPAddr string
+	// MaxBatchEvents bounds the events of one publish request. Default 10,000.
+	MaxBatchEvents int
+	// MaxRequestBytes bounds a request body or gRPC message. Default 16 MiB.
+	MaxRequestBytes int
+}
+
+// Validate reports every problem of the configuration at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.GRPCAddr == "" {
+		errs = append(errs, errors.New("api: no gRPC address"))
+	}
+	if c.HTTPAddr == "" {
+		errs = append(errs, errors.New("api: no HTTP address"))
+	}
+	if c.MaxBatchEvents < 0 || c.MaxRequestBytes < 0 {
+		errs = append(errs, errors.New("api: limits must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// Services are the backends of the API. A nil Services serves only the
+// operational endpoints (a process running only ingest or rollup roles).
+type Services struct {
+	Keys      *Keys
+	Publisher Publisher
+	Usage     UsageReader
+}
+
+// Server is the gRPC server and the HTTP server (REST gateway, metrics, health).
+type Server struct {
+	cfg    Config
+	grpc   *grpc.Server
+	http   *http.Server
+	grpcLn net.Listener
+	httpLn net.Listener
+	conn   *grpc.ClientConn
+	logger *slog.Logger
+}
+
+// New listens on both addresses and prepares the servers; Run serves.
+// ready reports whether the process can do its work (ClickHouse reachable,
+// consumer healthy); gatherer is exposed on /metrics.
+func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Context) error, gatherer prometheus.Gatherer, logger *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxBatchEvents == 0 {
+		cfg.MaxBatchEvents = 10_000
+	}
+	if cfg.MaxRequestBytes == 0 {
+		cfg.MaxRequestBytes = 16 << 20
+	}
+	s := &Server{cfg: cfg, logger: logger}
+	var err error
+	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("listen gRPC: %w", err)
+	}
+	if s.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		s.grpcLn.Close()
+		return nil, fmt.Errorf("listen HTTP: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz/live", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /healthz/ready", func(w http.ResponseWriter, r *http.Request) {
+		rctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := ready(rctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
+		grpc.ChainUnaryInterceptor(errorInterceptor(logger), authInterceptorFor(svc)),
+	)
+	if svc != nil {
+		meterv1.RegisterIngestServiceServer(s.grpc, &ingestService{pub: svc.Publisher, maxEvents: cfg.MaxBatchEvents})
+		meterv1.RegisterUsageServiceServer(s.grpc, &usageService{store: svc.Usage})
+
+		// The gateway calls our own gRPC server over loopback, so that REST
+		// and gRPC share authentication, limits and error mapping.
+		s.conn, err = grpc.NewClient(s.grpcLn.Addr().String(),
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(cfg.MaxRequestBytes), grpc.MaxCallRecvMsgSize(64<<20)))
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("dial own gRPC server: %w", err)
+		}
+		gw := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
+			UnmarshalOptions: protojson.UnmarshalOptions{},
+		}))
+		if err := meterv1.RegisterIngestServiceHandler(ctx, gw, s.conn); err != nil {
+			s.close()
+			return nil, fmt.Errorf("register ingest gateway: %w", err)
+		}
+		if err := meterv1.RegisterUsageServiceHandler(ctx, gw, s.conn); err != nil {
+			s.close()
+			return nil, fmt.Errorf("register usage gateway: %w", err)
+		}
+		mux.Handle("/v1/", limitBody(gw, int64(cfg.MaxRequestBytes)))
+	}
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return s, nil
+}
+
+func authInterceptorFor(svc *Services) grpc.UnaryServerInterceptor {
+	if svc == nil || svc.Keys == nil {
+		return authInterceptor(&Keys{})
+	}
+	return authInterceptor(svc.Keys)
+}
+
+// limitBody answers 413 for a declared body beyond max and cuts off longer
+// chunked bodies.
+func limitBody(next http.Handler, max int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > max {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			fmt.Fprintf(w, `{"code":3,"message":"request body is %d bytes, the limit is %d; split the batch","details":[]}`+"\n", r.ContentLength, max)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, max)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// GRPCAddr is the gRPC listener's address.
+func (s *Server) GRPCAddr() string { return s.grpcLn.Addr().String() }
+
+// HTTPAddr is the HTTP listener's address.
+func (s *Server) HTTPAddr() string { return s.httpLn.Addr().String() }
+
+// Run serves until ctx is cancelled, then stops gracefully: it stops
+// accepting requests and waits for those in flight.
+func (s *Server) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := s.grpc.Serve(s.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("serve gRPC: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := s.http.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve HTTP: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		err := s.http.Shutdown(sctx)
+		stopped := make(chan struct{})
+		go func() { s.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-sctx.Done():
+			s.grpc.Stop()
+		}
+		if s.conn != nil {
+			s.conn.Close()
+		}
+		return err
+	})
+	return g.Wait()
+}
+
+func (s *Server) close() {
+	s.grpcLn.Close()
+	s.httpLn.Close()
+	if s.conn != nil {
+		s.conn.Close()
+	}
+}

@@ -1,0 +1,190 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"tokenmeter/ingest"
+	"tokenmeter/internal/chstore"
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+// Publisher is the publish path the ingest service needs; *ingest.Publisher implements it.
+type Publisher interface {
+	Publish(ctx context.Context, events []*meterv1.InferenceEvent) (int, []ingest.Rejected, error)
+}
+
+// UsageReader answers usage queries; *chstore.Store implements it.
+type UsageReader interface {
+	Usage(ctx context.Context, q chstore.UsageQuery) ([]chstore.UsageRow, error)
+}
+
+var (
+	_ Publisher   = (*ingest.Publisher)(nil)
+	_ UsageReader = (*chstore.Store)(nil)
+)
+
+// methodRoles lists, per gRPC method, the roles allowed to call it. A method
+// not listed is refused.
+var methodRoles = map[string][]Role{
+	meterv1.IngestService_PublishEvents_FullMethodName: {RoleIngest, RoleAdmin},
+	meterv1.UsageService_GetUsage_FullMethodName:       {RoleTenant, RoleFinance, RoleAdmin},
+}
+
+// errTooLarge is a request beyond the batch length limit.
+var errTooLarge = errors.New("request too large")
+
+// authInterceptor authenticates every call and checks its role.
+func authInterceptor(keys *Keys) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		p, err := keys.Authenticate(ctx)
+		if err != nil {
+			return nil, toStatus(ctx, nil, err)
+		}
+		allowed := false
+		for _, r := range methodRoles[info.FullMethod] {
+			allowed = allowed || r == p.Role
+		}
+		if !allowed {
+			return nil, toStatus(ctx, nil, fmt.Errorf("%w: key %q (role %s) may not call %s", errPermissionDenied, p.Name, p.Role, info.FullMethod))
+		}
+		return handler(withPrincipal(ctx, p), req)
+	}
+}
+
+// errorInterceptor maps domain errors returned by handlers to status codes.
+func errorInterceptor(logger *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		if err != nil {
+			return nil, toStatus(ctx, logger.With("method", info.FullMethod), err)
+		}
+		return resp, nil
+	}
+}
+
+// toStatus is the one place that maps domain errors to gRPC status codes.
+// Messages of our own domain errors are written for clients; anything else is
+// logged and answered with a generic message, so backend errors never leak.
+func toStatus(ctx context.Context, logger *slog.Logger, err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var code codes.Code
+	msg := err.Error()
+	switch {
+	case errors.Is(err, errUnauthenticated):
+		code = codes.Unauthenticated
+	case errors.Is(err, errPermissionDenied):
+		code = codes.PermissionDenied
+	case errors.Is(err, errTooLarge):
+		code = codes.InvalidArgument
+	case errors.Is(err, chstore.ErrInvalidQuery):
+		code = codes.InvalidArgument
+	case errors.Is(err, ingest.ErrUnavailable):
+		code, msg = codes.Unavailable, "event log unavailable: nothing of this batch was accepted; retry later (retries are safe, events are deduplicated by event_id)"
+	case errors.Is(err, chstore.ErrUnavailable):
+		code, msg = codes.Unavailable, "usage store unavailable; retry later"
+	case errors.Is(err, context.Canceled):
+		code, msg = codes.Canceled, "request cancelled"
+	case errors.Is(err, context.DeadlineExceeded):
+		code, msg = codes.DeadlineExceeded, "deadline exceeded"
+	default:
+		code, msg = codes.Internal, "internal error"
+	}
+	if logger != nil && (code == codes.Internal || code == codes.Unavailable) {
+		logger.ErrorContext(ctx, "request failed", "code", code.String(), "error", err)
+	}
+	return status.Error(code, msg)
+}
+
+// ingestService implements meterv1.IngestServiceServer.
+type ingestService struct {
+	meterv1.UnimplementedIngestServiceServer
+	pub       Publisher
+	maxEvents int
+}
+
+func (s *ingestService) PublishEvents(ctx context.Context, req *meterv1.PublishEventsRequest) (*meterv1.PublishEventsResponse, error) {
+	if n := len(req.GetEvents()); n > s.maxEvents {
+		return nil, fmt.Errorf("%w: batch has %d events, the limit is %d; split it", errTooLarge, n, s.maxEvents)
+	}
+	accepted, rejected, err := s.pub.Publish(ctx, req.GetEvents())
+	if err != nil {
+		return nil, err
+	}
+	resp := &meterv1.PublishEventsResponse{Accepted: int64(accepted)}
+	for _, r := range rejected {
+		resp.Rejected = append(resp.Rejected, &meterv1.RejectedEvent{
+			Index: int32(r.Index), EventId: r.EventID, Reason: r.Err.Message,
+		})
+	}
+	return resp, nil
+}
+
+// usageService implements meterv1.UsageServiceServer.
+type usageService struct {
+	meterv1.UnimplementedUsageServiceServer
+	store UsageReader
+}
+
+// scopeTenant returns the tenant a query may read: a tenant key only its
+// own, whatever it asked; other roles what they asked ("" for all).
+func scopeTenant(ctx context.Context, asked string) (string, error) {
+	p, ok := principalFrom(ctx)
+	if !ok {
+		return "", fmt.Errorf("%w: no principal", errUnauthenticated)
+	}
+	if p.Role != RoleTenant {
+		return asked, nil
+	}
+	if asked != "" && asked != p.TenantID {
+		return "", fmt.Errorf("%w: key %q may only read tenant %q, not %q", errPermissionDenied, p.Name, p.TenantID, asked)
+	}
+	return p.TenantID, nil
+}
+
+func (s *usageService) GetUsage(ctx context.Context, req *meterv1.GetUsageRequest) (*meterv1.GetUsageResponse, error) {
+	tenant, err := scopeTenant(ctx, req.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	q := chstore.UsageQuery{
+		TenantID:    tenant,
+		Granularity: req.GetGranularity(),
+		GroupBy:     req.GetGroupBy(),
+	}
+	if req.GetStart() != nil {
+		q.Start = req.GetStart().AsTime()
+	}
+	if req.GetEnd() != nil {
+		q.End = req.GetEnd().AsTime()
+	}
+	rows, err := s.store.Usage(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	resp := &meterv1.GetUsageResponse{Buckets: make([]*meterv1.UsageBucket, 0, len(rows))}
+	for _, r := range rows {
+		resp.Buckets = append(resp.Buckets, &meterv1.UsageBucket{
+			Start:              timestamppb.New(r.Start),
+			TenantId:           r.TenantID,
+			Model:              r.Model,
+			Deployment:         r.Deployment,
+			Requests:           r.Requests,
+			Errors:             r.Errors,
+			PromptTokens:       r.PromptTokens,
+			CachedPromptTokens: r.CachedPromptTokens,
+			OutputTokens:       r.OutputTokens,
+		})
+	}
+	return resp, nil
+}
+

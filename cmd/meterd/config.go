@@ -1,0 +1,159 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"tokenmeter/ingest"
+)
+
+// Config is meterd's whole configuration, read from flags with METER_*
+// environment fallbacks.
+type Config struct {
+	Roles        []string
+	Dev          bool
+	DataDir      string
+	KafkaBrokers []string
+	ClickHouse   string
+	Database     string
+	HTTPAddr     string
+	GRPCAddr     string
+	AuthKeys     string
+	EventsTopic  string
+	DLQTopic     string
+	GroupID      string
+	BatchSize    int
+	BatchTimeout time.Duration
+	MaxBatch     int
+	MaxBody      int
+	LogLevel     string
+	ValidateOnly bool
+}
+
+var knownRoles = []string{"ingest", "api"}
+
+// HasRole tells whether the process runs role r.
+func (c Config) HasRole(r string) bool {
+	for _, x := range c.Roles {
+		if x == r {
+			return true
+		}
+	}
+	return false
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Roles) == 0 {
+		errs = append(errs, errors.New("--role: no role given"))
+	}
+	for _, r := range c.Roles {
+		ok := false
+		for _, k := range knownRoles {
+			ok = ok || r == k
+		}
+		if !ok {
+			errs = append(errs, fmt.Errorf("--role: unknown role %q (want %s or all)", r, strings.Join(knownRoles, ", ")))
+		}
+	}
+	if c.Dev && c.DataDir == "" {
+		errs = append(errs, errors.New("--dev needs --data-dir"))
+	}
+	if !c.Dev && c.ClickHouse == "" {
+		errs = append(errs, errors.New("--clickhouse is required (host:port of the native protocol), unless --dev"))
+	}
+	if !c.Dev && c.AuthKeys == "" && c.HasRole("api") {
+		errs = append(errs, errors.New("--auth-keys is required for the api role, unless --dev"))
+	}
+	if len(c.KafkaBrokers) == 0 {
+		errs = append(errs, errors.New("--kafka-brokers: no broker"))
+	}
+	for _, a := range append([]string{c.HTTPAddr, c.GRPCAddr}, c.KafkaBrokers...) {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			errs = append(errs, fmt.Errorf("address %q: %w", a, err))
+		}
+	}
+	if c.BatchSize <= 0 {
+		errs = append(errs, fmt.Errorf("--batch-size %d: must be positive", c.BatchSize))
+	}
+	if c.BatchTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--batch-timeout %s: must be positive", c.BatchTimeout))
+	}
+	if c.MaxBatch <= 0 || c.MaxBody <= 0 {
+		errs = append(errs, errors.New("--max-batch-events and --max-request-bytes must be positive"))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel))
+	}
+	return errors.Join(errs...)
+}
+
+// parseConfig reads flags, then METER_<FLAG_NAME> for every flag not given.
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	var c Config
+	fs := flag.NewFlagSet("meterd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	roles := fs.String("role", "all", "comma-separated roles to run: ingest, api (all = every role)")
+	fs.BoolVar(&c.Dev, "dev", false, "development mode: embedded Kafka-protocol broker and a private ClickHouse server, data in --data-dir")
+	fs.StringVar(&c.DataDir, "data-dir", "", "data directory of --dev (broker log, ClickHouse data, dev keys)")
+	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "comma-separated Kafka bootstrap brokers (in --dev, the embedded broker's listen address)")
+	fs.StringVar(&c.ClickHouse, "clickhouse", "", "ClickHouse native address host:port (in --dev, default: start a private server)")
+	fs.StringVar(&c.Database, "clickhouse-database", "tokenmeter", "ClickHouse database (created if missing)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "REST, /metrics and /healthz listen address")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", "127.0.0.1:9090", "gRPC listen address")
+	fs.StringVar(&c.AuthKeys, "auth-keys", "", "JSON file of API keys (see README); --dev generates one")
+	fs.StringVar(&c.EventsTopic, "events-topic", ingest.DefaultEventsTopic, "Kafka topic of inference events")
+	fs.StringVar(&c.DLQTopic, "dlq-topic", ingest.DefaultDLQTopic, "Kafka dead-letter topic")
+	fs.StringVar(&c.GroupID, "group-id", ingest.DefaultGroupID, "Kafka consumer group of the ingest role")
+	fs.IntVar(&c.BatchSize, "batch-size", 50_000, "flush an insert batch at this many records")
+	fs.DurationVar(&c.BatchTimeout, "batch-timeout", 500*time.Millisecond, "flush a non-empty batch this long after its first record")
+	fs.IntVar(&c.MaxBatch, "max-batch-events", 10_000, "most events in one publish request")
+	fs.IntVar(&c.MaxBody, "max-request-bytes", 16<<20, "largest request body or gRPC message")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the configuration and exit")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := "METER_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(env); v != "" && !set[f.Name] {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	if *roles == "all" {
+		c.Roles = knownRoles
+	} else {
+		c.Roles = splitList(*roles)
+	}
+	c.KafkaBrokers = splitList(*brokers)
+	return c, c.Validate()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"tokenmeter/api"
+	"tokenmeter/ingest"
+	"tokenmeter/internal/chserver"
+	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/devkafka"
+)
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	if cfg.ValidateOnly {
+		fmt.Fprintln(stdout, "configuration is valid")
+		return nil
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	now := time.Now
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Development mode: the engines run inside and beside this process.
+	var devKeys []devKey
+	if cfg.Dev {
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return fmt.Errorf("data dir: %w", err)
+		}
+		broker, err := devkafka.Start(devkafka.Config{
+			Addr:    cfg.KafkaBrokers[0],
+			DataDir: filepath.Join(cfg.DataDir, "kafka"),
+			Topics:  []string{cfg.EventsTopic, cfg.DLQTopic, "meter.gpu.v1"},
+			Logger:  logger,
+		})
+		if err != nil {
+			return err
+		}
+		defer broker.Close()
+		cfg.KafkaBrokers = []string{broker.Addr()}
+		if cfg.ClickHouse == "" {
+			srv, err := chserver.Start(ctx, chserver.Config{Dir: filepath.Join(cfg.DataDir, "clickhouse"), Logger: logger})
+			if err != nil {
+				return fmt.Errorf("start private ClickHouse: %w", err)
+			}
+			defer func() {
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				if err := srv.Stop(sctx); err != nil {
+					logger.Warn("stop ClickHouse", "error", err)
+				}
+			}()
+			cfg.ClickHouse = srv.Addr()
+		}
+		if cfg.AuthKeys == "" {
+			if devKeys, err = ensureDevKeys(cfg.DataDir); err != nil {
+				return err
+			}
+			cfg.AuthKeys = filepath.Join(cfg.DataDir, "auth-keys.json")
+		}
+	}
+
+	store, err := chstore.Open(chstore.Config{Addr: []string{cfg.ClickHouse}, Database: cfg.Database}, logger)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := migrate(ctx, store, logger); err != nil {
+		return err
+	}
+
+	var consumer *ingest.Consumer
+	if cfg.HasRole("ingest") {
+		consumer, err = ingest.NewConsumer(ingest.ConsumerConfig{
+			Brokers: cfg.KafkaBrokers, Topic: cfg.EventsTopic, GroupID: cfg.GroupID, DLQTopic: cfg.DLQTopic,
+			BatchSize: cfg.BatchSize, BatchTimeout: cfg.BatchTimeout,
+		}, store, reg, logger, now)
+		if err != nil {
+			return err
+		}
+	}
+	var svc *api.Services
+	if cfg.HasRole("api") {
+		keys, err := api.LoadKeys(cfg.AuthKeys)
+		if err != nil {
+			return err
+		}
+		pub, err := ingest.NewPublisher(ingest.PublisherConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.EventsTopic}, reg, logger, now)
+		if err != nil {
+			return err
+		}
+		defer pub.Close()
+		svc = &api.Services{Keys: keys, Publisher: pub, Usage: store}
+	}
+	ready := func(ctx context.Context) error {
+		if consumer != nil && !consumer.Healthy() {
+			return errors.New("ingest is retrying failed writes")
+		}
+		return store.Ping(ctx)
+	}
+	server, err := api.New(ctx, api.Config{
+		GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, MaxBatchEvents: cfg.MaxBatch, MaxRequestBytes: cfg.MaxBody,
+	}, svc, ready, reg, logger)
+	if err != nil {
+		return err
+	}
+
+	logger.Info("meterd started", "roles", cfg.Roles, "http", server.HTTPAddr(), "grpc", server.GRPCAddr(),
+		"kafka", cfg.KafkaBrokers, "clickhouse", cfg.ClickHouse, "dev", cfg.Dev)
+	if cfg.Dev {
+		printDevBanner(stdout, cfg, server, devKeys)
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return server.Run(gctx) })
+	if consumer != nil {
+		g.Go(func() error { return consumer.Run(gctx) })
+	}
+	err = g.Wait()
+	logger.Info("meterd stopped")
+	return err
+}
+
+// migrate applies the schema, retrying while ClickHouse is not reachable.
+func migrate(ctx context.Context, store *chstore.Store, logger *slog.Logger) error {
+	backoff := 200 * time.Millisecond
+	for {
+		applied, err := store.Migrate(ctx)
+		if err == nil {
+			if len(applied) > 0 {
+				logger.Info("schema migrated", "applied", applied)
+			}
+			return nil
+		}
+		logger.Warn("migrate schema, will retry", "error", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("migrate schema: %w", err)
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+type devKey struct {
+	Role   api.Role
+	Tenant string
+	Key    string
+}
+
+// ensureDevKeys creates, once per data dir, one key of each role (a tenant key
+// for tenant "acme") and writes both the keys file and the plain keys
+// (DIR/keys/<name>.key) so that scripts can read them.
+func ensureDevKeys(dir string) ([]devKey, error) {
+	keysDir := filepath.Join(dir, "keys")
+	wanted := []struct {
+		name   string
+		role   api.Role
+		tenant string
+	}{
+		{"ingest", api.RoleIngest, ""}, {"admin", api.RoleAdmin, ""},
+		{"finance", api.RoleFinance, ""}, {"tenant-acme", api.RoleTenant, "acme"},
+	}
+	if err := os.MkdirAll(keysDir, 0o700); err != nil {
+		return nil, fmt.Errorf("dev keys: %w", err)
+	}
+	var file api.KeysFile
+	var out []devKey
+	for _, w := range wanted {
+		path := filepath.Join(keysDir, w.name+".key")
+		b, err := os.ReadFile(path)
+		key := string(b)
+		if errors.Is(err, os.ErrNotExist) {
+			if key, err = api.NewKey(); err != nil {
+				return nil, err
+			}
+			if err := os.WriteFile(path, []byte(key), 0o600); err != nil {
+				return nil, fmt.Errorf("dev keys: %w", err)
+			}
+		} else if err != nil {
+			return nil, fmt.Errorf("dev keys: %w", err)
+		}
+		file.Keys = append(file.Keys, api.KeyEntry{Name: "dev-" + w.name, SHA256: api.HashKey(key), Role: w.role, TenantID: w.tenant})
+		out = append(out, devKey{Role: w.role, Tenant: w.tenant, Key: key})
+	}
+	data, err := json.MarshalIndent(file, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "auth-keys.json"), data, 0o600); err != nil {
+		return nil, fmt.Errorf("dev keys: %w", err)
+	}
+	return out, nil
+}
+
+func printDevBanner(w io.Writer, cfg Config, s *api.Server, keys []devKey) {
+	fmt.Fprintf(w, "tokenmeter dev mode (data in %s)\n", cfg.DataDir)
+	fmt.Fprintf(w, "  REST        http://%s   (POST /v1/events, GET /v1/usage, /metrics, /healthz/ready)\n", s.HTTPAddr())
+	fmt.Fprintf(w, "  gRPC        %s\n", s.GRPCAddr())
+	fmt.Fprintf(w, "  Kafka       %s   (topics %s, %s)\n", cfg.KafkaBrokers[0], cfg.EventsTopic, cfg.DLQTopic)
+	fmt.Fprintf(w, "  ClickHouse  %s   (database %s)\n", cfg.ClickHouse, cfg.Database)
+	if len(keys) > 0 {
+		fmt.Fprintf(w, "  dev API keys (also in %s):\n", filepath.Join(cfg.DataDir, "keys"))
+		for _, k := range keys {
+			role := string(k.Role)
+			if k.Tenant != "" {
+				role += " (" + k.Tenant + ")"
+			}
+			fmt.Fprintf(w, "    %-16s %s\n", role, k.Key)
+		}
+	}
+}

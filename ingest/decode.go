@@ -1,0 +1,75 @@
+package ingest
+
+import (
+	"bytes"
+	"strings"
+
+	"github.com/segmentio/kafka-go"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+// Content types of event records. A record without a content-type header is
+// read as JSON when its first non-space byte is '{', else as protobuf.
+const (
+	ContentTypeProtobuf = "application/x-protobuf"
+	ContentTypeJSON     = "application/json"
+	// HeaderContentType is the Kafka record header naming the encoding.
+	HeaderContentType = "content-type"
+)
+
+// Decoder turns record values into events, reusing its buffers.
+type Decoder struct {
+	limits Limits
+	json   protojson.UnmarshalOptions
+	proto  proto.UnmarshalOptions
+}
+
+// NewDecoder returns a Decoder enforcing limits.MaxRecordBytes.
+func NewDecoder(limits Limits) *Decoder {
+	return &Decoder{limits: limits}
+}
+
+// Decode fills ev from value. contentType is the record's content-type header
+// ("" when absent). Errors are *ValidationError with reason decode or oversized.
+func (d *Decoder) Decode(ev *meterv1.InferenceEvent, value []byte, contentType string) error {
+	if len(value) > d.limits.MaxRecordBytes {
+		return invalid(ReasonOversized, "record is %d bytes, limit is %d", len(value), d.limits.MaxRecordBytes)
+	}
+	if len(value) == 0 {
+		return invalid(ReasonDecode, "record is empty")
+	}
+	isJSON := false
+	switch ct := strings.ToLower(strings.TrimSpace(strings.SplitN(contentType, ";", 2)[0])); ct {
+	case ContentTypeJSON:
+		isJSON = true
+	case ContentTypeProtobuf, "application/protobuf", "application/vnd.google.protobuf":
+	case "":
+		trimmed := bytes.TrimLeft(value, " \t\r\n")
+		isJSON = len(trimmed) > 0 && trimmed[0] == '{'
+	default:
+		return invalid(ReasonDecode, "unsupported content-type %q: want %s or %s", contentType, ContentTypeProtobuf, ContentTypeJSON)
+	}
+	if isJSON {
+		if err := d.json.Unmarshal(value, ev); err != nil {
+			return invalid(ReasonDecode, "malformed JSON event: %v", err)
+		}
+		return nil
+	}
+	if err := d.proto.Unmarshal(value, ev); err != nil {
+		return invalid(ReasonDecode, "malformed protobuf event: %v", err)
+	}
+	return nil
+}
+
+// headerValue returns the value of the first header named key (case-insensitive).
+func headerValue(headers []kafka.Header, key string) string {
+	for _, h := range headers {
+		if strings.EqualFold(h.Key, key) {
+			return string(h.Value)
+		}
+	}
+	return ""
+}

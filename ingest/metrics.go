@@ -1,0 +1,61 @@
+package ingest
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// consumerMetrics are the consumer's Prometheus series.
+type consumerMetrics struct {
+	consumed       prometheus.Counter
+	inserted       prometheus.Counter
+	rejected       *prometheus.CounterVec
+	dlq            prometheus.Counter
+	batchSize      prometheus.Histogram
+	insertDuration prometheus.Histogram
+	insertErrors   prometheus.Counter
+	commitErrors   prometheus.Counter
+	lag            prometheus.Gauge
+}
+
+func newConsumerMetrics(reg prometheus.Registerer) (*consumerMetrics, error) {
+	m := &consumerMetrics{
+		consumed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meter_ingest_events_consumed_total", Help: "Event records fetched from Kafka.",
+		}),
+		inserted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meter_ingest_events_inserted_total", Help: "Event rows inserted into ClickHouse (redeliveries included).",
+		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meter_ingest_events_rejected_total", Help: "Event records rejected, by reason code.",
+		}, []string{"reason"}),
+		dlq: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meter_ingest_dlq_records_total", Help: "Records written to the dead-letter topic.",
+		}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "meter_ingest_batch_size_events", Help: "Records per flushed batch.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
+		}),
+		insertDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "meter_ingest_insert_duration_seconds", Help: "Duration of successful ClickHouse batch inserts.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		insertErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meter_ingest_insert_errors_total", Help: "Failed ClickHouse insert attempts (each is retried).",
+		}),
+		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meter_ingest_commit_errors_total", Help: "Failed offset commits (the batch will be redelivered and deduplicated).",
+		}),
+		lag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meter_ingest_consumer_lag_messages", Help: "Messages between the consumer's position and the partition end, as last reported by the reader.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.consumed, m.inserted, m.rejected, m.dlq, m.batchSize, m.insertDuration, m.insertErrors, m.commitErrors, m.lag} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range []string{ReasonMissingField, ReasonInvalidValue, ReasonOutOfRange, ReasonDecode, ReasonOversized} {
+		m.rejected.WithLabelValues(r)
+	}
+	return m, nil
+}

@@ -1,0 +1,196 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+// Reason codes of rejected events, used as the low-cardinality "reason" label
+// of metrics and in DLQ headers. The full human-readable text is in
+// ValidationError.Message.
+const (
+	ReasonMissingField = "missing_field"
+	ReasonInvalidValue = "invalid_value"
+	ReasonOutOfRange   = "out_of_range"
+	ReasonDecode       = "decode"
+	ReasonOversized    = "oversized"
+)
+
+// ErrInvalidEvent is wrapped by every ValidationError.
+var ErrInvalidEvent = errors.New("invalid event")
+
+// ValidationError says why one event was rejected.
+type ValidationError struct {
+	// Reason is one of the Reason* codes.
+	Reason string
+	// Message is a human-readable explanation naming the field and value.
+	Message string
+}
+
+func (e *ValidationError) Error() string { return e.Message }
+
+// Unwrap makes errors.Is(err, ErrInvalidEvent) true.
+func (e *ValidationError) Unwrap() error { return ErrInvalidEvent }
+
+func invalid(reason, format string, args ...any) *ValidationError {
+	return &ValidationError{Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// Limits bounds what an event may hold. The zero value is not useful; start
+// from DefaultLimits.
+type Limits struct {
+	// MaxTokens bounds prompt, cached and output tokens of one request.
+	MaxTokens int64
+	// MaxLatency bounds every latency field.
+	MaxLatency time.Duration
+	// MaxFuture is how far completed_at may lie ahead of the server clock.
+	MaxFuture time.Duration
+	// MinTime is the earliest acceptable completed_at.
+	MinTime time.Time
+	// MaxStringLen bounds every string field, label keys and values included.
+	MaxStringLen int
+	// MaxLabels bounds the number of labels.
+	MaxLabels int
+	// MaxTensorParallelism bounds tensor_parallelism.
+	MaxTensorParallelism uint32
+	// MaxRecordBytes bounds the encoded size of one event (API and Kafka).
+	MaxRecordBytes int
+}
+
+// DefaultLimits are generous bounds that only reject absurd values.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxTokens:            10_000_000,
+		MaxLatency:           24 * time.Hour,
+		MaxFuture:            5 * time.Minute,
+		MinTime:              time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC),
+		MaxStringLen:         256,
+		MaxLabels:            16,
+		MaxTensorParallelism: 4096,
+		MaxRecordBytes:       64 << 10,
+	}
+}
+
+// Validate checks an event against ARCHITECTURE "The event" and the limits.
+// now is the server's clock. It returns nil or a *ValidationError describing
+// the first problem found.
+func (l Limits) Validate(ev *meterv1.InferenceEvent, now time.Time) error {
+	if ev == nil {
+		return invalid(ReasonMissingField, "event is empty")
+	}
+	for _, f := range []struct{ name, v string }{
+		{"event_id", ev.GetEventId()}, {"tenant_id", ev.GetTenantId()}, {"model", ev.GetModel()},
+	} {
+		if f.v == "" {
+			return invalid(ReasonMissingField, "%s is required", f.name)
+		}
+	}
+	for _, f := range []struct{ name, v string }{
+		{"event_id", ev.GetEventId()}, {"request_id", ev.GetRequestId()}, {"tenant_id", ev.GetTenantId()},
+		{"model", ev.GetModel()}, {"model_version", ev.GetModelVersion()}, {"deployment", ev.GetDeployment()},
+		{"engine", ev.GetEngine()}, {"gpu_type", ev.GetGpuType()}, {"node", ev.GetNode()},
+		{"region", ev.GetRegion()}, {"slo_class", ev.GetSloClass()},
+	} {
+		if len(f.v) > l.MaxStringLen {
+			return invalid(ReasonOutOfRange, "%s is %d bytes long, limit is %d", f.name, len(f.v), l.MaxStringLen)
+		}
+	}
+	if ev.GetCompletedAt() == nil {
+		return invalid(ReasonMissingField, "completed_at is required")
+	}
+	if err := ev.GetCompletedAt().CheckValid(); err != nil {
+		return invalid(ReasonInvalidValue, "completed_at is not a valid timestamp: %v", err)
+	}
+	completed := ev.GetCompletedAt().AsTime()
+	if completed.Before(l.MinTime) {
+		return invalid(ReasonOutOfRange, "completed_at %s is before %s", completed.Format(time.RFC3339Nano), l.MinTime.Format(time.RFC3339))
+	}
+	if completed.After(now.Add(l.MaxFuture)) {
+		return invalid(ReasonOutOfRange, "completed_at %s is more than %s in the future", completed.Format(time.RFC3339Nano), l.MaxFuture)
+	}
+	if ev.GetReceivedAt() != nil {
+		if err := ev.GetReceivedAt().CheckValid(); err != nil {
+			return invalid(ReasonInvalidValue, "received_at is not a valid timestamp: %v", err)
+		}
+		if received := ev.GetReceivedAt().AsTime(); received.After(completed) {
+			return invalid(ReasonInvalidValue, "received_at %s is after completed_at %s", received.Format(time.RFC3339Nano), completed.Format(time.RFC3339Nano))
+		}
+	}
+	if _, ok := meterv1.Status_name[int32(ev.GetStatus())]; !ok {
+		return invalid(ReasonInvalidValue, "status %d is not a known status", ev.GetStatus())
+	}
+	ok := ev.GetStatus() == meterv1.Status_STATUS_OK || ev.GetStatus() == meterv1.Status_STATUS_UNSPECIFIED
+	if ok {
+		for _, f := range []struct {
+			name    string
+			present bool
+		}{
+			{"prompt_tokens", ev.PromptTokens != nil}, {"output_tokens", ev.OutputTokens != nil},
+			{"ttft_ms", ev.TtftMs != nil}, {"e2e_ms", ev.E2EMs != nil},
+		} {
+			if !f.present {
+				return invalid(ReasonMissingField, "%s is required for a successful request", f.name)
+			}
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{
+		{"prompt_tokens", ev.PromptTokens}, {"cached_prompt_tokens", ev.CachedPromptTokens}, {"output_tokens", ev.OutputTokens},
+	} {
+		if f.v == nil {
+			continue
+		}
+		if *f.v < 0 {
+			return invalid(ReasonInvalidValue, "%s is negative (%d)", f.name, *f.v)
+		}
+		if *f.v > l.MaxTokens {
+			return invalid(ReasonOutOfRange, "%s (%d) exceeds the limit of %d", f.name, *f.v, l.MaxTokens)
+		}
+	}
+	if ev.GetCachedPromptTokens() > ev.GetPromptTokens() {
+		return invalid(ReasonInvalidValue, "cached_prompt_tokens (%d) > prompt_tokens (%d)", ev.GetCachedPromptTokens(), ev.GetPromptTokens())
+	}
+	maxMs := float64(l.MaxLatency.Milliseconds())
+	for _, f := range []struct {
+		name string
+		v    *float64
+	}{
+		{"ttft_ms", ev.TtftMs}, {"e2e_ms", ev.E2EMs}, {"queue_ms", ev.QueueMs}, {"prefill_ms", ev.PrefillMs}, {"itl_ms", ev.ItlMs},
+	} {
+		if f.v == nil {
+			continue
+		}
+		switch v := *f.v; {
+		case math.IsNaN(v) || math.IsInf(v, 0):
+			return invalid(ReasonInvalidValue, "%s is not a finite number", f.name)
+		case v < 0:
+			return invalid(ReasonInvalidValue, "%s is negative (%g)", f.name, v)
+		case v > maxMs:
+			return invalid(ReasonOutOfRange, "%s (%g) exceeds the limit of %g ms", f.name, v, maxMs)
+		}
+	}
+	if ev.TtftMs != nil && ev.E2EMs != nil && *ev.TtftMs > *ev.E2EMs {
+		return invalid(ReasonInvalidValue, "ttft_ms (%g) > e2e_ms (%g)", *ev.TtftMs, *ev.E2EMs)
+	}
+	if ev.GetTensorParallelism() > l.MaxTensorParallelism {
+		return invalid(ReasonOutOfRange, "tensor_parallelism (%d) exceeds the limit of %d", ev.GetTensorParallelism(), l.MaxTensorParallelism)
+	}
+	if len(ev.GetLabels()) > l.MaxLabels {
+		return invalid(ReasonOutOfRange, "%d labels, limit is %d", len(ev.GetLabels()), l.MaxLabels)
+	}
+	for k, v := range ev.GetLabels() {
+		if k == "" {
+			return invalid(ReasonInvalidValue, "label with an empty key")
+		}
+		if len(k) > l.MaxStringLen || len(v) > l.MaxStringLen {
+			return invalid(ReasonOutOfRange, "label %.32q is longer than %d bytes", k, l.MaxStringLen)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,213 @@
+package chstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+// eventColumns is the explicit column list of every insert into inference_events,
+// in the order EventBatch appends them.
+var eventColumns = []string{
+	"tenant_id", "event_id", "request_id", "model", "model_version", "deployment",
+	"engine", "gpu_type", "tensor_parallelism", "node", "region",
+	"completed_at", "completed_at_ms", "received_at_ms",
+	"prompt_tokens", "cached_prompt_tokens", "output_tokens",
+	"ttft_ms", "e2e_ms", "queue_ms", "prefill_ms", "itl_ms", "itl_measured",
+	"status", "streaming", "slo_class", "label_keys", "label_values",
+	"ingested_at", "source_partition", "source_offset",
+}
+
+// InsertEventsSQL is the statement every event batch is sent with.
+var InsertEventsSQL = "INSERT INTO inference_events (" + strings.Join(eventColumns, ", ") + ")"
+
+// StatusName is the stored form of an event status: "ok" or an error class
+// such as "rate_limited". An unspecified status is "ok".
+func StatusName(s meterv1.Status) string {
+	if s == meterv1.Status_STATUS_UNSPECIFIED {
+		return "ok"
+	}
+	name, ok := meterv1.Status_name[int32(s)]
+	if !ok {
+		return "unknown"
+	}
+	return strings.ToLower(strings.TrimPrefix(name, "STATUS_"))
+}
+
+// EventBatch accumulates validated events column by column, so that a batch
+// is sent in one columnar INSERT without per-row reflection. Reset reuses the
+// memory for the next batch.
+type EventBatch struct {
+	tenantID, eventID, requestID, model, modelVersion, deployment []string
+	engine, gpuType                                               []string
+	tp                                                            []uint32
+	node, region                                                  []string
+	completedAt                                                   []time.Time
+	completedMs, receivedMs                                       []int64
+	prompt, cached, output                                        []uint64
+	ttft, e2e, queue, prefill, itl                                []sql.NullFloat64
+	itlMeasured                                                   []uint8
+	status                                                        []string
+	streaming                                                     []uint8
+	sloClass                                                      []string
+	labelKeys, labelValues                                        [][]string
+	ingestedAt                                                    []time.Time
+	partition                                                     []int32
+	offset                                                        []int64
+}
+
+// Len is the number of rows in the batch.
+func (b *EventBatch) Len() int { return len(b.eventID) }
+
+// Reset empties the batch, keeping its memory.
+func (b *EventBatch) Reset() {
+	*b = EventBatch{
+		tenantID: b.tenantID[:0], eventID: b.eventID[:0], requestID: b.requestID[:0],
+		model: b.model[:0], modelVersion: b.modelVersion[:0], deployment: b.deployment[:0],
+		engine: b.engine[:0], gpuType: b.gpuType[:0], tp: b.tp[:0], node: b.node[:0],
+		region: b.region[:0], completedAt: b.completedAt[:0], completedMs: b.completedMs[:0],
+		receivedMs: b.receivedMs[:0], prompt: b.prompt[:0], cached: b.cached[:0],
+		output: b.output[:0], ttft: b.ttft[:0], e2e: b.e2e[:0], queue: b.queue[:0],
+		prefill: b.prefill[:0], itl: b.itl[:0], itlMeasured: b.itlMeasured[:0],
+		status: b.status[:0], streaming: b.streaming[:0], sloClass: b.sloClass[:0],
+		labelKeys: b.labelKeys[:0], labelValues: b.labelValues[:0],
+		ingestedAt: b.ingestedAt[:0], partition: b.partition[:0], offset: b.offset[:0],
+	}
+}
+
+// Source records where an event came from: the Kafka partition and offset, or
+// -1/-1 for rows written by other paths.
+type Source struct {
+	Partition int32
+	Offset    int64
+}
+
+// Append adds one event, which the caller has validated. ingestedAt is the
+// time the pipeline received it.
+func (b *EventBatch) Append(ev *meterv1.InferenceEvent, ingestedAt time.Time, src Source) {
+	b.tenantID = append(b.tenantID, ev.GetTenantId())
+	b.eventID = append(b.eventID, ev.GetEventId())
+	b.requestID = append(b.requestID, ev.GetRequestId())
+	b.model = append(b.model, ev.GetModel())
+	b.modelVersion = append(b.modelVersion, ev.GetModelVersion())
+	b.deployment = append(b.deployment, ev.GetDeployment())
+	b.engine = append(b.engine, ev.GetEngine())
+	b.gpuType = append(b.gpuType, ev.GetGpuType())
+	b.tp = append(b.tp, ev.GetTensorParallelism())
+	b.node = append(b.node, ev.GetNode())
+	b.region = append(b.region, ev.GetRegion())
+	completed := ev.GetCompletedAt().AsTime()
+	b.completedAt = append(b.completedAt, completed.Truncate(time.Second))
+	b.completedMs = append(b.completedMs, completed.UnixMilli())
+	var received int64
+	if ev.GetReceivedAt() != nil {
+		received = ev.GetReceivedAt().AsTime().UnixMilli()
+	}
+	b.receivedMs = append(b.receivedMs, received)
+	b.prompt = append(b.prompt, uint64(ev.GetPromptTokens()))
+	b.cached = append(b.cached, uint64(ev.GetCachedPromptTokens()))
+	b.output = append(b.output, uint64(ev.GetOutputTokens()))
+	b.ttft = append(b.ttft, nullable(ev.TtftMs))
+	b.e2e = append(b.e2e, nullable(ev.E2EMs))
+	b.queue = append(b.queue, nullable(ev.QueueMs))
+	b.prefill = append(b.prefill, nullable(ev.PrefillMs))
+	itl, measured := ITL(ev)
+	b.itl = append(b.itl, itl)
+	b.itlMeasured = append(b.itlMeasured, measured)
+	b.status = append(b.status, StatusName(ev.GetStatus()))
+	b.streaming = append(b.streaming, boolByte(ev.GetStreaming()))
+	b.sloClass = append(b.sloClass, ev.GetSloClass())
+	keys, values := labelColumns(ev.GetLabels())
+	b.labelKeys = append(b.labelKeys, keys)
+	b.labelValues = append(b.labelValues, values)
+	b.ingestedAt = append(b.ingestedAt, ingestedAt.Truncate(time.Second))
+	b.partition = append(b.partition, src.Partition)
+	b.offset = append(b.offset, src.Offset)
+}
+
+// ITL is the request's inter-token latency per ARCHITECTURE "Latency
+// definitions": itl_ms if measured (measured = 1), else (e2e - ttft) /
+// (output_tokens - 1); NULL for fewer than 2 output tokens.
+func ITL(ev *meterv1.InferenceEvent) (sql.NullFloat64, uint8) {
+	if ev.ItlMs != nil {
+		return sql.NullFloat64{Float64: *ev.ItlMs, Valid: true}, 1
+	}
+	out := ev.GetOutputTokens()
+	if out < 2 || ev.TtftMs == nil || ev.E2EMs == nil {
+		return sql.NullFloat64{}, 0
+	}
+	return sql.NullFloat64{Float64: (*ev.E2EMs - *ev.TtftMs) / float64(out-1), Valid: true}, 0
+}
+
+func nullable(p *float64) sql.NullFloat64 {
+	if p == nil {
+		return sql.NullFloat64{}
+	}
+	return sql.NullFloat64{Float64: *p, Valid: true}
+}
+
+func boolByte(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+var emptyStrings = []string{}
+
+func labelColumns(m map[string]string) (keys, values []string) {
+	if len(m) == 0 {
+		return emptyStrings, emptyStrings
+	}
+	keys = make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	// Sorted, so that duplicates of an event store identical rows.
+	sort.Strings(keys)
+	values = make([]string, len(keys))
+	for i, k := range keys {
+		values[i] = m[k]
+	}
+	return keys, values
+}
+
+func (b *EventBatch) columns() []any {
+	return []any{
+		b.tenantID, b.eventID, b.requestID, b.model, b.modelVersion, b.deployment,
+		b.engine, b.gpuType, b.tp, b.node, b.region,
+		b.completedAt, b.completedMs, b.receivedMs,
+		b.prompt, b.cached, b.output,
+		b.ttft, b.e2e, b.queue, b.prefill, b.itl, b.itlMeasured,
+		b.status, b.streaming, b.sloClass, b.labelKeys, b.labelValues,
+		b.ingestedAt, b.partition, b.offset,
+	}
+}
+
+// InsertEvents writes the batch in one INSERT with an explicit column list.
+// An empty batch is a no-op. The batch is left as it is (the caller resets it
+// after a successful insert, or retries with it).
+func (s *Store) InsertEvents(ctx context.Context, b *EventBatch) error {
+	if b.Len() == 0 {
+		return nil
+	}
+	batch, err := s.conn.PrepareBatch(ctx, InsertEventsSQL)
+	if err != nil {
+		return fmt.Errorf("insert events batch: %w", err)
+	}
+	for i, col := range b.columns() {
+		if err := batch.Column(i).Append(col); err != nil {
+			_ = batch.Abort()
+			return fmt.Errorf("insert events batch: column %s: %w", eventColumns[i], err)
+		}
+	}
+	if err := batch.Send(); err != nil {
+		return fmt.Errorf("insert events batch: %w", err)
+	}
+	return nil
+}

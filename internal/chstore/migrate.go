@@ -1,0 +1,151 @@
+package chstore
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Migration is one versioned schema change.
+type Migration struct {
+	Version    int
+	Name       string
+	Statements []string
+}
+
+// Migrations returns the embedded migrations in version order. A file is named
+// NNNN_name.sql and holds one or more statements separated by ";" at a line end.
+func Migrations() ([]Migration, error) {
+	entries, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		return nil, fmt.Errorf("read migrations: %w", err)
+	}
+	var out []Migration
+	seen := map[int]string{}
+	for _, e := range entries {
+		name := e.Name()
+		num, rest, ok := strings.Cut(strings.TrimSuffix(name, ".sql"), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			return nil, fmt.Errorf("migration %s: name must be NNNN_name.sql", name)
+		}
+		if prev, dup := seen[v]; dup {
+			return nil, fmt.Errorf("migration %s: version %d already used by %s", name, v, prev)
+		}
+		seen[v] = name
+		body, err := migrationFS.ReadFile("migrations/" + name)
+		if err != nil {
+			return nil, fmt.Errorf("read migration %s: %w", name, err)
+		}
+		stmts := splitStatements(string(body))
+		if len(stmts) == 0 {
+			return nil, fmt.Errorf("migration %s: no statements", name)
+		}
+		out = append(out, Migration{Version: v, Name: rest, Statements: stmts})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, nil
+}
+
+// splitStatements splits SQL text on semicolons that end a line, dropping
+// comment-only lines. Migrations must not put ";" at a line end inside strings.
+func splitStatements(sql string) []string {
+	var stmts []string
+	var cur strings.Builder
+	for _, line := range strings.Split(sql, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
+			continue
+		}
+		cur.WriteString(line)
+		cur.WriteString("\n")
+		if strings.HasSuffix(trimmed, ";") {
+			stmt := strings.TrimSuffix(strings.TrimSpace(cur.String()), ";")
+			stmts = append(stmts, stmt)
+			cur.Reset()
+		}
+	}
+	if s := strings.TrimSpace(cur.String()); s != "" {
+		stmts = append(stmts, s)
+	}
+	return stmts
+}
+
+// Migrate creates the database if needed and applies every embedded migration
+// not yet recorded in schema_migrations. It is idempotent: statements use
+// IF NOT EXISTS, and applied versions are recorded, so concurrent or repeated
+// runs converge on the same schema. It returns the versions it applied.
+func (s *Store) Migrate(ctx context.Context) ([]int, error) {
+	migs, err := Migrations()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.ensureDatabase(ctx); err != nil {
+		return nil, err
+	}
+	const ddl = `CREATE TABLE IF NOT EXISTS schema_migrations
+(
+    version    UInt32,
+    name       String,
+    applied_at DateTime
+)
+ENGINE = MergeTree
+ORDER BY version`
+	if err := s.conn.Exec(ctx, ddl); err != nil {
+		return nil, fmt.Errorf("create schema_migrations: %w", err)
+	}
+	applied, err := s.AppliedMigrations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var done []int
+	for _, m := range migs {
+		if applied[m.Version] {
+			continue
+		}
+		for i, stmt := range m.Statements {
+			if err := s.conn.Exec(ctx, stmt); err != nil {
+				return done, fmt.Errorf("migration %04d_%s statement %d: %w", m.Version, m.Name, i+1, err)
+			}
+		}
+		batch, err := s.conn.PrepareBatch(ctx, "INSERT INTO schema_migrations (version, name, applied_at)")
+		if err != nil {
+			return done, fmt.Errorf("record migration %d: %w", m.Version, err)
+		}
+		if err := batch.Append(uint32(m.Version), m.Name, time.Now().UTC().Truncate(time.Second)); err != nil {
+			return done, fmt.Errorf("record migration %d: %w", m.Version, err)
+		}
+		if err := batch.Send(); err != nil {
+			return done, fmt.Errorf("record migration %d: %w", m.Version, err)
+		}
+		s.logger.Info("applied migration", "version", m.Version, "name", m.Name)
+		done = append(done, m.Version)
+	}
+	return done, nil
+}
+
+// AppliedMigrations returns the set of recorded migration versions.
+func (s *Store) AppliedMigrations(ctx context.Context) (map[int]bool, error) {
+	rows, err := s.conn.Query(ctx, "SELECT DISTINCT version FROM schema_migrations")
+	if err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	defer rows.Close()
+	applied := map[int]bool{}
+	for rows.Next() {
+		var v uint32
+		if err := rows.Scan(&v); err != nil {
+			return nil, fmt.Errorf("read schema_migrations: %w", err)
+		}
+		applied[int(v)] = true
+	}
+	return applied, rows.Err()
+}

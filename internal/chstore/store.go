@@ -1,0 +1,135 @@
+// Package chstore owns tokenmeter's ClickHouse access: the schema (embedded,
+// versioned migrations), columnar batch inserts of raw events, and the typed
+// queries the API serves. Every other package reaches ClickHouse through the
+// small interfaces it declares itself, implemented by *Store.
+//
+// It does not decide what is valid (package ingest does) nor who may see what
+// (package api does).
+package chstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// Config locates the ClickHouse server and database.
+type Config struct {
+	// Addr lists native-protocol addresses (host:port).
+	Addr []string
+	// Database is created if missing. Default "tokenmeter".
+	Database string
+	// Username and Password authenticate; empty means the "default" user.
+	Username string
+	Password string
+	// DialTimeout bounds connection attempts. Default 5s.
+	DialTimeout time.Duration
+	// MaxOpenConns bounds the connection pool. Default 8.
+	MaxOpenConns int
+}
+
+// Validate reports every problem of the configuration at once.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Addr) == 0 {
+		errs = append(errs, errors.New("clickhouse: no address"))
+	}
+	if c.Database != "" && !isIdent(c.Database) {
+		errs = append(errs, fmt.Errorf("clickhouse: database name %q: only letters, digits and _", c.Database))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) withDefaults() Config {
+	if c.Database == "" {
+		c.Database = "tokenmeter"
+	}
+	if c.Username == "" {
+		c.Username = "default"
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 5 * time.Second
+	}
+	if c.MaxOpenConns == 0 {
+		c.MaxOpenConns = 8
+	}
+	return c
+}
+
+// Store is a ClickHouse-backed event store.
+type Store struct {
+	conn   driver.Conn
+	cfg    Config
+	logger *slog.Logger
+}
+
+// Open connects to ClickHouse and makes sure the database exists. It does not
+// apply migrations; call Migrate. Open does not fail when the server is down
+// (the connection is lazy), so that a service can start and report not-ready.
+func Open(cfg Config, logger *slog.Logger) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	conn, err := clickhouse.Open(&clickhouse.Options{
+		Addr: cfg.Addr,
+		Auth: clickhouse.Auth{Database: cfg.Database, Username: cfg.Username, Password: cfg.Password},
+		DialTimeout:  cfg.DialTimeout,
+		MaxOpenConns: cfg.MaxOpenConns,
+		MaxIdleConns: cfg.MaxOpenConns,
+		Compression:  &clickhouse.Compression{Method: clickhouse.CompressionLZ4},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open clickhouse: %w", err)
+	}
+	return &Store{conn: conn, cfg: cfg, logger: logger}, nil
+}
+
+// Close closes the connection pool.
+func (s *Store) Close() error { return s.conn.Close() }
+
+// Ping checks that the server answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.conn.Ping(ctx); err != nil {
+		return fmt.Errorf("ping clickhouse: %w", err)
+	}
+	return nil
+}
+
+// Database is the database the store works in.
+func (s *Store) Database() string { return s.cfg.Database }
+
+// ensureDatabase creates the database through a connection to "default",
+// since a connection naming a missing database is refused.
+func (s *Store) ensureDatabase(ctx context.Context) error {
+	conn, err := clickhouse.Open(&clickhouse.Options{
+		Addr:        s.cfg.Addr,
+		Auth:        clickhouse.Auth{Database: "default", Username: s.cfg.Username, Password: s.cfg.Password},
+		DialTimeout: s.cfg.DialTimeout,
+	})
+	if err != nil {
+		return fmt.Errorf("open clickhouse: %w", err)
+	}
+	defer conn.Close()
+	if err := conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+s.cfg.Database); err != nil {
+		return fmt.Errorf("create database %s: %w", s.cfg.Database, err)
+	}
+	return nil
+}
+
+func isIdent(s string) bool {
+	for i, r := range s {
+		switch {
+		case r == '_', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
+		case r >= '0' && r <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return s != ""
+}

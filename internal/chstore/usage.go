@@ -1,0 +1,224 @@
+package chstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+)
+
+// ErrInvalidQuery marks a query the caller must fix: a bad range, an unknown
+// granularity or group-by field. Errors wrapping it carry a readable reason.
+var ErrInvalidQuery = errors.New("invalid query")
+
+// ErrUnavailable marks a query that failed because ClickHouse could not be
+// reached or did not answer; retrying later may succeed.
+var ErrUnavailable = errors.New("clickhouse unavailable")
+
+// classify wraps errors that are not answers of the server (connection
+// refused, reset, timeouts) with ErrUnavailable.
+func classify(err error) error {
+	var ex *clickhouse.Exception
+	if errors.As(err, &ex) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// Granularities maps a granularity name to its bucket width in seconds;
+// "total" (0) is one bucket for the whole range. Buckets are aligned in UTC.
+var Granularities = map[string]int64{"minute": 60, "hour": 3600, "day": 86400, "total": 0}
+
+// UsageGroupFields are the dimensions usage can be grouped by.
+var UsageGroupFields = []string{"tenant_id", "model", "deployment"}
+
+// MaxUsageBuckets bounds the number of time buckets one query may ask for.
+const MaxUsageBuckets = 50_000
+
+// UsageQuery selects exact usage totals.
+type UsageQuery struct {
+	// TenantID restricts to one tenant when non-empty.
+	TenantID string
+	// Start (inclusive) and End (exclusive) bound completed_at, to the millisecond.
+	Start, End time.Time
+	// Granularity is "minute", "hour", "day" or "total" (default).
+	Granularity string
+	// GroupBy lists fields of UsageGroupFields.
+	GroupBy []string
+}
+
+// UsageRow is the usage of one group in one bucket.
+type UsageRow struct {
+	Start              time.Time
+	TenantID           string
+	Model              string
+	Deployment         string
+	Requests           int64
+	Errors             int64
+	PromptTokens       int64
+	CachedPromptTokens int64
+	OutputTokens       int64
+}
+
+// Normalize fills defaults and checks the query, joining every problem.
+// Errors wrap ErrInvalidQuery.
+func (q UsageQuery) Normalize() (UsageQuery, error) {
+	var errs []error
+	if q.Granularity == "" {
+		q.Granularity = "total"
+	}
+	step, ok := Granularities[q.Granularity]
+	if !ok {
+		errs = append(errs, fmt.Errorf("%w: granularity %q: want minute, hour, day or total", ErrInvalidQuery, q.Granularity))
+	}
+	switch {
+	case q.Start.IsZero() || q.End.IsZero():
+		errs = append(errs, fmt.Errorf("%w: start and end are required", ErrInvalidQuery))
+	case !q.End.After(q.Start):
+		errs = append(errs, fmt.Errorf("%w: end (%s) must be after start (%s)", ErrInvalidQuery, q.End.Format(time.RFC3339), q.Start.Format(time.RFC3339)))
+	case q.Start.Unix() < 0 || q.End.Unix() > 1<<32-1:
+		errs = append(errs, fmt.Errorf("%w: range must lie between 1970 and 2106", ErrInvalidQuery))
+	case ok && step > 0 && q.End.Sub(q.Start)/time.Duration(step*int64(time.Second)) > MaxUsageBuckets:
+		errs = append(errs, fmt.Errorf("%w: range of %s at granularity %s is more than %d buckets; use a coarser granularity",
+			ErrInvalidQuery, q.End.Sub(q.Start), q.Granularity, MaxUsageBuckets))
+	}
+	seen := map[string]bool{}
+	var group []string
+	for _, g := range q.GroupBy {
+		for _, f := range strings.Split(g, ",") {
+			f = strings.TrimSpace(f)
+			if f == "" || seen[f] {
+				continue
+			}
+			seen[f] = true
+			if !contains(UsageGroupFields, f) {
+				errs = append(errs, fmt.Errorf("%w: unknown group_by field %q: want any of %s", ErrInvalidQuery, f, strings.Join(UsageGroupFields, ", ")))
+				continue
+			}
+			group = append(group, f)
+		}
+	}
+	// Canonical order, so that the SQL and the output do not depend on the
+	// order the caller listed the fields in.
+	q.GroupBy = q.GroupBy[:0:0]
+	for _, f := range UsageGroupFields {
+		if contains(group, f) {
+			q.GroupBy = append(q.GroupBy, f)
+		}
+	}
+	return q, errors.Join(errs...)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// SQL builds the usage query for a normalized UsageQuery. The inner query
+// deduplicates by (tenant_id, event_id) so that duplicates never count twice,
+// whatever the state of background merges.
+func (q UsageQuery) SQL() (string, []any) {
+	startMs, endMs := q.Start.UnixMilli(), q.End.UnixMilli()
+	// Second-resolution bounds on completed_at use the primary key and
+	// partitions; the millisecond bounds make the range exact.
+	startS := q.Start.Unix()
+	endS := q.End.Unix() // inclusive: End may have a fractional second
+	var args []any
+	var bucket string
+	if step := Granularities[q.Granularity]; step > 0 {
+		bucket = fmt.Sprintf("intDiv(toUInt32(d_completed_at), %d) * %d", step, step)
+	} else {
+		bucket = "toUInt32(?)"
+		args = append(args, startS)
+	}
+	var sb strings.Builder
+	sb.WriteString("SELECT ")
+	sb.WriteString(bucket)
+	sb.WriteString(" AS bucket")
+	for _, f := range q.GroupBy {
+		fmt.Fprintf(&sb, ", d_%s", f)
+	}
+	sb.WriteString(`, count() AS requests, countIf(d_status != 'ok') AS errors,
+ sum(d_prompt_tokens) AS prompt_tokens, sum(d_cached_prompt_tokens) AS cached_prompt_tokens, sum(d_output_tokens) AS output_tokens
+FROM (
+ SELECT tenant_id AS d_tenant_id, event_id, any(completed_at) AS d_completed_at, any(model) AS d_model,
+  any(deployment) AS d_deployment, any(status) AS d_status, any(prompt_tokens) AS d_prompt_tokens,
+  any(cached_prompt_tokens) AS d_cached_prompt_tokens, any(output_tokens) AS d_output_tokens
+ FROM inference_events
+ WHERE completed_at >= toDateTime(?) AND completed_at <= toDateTime(?) AND completed_at_ms >= ? AND completed_at_ms < ?`)
+	args = append(args, startS, endS, startMs, endMs)
+	if q.TenantID != "" {
+		sb.WriteString(" AND tenant_id = ?")
+		args = append(args, q.TenantID)
+	}
+	sb.WriteString("\n GROUP BY tenant_id, event_id\n)\nGROUP BY bucket")
+	for _, f := range q.GroupBy {
+		fmt.Fprintf(&sb, ", d_%s", f)
+	}
+	sb.WriteString("\nORDER BY bucket")
+	for _, f := range q.GroupBy {
+		fmt.Fprintf(&sb, ", d_%s", f)
+	}
+	return sb.String(), args
+}
+
+// Usage runs a usage query. Invalid queries return an error wrapping
+// ErrInvalidQuery.
+func (s *Store) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
+	q, err := q.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	query, args := q.SQL()
+	rows, err := s.conn.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query usage: %w", classify(err))
+	}
+	defer rows.Close()
+	var out []UsageRow
+	for rows.Next() {
+		var (
+			bucket                                   uint32
+			groups                                   = make([]string, len(q.GroupBy))
+			requests, errs, prompt, cached, outputTk uint64
+		)
+		dest := []any{&bucket}
+		for i := range groups {
+			dest = append(dest, &groups[i])
+		}
+		dest = append(dest, &requests, &errs, &prompt, &cached, &outputTk)
+		if err := rows.Scan(dest...); err != nil {
+			return nil, fmt.Errorf("scan usage: %w", err)
+		}
+		r := UsageRow{
+			Start:    time.Unix(int64(bucket), 0).UTC(),
+			Requests: int64(requests), Errors: int64(errs), PromptTokens: int64(prompt),
+			CachedPromptTokens: int64(cached), OutputTokens: int64(outputTk),
+		}
+		if Granularities[q.Granularity] == 0 {
+			r.Start = q.Start.UTC()
+		}
+		for i, f := range q.GroupBy {
+			switch f {
+			case "tenant_id":
+				r.TenantID = groups[i]
+			case "model":
+				r.Model = groups[i]
+			case "deployment":
+				r.Deployment = groups[i]
+			}
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read usage: %w", classify(err))
+	}
+	return out, nil
+}

@@ -1,0 +1,82 @@
+// Package devkafka runs an in-process Kafka-protocol broker (franz-go's kfake)
+// for the development mode and tests. Real Kafka clients (kafka-go, kcat)
+// talk to it over TCP; with a data directory its topics, records and group
+// offsets survive a restart.
+//
+// It is not a production broker: one node, no replication.
+package devkafka
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Config configures the broker.
+type Config struct {
+	// Addr is the host:port to listen on. Port 0 picks a free one.
+	Addr string
+	// DataDir persists state when non-empty.
+	DataDir string
+	// Topics are created at start if they do not exist.
+	Topics []string
+	// Partitions is the partition count of created topics. Default 4.
+	Partitions int32
+	Logger     *slog.Logger
+}
+
+// Broker is a running in-process broker.
+type Broker struct {
+	cluster *kfake.Cluster
+}
+
+// Start starts the broker and creates the configured topics.
+func Start(cfg Config) (*Broker, error) {
+	host, portStr, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("kafka address %q: %w", cfg.Addr, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("kafka address %q: bad port", cfg.Addr)
+	}
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 4
+	}
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.Ports(port),
+		// kfake binds 127.0.0.1; listen on the host asked for instead.
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
+		}),
+		kfake.DefaultNumPartitions(int(cfg.Partitions)),
+	}
+	if cfg.DataDir != "" {
+		opts = append(opts, kfake.DataDir(cfg.DataDir))
+	}
+	cluster, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("start dev kafka broker on %s: %w", cfg.Addr, err)
+	}
+	for _, t := range cfg.Topics {
+		if err := cluster.CreateTopic(t, cfg.Partitions, nil); err != nil && !isExists(err) {
+			cluster.Close()
+			return nil, fmt.Errorf("create topic %s: %w", t, err)
+		}
+	}
+	return &Broker{cluster: cluster}, nil
+}
+
+func isExists(err error) bool { return errors.Is(err, kerr.TopicAlreadyExists) }
+
+// Addr is the address clients connect to.
+func (b *Broker) Addr() string { return b.cluster.ListenAddrs()[0] }
+
+// Close stops the broker, persisting its state.
+func (b *Broker) Close() { b.cluster.Close() }
