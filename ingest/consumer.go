@@ -110,6 +110,10 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 // to ClickHouse exactly once in effect: offsets are committed only after the
 // batch's insert (and its DLQ records) succeeded, and every aggregate
 // deduplicates the redelivered rows.
+//
+// Two goroutines share the work: the fetch loop decodes and validates records
+// into a batch while the writer inserts and commits the previous one, in
+// order. At most two batches are in memory besides the one being filled.
 type Consumer struct {
 	cfg     ConsumerConfig
 	reader  *kafka.Reader
@@ -121,17 +125,29 @@ type Consumer struct {
 	now     func() time.Time
 
 	healthy atomic.Bool
-
-	// Batch in hand.
-	batch   chstore.EventBatch
-	dead    []kafka.Message
-	last    map[int]kafka.Message // last message per partition, value dropped
-	records int
+	free    chan *pending // flushed batches, for reuse
 	ev      meterv1.InferenceEvent
 
 	// crash, when set by tests, is asked at each step whether to stop right
 	// there as if the process had died: no flush, no commit.
 	crash func(point string) bool
+}
+
+// pending is one batch: the rows to insert, the records for the DLQ, and the
+// last message of each partition, whose offsets are committed after the writes.
+type pending struct {
+	batch   chstore.EventBatch
+	dead    []kafka.Message
+	last    map[int]kafka.Message // value dropped
+	records int
+}
+
+func (p *pending) reset() {
+	p.batch.Reset()
+	clear(p.dead)
+	p.dead = p.dead[:0]
+	clear(p.last)
+	p.records = 0
 }
 
 // errCrashed is returned by Run when a test's crash point fired.
@@ -154,14 +170,14 @@ func NewConsumer(cfg ConsumerConfig, store EventWriter, reg prometheus.Registere
 		metrics: metrics,
 		logger:  logger,
 		now:     now,
-		last:    map[int]kafka.Message{},
+		free:    make(chan *pending, 3),
 	}
 	c.reader = kafka.NewReader(kafka.ReaderConfig{
 		Brokers:        cfg.Brokers,
 		GroupID:        cfg.GroupID,
 		Topic:          cfg.Topic,
 		MinBytes:       1,
-		MaxBytes:       32 << 20,
+		MaxBytes:       8 << 20,
 		MaxWait:        100 * time.Millisecond,
 		QueueCapacity:  min(cfg.BatchSize, 20_000),
 		CommitInterval: 0, // synchronous commits, only after the insert
@@ -184,67 +200,135 @@ func NewConsumer(cfg ConsumerConfig, store EventWriter, reg prometheus.Registere
 // Healthy is false while inserts or DLQ writes are failing.
 func (c *Consumer) Healthy() bool { return c.healthy.Load() }
 
-// Run consumes until ctx is cancelled, then flushes the batch in hand,
-// commits it and closes its Kafka clients. It returns nil after a clean
-// shutdown.
+// Run consumes until ctx is cancelled, then writes and commits the batches in
+// hand (within ShutdownTimeout) and closes its Kafka clients. It returns nil
+// after a clean shutdown.
 func (c *Consumer) Run(ctx context.Context) error {
-	err := c.loop(ctx)
-	if errors.Is(err, errCrashed) {
-		// A simulated crash: drop the connections without flushing or committing.
-		c.reader.Close()
-		c.dlq.Close()
-		return err
+	// The writer outlives ctx: after a cancel it still has to flush. Its own
+	// context ends only when the shutdown takes too long, or on a crash.
+	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer wcancel()
+	work := make(chan *pending, 1)
+	writerDone := make(chan error, 1)
+	go func() { writerDone <- c.writer(wctx, work) }()
+
+	cur, err := c.loop(ctx, work, writerDone)
+	switch {
+	case errors.As(err, new(writerStopped)):
+		// The writer already returned (a crash or a dead context): its error is err.
+	case errors.Is(err, errCrashed):
+		// A simulated crash in the fetch loop: stop everything where it stands.
+		wcancel()
+		close(work)
+		<-writerDone
+	default:
+		if cur.records > 0 {
+			work <- cur
+		}
+		close(work)
+		timer := time.NewTimer(c.cfg.ShutdownTimeout)
+		defer timer.Stop()
+		select {
+		case werr := <-writerDone:
+			err = errors.Join(err, werr)
+		case <-timer.C:
+			wcancel()
+			err = errors.Join(err, fmt.Errorf("final flush: %w", <-writerDone))
+		}
 	}
-	// Shutdown work must outlive the cancelled context.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownTimeout)
-	defer cancel()
-	if ferr := c.flush(sctx); ferr != nil && !errors.Is(ferr, errCrashed) {
-		err = errors.Join(err, fmt.Errorf("final flush: %w", ferr))
-	}
-	err = errors.Join(err, c.reader.Close(), c.dlq.Close())
-	return err
+	return errors.Join(err, c.reader.Close(), c.dlq.Close())
 }
 
-func (c *Consumer) loop(ctx context.Context) error {
+// writerStopped carries the error of a writer that returned before the fetch loop.
+type writerStopped struct{ err error }
+
+func (w writerStopped) Error() string { return fmt.Sprintf("writer stopped: %v", w.err) }
+func (w writerStopped) Unwrap() error { return w.err }
+
+// loop fetches and decodes records, handing full or timed-out batches to the
+// writer. It returns the batch in hand when ctx ends.
+func (c *Consumer) loop(ctx context.Context, work chan<- *pending, writerDone <-chan error) (*pending, error) {
+	cur := c.nextPending()
+	handOff := func() error {
+		select {
+		case work <- cur:
+			cur = c.nextPending()
+			return nil
+		case <-ctx.Done():
+			return nil
+		case werr := <-writerDone:
+			// Only a crash or a dead context stops the writer early.
+			return writerStopped{werr}
+		}
+	}
 	var deadline time.Time
 	for {
 		fctx, cancel := ctx, context.CancelFunc(func() {})
-		if c.records > 0 {
+		if cur.records > 0 {
 			fctx, cancel = context.WithDeadline(ctx, deadline)
 		}
 		m, err := c.reader.FetchMessage(fctx)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
-			return nil
+			return cur, nil
 		case errors.Is(err, context.DeadlineExceeded):
-			if err := c.flush(ctx); err != nil {
-				return err
+			if err := handOff(); err != nil {
+				return cur, err
 			}
 			continue
 		case err != nil:
-			return fmt.Errorf("fetch from %s: %w", c.cfg.Topic, err)
+			return cur, fmt.Errorf("fetch from %s: %w", c.cfg.Topic, err)
 		}
-		if c.records == 0 {
+		if cur.records == 0 {
 			deadline = time.Now().Add(c.cfg.BatchTimeout)
 		}
-		c.add(m)
+		c.add(cur, m)
 		if c.shouldCrash("after-fetch") {
-			return errCrashed
+			return cur, errCrashed
 		}
-		if c.records >= c.cfg.BatchSize || !time.Now().Before(deadline) {
-			if err := c.flush(ctx); err != nil {
-				return err
+		if cur.records >= c.cfg.BatchSize || !time.Now().Before(deadline) {
+			if err := handOff(); err != nil {
+				return cur, err
 			}
 		}
 	}
 }
 
+func (c *Consumer) nextPending() *pending {
+	select {
+	case p := <-c.free:
+		return p
+	default:
+		return &pending{last: map[int]kafka.Message{}}
+	}
+}
+
+// writer writes batches in order until work is closed.
+func (c *Consumer) writer(ctx context.Context, work <-chan *pending) error {
+	for p := range work {
+		if err := c.write(ctx, p); err != nil {
+			// Drain, so that the fetch loop never blocks on a dead writer.
+			go func() {
+				for range work {
+				}
+			}()
+			return err
+		}
+		p.reset()
+		select {
+		case c.free <- p:
+		default:
+		}
+	}
+	return nil
+}
+
 func (c *Consumer) shouldCrash(point string) bool { return c.crash != nil && c.crash(point) }
 
 // add decodes and validates one record into the batch or the DLQ list.
-func (c *Consumer) add(m kafka.Message) {
-	c.records++
+func (c *Consumer) add(p *pending, m kafka.Message) {
+	p.records++
 	c.metrics.consumed.Inc()
 	now := c.now()
 	err := c.decoder.Decode(&c.ev, m.Value, headerValue(m.Headers, HeaderContentType))
@@ -257,12 +341,12 @@ func (c *Consumer) add(m kafka.Message) {
 			verr = &ValidationError{Reason: ReasonDecode, Message: err.Error()}
 		}
 		c.metrics.rejected.WithLabelValues(verr.Reason).Inc()
-		c.dead = append(c.dead, c.deadLetter(m, verr))
+		p.dead = append(p.dead, c.deadLetter(m, verr))
 	} else {
-		c.batch.Append(&c.ev, now, chstore.Source{Partition: int32(m.Partition), Offset: m.Offset})
+		p.batch.Append(&c.ev, now, chstore.Source{Partition: int32(m.Partition), Offset: m.Offset})
 	}
 	m.Value, m.Key, m.Headers = nil, nil, nil
-	c.last[m.Partition] = m
+	p.last[m.Partition] = m
 }
 
 func (c *Consumer) deadLetter(m kafka.Message, verr *ValidationError) kafka.Message {
@@ -278,26 +362,23 @@ func (c *Consumer) deadLetter(m kafka.Message, verr *ValidationError) kafka.Mess
 	return kafka.Message{Key: m.Key, Value: m.Value, Headers: headers}
 }
 
-// flush writes the DLQ records, inserts the batch and commits its offsets,
-// retrying each step until it succeeds or ctx ends. Nothing is committed
+// write sends the DLQ records, inserts the batch and commits its offsets,
+// retrying each write until it succeeds or ctx ends. Nothing is committed
 // unless both writes succeeded.
-func (c *Consumer) flush(ctx context.Context) error {
-	if c.records == 0 {
-		return nil
-	}
-	if len(c.dead) > 0 {
-		if err := c.retry(ctx, "write dead letters", func() error { return c.dlq.WriteMessages(ctx, c.dead...) }); err != nil {
+func (c *Consumer) write(ctx context.Context, p *pending) error {
+	if len(p.dead) > 0 {
+		if err := c.retry(ctx, "write dead letters", p.records, func() error { return c.dlq.WriteMessages(ctx, p.dead...) }); err != nil {
 			return err
 		}
-		c.metrics.dlq.Add(float64(len(c.dead)))
+		c.metrics.dlq.Add(float64(len(p.dead)))
 	}
 	if c.shouldCrash("after-dlq") {
 		return errCrashed
 	}
-	if c.batch.Len() > 0 {
-		err := c.retry(ctx, "insert events", func() error {
+	if p.batch.Len() > 0 {
+		err := c.retry(ctx, "insert events", p.records, func() error {
 			start := time.Now()
-			if err := c.store.InsertEvents(ctx, &c.batch); err != nil {
+			if err := c.store.InsertEvents(ctx, &p.batch); err != nil {
 				c.metrics.insertErrors.Inc()
 				return err
 			}
@@ -307,36 +388,32 @@ func (c *Consumer) flush(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		c.metrics.inserted.Add(float64(c.batch.Len()))
+		c.metrics.inserted.Add(float64(p.batch.Len()))
 	}
 	if c.shouldCrash("after-insert") {
 		return errCrashed
 	}
-	msgs := make([]kafka.Message, 0, len(c.last))
-	for _, m := range c.last {
+	msgs := make([]kafka.Message, 0, len(p.last))
+	for _, m := range p.last {
 		msgs = append(msgs, m)
 	}
 	if err := c.reader.CommitMessages(ctx, msgs...); err != nil {
 		// The rows are in ClickHouse; a lost commit means redelivery, which the
 		// deduplicating queries absorb. Log and go on rather than block.
 		c.metrics.commitErrors.Inc()
-		c.logger.Warn("commit offsets", "error", err, "records", c.records)
+		c.logger.Warn("commit offsets", "error", err, "records", p.records)
 	}
 	if c.shouldCrash("after-commit") {
 		return errCrashed
 	}
-	c.metrics.batchSize.Observe(float64(c.records))
+	c.metrics.batchSize.Observe(float64(p.records))
 	c.metrics.lag.Set(float64(c.reader.Stats().Lag))
-	c.batch.Reset()
-	c.dead = c.dead[:0]
-	clear(c.last)
-	c.records = 0
 	return nil
 }
 
 // retry runs op until it succeeds or ctx ends, with exponential backoff.
 // While it fails the consumer reports itself unhealthy.
-func (c *Consumer) retry(ctx context.Context, what string, op func() error) error {
+func (c *Consumer) retry(ctx context.Context, what string, records int, op func() error) error {
 	backoff := c.cfg.MinBackoff
 	for attempt := 1; ; attempt++ {
 		err := op()
@@ -348,7 +425,7 @@ func (c *Consumer) retry(ctx context.Context, what string, op func() error) erro
 			return nil
 		}
 		c.healthy.Store(false)
-		c.logger.Warn(what+" failed, will retry", "error", err, "attempt", attempt, "backoff", backoff, "records", c.records)
+		c.logger.Warn(what+" failed, will retry", "error", err, "attempt", attempt, "backoff", backoff, "records", records)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s: gave up after %d attempts: %w", what, attempt, err)

@@ -133,7 +133,7 @@ func (q UsageQuery) SQL() (string, []any) {
 	var args []any
 	var bucket string
 	if step := Granularities[q.Granularity]; step > 0 {
-		bucket = fmt.Sprintf("intDiv(toUInt32(d_completed_at), %d) * %d", step, step)
+		bucket = fmt.Sprintf("toUInt32(intDiv(toUInt32(d_completed_at), %d) * %d)", step, step)
 	} else {
 		bucket = "toUInt32(?)"
 		args = append(args, startS)
@@ -162,7 +162,9 @@ FROM (
 	for _, f := range q.GroupBy {
 		fmt.Fprintf(&sb, ", d_%s", f)
 	}
-	sb.WriteString("\nORDER BY bucket")
+	// Only buckets with data: grouping by a constant ("total") would
+	// otherwise yield one row of zeros for an empty range.
+	sb.WriteString("\nHAVING requests > 0\nORDER BY bucket")
 	for _, f := range q.GroupBy {
 		fmt.Fprintf(&sb, ", d_%s", f)
 	}

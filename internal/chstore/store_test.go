@@ -1,0 +1,191 @@
+package chstore_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/chtest"
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+func TestMain(m *testing.M) { chtest.Main(m) }
+
+func openStore(t *testing.T) *chstore.Store {
+	t.Helper()
+	addr, db := chtest.NewDB(t)
+	s, err := chstore.Open(chstore.Config{Addr: []string{addr}, Database: db}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestMigrateIdempotent(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	first, err := s.Migrate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	migs, _ := chstore.Migrations()
+	if len(first) != len(migs) {
+		t.Fatalf("first Migrate applied %v, want all %d", first, len(migs))
+	}
+	second, err := s.Migrate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(second) != 0 {
+		t.Fatalf("second Migrate applied %v, want none", second)
+	}
+	applied, err := s.AppliedMigrations(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migs {
+		if !applied[m.Version] {
+			t.Errorf("migration %d not recorded", m.Version)
+		}
+	}
+}
+
+var day = time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
+
+func event(i int) *meterv1.InferenceEvent {
+	ev := &meterv1.InferenceEvent{
+		EventId:     fmt.Sprintf("e%d", i),
+		TenantId:    []string{"acme", "globex", "initech"}[i%3],
+		Model:       []string{"m1", "m2"}[i%2],
+		Deployment:  []string{"d1", "d2", "d3", "d4"}[i%4],
+		CompletedAt: timestamppb.New(day.Add(time.Duration(i) * 37 * time.Second).Add(time.Duration(i%1000) * time.Millisecond)),
+		Labels:      map[string]string{"b": "2", "a": "1"},
+	}
+	if i%11 == 0 {
+		ev.Status = meterv1.Status_STATUS_OOM
+		return ev
+	}
+	ev.PromptTokens = proto.Int64(int64(i % 4000))
+	ev.CachedPromptTokens = proto.Int64(int64(i % 4000 / 3))
+	ev.OutputTokens = proto.Int64(int64(i%500 + 1))
+	ev.TtftMs = proto.Float64(100)
+	ev.E2EMs = proto.Float64(900)
+	return ev
+}
+
+// bruteUsage computes the expected rows in Go.
+func bruteUsage(events []*meterv1.InferenceEvent, q chstore.UsageQuery) []chstore.UsageRow {
+	q, _ = q.Normalize()
+	step := chstore.Granularities[q.Granularity]
+	seen := map[string]bool{}
+	acc := map[string]*chstore.UsageRow{}
+	for _, ev := range events {
+		t := ev.GetCompletedAt().AsTime()
+		if t.Before(q.Start) || !t.Before(q.End) || (q.TenantID != "" && ev.GetTenantId() != q.TenantID) {
+			continue
+		}
+		id := ev.GetTenantId() + "/" + ev.GetEventId()
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		r := chstore.UsageRow{Start: q.Start.UTC()}
+		if step > 0 {
+			r.Start = time.Unix(t.Unix()/step*step, 0).UTC()
+		}
+		for _, g := range q.GroupBy {
+			switch g {
+			case "tenant_id":
+				r.TenantID = ev.GetTenantId()
+			case "model":
+				r.Model = ev.GetModel()
+			case "deployment":
+				r.Deployment = ev.GetDeployment()
+			}
+		}
+		key := fmt.Sprint(r.Start.Unix(), r.TenantID, r.Model, r.Deployment)
+		a := acc[key]
+		if a == nil {
+			a = &r
+			acc[key] = a
+		}
+		a.Requests++
+		if ev.GetStatus() != meterv1.Status_STATUS_UNSPECIFIED && ev.GetStatus() != meterv1.Status_STATUS_OK {
+			a.Errors++
+		}
+		a.PromptTokens += ev.GetPromptTokens()
+		a.CachedPromptTokens += ev.GetCachedPromptTokens()
+		a.OutputTokens += ev.GetOutputTokens()
+	}
+	var out []chstore.UsageRow
+	for _, r := range acc {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if !a.Start.Equal(b.Start) {
+			return a.Start.Before(b.Start)
+		}
+		return fmt.Sprint(a.TenantID, "\x00", a.Model, "\x00", a.Deployment) < fmt.Sprint(b.TenantID, "\x00", b.Model, "\x00", b.Deployment)
+	})
+	return out
+}
+
+func TestUsageExactWithDuplicates(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var events []*meterv1.InferenceEvent
+	for i := range 5000 {
+		events = append(events, event(i))
+	}
+	// Insert everything, then a second copy of every 3rd event in another
+	// INSERT (redelivery), so duplicates sit in different parts.
+	var b chstore.EventBatch
+	for _, ev := range events {
+		b.Append(ev, time.Now(), chstore.Source{Partition: 0, Offset: 1})
+	}
+	if err := s.InsertEvents(ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+	b.Reset()
+	for i := 0; i < len(events); i += 3 {
+		b.Append(events[i], time.Now(), chstore.Source{Partition: 1, Offset: int64(i)})
+	}
+	if err := s.InsertEvents(ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+
+	end := day.Add(5000 * 37 * time.Second)
+	queries := []chstore.UsageQuery{
+		{Start: day, End: end},
+		{Start: day, End: end, Granularity: "hour", GroupBy: []string{"tenant_id"}},
+		{Start: day, End: end, Granularity: "day", GroupBy: []string{"model", "deployment"}},
+		{Start: day.Add(90 * time.Minute), End: day.Add(200 * time.Minute), Granularity: "minute", TenantID: "globex"},
+		// Millisecond-exact bounds: an event's own completed_at is inclusive at start, exclusive at end.
+		{Start: events[100].GetCompletedAt().AsTime(), End: events[200].GetCompletedAt().AsTime(), GroupBy: []string{"tenant_id", "model", "deployment"}},
+		{Start: day.Add(-48 * time.Hour), End: day.Add(-24 * time.Hour)},
+	}
+	for i, q := range queries {
+		got, err := s.Usage(ctx, q)
+		if err != nil {
+			t.Fatalf("query %d: %v", i, err)
+		}
+		want := bruteUsage(events, q)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("query %d (%+v) (-want +got):\n%s", i, q, diff)
+		}
+	}
+}
