@@ -111,6 +111,7 @@ func (x *GetUsageRequest) GetGroupBy() []string {
 type GetUsageResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// buckets are ordered by bucket start, then by the group-by values.
+	// Buckets and groups without events are omitted.
 	Buckets       []*UsageBucket `protobuf:"bytes,1,rep,name=buckets,proto3" json:"buckets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
