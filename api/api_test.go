@@ -246,7 +246,10 @@ func TestPublishAndQueryExact(t *testing.T) {
 	bad.TtftMs = proto.Float64(50) // > e2e
 	missing := ev(0, "acme")
 	missing.EventId = ""
-	batch := []*meterv1.InferenceEvent{ev(1, "acme"), bad, ev(2, "acme"), missing, ev(3, "globex")}
+	huge := ev(0, "acme")
+	huge.EventId = "huge"
+	huge.RequestId = strings.Repeat("r", 70_000)
+	batch := []*meterv1.InferenceEvent{ev(1, "acme"), bad, ev(2, "acme"), missing, ev(3, "globex"), huge}
 	code, body := s.rest(t, "POST", "/v1/events", testKeys["ingest"], eventsJSON(t, batch...))
 	if code != 200 {
 		t.Fatalf("publish: %d %s", code, body)
@@ -262,8 +265,9 @@ func TestPublishAndQueryExact(t *testing.T) {
 	if err := json.Unmarshal(body, &resp); err != nil {
 		t.Fatalf("%v: %s", err, body)
 	}
-	if resp.Accepted != "3" || len(resp.Rejected) != 2 || resp.Rejected[0].Index != 1 || resp.Rejected[0].EventID != "acme-0" ||
-		!strings.Contains(resp.Rejected[0].Reason, "ttft_ms") || resp.Rejected[1].Index != 3 || !strings.Contains(resp.Rejected[1].Reason, "event_id is required") {
+	if resp.Accepted != "3" || len(resp.Rejected) != 3 || resp.Rejected[0].Index != 1 || resp.Rejected[0].EventID != "acme-0" ||
+		!strings.Contains(resp.Rejected[0].Reason, "ttft_ms") || resp.Rejected[1].Index != 3 || !strings.Contains(resp.Rejected[1].Reason, "event_id is required") ||
+		resp.Rejected[2].Index != 5 || resp.Rejected[2].EventID != "huge" || !strings.Contains(resp.Rejected[2].Reason, "limit is 65536") {
 		t.Fatalf("publish response: %s", body)
 	}
 	// gRPC: more events, and a retry of two events already sent.

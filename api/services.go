@@ -187,4 +187,3 @@ func (s *usageService) GetUsage(ctx context.Context, req *meterv1.GetUsageReques
 	}
 	return resp, nil
 }
-

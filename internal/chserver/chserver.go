@@ -1,341 +1,445 @@
-// Package chserver runs a private ClickHouse server process from the
-// clickhouse-server binary: a generated config, data and logs in one
-// directory, loopback ports that stay the same across restarts. meterd --dev
-// and the tests use it; production points at a real ClickHouse deployment.
+// Package chserver runs a private ClickHouse server process on loopback, for
+// meterd --dev and for tests that need a real ClickHouse.
+//
+// A server owns one directory: the config file it writes there on every
+// start, the data, the logs (log/server.log, log/err.log, and the process's
+// own output in log/stdout.log), the ports it picked (ports.json) and a pid
+// file (clickhouse.pid). Starting again on the same directory gets the same
+// ports and the same data, and first stops a server that an earlier, killed
+// run left behind.
+//
+// The package does not create databases or tables (chstore does), does not
+// manage external servers, and does not install ClickHouse: when no binary
+// is found, Start and FindBinary return an error wrapping ErrNotInstalled.
 package chserver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 )
 
-// ErrNotInstalled means no ClickHouse server binary was found.
-var ErrNotInstalled = errors.New("clickhouse-server not installed (Debian/Ubuntu: apt-get install -y clickhouse-server clickhouse-client), or point tokenmeter at an existing server")
+const (
+	defaultStartTimeout = 60 * time.Second
+	// stopGrace is how long Stop, and Start for a leftover server, wait after
+	// SIGTERM before sending SIGKILL.
+	stopGrace = 20 * time.Second
+	// portAttempts bounds the retries when freshly picked ports turn out to
+	// be taken by the time ClickHouse binds them.
+	portAttempts = 3
+	// logTailBytes is how much of the logs a startup error quotes.
+	logTailBytes = 4 << 10
+)
 
-// Config describes a private server.
+// Config configures a private server.
 type Config struct {
-	// Dir holds config, data, logs and the pid file.
+	// Dir holds the server's config, data and logs. It is created if
+	// missing. Required.
 	Dir string
-	// Binary is the server executable; default FindBinary().
+	// Binary is the server binary: clickhouse-server, or the multi-tool
+	// clickhouse binary (run with the server subcommand). Empty means
+	// whatever FindBinary finds.
 	Binary string
-	// TCPPort and HTTPPort are the loopback ports; 0 picks free ones, which
-	// are kept in Dir/ports.json so that a restart reuses them.
+	// TCPPort is the native protocol port on 127.0.0.1, and HTTPPort the HTTP
+	// one. Zero picks a free port the first time and persists it in Dir, so
+	// that later starts on the same Dir reuse it.
 	TCPPort, HTTPPort int
-	// StartTimeout bounds the wait for the server to answer. Default 60s.
+	// Logger receives start and stop events. Nil discards them.
+	Logger *slog.Logger
+	// StartTimeout bounds how long Start waits for the server to answer.
+	// Zero means 60s.
 	StartTimeout time.Duration
-	Logger       *slog.Logger
 }
 
-// Server is a running ClickHouse server process.
+// Server is a private ClickHouse server process. Its methods are safe for
+// concurrent use.
 type Server struct {
-	cfg  Config
-	cmd  *exec.Cmd
-	done chan struct{}
+	cfg    Config // Dir absolute, Binary resolved, defaults applied
+	layout layout
+	ports  ports
+	logger *slog.Logger
+
+	mu   sync.Mutex
+	proc *process // nil when not started, stopped or killed
 }
 
-// FindBinary looks for clickhouse-server on the PATH and in the usual places,
-// then for the single `clickhouse` binary (run as `clickhouse server`).
-func FindBinary() (string, error) {
-	for _, name := range []string{"clickhouse-server", "/usr/sbin/clickhouse-server", "/usr/bin/clickhouse-server", "clickhouse", "/usr/bin/clickhouse"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p, nil
-		}
+// process is one run of the server binary.
+type process struct {
+	pid  int
+	done chan struct{} // closed once the process has exited and been reaped
+	err  error         // exit status; read only after done is closed
+}
+
+// exited reports whether the process has exited.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
 	}
-	return "", ErrNotInstalled
 }
 
-type ports struct {
-	TCP  int `json:"tcp"`
-	HTTP int `json:"http"`
-}
-
-// Start starts the server and waits until it answers a query. A server left
-// running from an earlier process on the same Dir is stopped first.
+// Start starts a server in cfg.Dir and returns once it answers on its native
+// port. ctx bounds only the startup: the server runs until Stop or Kill (or,
+// on Linux, until this process dies). A server that an earlier run left
+// running on the same Dir is stopped first.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Dir == "" {
-		return nil, errors.New("chserver: no directory")
-	}
-	if cfg.Binary == "" {
-		bin, err := FindBinary()
-		if err != nil {
-			return nil, err
-		}
-		cfg.Binary = bin
-	}
-	if cfg.StartTimeout == 0 {
-		cfg.StartTimeout = 60 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		return nil, errors.New("start clickhouse: config: Dir is required")
 	}
 	dir, err := filepath.Abs(cfg.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("chserver: %w", err)
+		return nil, fmt.Errorf("start clickhouse: resolve dir: %w", err)
 	}
 	cfg.Dir = dir
-	for _, d := range []string{"data", "tmp", "user_files", "format_schemas", "log"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			return nil, fmt.Errorf("chserver: %w", err)
+	if cfg.Binary, err = resolveBinary(cfg.Binary); err != nil {
+		return nil, fmt.Errorf("start clickhouse: %w", err)
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = defaultStartTimeout
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	l := layout{dir: dir}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("start clickhouse: %w", err)
+	}
+	want := ports{TCP: cfg.TCPPort, HTTP: cfg.HTTPPort}
+	p, fresh, err := resolvePorts(l, want)
+	if err != nil {
+		return nil, fmt.Errorf("start clickhouse: %w", err)
+	}
+	s := &Server{cfg: cfg, layout: l, ports: p, logger: logger.With("component", "clickhouse")}
+	for attempt := 1; ; attempt++ {
+		err = s.Start(ctx)
+		if err == nil || !fresh || attempt == portAttempts || !clashOnPicked(err, want, s.ports) {
+			break
+		}
+		s.logger.Warn("freshly picked port taken; picking others", "tcp_port", s.ports.TCP, "http_port", s.ports.HTTP)
+		if s.ports, err = repickPorts(l, want, s.ports); err != nil {
+			return nil, fmt.Errorf("start clickhouse: %w", err)
 		}
 	}
-	if err := cfg.loadPorts(); err != nil {
-		return nil, err
-	}
-	s := &Server{cfg: cfg}
-	s.stopStale()
-	if err := os.WriteFile(s.path("config.xml"), []byte(s.configXML()), 0o644); err != nil {
-		return nil, fmt.Errorf("chserver: write config: %w", err)
-	}
-	if err := s.Start(ctx); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-func (c *Config) loadPorts() error {
-	path := filepath.Join(c.Dir, "ports.json")
-	var p ports
-	if b, err := os.ReadFile(path); err == nil {
-		if err := json.Unmarshal(b, &p); err != nil {
-			return fmt.Errorf("chserver: %s: %w", path, err)
-		}
+// Start starts the server again after Stop or Kill, with the same ports and
+// data. It fails if the server is running.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil && !s.proc.exited() {
+		return fmt.Errorf("start clickhouse in %s: already running as pid %d", s.cfg.Dir, s.proc.pid)
 	}
-	if c.TCPPort == 0 {
-		c.TCPPort = p.TCP
+	s.proc = nil
+	if err := stopLeftover(ctx, s.logger, s.layout, stopGrace); err != nil {
+		return fmt.Errorf("start clickhouse in %s: %w", s.cfg.Dir, err)
 	}
-	if c.HTTPPort == 0 {
-		c.HTTPPort = p.HTTP
+	if err := s.writeConfig(); err != nil {
+		return fmt.Errorf("start clickhouse in %s: %w", s.cfg.Dir, err)
 	}
-	var err error
-	if c.TCPPort == 0 {
-		if c.TCPPort, err = freePort(); err != nil {
-			return err
-		}
+	marks := s.logMarks()
+	p, err := s.spawn()
+	if err != nil {
+		return fmt.Errorf("start clickhouse in %s: %w", s.cfg.Dir, err)
 	}
-	if c.HTTPPort == 0 {
-		if c.HTTPPort, err = freePort(); err != nil {
-			return err
-		}
+	if err := s.waitReady(ctx, p, marks); err != nil {
+		_ = kill(p) // startup failed; the error that matters is err
+		removePIDFile(s.layout.pidFile(), p.pid)
+		return fmt.Errorf("start clickhouse in %s: %w", s.cfg.Dir, err)
 	}
-	b, _ := json.Marshal(ports{TCP: c.TCPPort, HTTP: c.HTTPPort})
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return fmt.Errorf("chserver: %w", err)
-	}
+	s.proc = p
+	s.logger.Info("ClickHouse started", "addr", s.Addr(), "http_addr", s.HTTPAddr(), "pid", p.pid, "dir", s.cfg.Dir)
 	return nil
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("chserver: pick a port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-func (s *Server) path(name string) string { return filepath.Join(s.cfg.Dir, name) }
-
-// configXML is the smallest configuration 18.16 and current releases accept:
-// loopback only, one passwordless default user.
-func (s *Server) configXML() string {
-	d := s.cfg.Dir
-	return fmt.Sprintf(`<?xml version="1.0"?>
-<yandex>
-  <logger><level>warning</level><log>%[1]s/log/server.log</log><errorlog>%[1]s/log/err.log</errorlog><console>0</console></logger>
-  <listen_host>127.0.0.1</listen_host>
-  <tcp_port>%[2]d</tcp_port>
-  <http_port>%[3]d</http_port>
-  <path>%[1]s/data/</path>
-  <tmp_path>%[1]s/tmp/</tmp_path>
-  <user_files_path>%[1]s/user_files/</user_files_path>
-  <format_schema_path>%[1]s/format_schemas/</format_schema_path>
-  <mark_cache_size>268435456</mark_cache_size>
-  <max_concurrent_queries>100</max_concurrent_queries>
-  <users>
-    <default>
-      <password></password>
-      <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
-      <profile>default</profile>
-      <quota>default</quota>
-    </default>
-  </users>
-  <profiles><default></default></profiles>
-  <quotas><default></default></quotas>
-  <default_profile>default</default_profile>
-  <default_database>default</default_database>
-</yandex>
-`, d, s.cfg.TCPPort, s.cfg.HTTPPort)
-}
-
-// stopStale kills a server an earlier process started on this Dir and left
-// behind (the parent was killed), so that its ports and data lock are free.
-func (s *Server) stopStale() {
-	b, err := os.ReadFile(s.path("clickhouse.pid"))
-	if err != nil {
-		return
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
-		return
-	}
-	if !isClickHouse(pid) {
-		return
-	}
-	s.cfg.Logger.Warn("stopping a ClickHouse server left running on this data dir", "pid", pid)
-	_ = syscall.Kill(pid, syscall.SIGTERM)
-	for i := 0; i < 200 && alive(pid); i++ {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if alive(pid) {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-		for i := 0; i < 50 && alive(pid); i++ {
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-}
-
-func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	// A zombie child of ours is dead for our purposes.
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	return len(fields) == 0 || fields[0] != "Z"
-}
-
-func isClickHouse(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && strings.Contains(string(b), "clickhouse")
-}
-
-// Start (re)starts the process of a stopped Server with the same ports and data.
-func (s *Server) Start(ctx context.Context) error {
-	args := []string{"--config-file=" + s.path("config.xml")}
-	if filepath.Base(s.cfg.Binary) == "clickhouse" {
-		args = append([]string{"server"}, args...)
-	}
-	logf, err := os.OpenFile(s.path("log/stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("chserver: %w", err)
-	}
-	cmd := exec.Command(s.cfg.Binary, args...)
-	cmd.Dir = s.cfg.Dir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Own process group: a Ctrl-C to the parent's terminal does not reach it
-	// first, and the parent stops it in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("chserver: start %s: %w", s.cfg.Binary, err)
-	}
-	logf.Close()
-	s.cmd = cmd
-	s.done = make(chan struct{})
-	go func() { cmd.Wait(); close(s.done) }()
-	if err := os.WriteFile(s.path("clickhouse.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
-		s.Kill()
-		return fmt.Errorf("chserver: %w", err)
-	}
-	if err := s.waitReady(ctx); err != nil {
-		s.Kill()
+// Restart stops the server and starts it again with the same ports and data.
+func (s *Server) Restart(ctx context.Context) error {
+	if err := s.Stop(ctx); err != nil {
 		return err
 	}
-	s.cfg.Logger.Info("ClickHouse started", "addr", s.Addr(), "pid", cmd.Process.Pid, "dir", s.cfg.Dir)
+	return s.Start(ctx)
+}
+
+// Stop stops the server: SIGTERM, then SIGKILL if it has not exited after
+// 20s or when ctx is done. Stopping a server that is not running is a no-op.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.proc
+	if p == nil {
+		return nil
+	}
+	s.proc = nil
+	defer removePIDFile(s.layout.pidFile(), p.pid)
+	if p.exited() {
+		s.logger.Warn("ClickHouse had already exited", "pid", p.pid, "status", p.err)
+		return nil
+	}
+	if err := signalServer(p.pid, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("stop clickhouse: %w", err)
+	}
+	t := time.NewTimer(stopGrace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		s.logger.Info("ClickHouse stopped", "pid", p.pid)
+		return nil
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	s.logger.Warn("ClickHouse did not stop in time; killing it", "pid", p.pid)
+	if err := kill(p); err != nil {
+		return fmt.Errorf("stop clickhouse: %w", err)
+	}
 	return nil
 }
 
-func (s *Server) waitReady(ctx context.Context) error {
+// Kill kills the server with SIGKILL, as a crash would, and waits for it to
+// exit. Start brings it back on the same data.
+func (s *Server) Kill() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.proc
+	if p == nil {
+		return nil
+	}
+	s.proc = nil
+	defer removePIDFile(s.layout.pidFile(), p.pid)
+	if err := kill(p); err != nil {
+		return fmt.Errorf("kill clickhouse: %w", err)
+	}
+	return nil
+}
+
+// Addr returns the native protocol address, "127.0.0.1:PORT".
+func (s *Server) Addr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ports.TCP))
+}
+
+// HTTPAddr returns the HTTP interface address, "127.0.0.1:PORT".
+func (s *Server) HTTPAddr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ports.HTTP))
+}
+
+// Dir returns the server directory as an absolute path.
+func (s *Server) Dir() string { return s.cfg.Dir }
+
+func (s *Server) writeConfig() error {
+	for _, d := range s.layout.dirs() {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create server dirs: %w", err)
+		}
+	}
+	b, err := configXML(s.cfg.Dir, s.ports)
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(s.layout.config(), b); err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	return nil
+}
+
+// spawn starts the server binary and records its pid.
+func (s *Server) spawn() (*process, error) {
+	out, err := os.OpenFile(s.layout.stdoutLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open output log: %w", err)
+	}
+	cmd := exec.Command(s.cfg.Binary, serverArgs(s.cfg.Binary, s.layout.config())...)
+	cmd.Dir = s.cfg.Dir
+	// Current releases may fork a watchdog parent; keep the server itself
+	// our direct child so that its exit is seen and its pid is the one
+	// signalled.
+	cmd.Env = append(os.Environ(), "CLICKHOUSE_WATCHDOG_ENABLE=0")
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = sysProcAttr()
+	fmt.Fprintf(out, "--- %s: %s\n", time.Now().Format(time.RFC3339), strings.Join(cmd.Args, " "))
+
+	p := &process{done: make(chan struct{})}
+	started := make(chan error, 1)
+	go p.run(cmd, out, started)
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("run %s: %w", s.cfg.Binary, err)
+	}
+	if err := writePIDFile(s.layout.pidFile(), p.pid); err != nil {
+		_ = kill(p) // without a pid file a later run could not find it
+		return nil, err
+	}
+	return p, nil
+}
+
+// run starts cmd and waits for it, closing out afterwards. It stays locked to
+// its OS thread for the life of the process because Linux sends the
+// parent-death signal when the thread that started the child exits, not the
+// process; a locked thread exits only with this goroutine, after the child is
+// gone.
+func (p *process) run(cmd *exec.Cmd, out io.Closer, started chan<- error) {
+	runtime.LockOSThread()
+	defer out.Close()
+	if err := cmd.Start(); err != nil {
+		close(p.done)
+		started <- err
+		return
+	}
+	p.pid = cmd.Process.Pid
+	started <- nil
+	p.err = cmd.Wait()
+	close(p.done)
+}
+
+// kill sends SIGKILL to p's process group and waits for it to be reaped.
+func kill(p *process) error {
+	if p.exited() {
+		return nil
+	}
+	if err := signalServer(p.pid, syscall.SIGKILL); err != nil {
+		return err
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("pid %d still running 10s after SIGKILL", p.pid)
+	}
+}
+
+// waitReady waits until the server answers a ping on its native port, the
+// process exits, StartTimeout passes or ctx is done.
+func (s *Server) waitReady(ctx context.Context, p *process, marks logMarks) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
 	defer cancel()
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{s.Addr()}, DialTimeout: time.Second})
+	conn, err := clickhouse.Open(&clickhouse.Options{
+		Addr:         []string{s.Addr()},
+		DialTimeout:  time.Second,
+		MaxOpenConns: 1,
+	})
 	if err != nil {
-		return fmt.Errorf("chserver: %w", err)
+		return fmt.Errorf("open client: %w", err)
 	}
 	defer conn.Close()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	var lastErr error
 	for {
-		var one uint8
-		err := conn.QueryRow(ctx, "SELECT toUInt8(1)").Scan(&one)
-		if err == nil {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		lastErr = conn.Ping(pctx)
+		pcancel()
+		if lastErr == nil {
 			return nil
 		}
 		select {
-		case <-s.done:
-			return fmt.Errorf("chserver: clickhouse-server exited at start: %s", s.logTail())
+		case <-p.done:
+			return &exitError{status: p.err, logs: s.logTail(marks)}
 		case <-ctx.Done():
-			return fmt.Errorf("chserver: not answering on %s after %s: %w; %s", s.Addr(), s.cfg.StartTimeout, err, s.logTail())
-		case <-time.After(100 * time.Millisecond):
+			return fmt.Errorf("not answering on %s after %v (last ping: %v; logs: %s): %w",
+				s.Addr(), s.cfg.StartTimeout, lastErr, s.logTail(marks), ctx.Err())
+		case <-t.C:
 		}
 	}
 }
 
-// logTail is the end of the error log and of stdout, for error messages.
-func (s *Server) logTail() string {
-	var parts []string
-	for _, name := range []string{"log/err.log", "log/stdout.log"} {
-		b, err := os.ReadFile(s.path(name))
-		if err != nil || len(b) == 0 {
+// exitError reports that the server exited during startup.
+type exitError struct {
+	status error  // the process's exit status
+	logs   string // what it logged during this start
+}
+
+func (e *exitError) Error() string {
+	return fmt.Sprintf("server exited during startup (%v); its logs end with:\n%s", e.status, e.logs)
+}
+
+// clashOnPicked reports whether err says the server exited because one of
+// the ports picked for it (rather than asked for in want) was taken.
+func clashOnPicked(err error, want, got ports) bool {
+	var ee *exitError
+	if !errors.As(err, &ee) || !strings.Contains(ee.logs, "Address already in use") {
+		return false
+	}
+	// 18.x and current releases alike end the message with the address.
+	for _, pp := range []struct{ want, got int }{{want.TCP, got.TCP}, {want.HTTP, got.HTTP}} {
+		if pp.want == 0 && strings.Contains(ee.logs, "127.0.0.1:"+strconv.Itoa(pp.got)) {
+			return true
+		}
+	}
+	return false
+}
+
+// logMarks are the sizes of the logs before a start, so that a startup error
+// quotes only what that start wrote.
+type logMarks struct {
+	errLog, stdoutLog int64
+}
+
+func (s *Server) logMarks() logMarks {
+	return logMarks{errLog: fileSize(s.layout.errLog()), stdoutLog: fileSize(s.layout.stdoutLog())}
+}
+
+// logTail returns the end of what the error log and the process output got
+// since marks were taken.
+func (s *Server) logTail(marks logMarks) string {
+	var b strings.Builder
+	for _, f := range []struct {
+		path string
+		from int64
+	}{{s.layout.errLog(), marks.errLog}, {s.layout.stdoutLog(), marks.stdoutLog}} {
+		tail := readTail(f.path, f.from, logTailBytes)
+		if strings.TrimSpace(tail) == "" {
 			continue
 		}
-		if len(b) > 1500 {
-			b = b[len(b)-1500:]
-		}
-		parts = append(parts, name+": "+strings.TrimSpace(string(b)))
+		fmt.Fprintf(&b, "==> %s <==\n%s\n", f.path, strings.TrimRight(tail, "\n"))
 	}
-	if len(parts) == 0 {
-		return "no log output"
+	if b.Len() == 0 {
+		return "(nothing logged; see " + s.layout.logDir() + ")"
 	}
-	return strings.Join(parts, "\n")
+	return b.String()
 }
 
-// Addr is the native-protocol address.
-func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.cfg.TCPPort)) }
-
-// HTTPAddr is the HTTP interface's address.
-func (s *Server) HTTPAddr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.cfg.HTTPPort)) }
-
-// Dir is the server's directory.
-func (s *Server) Dir() string { return s.cfg.Dir }
-
-// Stop asks the server to shut down (SIGTERM) and waits; when ctx ends first
-// it kills the process. Start can be called again afterwards.
-func (s *Server) Stop(ctx context.Context) error {
-	if s.cmd == nil {
-		return nil
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-ctx.Done():
-		s.Kill()
-		return fmt.Errorf("chserver: killed after stop timed out: %w", ctx.Err())
-	}
-	s.cmd = nil
-	return nil
+	return fi.Size()
 }
 
-// Kill stops the server with SIGKILL, as a crash would.
-func (s *Server) Kill() {
-	if s.cmd == nil {
-		return
+// readTail returns at most n bytes from the end of path, starting no earlier
+// than offset from. A log rotated since from is read from its start.
+func readTail(path string, from, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
 	}
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-	<-s.done
-	s.cmd = nil
+	defer f.Close()
+	size := fileSize(path)
+	if from > size {
+		from = 0
+	}
+	if size-from > n {
+		from = size - n
+	}
+	b := make([]byte, size-from)
+	k, _ := f.ReadAt(b, from)
+	return string(b[:k])
 }

@@ -1,17 +1,27 @@
-// Package chtest gives tests a real ClickHouse: one private server per test
-// binary (started on first use, in a temporary directory), a fresh database
-// per test, or a private server per test for tests that stop and restart it.
-// METER_TEST_CLICKHOUSE=host:port uses an existing server instead.
+// Package chtest gives tests in other packages a real ClickHouse: one
+// private server shared by all tests of a test binary (or an external server
+// named by METER_TEST_CLICKHOUSE), a fresh database per test, and private
+// servers for tests that stop or kill ClickHouse.
 //
-// Without ClickHouse the tests skip, except under CI=true, where they fail:
-// a CI run must not go green by skipping.
+// A test binary that uses it calls Main from TestMain, which stops the
+// shared server and removes its directory when the tests are done:
+//
+//	func TestMain(m *testing.M) { chtest.Main(m) }
+//
+// Without ClickHouse installed the tests that need it skip, except under
+// CI=true, where they fail: CI must never go green by skipping.
+//
+// The package creates databases, not tables: schemas belong to chstore.
 package chtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -22,112 +32,192 @@ import (
 	"tokenmeter/internal/chserver"
 )
 
+// EnvAddr names the environment variable that points the tests at an
+// external server ("host:port" of its native protocol) instead of a private
+// one.
+const EnvAddr = "METER_TEST_CLICKHOUSE"
+
+const (
+	startTimeout = 2 * time.Minute
+	stopTimeout  = 30 * time.Second
+)
+
+// shared is the one server of a test binary, started by the first test that
+// needs it and stopped by Main.
 var shared struct {
+	mainCalled bool // set by Main before any test runs
+
 	once sync.Once
-	dir  string
+	dir  string // the server's parent directory, removed by Main
 	srv  *chserver.Server
-	addr string
 	err  error
 }
 
-// Main runs the tests and then stops the shared server, if one was started.
-// Use it as TestMain.
+// Main runs the tests, then stops the shared server (if a test started it)
+// and removes its directory, and exits with the tests' status. Call it from
+// TestMain.
 func Main(m *testing.M) {
+	shared.mainCalled = true
 	code := m.Run()
-	if shared.srv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_ = shared.srv.Stop(ctx)
-		cancel()
-	}
-	if shared.dir != "" {
-		os.RemoveAll(shared.dir)
+	if err := stopShared(); err != nil {
+		fmt.Fprintf(os.Stderr, "chtest: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
 	}
 	os.Exit(code)
 }
 
-// unavailable skips the test, or fails it under CI=true.
-func unavailable(t testing.TB, err error) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("ClickHouse is required under CI=true: %v", err)
+func stopShared() error {
+	var errs []error
+	if shared.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+		defer cancel()
+		if err := shared.srv.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop shared clickhouse: %w", err))
+		}
 	}
-	t.Skipf("ClickHouse not available: %v", err)
+	if shared.dir != "" {
+		if err := os.RemoveAll(shared.dir); err != nil {
+			errs = append(errs, fmt.Errorf("remove shared clickhouse dir: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
-// Addr is the native address of the shared test server.
-func Addr(t testing.TB) string {
+// Server returns the shared private server, starting it on first use. It
+// returns nil when METER_TEST_CLICKHOUSE names an external server; use Addr
+// for an address that works either way. Tests must not stop the shared
+// server: those that stop or kill ClickHouse use StartPrivate.
+func Server(t testing.TB) *chserver.Server {
 	t.Helper()
+	if os.Getenv(EnvAddr) != "" {
+		return nil
+	}
+	if !shared.mainCalled {
+		t.Fatal("chtest: the shared ClickHouse server needs chtest.Main: add `func TestMain(m *testing.M) { chtest.Main(m) }`")
+	}
 	shared.once.Do(func() {
-		if a := os.Getenv("METER_TEST_CLICKHOUSE"); a != "" {
-			shared.addr = a
-			return
-		}
-		if _, err := chserver.FindBinary(); err != nil {
-			shared.err = err
-			return
-		}
 		shared.dir, shared.err = os.MkdirTemp("", "chtest-")
 		if shared.err != nil {
 			return
 		}
-		shared.srv, shared.err = chserver.Start(context.Background(), chserver.Config{Dir: shared.dir})
-		if shared.err == nil {
-			shared.addr = shared.srv.Addr()
-		}
+		ctx, cancel := context.WithTimeout(t.Context(), startTimeout)
+		defer cancel()
+		shared.srv, shared.err = chserver.Start(ctx, chserver.Config{
+			Dir:    filepath.Join(shared.dir, "clickhouse"),
+			Logger: logger(),
+		})
 	})
 	if shared.err != nil {
-		unavailable(t, shared.err)
+		failStart(t, shared.err)
 	}
-	return shared.addr
+	return shared.srv
 }
 
-// NewDB creates a database with a unique name on the shared server and drops
-// it when the test ends.
+// Addr returns the native protocol address of the server tests share:
+// METER_TEST_CLICKHOUSE if set, else the shared private server's.
+func Addr(t testing.TB) string {
+	t.Helper()
+	if addr := os.Getenv(EnvAddr); addr != "" {
+		return addr
+	}
+	return Server(t).Addr()
+}
+
+// NewDB creates a database with a fresh name on the shared server and drops
+// it when the test ends. It returns the server's native address and the
+// database name.
 func NewDB(t testing.TB) (addr, database string) {
 	t.Helper()
 	addr = Addr(t)
-	name := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
-			return r
-		}
-		return '_'
-	}, t.Name())
-	if len(name) > 40 {
-		name = name[:40]
-	}
-	database = fmt.Sprintf("t_%s_%08x", name, rand.Uint32())
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := conn.Exec(ctx, "CREATE DATABASE "+database); err != nil {
-		conn.Close()
-		t.Fatalf("create test database: %v", err)
+	database = dbName(t.Name(), rand.Uint32())
+	if err := execSQL(t.Context(), addr, "CREATE DATABASE "+database); err != nil {
+		t.Fatalf("chtest: %v", err)
 	}
 	t.Cleanup(func() {
-		defer conn.Close()
-		if err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+database); err != nil {
-			t.Logf("drop test database %s: %v", database, err)
+		// The test's context is done by now.
+		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+		defer cancel()
+		if err := execSQL(ctx, addr, "DROP DATABASE IF EXISTS "+database); err != nil {
+			t.Errorf("chtest: %v", err)
 		}
 	})
 	return addr, database
 }
 
-// StartPrivate starts a server for this test alone, stopped when it ends.
+// StartPrivate starts a server of the test's own, for tests that stop, kill
+// or restart ClickHouse, and stops it when the test ends. It needs a local
+// ClickHouse even when METER_TEST_CLICKHOUSE is set.
 func StartPrivate(t testing.TB) *chserver.Server {
 	t.Helper()
-	if _, err := chserver.FindBinary(); err != nil {
-		unavailable(t, err)
-	}
-	srv, err := chserver.Start(context.Background(), chserver.Config{Dir: t.TempDir()})
+	ctx, cancel := context.WithTimeout(t.Context(), startTimeout)
+	defer cancel()
+	srv, err := chserver.Start(ctx, chserver.Config{Dir: t.TempDir(), Logger: logger()})
 	if err != nil {
-		t.Fatalf("start private ClickHouse: %v", err)
+		failStart(t, err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 		defer cancel()
-		_ = srv.Stop(ctx)
+		if err := srv.Stop(ctx); err != nil {
+			t.Errorf("chtest: %v", err)
+		}
 	})
 	return srv
+}
+
+// failStart skips the test when ClickHouse is not installed, unless
+// CI=true, and fails it otherwise.
+func failStart(t testing.TB, err error) {
+	t.Helper()
+	if !errors.Is(err, chserver.ErrNotInstalled) {
+		t.Fatalf("chtest: %v", err)
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("chtest: ClickHouse is required under CI=true: %v", err)
+	}
+	t.Skipf("chtest: skipping, ClickHouse is needed: %v (or set %s=host:port to use a running server)", err, EnvAddr)
+}
+
+// logger reports the private servers' warnings (such as a leftover server
+// being stopped) on stderr; the servers outlive the tests that start them,
+// so t.Log cannot be used.
+func logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+func execSQL(ctx context.Context, addr, query string) error {
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, DialTimeout: 10 * time.Second})
+	if err != nil {
+		return fmt.Errorf("connect to clickhouse at %s: %w", addr, err)
+	}
+	defer conn.Close()
+	if err := conn.Exec(ctx, query); err != nil {
+		return fmt.Errorf("%s: %w", query, err)
+	}
+	return nil
+}
+
+// dbName returns a database name for the test called testName: "t_", the
+// name lowercased with every run of other characters than [a-z0-9] turned
+// into one underscore and cut to 40 characters, "_" and suffix in hex.
+func dbName(testName string, suffix uint32) string {
+	var b strings.Builder
+	b.WriteString("t_")
+	under := true // suppresses a leading underscore
+	for _, r := range strings.ToLower(testName) {
+		if b.Len() >= 2+40 {
+			break
+		}
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+			under = false
+		} else if !under {
+			b.WriteByte('_')
+			under = true
+		}
+	}
+	name := strings.TrimRight(b.String(), "_")
+	return fmt.Sprintf("%s_%08x", name, suffix)
 }

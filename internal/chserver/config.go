@@ -1,0 +1,205 @@
+package chserver
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// layout names the files and folders of a server directory.
+type layout struct {
+	dir string
+}
+
+func (l layout) config() string    { return filepath.Join(l.dir, "config.xml") }
+func (l layout) ports() string     { return filepath.Join(l.dir, "ports.json") }
+func (l layout) pidFile() string   { return filepath.Join(l.dir, "clickhouse.pid") }
+func (l layout) logDir() string    { return filepath.Join(l.dir, "log") }
+func (l layout) stdoutLog() string { return filepath.Join(l.dir, "log", "stdout.log") }
+func (l layout) serverLog() string { return filepath.Join(l.dir, "log", "server.log") }
+func (l layout) errLog() string    { return filepath.Join(l.dir, "log", "err.log") }
+func (l layout) data() string      { return filepath.Join(l.dir, "data") }
+
+// statusFile is ClickHouse's own lock file in its data path; it holds the
+// PID of the server that owns the directory.
+func (l layout) statusFile() string { return filepath.Join(l.dir, "data", "status") }
+
+// dirs are the folders the config refers to; ClickHouse creates some of them
+// itself, but not all releases create all of them.
+func (l layout) dirs() []string {
+	return []string{
+		l.logDir(),
+		l.data(),
+		filepath.Join(l.dir, "tmp"),
+		filepath.Join(l.dir, "user_files"),
+		filepath.Join(l.dir, "format_schemas"),
+	}
+}
+
+// ports are the loopback ports a server listens on.
+type ports struct {
+	TCP  int `json:"tcp_port"`
+	HTTP int `json:"http_port"`
+}
+
+// resolvePorts returns the ports to use: those asked for, else those
+// persisted in the server directory by an earlier start, else free ones,
+// which are persisted so that a restart keeps its address. fresh reports
+// whether any port was picked now (and so may be retried on a clash).
+func resolvePorts(l layout, want ports) (p ports, fresh bool, err error) {
+	p = want
+	if p.TCP != 0 && p.HTTP != 0 {
+		return p, false, nil
+	}
+	var saved ports
+	b, err := os.ReadFile(l.ports())
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(b, &saved); err != nil {
+			return ports{}, false, fmt.Errorf("read %s: %w", l.ports(), err)
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return ports{}, false, fmt.Errorf("read ports: %w", err)
+	}
+	for _, pp := range []struct{ port, saved *int }{{&p.TCP, &saved.TCP}, {&p.HTTP, &saved.HTTP}} {
+		if *pp.port != 0 {
+			continue
+		}
+		if *pp.saved != 0 {
+			*pp.port = *pp.saved
+			continue
+		}
+		if *pp.port, err = freePort(p.TCP, p.HTTP); err != nil {
+			return ports{}, false, err
+		}
+		fresh = true
+	}
+	if fresh {
+		if err := writePorts(l, p); err != nil {
+			return ports{}, false, err
+		}
+	}
+	return p, fresh, nil
+}
+
+// repickPorts replaces the ports that were picked freshly (those not asked
+// for) after a clash with another listener, and persists them.
+func repickPorts(l layout, want, got ports) (ports, error) {
+	p := want
+	var err error
+	if p.TCP == 0 {
+		if p.TCP, err = freePort(got.TCP, got.HTTP); err != nil {
+			return ports{}, err
+		}
+	}
+	if p.HTTP == 0 {
+		if p.HTTP, err = freePort(got.TCP, got.HTTP, p.TCP); err != nil {
+			return ports{}, err
+		}
+	}
+	return p, writePorts(l, p)
+}
+
+func writePorts(l layout, p ports) error {
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode ports: %w", err)
+	}
+	if err := writeFileAtomic(l.ports(), append(b, '\n')); err != nil {
+		return fmt.Errorf("persist ports: %w", err)
+	}
+	return nil
+}
+
+// freePort asks the kernel for a free loopback TCP port other than those in
+// avoid. Another process may take it before ClickHouse binds it; Start
+// retries with new ports when that happens to freshly picked ones.
+func freePort(avoid ...int) (int, error) {
+	for range 10 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("pick free port: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if err := l.Close(); err != nil {
+			return 0, fmt.Errorf("pick free port: %w", err)
+		}
+		if !slices.Contains(avoid, port) {
+			return port, nil
+		}
+	}
+	return 0, errors.New("pick free port: kernel keeps returning ports in use")
+}
+
+// configXML renders the server config for directory dir. The root element
+// is <yandex>, which 18.x requires and current releases still accept. Users,
+// profiles and quotas are inline, so no users.xml is needed.
+func configXML(dir string, p ports) ([]byte, error) {
+	var esc strings.Builder
+	if err := xml.EscapeText(&esc, []byte(dir)); err != nil {
+		return nil, fmt.Errorf("escape dir: %w", err)
+	}
+	d := esc.String()
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `<?xml version="1.0"?>
+<!-- Written by tokenmeter's chserver on every start; edits are lost. -->
+<yandex>
+  <logger>
+    <level>warning</level>
+    <log>%[1]s/log/server.log</log>
+    <errorlog>%[1]s/log/err.log</errorlog>
+    <size>100M</size>
+    <count>3</count>
+    <console>0</console>
+  </logger>
+  <listen_host>127.0.0.1</listen_host>
+  <tcp_port>%[2]d</tcp_port>
+  <http_port>%[3]d</http_port>
+  <path>%[1]s/data/</path>
+  <tmp_path>%[1]s/tmp/</tmp_path>
+  <user_files_path>%[1]s/user_files/</user_files_path>
+  <format_schema_path>%[1]s/format_schemas/</format_schema_path>
+  <mark_cache_size>268435456</mark_cache_size>
+  <max_concurrent_queries>100</max_concurrent_queries>
+  <users>
+    <default>
+      <password></password>
+      <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
+      <profile>default</profile>
+      <quota>default</quota>
+    </default>
+  </users>
+  <profiles><default></default></profiles>
+  <quotas><default></default></quotas>
+  <default_profile>default</default_profile>
+  <default_database>default</default_database>
+</yandex>
+`, d, p.TCP, p.HTTP)
+	return b.Bytes(), nil
+}
+
+// writeFileAtomic replaces path with data so that a crash never leaves a
+// half-written file behind.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // no-op after a successful rename
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
