@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+// usageConfig is the configuration of "usage".
+type usageConfig struct {
+	connConfig
+	Tenant       string
+	Start, End   time.Time
+	Granularity  string
+	GroupBy      []string
+	Output       string
+	ValidateOnly bool
+}
+
+var (
+	granularities = []string{"minute", "hour", "day", "total"}
+	groupColumns  = []string{"tenant_id", "model", "deployment"}
+	outputs       = []string{"table", "csv", "json"}
+)
+
+// Validate reports every problem at once.
+func (c usageConfig) Validate() error {
+	errs := c.connConfig.validate()
+	if !c.Start.Before(c.End) {
+		errs = append(errs, fmt.Errorf("--start %s is not before --end %s", c.Start.Format(time.RFC3339), c.End.Format(time.RFC3339)))
+	}
+	if !slices.Contains(granularities, c.Granularity) {
+		errs = append(errs, fmt.Errorf("--granularity %q: want %s", c.Granularity, strings.Join(granularities, ", ")))
+	}
+	for _, g := range c.GroupBy {
+		if !slices.Contains(groupColumns, g) {
+			errs = append(errs, fmt.Errorf("--group-by %q: want any of %s", g, strings.Join(groupColumns, ", ")))
+		}
+	}
+	if !slices.Contains(outputs, c.Output) {
+		errs = append(errs, fmt.Errorf("--output %q: want %s", c.Output, strings.Join(outputs, ", ")))
+	}
+	return errors.Join(errs...)
+}
+
+func parseUsage(args []string, getenv func(string) string, now time.Time, stderr io.Writer) (usageConfig, error) {
+	c := usageConfig{}
+	fs := newFlagSet("usage", "[flags]",
+		"Prints request and token totals per time bucket and group from GET /v1/usage.\n"+
+			"Totals are exact and deduplicated by event_id.", stderr)
+	c.connConfig.register(fs)
+	fs.StringVar(&c.Tenant, "tenant", "", "only this tenant (a tenant key always sees only its own)")
+	start := fs.String("start", "", "inclusive start, RFC 3339 (default: 24h before --end)")
+	end := fs.String("end", "", "exclusive end, RFC 3339 (default: now)")
+	fs.StringVar(&c.Granularity, "granularity", "total", "bucket size: minute, hour, day or total")
+	groupBy := fs.String("group-by", "", "comma-separated dimensions: tenant_id, model, deployment")
+	fs.StringVar(&c.Output, "output", "table", "table, csv or json (the API's answer)")
+	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the flags and exit")
+	if err := parseFlags(fs, args); err != nil {
+		return c, err
+	}
+	c.connConfig.resolve(getenv)
+	var errs []error
+	c.End = now.UTC().Truncate(time.Second)
+	if *end != "" {
+		t, err := time.Parse(time.RFC3339Nano, *end)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--end: %w", err))
+		}
+		c.End = t
+	}
+	c.Start = c.End.Add(-24 * time.Hour)
+	if *start != "" {
+		t, err := time.Parse(time.RFC3339Nano, *start)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--start: %w", err))
+		}
+		c.Start = t
+	}
+	for _, g := range strings.Split(*groupBy, ",") {
+		if g = strings.TrimSpace(g); g != "" {
+			c.GroupBy = append(c.GroupBy, g)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+func runUsage(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := parseUsage(args, getenv, time.Now(), stderr)
+	if err != nil {
+		return err
+	}
+	if cfg.ValidateOnly {
+		fmt.Fprintln(stdout, "configuration ok")
+		return nil
+	}
+	q := url.Values{}
+	if cfg.Tenant != "" {
+		q.Set("tenant_id", cfg.Tenant)
+	}
+	q.Set("start", cfg.Start.UTC().Format(time.RFC3339Nano))
+	q.Set("end", cfg.End.UTC().Format(time.RFC3339Nano))
+	q.Set("granularity", cfg.Granularity)
+	for _, g := range cfg.GroupBy {
+		q.Add("group_by", g)
+	}
+	body, err := newClient(cfg.connConfig, 1).do(ctx, http.MethodGet, "/v1/usage", q, nil)
+	if err != nil {
+		return err
+	}
+	if cfg.Output == "json" {
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, body, "", "  "); err != nil {
+			return fmt.Errorf("GET /v1/usage: answer is not JSON: %w", err)
+		}
+		buf.WriteByte('\n')
+		_, err := buf.WriteTo(stdout)
+		return err
+	}
+	var resp meterv1.GetUsageResponse
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(body, &resp); err != nil {
+		return fmt.Errorf("GET /v1/usage: decode answer: %w", err)
+	}
+	if cfg.Output == "csv" {
+		return writeUsageCSV(stdout, cfg.GroupBy, resp.GetBuckets())
+	}
+	if len(resp.GetBuckets()) == 0 {
+		_, err := fmt.Fprintf(stdout, "no usage in [%s, %s)\n", cfg.Start.UTC().Format(time.RFC3339), cfg.End.UTC().Format(time.RFC3339))
+		return err
+	}
+	return writeUsageTable(stdout, cfg.GroupBy, resp.GetBuckets())
+}
+
+// groupValue returns bucket b's value of the group-by dimension g.
+func groupValue(b *meterv1.UsageBucket, g string) string {
+	switch g {
+	case "tenant_id":
+		return b.GetTenantId()
+	case "model":
+		return b.GetModel()
+	case "deployment":
+		return b.GetDeployment()
+	}
+	return ""
+}
+
+// usageCounts are the numeric columns of a usage row, in output order.
+func usageCounts(b *meterv1.UsageBucket) [5]int64 {
+	return [5]int64{b.GetRequests(), b.GetErrors(), b.GetPromptTokens(), b.GetCachedPromptTokens(), b.GetOutputTokens()}
+}
+
+func writeUsageCSV(w io.Writer, groupBy []string, buckets []*meterv1.UsageBucket) error {
+	cw := csv.NewWriter(w)
+	header := append(append([]string{"bucket_start"}, groupBy...),
+		"requests", "errors", "prompt_tokens", "cached_prompt_tokens", "output_tokens")
+	if err := cw.Write(header); err != nil {
+		return err
+	}
+	for _, b := range buckets {
+		rec := []string{b.GetStart().AsTime().UTC().Format(time.RFC3339)}
+		for _, g := range groupBy {
+			rec = append(rec, groupValue(b, g))
+		}
+		for _, n := range usageCounts(b) {
+			rec = append(rec, strconv.FormatInt(n, 10))
+		}
+		if err := cw.Write(rec); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// writeUsageTable writes an aligned table, numbers right-aligned, with a
+// TOTAL line when there is more than one row.
+func writeUsageTable(w io.Writer, groupBy []string, buckets []*meterv1.UsageBucket) error {
+	numHeads := [5]string{"REQUESTS", "ERRORS", "PROMPT", "CACHED", "OUTPUT"}
+	groupHeads := map[string]string{"tenant_id": "TENANT", "model": "MODEL", "deployment": "DEPLOYMENT"}
+
+	var total [5]int64
+	rows := make([][5]int64, len(buckets))
+	for i, b := range buckets {
+		rows[i] = usageCounts(b)
+		for j, n := range rows[i] {
+			total[j] += n
+		}
+	}
+	// tabwriter aligns cells to the left; pad numbers to their column's
+	// width so that they line up on the right.
+	var width [5]int
+	for j, h := range numHeads {
+		width[j] = max(len(h), len(strconv.FormatInt(total[j], 10)))
+	}
+	nums := func(v [5]int64) string {
+		var sb strings.Builder
+		for j, n := range v {
+			fmt.Fprintf(&sb, "\t%*d", width[j], n)
+		}
+		return sb.String()
+	}
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "BUCKET START")
+	for _, g := range groupBy {
+		fmt.Fprint(tw, "\t"+groupHeads[g])
+	}
+	for j, h := range numHeads {
+		fmt.Fprintf(tw, "\t%*s", width[j], h)
+	}
+	fmt.Fprintln(tw)
+	for i, b := range buckets {
+		fmt.Fprint(tw, b.GetStart().AsTime().UTC().Format(time.RFC3339))
+		for _, g := range groupBy {
+			v := groupValue(b, g)
+			if v == "" {
+				v = "-"
+			}
+			fmt.Fprint(tw, "\t"+v)
+		}
+		fmt.Fprintln(tw, nums(rows[i]))
+	}
+	if len(buckets) > 1 {
+		fmt.Fprint(tw, "TOTAL"+strings.Repeat("\t", len(groupBy)))
+		fmt.Fprintln(tw, nums(total))
+	}
+	return tw.Flush()
+}
