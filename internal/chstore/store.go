@@ -77,8 +77,8 @@ func Open(cfg Config, logger *slog.Logger) (*Store, error) {
 	}
 	cfg = cfg.withDefaults()
 	conn, err := clickhouse.Open(&clickhouse.Options{
-		Addr: cfg.Addr,
-		Auth: clickhouse.Auth{Database: cfg.Database, Username: cfg.Username, Password: cfg.Password},
+		Addr:         cfg.Addr,
+		Auth:         clickhouse.Auth{Database: cfg.Database, Username: cfg.Username, Password: cfg.Password},
 		DialTimeout:  cfg.DialTimeout,
 		MaxOpenConns: cfg.MaxOpenConns,
 		MaxIdleConns: cfg.MaxOpenConns,
