@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -29,6 +30,8 @@ type Config struct {
 	MaxBatchEvents int
 	// MaxRequestBytes bounds a request body or gRPC message. Default 16 MiB.
 	MaxRequestBytes int
+	// Pprof serves net/http/pprof under /debug/pprof/ (off by default).
+	Pprof bool
 }
 
 // Validate reports every problem of the configuration at once.
@@ -89,6 +92,12 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	if cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("GET /healthz/live", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})

@@ -45,7 +45,7 @@ type ConsumerConfig struct {
 	Topic    string // default DefaultEventsTopic
 	GroupID  string // default DefaultGroupID
 	DLQTopic string // default DefaultDLQTopic
-	// BatchSize flushes a batch when it holds this many records. Default 50,000.
+	// BatchSize flushes a batch when it holds this many records. Default 20,000.
 	BatchSize int
 	// BatchTimeout flushes a non-empty batch this long after its first record. Default 500ms.
 	BatchTimeout time.Duration
@@ -86,7 +86,7 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 		c.DLQTopic = DefaultDLQTopic
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = 50_000
+		c.BatchSize = 20_000
 	}
 	if c.BatchTimeout == 0 {
 		c.BatchTimeout = 500 * time.Millisecond

@@ -21,6 +21,7 @@ type Config struct {
 	KafkaBrokers []string
 	ClickHouse   string
 	Database     string
+	Compression  string
 	HTTPAddr     string
 	GRPCAddr     string
 	AuthKeys     string
@@ -32,6 +33,8 @@ type Config struct {
 	MaxBatch     int
 	MaxBody      int
 	LogLevel     string
+	Pprof        bool
+	MemoryMiB    int
 	ValidateOnly bool
 }
 
@@ -85,6 +88,9 @@ func (c Config) Validate() error {
 	if c.BatchTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--batch-timeout %s: must be positive", c.BatchTimeout))
 	}
+	if c.MemoryMiB < 0 {
+		errs = append(errs, fmt.Errorf("--memory-limit-mib %d: must not be negative", c.MemoryMiB))
+	}
 	if c.MaxBatch <= 0 || c.MaxBody <= 0 {
 		errs = append(errs, errors.New("--max-batch-events and --max-request-bytes must be positive"))
 	}
@@ -107,17 +113,20 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "comma-separated Kafka bootstrap brokers (in --dev, the embedded broker's listen address)")
 	fs.StringVar(&c.ClickHouse, "clickhouse", "", "ClickHouse native address host:port (in --dev, default: start a private server)")
 	fs.StringVar(&c.Database, "clickhouse-database", "tokenmeter", "ClickHouse database (created if missing)")
+	fs.StringVar(&c.Compression, "clickhouse-compression", "lz4", "native protocol compression: lz4 or none (none is faster on loopback)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "REST, /metrics and /healthz listen address")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", "127.0.0.1:9090", "gRPC listen address")
 	fs.StringVar(&c.AuthKeys, "auth-keys", "", "JSON file of API keys (see README); --dev generates one")
 	fs.StringVar(&c.EventsTopic, "events-topic", ingest.DefaultEventsTopic, "Kafka topic of inference events")
 	fs.StringVar(&c.DLQTopic, "dlq-topic", ingest.DefaultDLQTopic, "Kafka dead-letter topic")
 	fs.StringVar(&c.GroupID, "group-id", ingest.DefaultGroupID, "Kafka consumer group of the ingest role")
-	fs.IntVar(&c.BatchSize, "batch-size", 50_000, "flush an insert batch at this many records")
+	fs.IntVar(&c.BatchSize, "batch-size", 20_000, "flush an insert batch at this many records")
 	fs.DurationVar(&c.BatchTimeout, "batch-timeout", 500*time.Millisecond, "flush a non-empty batch this long after its first record")
 	fs.IntVar(&c.MaxBatch, "max-batch-events", 10_000, "most events in one publish request")
 	fs.IntVar(&c.MaxBody, "max-request-bytes", 16<<20, "largest request body or gRPC message")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.IntVar(&c.MemoryMiB, "memory-limit-mib", 256, "soft limit of the Go heap in MiB (runtime/debug.SetMemoryLimit; GOMEMLIMIT overrides; 0 = none)")
+	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --http-addr")
 	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the configuration and exit")
 	if err := fs.Parse(args); err != nil {
 		return c, err

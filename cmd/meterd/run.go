@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	now := time.Now
+	if cfg.MemoryMiB > 0 && getenv("GOMEMLIMIT") == "" {
+		// A soft limit: the collector works harder near it, so that the
+		// process stays within what its container is given.
+		debug.SetMemoryLimit(int64(cfg.MemoryMiB) << 20)
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -78,7 +84,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 
-	store, err := chstore.Open(chstore.Config{Addr: []string{cfg.ClickHouse}, Database: cfg.Database}, logger)
+	store, err := chstore.Open(chstore.Config{Addr: []string{cfg.ClickHouse}, Database: cfg.Database, Compression: cfg.Compression}, logger)
 	if err != nil {
 		return err
 	}
@@ -117,7 +123,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return store.Ping(ctx)
 	}
 	server, err := api.New(ctx, api.Config{
-		GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, MaxBatchEvents: cfg.MaxBatch, MaxRequestBytes: cfg.MaxBody,
+		GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, MaxBatchEvents: cfg.MaxBatch, MaxRequestBytes: cfg.MaxBody, Pprof: cfg.Pprof,
 	}, svc, ready, reg, logger)
 	if err != nil {
 		return err
