@@ -50,7 +50,7 @@ type EventBatch struct {
 	completedAt                                                   []time.Time
 	completedMs, receivedMs                                       []int64
 	prompt, cached, output                                        []uint64
-	ttft, e2e, queue, prefill, itl                                []sql.NullFloat64
+	ttft, e2e, queue, prefill, itl                                nullFloats
 	itlMeasured                                                   []uint8
 	status                                                        []string
 	streaming                                                     []uint8
@@ -72,8 +72,8 @@ func (b *EventBatch) Reset() {
 		engine: b.engine[:0], gpuType: b.gpuType[:0], tp: b.tp[:0], node: b.node[:0],
 		region: b.region[:0], completedAt: b.completedAt[:0], completedMs: b.completedMs[:0],
 		receivedMs: b.receivedMs[:0], prompt: b.prompt[:0], cached: b.cached[:0],
-		output: b.output[:0], ttft: b.ttft[:0], e2e: b.e2e[:0], queue: b.queue[:0],
-		prefill: b.prefill[:0], itl: b.itl[:0], itlMeasured: b.itlMeasured[:0],
+		output: b.output[:0], ttft: b.ttft.reset(), e2e: b.e2e.reset(), queue: b.queue.reset(),
+		prefill: b.prefill.reset(), itl: b.itl.reset(), itlMeasured: b.itlMeasured[:0],
 		status: b.status[:0], streaming: b.streaming[:0], sloClass: b.sloClass[:0],
 		labelKeys: b.labelKeys[:0], labelValues: b.labelValues[:0],
 		ingestedAt: b.ingestedAt[:0], partition: b.partition[:0], offset: b.offset[:0],
@@ -112,12 +112,12 @@ func (b *EventBatch) Append(ev *meterv1.InferenceEvent, ingestedAt time.Time, sr
 	b.prompt = append(b.prompt, uint64(ev.GetPromptTokens()))
 	b.cached = append(b.cached, uint64(ev.GetCachedPromptTokens()))
 	b.output = append(b.output, uint64(ev.GetOutputTokens()))
-	b.ttft = append(b.ttft, nullable(ev.TtftMs))
-	b.e2e = append(b.e2e, nullable(ev.E2EMs))
-	b.queue = append(b.queue, nullable(ev.QueueMs))
-	b.prefill = append(b.prefill, nullable(ev.PrefillMs))
+	b.ttft.add(ev.TtftMs)
+	b.e2e.add(ev.E2EMs)
+	b.queue.add(ev.QueueMs)
+	b.prefill.add(ev.PrefillMs)
 	itl, measured := ITL(ev)
-	b.itl = append(b.itl, itl)
+	b.itl.addNull(itl)
 	b.itlMeasured = append(b.itlMeasured, measured)
 	b.status = append(b.status, StatusName(ev.GetStatus()))
 	b.streaming = append(b.streaming, boolByte(ev.GetStreaming()))
@@ -144,11 +144,37 @@ func ITL(ev *meterv1.InferenceEvent) (sql.NullFloat64, uint8) {
 	return sql.NullFloat64{Float64: (*ev.E2EMs - *ev.TtftMs) / float64(out-1), Valid: true}, 0
 }
 
-func nullable(p *float64) sql.NullFloat64 {
+// nullFloats is a Nullable(Float64) column: values and validity. (clickhouse-go
+// ignores Valid in []sql.NullFloat64, so the insert sends []*float64 built
+// from these at the last moment, one allocation per column and batch.)
+type nullFloats struct {
+	v  []float64
+	ok []bool
+}
+
+func (n *nullFloats) add(p *float64) {
 	if p == nil {
-		return sql.NullFloat64{}
+		n.v, n.ok = append(n.v, 0), append(n.ok, false)
+		return
 	}
-	return sql.NullFloat64{Float64: *p, Valid: true}
+	n.v, n.ok = append(n.v, *p), append(n.ok, true)
+}
+
+func (n *nullFloats) addNull(x sql.NullFloat64) {
+	n.v, n.ok = append(n.v, x.Float64), append(n.ok, x.Valid)
+}
+
+func (n nullFloats) reset() nullFloats { return nullFloats{v: n.v[:0], ok: n.ok[:0]} }
+
+// ptrs points into n.v, which must not grow while the result is in use.
+func (n nullFloats) ptrs() []*float64 {
+	out := make([]*float64, len(n.v))
+	for i := range n.v {
+		if n.ok[i] {
+			out[i] = &n.v[i]
+		}
+	}
+	return out
 }
 
 func boolByte(b bool) uint8 {
@@ -183,7 +209,7 @@ func (b *EventBatch) columns() []any {
 		b.engine, b.gpuType, b.tp, b.node, b.region,
 		b.completedAt, b.completedMs, b.receivedMs,
 		b.prompt, b.cached, b.output,
-		b.ttft, b.e2e, b.queue, b.prefill, b.itl, b.itlMeasured,
+		b.ttft.ptrs(), b.e2e.ptrs(), b.queue.ptrs(), b.prefill.ptrs(), b.itl.ptrs(), b.itlMeasured,
 		b.status, b.streaming, b.sloClass, b.labelKeys, b.labelValues,
 		b.ingestedAt, b.partition, b.offset,
 	}

@@ -1,0 +1,250 @@
+package chstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// StatusClasses are the error classes counted per rollup row, in column order
+// (err_<class>).
+var StatusClasses = []string{"context_length", "rate_limited", "oom", "cuda", "timeout", "cancelled", "bad_request", "internal"}
+
+// LatencyMetrics are the distributions kept per rollup row, in column order
+// (<metric>_count, _sum, _keys, _counts).
+var LatencyMetrics = []string{"ttft", "itl", "e2e", "queue"}
+
+// RollupGroupFields are the dimensions rollup queries can group by.
+var RollupGroupFields = []string{"tenant_id", "model", "model_version", "deployment", "gpu_type", "slo_class"}
+
+// histKeySQL is the ClickHouse expression of sketch.Key for a Float64
+// expression: the log-bucket index with relative accuracy 1%
+// (γ = 1.01/0.99), values below 1 µs (0.001 ms) in the lowest bucket.
+func histKeySQL(x string) string {
+	return fmt.Sprintf("toInt16(ceil(log(greatest(%s, 0.001)) / log(1.01 / 0.99)))", x)
+}
+
+// GoodputRule is one SLO rule compiled for a rollup: empty Tenant, Model or
+// Class match anything; a threshold ≤ 0 is not checked. Rules are given most
+// specific first; the first match decides.
+type GoodputRule struct {
+	Tenant, Model, Class string
+	TTFTMs, ITLMs, E2EMs float64
+}
+
+// GoodputSpec is the SLO set a rollup counts good requests with.
+type GoodputSpec struct {
+	Version uint32
+	Rules   []GoodputRule
+	// DefaultClass is the class of events without slo_class.
+	DefaultClass string
+}
+
+// thresholdSQL returns a multiIf choosing, per row, the threshold of the
+// first matching rule (-1 when none applies).
+func (g GoodputSpec) thresholdSQL(pick func(GoodputRule) float64) (string, []any) {
+	var sb strings.Builder
+	var args []any
+	sb.WriteString("multiIf(")
+	n := 0
+	for _, r := range g.Rules {
+		var conds []string
+		if r.Tenant != "" {
+			conds = append(conds, "tenant_id = ?")
+			args = append(args, r.Tenant)
+		}
+		if r.Model != "" {
+			conds = append(conds, "d_model = ?")
+			args = append(args, r.Model)
+		}
+		if r.Class != "" {
+			conds = append(conds, "d_class = ?")
+			args = append(args, r.Class)
+		}
+		if len(conds) == 0 {
+			conds = append(conds, "1")
+		}
+		fmt.Fprintf(&sb, "%s, toFloat64(?), ", strings.Join(conds, " AND "))
+		args = append(args, pick(r))
+		n++
+	}
+	sb.WriteString("toFloat64(-1))")
+	if n == 0 {
+		return "toFloat64(-1)", nil
+	}
+	return sb.String(), args
+}
+
+// rollupColumns is the column list of both rollup tables.
+func rollupColumns() []string {
+	cols := []string{"bucket", "tenant_id", "model", "model_version", "deployment", "gpu_type", "slo_class", "requests", "errors"}
+	for _, c := range StatusClasses {
+		cols = append(cols, "err_"+c)
+	}
+	cols = append(cols, "prompt_tokens", "cached_prompt_tokens", "output_tokens")
+	for _, m := range LatencyMetrics {
+		cols = append(cols, m+"_count", m+"_sum", m+"_keys", m+"_counts")
+	}
+	return append(cols, "slo_version", "good_requests", "good_output_tokens", "version")
+}
+
+// RollupMinutesSQL builds the statement that recomputes the minute rollups of
+// [from, to) from deduplicated raw events, counting good requests with spec.
+func RollupMinutesSQL(from, to time.Time, spec GoodputSpec, version uint64) (string, []any) {
+	ttft, ttftArgs := spec.thresholdSQL(func(r GoodputRule) float64 { return r.TTFTMs })
+	itl, itlArgs := spec.thresholdSQL(func(r GoodputRule) float64 { return r.ITLMs })
+	e2e, e2eArgs := spec.thresholdSQL(func(r GoodputRule) float64 { return r.E2EMs })
+	var sel []string
+	sel = append(sel,
+		"toDateTime(intDiv(toUInt32(d_completed_at), 60) * 60) AS bucket",
+		"tenant_id", "d_model", "d_model_version", "d_deployment", "d_gpu_type", "d_slo_class",
+		"count() AS requests", "countIf(d_status != 'ok') AS errors")
+	for _, c := range StatusClasses {
+		sel = append(sel, fmt.Sprintf("countIf(d_status = '%s')", c))
+	}
+	sel = append(sel, "sum(d_prompt_tokens)", "sum(d_cached_prompt_tokens)", "sum(d_output_tokens)")
+	for _, m := range LatencyMetrics {
+		v := "d_" + m
+		sel = append(sel,
+			fmt.Sprintf("countIf(isNotNull(%s))", v),
+			fmt.Sprintf("sumIf(ifNull(%s, 0), isNotNull(%s))", v, v),
+			fmt.Sprintf("(sumMap(if(isNull(%[1]s), emptyArrayInt16(), [%[2]s]), if(isNull(%[1]s), emptyArrayUInt64(), [toUInt64(1)])) AS %[3]s_hist).1", v, histKeySQL("ifNull("+v+", 0)"), m),
+			m+"_hist.2")
+	}
+	sel = append(sel, "toUInt32(?)", "countIf(d_good)", "sumIf(d_output_tokens, d_good)", "toUInt64(?)")
+	inner := `SELECT tenant_id, event_id,
+   any(completed_at) AS d_completed_at, any(model) AS d_model, any(model_version) AS d_model_version,
+   any(deployment) AS d_deployment, any(gpu_type) AS d_gpu_type, any(slo_class) AS d_slo_class,
+   any(status) AS d_status, any(prompt_tokens) AS d_prompt_tokens,
+   any(cached_prompt_tokens) AS d_cached_prompt_tokens, any(output_tokens) AS d_output_tokens,
+   any(ttft_ms) AS d_ttft, any(itl_ms) AS d_itl, any(e2e_ms) AS d_e2e, any(queue_ms) AS d_queue
+  FROM inference_events
+  WHERE completed_at >= toDateTime(?) AND completed_at < toDateTime(?)
+  GROUP BY tenant_id, event_id`
+	// Goodput per ARCHITECTURE "Goodput": status OK and every configured
+	// threshold met (a missing measurement fails a configured threshold).
+	middle := fmt.Sprintf(`SELECT *, if(d_slo_class = '', ?, d_slo_class) AS d_class,
+   %[1]s AS t_ttft, %[2]s AS t_itl, %[3]s AS t_e2e,
+   d_status = 'ok'
+    AND (t_ttft < 0 OR (isNotNull(d_ttft) AND ifNull(d_ttft, 0) <= t_ttft))
+    AND (t_itl < 0 OR isNull(d_itl) OR ifNull(d_itl, 0) <= t_itl)
+    AND (t_e2e < 0 OR (isNotNull(d_e2e) AND ifNull(d_e2e, 0) <= t_e2e)) AS d_good
+  FROM (%[4]s)`, ttft, itl, e2e, inner)
+	query := fmt.Sprintf("INSERT INTO rollup_minute (%s)\nSELECT %s\nFROM (%s)\nGROUP BY bucket, tenant_id, d_model, d_model_version, d_deployment, d_gpu_type, d_slo_class",
+		strings.Join(rollupColumns(), ", "), strings.Join(sel, ",\n  "), middle)
+	var args []any
+	args = append(args, spec.Version, version)  // select list
+	args = append(args, spec.DefaultClass)      // d_class
+	args = append(args, ttftArgs...)            // thresholds
+	args = append(args, itlArgs...)             //
+	args = append(args, e2eArgs...)             //
+	args = append(args, from.Unix(), to.Unix()) // inner range
+	return query, args
+}
+
+// RollupHourSQL builds the statement that writes the hour rollup of hour from
+// the minute rows of one computation (version), merging histograms exactly.
+func RollupHourSQL(hour time.Time, version uint64) (string, []any) {
+	sel := []string{"toDateTime(?) AS b", "tenant_id", "model", "model_version", "deployment", "gpu_type", "slo_class",
+		"sum(requests)", "sum(errors)"}
+	for _, c := range StatusClasses {
+		sel = append(sel, "sum(err_"+c+")")
+	}
+	sel = append(sel, "sum(prompt_tokens)", "sum(cached_prompt_tokens)", "sum(output_tokens)")
+	for _, m := range LatencyMetrics {
+		sel = append(sel, "sum("+m+"_count)", "sum("+m+"_sum)",
+			fmt.Sprintf("(sumMap(%[1]s_keys, %[1]s_counts) AS %[1]s_hist).1", m), m+"_hist.2")
+	}
+	sel = append(sel, "max(slo_version)", "sum(good_requests)", "sum(good_output_tokens)", "toUInt64(?)")
+	query := fmt.Sprintf(`INSERT INTO rollup_hour (%s)
+SELECT %s
+FROM rollup_minute
+WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?) AND version = ?
+GROUP BY tenant_id, model, model_version, deployment, gpu_type, slo_class`,
+		strings.Join(rollupColumns(), ", "), strings.Join(sel, ",\n  "))
+	return query, []any{hour.Unix(), version, hour.Unix(), hour.Add(time.Hour).Unix(), version}
+}
+
+// RollupHour recomputes the minute and hour rollups of one UTC hour.
+func (s *Store) RollupHour(ctx context.Context, hour time.Time, spec GoodputSpec, version uint64) error {
+	hour = hour.UTC().Truncate(time.Hour)
+	q, args := RollupMinutesSQL(hour, hour.Add(time.Hour), spec, version)
+	if err := s.conn.Exec(ctx, q, args...); err != nil {
+		return fmt.Errorf("roll up minutes of %s: %w", hour.Format(time.RFC3339), classify(err))
+	}
+	q, args = RollupHourSQL(hour, version)
+	if err := s.conn.Exec(ctx, q, args...); err != nil {
+		return fmt.Errorf("roll up hour %s: %w", hour.Format(time.RFC3339), classify(err))
+	}
+	return nil
+}
+
+// ServerNow is ClickHouse's clock, which stamps dirty_hours.
+func (s *Store) ServerNow(ctx context.Context) (time.Time, error) {
+	var t time.Time
+	if err := s.conn.QueryRow(ctx, "SELECT now()").Scan(&t); err != nil {
+		return time.Time{}, fmt.Errorf("read server time: %w", classify(err))
+	}
+	return t.UTC(), nil
+}
+
+// DirtyHours lists the hours touched by inserts stamped in [since, until).
+// A zero since lists every hour holding events.
+func (s *Store) DirtyHours(ctx context.Context, since, until time.Time) ([]time.Time, error) {
+	query := "SELECT DISTINCT hour FROM dirty_hours WHERE ingested_at >= toDateTime(?) AND ingested_at < toDateTime(?) ORDER BY hour"
+	args := []any{since.Unix(), until.Unix()}
+	if since.IsZero() {
+		query = "SELECT DISTINCT toDateTime(intDiv(toUInt32(completed_at), 3600) * 3600) AS h FROM inference_events ORDER BY h"
+		args = nil
+	}
+	return s.hours(ctx, query, args...)
+}
+
+// StaleSLOHours lists the hours whose rollups counted goodput with an SLO
+// version other than current.
+func (s *Store) StaleSLOHours(ctx context.Context, current uint32) ([]time.Time, error) {
+	return s.hours(ctx, "SELECT DISTINCT bucket FROM rollup_hour FINAL WHERE slo_version != ? ORDER BY bucket", current)
+}
+
+func (s *Store) hours(ctx context.Context, query string, args ...any) ([]time.Time, error) {
+	rows, err := s.conn.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list hours: %w", classify(err))
+	}
+	defer rows.Close()
+	var out []time.Time
+	for rows.Next() {
+		var h time.Time
+		if err := rows.Scan(&h); err != nil {
+			return nil, fmt.Errorf("list hours: %w", err)
+		}
+		out = append(out, h.UTC())
+	}
+	return out, rows.Err()
+}
+
+// Watermark reads a job's watermark; ok is false before the first run.
+func (s *Store) Watermark(ctx context.Context, job string) (t time.Time, ok bool, err error) {
+	rows, err := s.conn.Query(ctx, "SELECT argMax(watermark, updated_at) FROM rollup_state WHERE job = ? GROUP BY job", job)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("read watermark: %w", classify(err))
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return time.Time{}, false, rows.Err()
+	}
+	if err := rows.Scan(&t); err != nil {
+		return time.Time{}, false, fmt.Errorf("read watermark: %w", err)
+	}
+	return t.UTC(), true, nil
+}
+
+// SetWatermark records a job's progress.
+func (s *Store) SetWatermark(ctx context.Context, job string, t time.Time) error {
+	err := s.conn.Exec(ctx, "INSERT INTO rollup_state (job, watermark, updated_at) VALUES (?, toDateTime(?), now())", job, t.Unix())
+	if err != nil {
+		return fmt.Errorf("write watermark: %w", classify(err))
+	}
+	return nil
+}

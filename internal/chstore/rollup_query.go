@@ -1,0 +1,200 @@
+package chstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// RollupQuery selects rollup rows merged per (step, group).
+type RollupQuery struct {
+	// TenantID restricts to one tenant when non-empty.
+	TenantID string
+	// Start (inclusive) and End (exclusive) must lie on minute boundaries;
+	// the hour table is used when both lie on hour boundaries and Step is
+	// not "minute".
+	Start, End time.Time
+	// Step is "minute", "hour", "day" or "total".
+	Step string
+	// GroupBy lists fields of RollupGroupFields.
+	GroupBy []string
+	// Limit bounds the rows returned (0: no bound); Offset skips rows.
+	Limit, Offset int
+}
+
+// Dist is one latency distribution: count, sum and sparse histogram.
+type Dist struct {
+	Count  uint64
+	Sum    float64
+	Keys   []int16
+	Counts []uint64
+}
+
+// RollupRow is the merged rollup of one group in one step.
+type RollupRow struct {
+	Start        time.Time
+	Group        map[string]string
+	Requests     uint64
+	Errors       uint64
+	ErrorsBy     map[string]uint64 // per StatusClasses entry
+	PromptTokens uint64
+	CachedTokens uint64
+	OutputTokens uint64
+	Latency      map[string]Dist // per LatencyMetrics entry
+	// Goodput, counted with SLO versions MinSLO..MaxSLO (equal unless a
+	// recomputation after an SLO change is still under way).
+	GoodRequests     uint64
+	GoodOutputTokens uint64
+	MinSLO, MaxSLO   uint32
+}
+
+// Normalize fills defaults and checks the query; errors wrap ErrInvalidQuery.
+func (q RollupQuery) Normalize() (RollupQuery, error) {
+	u := UsageQuery{Start: q.Start, End: q.End, Granularity: q.Step}
+	var errs []error
+	if q.Step == "" {
+		q.Step = "total"
+	}
+	if _, ok := Granularities[q.Step]; !ok {
+		errs = append(errs, fmt.Errorf("%w: step %q: want minute, hour, day or total", ErrInvalidQuery, q.Step))
+	}
+	u.Granularity = q.Step
+	if _, err := u.Normalize(); err != nil && len(errs) == 0 {
+		errs = append(errs, err)
+	}
+	if !q.Start.IsZero() && (q.Start.Truncate(time.Minute) != q.Start || q.End.Truncate(time.Minute) != q.End) {
+		errs = append(errs, fmt.Errorf("%w: start and end must be whole minutes", ErrInvalidQuery))
+	}
+	seen := map[string]bool{}
+	var group []string
+	for _, g := range q.GroupBy {
+		for _, f := range strings.Split(g, ",") {
+			f = strings.TrimSpace(f)
+			if f == "" || seen[f] {
+				continue
+			}
+			seen[f] = true
+			if !contains(RollupGroupFields, f) {
+				errs = append(errs, fmt.Errorf("%w: unknown group_by field %q: want any of %s", ErrInvalidQuery, f, strings.Join(RollupGroupFields, ", ")))
+			}
+			group = append(group, f)
+		}
+	}
+	q.GroupBy = nil
+	for _, f := range RollupGroupFields {
+		if contains(group, f) {
+			q.GroupBy = append(q.GroupBy, f)
+		}
+	}
+	if q.Limit < 0 || q.Offset < 0 {
+		errs = append(errs, fmt.Errorf("%w: limit and offset must not be negative", ErrInvalidQuery))
+	}
+	return q, errors.Join(errs...)
+}
+
+// table picks the rollup table for the query.
+func (q RollupQuery) table() string {
+	if q.Step != "minute" && q.Start.Truncate(time.Hour).Equal(q.Start) && q.End.Truncate(time.Hour).Equal(q.End) {
+		return "rollup_hour"
+	}
+	return "rollup_minute"
+}
+
+// SQL builds the query for a normalized RollupQuery.
+func (q RollupQuery) SQL() (string, []any) {
+	var args []any
+	bucket := "toUInt32(?)"
+	if step := Granularities[q.Step]; step > 0 {
+		bucket = fmt.Sprintf("toUInt32(intDiv(toUInt32(bucket), %d) * %d)", step, step)
+	} else {
+		args = append(args, q.Start.Unix())
+	}
+	sel := []string{bucket + " AS b"}
+	sel = append(sel, q.GroupBy...)
+	sel = append(sel, "sum(requests)", "sum(errors)")
+	for _, c := range StatusClasses {
+		sel = append(sel, "sum(err_"+c+")")
+	}
+	sel = append(sel, "sum(prompt_tokens)", "sum(cached_prompt_tokens)", "sum(output_tokens)")
+	for _, m := range LatencyMetrics {
+		sel = append(sel, "sum("+m+"_count)", "sum("+m+"_sum)",
+			fmt.Sprintf("(sumMap(%[1]s_keys, %[1]s_counts) AS %[1]s_h).1", m), m+"_h.2")
+	}
+	sel = append(sel, "sum(good_requests)", "sum(good_output_tokens)", "min(slo_version)", "max(slo_version)")
+	where := "bucket >= toDateTime(?) AND bucket < toDateTime(?)"
+	args = append(args, q.Start.Unix(), q.End.Unix())
+	if q.TenantID != "" {
+		where += " AND tenant_id = ?"
+		args = append(args, q.TenantID)
+	}
+	groupBy := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
+	query := fmt.Sprintf("SELECT %s\nFROM %s FINAL\nWHERE %s\nGROUP BY %s\nORDER BY %s",
+		strings.Join(sel, ", "), q.table(), where, groupBy, groupBy)
+	if q.Limit > 0 {
+		query += fmt.Sprintf("\nLIMIT %d, %d", q.Offset, q.Limit)
+	}
+	return query, args
+}
+
+// Rollups runs a rollup query.
+func (s *Store) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, error) {
+	q, err := q.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	query, args := q.SQL()
+	rows, err := s.conn.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query rollups: %w", classify(err))
+	}
+	defer rows.Close()
+	var out []RollupRow
+	for rows.Next() {
+		var (
+			b      uint32
+			groups = make([]string, len(q.GroupBy))
+			errsBy = make([]uint64, len(StatusClasses))
+			dists = make([]Dist, len(LatencyMetrics))
+			r     RollupRow
+		)
+		dest := []any{&b}
+		for i := range groups {
+			dest = append(dest, &groups[i])
+		}
+		dest = append(dest, &r.Requests, &r.Errors)
+		for i := range errsBy {
+			dest = append(dest, &errsBy[i])
+		}
+		dest = append(dest, &r.PromptTokens, &r.CachedTokens, &r.OutputTokens)
+		for i := range dists {
+			dest = append(dest, &dists[i].Count, &dists[i].Sum, &dists[i].Keys, &dists[i].Counts)
+		}
+		dest = append(dest, &r.GoodRequests, &r.GoodOutputTokens, &r.MinSLO, &r.MaxSLO)
+		if err := rows.Scan(dest...); err != nil {
+			return nil, fmt.Errorf("scan rollups: %w", err)
+		}
+		r.Start = time.Unix(int64(b), 0).UTC()
+		if Granularities[q.Step] == 0 {
+			r.Start = q.Start.UTC()
+		}
+		r.Group = map[string]string{}
+		for i, f := range q.GroupBy {
+			r.Group[f] = groups[i]
+		}
+		r.ErrorsBy = map[string]uint64{}
+		for i, c := range StatusClasses {
+			r.ErrorsBy[c] = errsBy[i]
+		}
+		r.Latency = map[string]Dist{}
+		for i, m := range LatencyMetrics {
+			r.Latency[m] = dists[i]
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read rollups: %w", classify(err))
+	}
+	return out, nil
+}

@@ -1,0 +1,94 @@
+package chstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"tokenmeter/internal/chstore"
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+// usageFromRollups reduces rollup rows to usage rows, for comparison with
+// the brute-force expectation.
+func usageFromRollups(rows []chstore.RollupRow) []chstore.UsageRow {
+	var out []chstore.UsageRow
+	for _, r := range rows {
+		out = append(out, chstore.UsageRow{
+			Start: r.Start, TenantID: r.Group["tenant_id"], Model: r.Group["model"], Deployment: r.Group["deployment"],
+			Requests: int64(r.Requests), Errors: int64(r.Errors), PromptTokens: int64(r.PromptTokens),
+			CachedPromptTokens: int64(r.CachedTokens), OutputTokens: int64(r.OutputTokens),
+		})
+	}
+	return out
+}
+
+func TestRollupHourExact(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var events []*meterv1.InferenceEvent
+	for i := range 4000 {
+		events = append(events, event(i))
+	}
+	var b chstore.EventBatch
+	for _, ev := range events {
+		b.Append(ev, time.Now(), chstore.Source{})
+	}
+	for _, ev := range events[:500] { // duplicates
+		b.Append(ev, time.Now(), chstore.Source{})
+	}
+	if err := s.InsertEvents(ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+	end := day.Add(4000 * 37 * time.Second).Truncate(time.Hour).Add(time.Hour)
+	spec := chstore.GoodputSpec{Version: 1, DefaultClass: "interactive"}
+	for h := day; h.Before(end); h = h.Add(time.Hour) {
+		if err := s.RollupHour(ctx, h, spec, uint64(h.Unix())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		q chstore.RollupQuery
+		u chstore.UsageQuery
+	}{
+		{chstore.RollupQuery{Start: day, End: end, Step: "hour", GroupBy: []string{"tenant_id"}},
+			chstore.UsageQuery{Start: day, End: end, Granularity: "hour", GroupBy: []string{"tenant_id"}}},
+		{chstore.RollupQuery{Start: day, End: end, Step: "day", GroupBy: []string{"model", "deployment"}},
+			chstore.UsageQuery{Start: day, End: end, Granularity: "day", GroupBy: []string{"model", "deployment"}}},
+		{chstore.RollupQuery{Start: day.Add(17 * time.Minute), End: day.Add(3*time.Hour + 5*time.Minute), Step: "minute", TenantID: "acme"},
+			chstore.UsageQuery{Start: day.Add(17 * time.Minute), End: day.Add(3*time.Hour + 5*time.Minute), Granularity: "minute", TenantID: "acme"}},
+		{chstore.RollupQuery{Start: day, End: end},
+			chstore.UsageQuery{Start: day, End: end}},
+	} {
+		got, err := s.Rollups(ctx, tc.q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(bruteUsage(events, tc.u), usageFromRollups(got)); diff != "" {
+			t.Errorf("rollups %+v (-want +got):\n%s", tc.q, diff)
+		}
+	}
+	// Every successful request has TTFT and E2E; the histograms count them all.
+	total, err := s.Rollups(ctx, chstore.RollupQuery{Start: day, End: end})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := total[0].Requests - total[0].Errors
+	for _, m := range []string{"ttft", "e2e"} {
+		var n uint64
+		for _, c := range total[0].Latency[m].Counts {
+			n += c
+		}
+		if d := total[0].Latency[m]; d.Count != ok || n != ok {
+			t.Errorf("%s: count %d, histogram total %d, want %d", m, d.Count, n, ok)
+		}
+	}
+	if total[0].GoodRequests != ok {
+		t.Errorf("good requests with no thresholds = %d, want every OK request (%d)", total[0].GoodRequests, ok)
+	}
+}
