@@ -116,14 +116,7 @@ ORDER BY version`
 				return done, fmt.Errorf("migration %04d_%s statement %d: %w", m.Version, m.Name, i+1, err)
 			}
 		}
-		batch, err := s.conn.PrepareBatch(ctx, "INSERT INTO schema_migrations (version, name, applied_at)")
-		if err != nil {
-			return done, fmt.Errorf("record migration %d: %w", m.Version, err)
-		}
-		if err := batch.Append(uint32(m.Version), m.Name, time.Now().UTC().Truncate(time.Second)); err != nil {
-			return done, fmt.Errorf("record migration %d: %w", m.Version, err)
-		}
-		if err := batch.Send(); err != nil {
+		if err := s.insertRow(ctx, "INSERT INTO schema_migrations (version, name, applied_at)", uint32(m.Version), m.Name, time.Now().UTC().Truncate(time.Second)); err != nil {
 			return done, fmt.Errorf("record migration %d: %w", m.Version, err)
 		}
 		s.logger.Info("applied migration", "version", m.Version, "name", m.Name)

@@ -66,7 +66,11 @@ func (g GoodputSpec) thresholdSQL(pick func(GoodputRule) float64) (string, []any
 			conds = append(conds, "1")
 		}
 		fmt.Fprintf(&sb, "%s, toFloat64(?), ", strings.Join(conds, " AND "))
-		args = append(args, pick(r))
+		t := pick(r)
+		if t <= 0 {
+			t = -1
+		}
+		args = append(args, t)
 		n++
 	}
 	sb.WriteString("toFloat64(-1))")
@@ -226,7 +230,8 @@ func (s *Store) hours(ctx context.Context, query string, args ...any) ([]time.Ti
 
 // Watermark reads a job's watermark; ok is false before the first run.
 func (s *Store) Watermark(ctx context.Context, job string) (t time.Time, ok bool, err error) {
-	rows, err := s.conn.Query(ctx, "SELECT argMax(watermark, updated_at) FROM rollup_state WHERE job = ? GROUP BY job", job)
+	// Watermarks only move forward, so the newest is the largest.
+	rows, err := s.conn.Query(ctx, "SELECT max(watermark) FROM rollup_state WHERE job = ? GROUP BY job", job)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("read watermark: %w", classify(err))
 	}
@@ -242,9 +247,52 @@ func (s *Store) Watermark(ctx context.Context, job string) (t time.Time, ok bool
 
 // SetWatermark records a job's progress.
 func (s *Store) SetWatermark(ctx context.Context, job string, t time.Time) error {
-	err := s.conn.Exec(ctx, "INSERT INTO rollup_state (job, watermark, updated_at) VALUES (?, toDateTime(?), now())", job, t.Unix())
-	if err != nil {
-		return fmt.Errorf("write watermark: %w", classify(err))
+	if err := s.insertRow(ctx, "INSERT INTO rollup_state (job, watermark, updated_at)", job, t.UTC().Truncate(time.Second), time.Now().UTC().Truncate(time.Second)); err != nil {
+		return fmt.Errorf("write watermark: %w", err)
 	}
 	return nil
+}
+
+// CurrentSLO returns the newest SLO set version and its JSON; ok is false
+// when none was ever stored.
+func (s *Store) CurrentSLO(ctx context.Context) (version uint32, rules string, ok bool, err error) {
+	rows, err := s.conn.Query(ctx, "SELECT version, rules FROM slo_sets ORDER BY version DESC LIMIT 1")
+	if err != nil {
+		return 0, "", false, fmt.Errorf("read SLO set: %w", classify(err))
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return 0, "", false, rows.Err()
+	}
+	if err := rows.Scan(&version, &rules); err != nil {
+		return 0, "", false, fmt.Errorf("read SLO set: %w", err)
+	}
+	return version, rules, true, nil
+}
+
+// PutSLO stores rules as a new version (the current one plus 1) and returns it.
+func (s *Store) PutSLO(ctx context.Context, rules, source string) (uint32, error) {
+	current, _, _, err := s.CurrentSLO(ctx)
+	if err != nil {
+		return 0, err
+	}
+	v := current + 1
+	if err := s.insertRow(ctx, "INSERT INTO slo_sets (version, rules, source, created_at)", v, rules, source, time.Now().UTC().Truncate(time.Second)); err != nil {
+		return 0, fmt.Errorf("store SLO set: %w", err)
+	}
+	return v, nil
+}
+
+// insertRow inserts one row through a native batch (INSERT ... VALUES with
+// bound arguments is not supported by ClickHouse 18.16 over the native protocol).
+func (s *Store) insertRow(ctx context.Context, insert string, values ...any) error {
+	batch, err := s.conn.PrepareBatch(ctx, insert)
+	if err != nil {
+		return classify(err)
+	}
+	if err := batch.Append(values...); err != nil {
+		_ = batch.Abort()
+		return err
+	}
+	return classify(batch.Send())
 }

@@ -21,6 +21,9 @@ var ErrUnavailable = errors.New("clickhouse unavailable")
 // classify wraps errors that are not answers of the server (connection
 // refused, reset, timeouts) with ErrUnavailable.
 func classify(err error) error {
+	if err == nil {
+		return nil
+	}
 	var ex *clickhouse.Exception
 	if errors.As(err, &ex) {
 		return err

@@ -1,0 +1,8 @@
+// Package rollup owns the scheduled, idempotent aggregation of raw events
+// into per-minute and per-hour rollups: which hours to recompute (dirty hours
+// since a watermark, hours counted with an old SLO version), the SLO sets that
+// decide goodput, and the lease that lets one replica at a time run the job.
+//
+// The SQL lives in internal/chstore; the latency histograms in rollup/sketch.
+// It does not serve queries (package api does).
+package rollup

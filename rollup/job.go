@@ -1,0 +1,227 @@
+package rollup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tokenmeter/internal/chstore"
+)
+
+// Store is what the job needs of ClickHouse; *chstore.Store implements it.
+type Store interface {
+	ServerNow(ctx context.Context) (time.Time, error)
+	DirtyHours(ctx context.Context, since, until time.Time) ([]time.Time, error)
+	StaleSLOHours(ctx context.Context, current uint32) ([]time.Time, error)
+	Watermark(ctx context.Context, job string) (time.Time, bool, error)
+	SetWatermark(ctx context.Context, job string, t time.Time) error
+	RollupHour(ctx context.Context, hour time.Time, spec chstore.GoodputSpec, version uint64) error
+	CurrentSLO(ctx context.Context) (uint32, string, bool, error)
+	PutSLO(ctx context.Context, rules, source string) (uint32, error)
+}
+
+var _ Store = (*chstore.Store)(nil)
+
+// JobName keys the job's watermark.
+const JobName = "rollup"
+
+// Config tunes the job.
+type Config struct {
+	// Interval between runs. Default 10s.
+	Interval time.Duration
+	// Settle is how far behind ClickHouse's clock the watermark stays, so that
+	// inserts in flight are seen by the next run. Default 5s.
+	Settle time.Duration
+	// Overlap re-reads dirty hours this far before the watermark. Default 1m.
+	Overlap time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Interval == 0 {
+		c.Interval = 10 * time.Second
+	}
+	if c.Settle == 0 {
+		c.Settle = 5 * time.Second
+	}
+	if c.Overlap == 0 {
+		c.Overlap = time.Minute
+	}
+	return c
+}
+
+// Job recomputes the rollups of the hours that changed: hours touched by
+// inserts since the watermark (late events included) and hours counted with
+// an old SLO version. Every run is idempotent: a recomputed hour replaces its
+// rows, so running twice, or on two replicas, gives the same rollups.
+type Job struct {
+	cfg     Config
+	store   Store
+	logger  *slog.Logger
+	now     func() time.Time
+	version uint64
+
+	runs     prometheus.Counter
+	failures prometheus.Counter
+	hours    prometheus.Counter
+	duration prometheus.Histogram
+}
+
+// NewJob creates the job.
+func NewJob(cfg Config, store Store, reg prometheus.Registerer, logger *slog.Logger, now func() time.Time) (*Job, error) {
+	j := &Job{
+		cfg: cfg.withDefaults(), store: store, logger: logger, now: now,
+		runs:     prometheus.NewCounter(prometheus.CounterOpts{Name: "meter_rollup_runs_total", Help: "Rollup job runs."}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "meter_rollup_failures_total", Help: "Rollup job runs that failed."}),
+		hours:    prometheus.NewCounter(prometheus.CounterOpts{Name: "meter_rollup_hours_total", Help: "Hours recomputed."}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "meter_rollup_hour_duration_seconds", Help: "Time to recompute one hour.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
+	}
+	for _, c := range []prometheus.Collector{j.runs, j.failures, j.hours, j.duration} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register rollup metrics: %w", err)
+		}
+	}
+	return j, nil
+}
+
+// EnsureSLO makes set the SLO set in force, storing a new version when it
+// differs from the newest stored one. It returns the version in force.
+func EnsureSLO(ctx context.Context, store Store, set SLOSet, source string) (uint32, error) {
+	if err := set.Validate(); err != nil {
+		return 0, err
+	}
+	want, err := set.Canonical()
+	if err != nil {
+		return 0, err
+	}
+	v, rules, ok, err := store.CurrentSLO(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if ok && rules == string(want) {
+		return v, nil
+	}
+	return store.PutSLO(ctx, string(want), source)
+}
+
+// currentSLO reads the set in force; without one, the defaults (version 0).
+func (j *Job) currentSLO(ctx context.Context) (SLOSet, uint32, error) {
+	v, rules, ok, err := j.store.CurrentSLO(ctx)
+	if err != nil {
+		return SLOSet{}, 0, err
+	}
+	if !ok {
+		return DefaultSLOSet(), 0, nil
+	}
+	set, err := ParseSLOSet([]byte(rules))
+	if err != nil {
+		return SLOSet{}, 0, fmt.Errorf("stored SLO version %d: %w", v, err)
+	}
+	return set, v, nil
+}
+
+// RunOnce recomputes every hour that needs it and advances the watermark.
+// It returns the hours recomputed.
+func (j *Job) RunOnce(ctx context.Context) ([]time.Time, error) {
+	j.runs.Inc()
+	hours, err := j.runOnce(ctx)
+	if err != nil {
+		j.failures.Inc()
+	}
+	return hours, err
+}
+
+func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
+	set, sloVersion, err := j.currentSLO(ctx)
+	if err != nil {
+		return nil, err
+	}
+	serverNow, err := j.store.ServerNow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	until := serverNow.Add(-j.cfg.Settle)
+	wm, ok, err := j.store.Watermark(ctx, JobName)
+	if err != nil {
+		return nil, err
+	}
+	var since time.Time // zero: first run, every hour with events
+	if ok {
+		since = wm.Add(-j.cfg.Overlap)
+	}
+	dirty, err := j.store.DirtyHours(ctx, since, until)
+	if err != nil {
+		return nil, err
+	}
+	stale, err := j.store.StaleSLOHours(ctx, sloVersion)
+	if err != nil {
+		return nil, err
+	}
+	hours := mergeHours(dirty, stale)
+	spec := set.Spec(sloVersion)
+	for _, h := range hours {
+		start := time.Now()
+		if err := j.store.RollupHour(ctx, h, spec, j.nextVersion()); err != nil {
+			return nil, err
+		}
+		j.duration.Observe(time.Since(start).Seconds())
+		j.hours.Inc()
+	}
+	if err := j.store.SetWatermark(ctx, JobName, until); err != nil {
+		return nil, err
+	}
+	if len(hours) > 0 {
+		j.logger.Info("rolled up", "hours", len(hours), "slo_version", sloVersion, "watermark", until)
+	}
+	return hours, nil
+}
+
+// nextVersion orders computations: later ones replace earlier ones.
+func (j *Job) nextVersion() uint64 {
+	v := uint64(j.now().UnixMilli())
+	if v <= j.version {
+		v = j.version + 1
+	}
+	j.version = v
+	return v
+}
+
+func mergeHours(lists ...[]time.Time) []time.Time {
+	seen := map[int64]bool{}
+	var out []time.Time
+	for _, l := range lists {
+		for _, h := range l {
+			if !seen[h.Unix()] {
+				seen[h.Unix()] = true
+				out = append(out, h)
+			}
+		}
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].Before(out[k]) })
+	return out
+}
+
+// Run runs the job every Interval until ctx ends. Failures are logged and
+// retried at the next run.
+func (j *Job) Run(ctx context.Context) error {
+	t := time.NewTicker(j.cfg.Interval)
+	defer t.Stop()
+	for {
+		if _, err := j.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			j.logger.Warn("rollup run failed, will retry", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return nil
+			}
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

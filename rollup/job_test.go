@@ -1,0 +1,314 @@
+package rollup
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/chtest"
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+func TestMain(m *testing.M) { chtest.Main(m) }
+
+var h0 = time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
+
+var (
+	tenants = []string{"acme", "globex", "initech"}
+	models  = []string{"llama-70b", "mixtral"}
+	classes = []string{"interactive", "batch", ""}
+)
+
+// genEvent spreads events over three hours with varied latencies and statuses.
+func genEvent(i int, at time.Time) *meterv1.InferenceEvent {
+	ev := &meterv1.InferenceEvent{
+		EventId: fmt.Sprintf("e%d", i), TenantId: tenants[i%3], Model: models[i%2], Deployment: "d" + models[i%2],
+		SloClass: classes[i%3], CompletedAt: timestamppb.New(at),
+	}
+	if i%13 == 0 {
+		ev.Status = meterv1.Status_STATUS_TIMEOUT
+		return ev
+	}
+	out := int64(i%40 + 1)
+	ttft := float64(50 + (i*37)%1000)
+	itl := float64(5 + (i*11)%400)
+	ev.PromptTokens, ev.OutputTokens = proto.Int64(int64(100+i%900)), proto.Int64(out)
+	ev.TtftMs = proto.Float64(ttft)
+	ev.E2EMs = proto.Float64(ttft + itl*float64(out-1))
+	if i%4 == 0 {
+		ev.ItlMs = proto.Float64(itl)
+	}
+	return ev
+}
+
+type fixture struct {
+	store *chstore.Store
+	job   *Job
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	addr, db := chtest.NewDB(t)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	store, err := chstore.Open(chstore.Config{Addr: []string{addr}, Database: db}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if _, err := store.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{store: store, job: newJob(t, store)}
+}
+
+func newJob(t *testing.T, store *chstore.Store) *Job {
+	t.Helper()
+	j, err := NewJob(Config{Settle: -time.Second, Overlap: time.Nanosecond}, store, prometheus.NewRegistry(),
+		slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func (f *fixture) insert(t *testing.T, events []*meterv1.InferenceEvent) {
+	t.Helper()
+	var b chstore.EventBatch
+	for _, ev := range events {
+		b.Append(ev, time.Now(), chstore.Source{})
+	}
+	if err := f.store.InsertEvents(context.Background(), &b); err != nil {
+		t.Fatal(err)
+	}
+	// dirty_hours is stamped with whole seconds: let this second pass so that
+	// a run now sees these inserts and the next inserts get a later stamp.
+	time.Sleep(1100 * time.Millisecond)
+}
+
+// expectation is the brute-force rollup per tenant.
+type expectation struct {
+	Requests, Errors, Output, Good, GoodOutput uint64
+}
+
+func brute(events []*meterv1.InferenceEvent, set SLOSet) map[string]expectation {
+	seen := map[string]bool{}
+	out := map[string]expectation{}
+	for _, ev := range events {
+		k := ev.GetTenantId() + "/" + ev.GetEventId()
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		e := out[ev.GetTenantId()]
+		e.Requests++
+		e.Output += uint64(ev.GetOutputTokens())
+		ok := ev.GetStatus() == meterv1.Status_STATUS_UNSPECIFIED || ev.GetStatus() == meterv1.Status_STATUS_OK
+		if !ok {
+			e.Errors++
+		}
+		good := ok
+		if r, found := set.Resolve(ev.GetTenantId(), ev.GetModel(), ev.GetSloClass()); found && ok {
+			itl, itlOK := chstore.ITL(ev)
+			good = (r.TTFTMs <= 0 || ev.GetTtftMs() <= r.TTFTMs) &&
+				(r.ITLMs <= 0 || itlOK == 0 && !itl.Valid || itl.Float64 <= r.ITLMs) &&
+				(r.E2EMs <= 0 || ev.GetE2EMs() <= r.E2EMs)
+		}
+		if good {
+			e.Good++
+			e.GoodOutput += uint64(ev.GetOutputTokens())
+		}
+		out[ev.GetTenantId()] = e
+	}
+	return out
+}
+
+func (f *fixture) totals(t *testing.T) (map[string]expectation, []chstore.RollupRow) {
+	t.Helper()
+	rows, err := f.store.Rollups(context.Background(), chstore.RollupQuery{Start: h0.Add(-24 * time.Hour), End: h0.Add(48 * time.Hour), Step: "hour", GroupBy: []string{"tenant_id"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]expectation{}
+	for _, r := range rows {
+		e := out[r.Group["tenant_id"]]
+		e.Requests += r.Requests
+		e.Errors += r.Errors
+		e.Output += r.OutputTokens
+		e.Good += r.GoodRequests
+		e.GoodOutput += r.GoodOutputTokens
+		out[r.Group["tenant_id"]] = e
+	}
+	return out, rows
+}
+
+func hoursOf(ts ...time.Time) []time.Time { return ts }
+
+func TestLateEventsRecomputeExactlyTheirHour(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	var events []*meterv1.InferenceEvent
+	for i := range 3000 {
+		events = append(events, genEvent(i, h0.Add(time.Duration(i)*3600*time.Millisecond))) // 3 hours
+	}
+	f.insert(t, events)
+	hours, err := f.job.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(hoursOf(h0, h0.Add(time.Hour), h0.Add(2*time.Hour)), hours); diff != "" {
+		t.Fatalf("first run hours (-want +got):\n%s", diff)
+	}
+	set := DefaultSLOSet()
+	got, before := f.totals(t)
+	if diff := cmp.Diff(brute(events, set), got); diff != "" {
+		t.Fatalf("rollup totals (-want +got):\n%s", diff)
+	}
+
+	// Re-running changes nothing and recomputes nothing.
+	hours, err = f.job.RunOnce(ctx)
+	if err != nil || len(hours) != 0 {
+		t.Fatalf("second run: hours %v, err %v; want none", hours, err)
+	}
+
+	// Late events (hours late, for hour 1 only) and duplicates of hour-1 events.
+	var late []*meterv1.InferenceEvent
+	for i := 3000; i < 3200; i++ {
+		late = append(late, genEvent(i, h0.Add(time.Hour+time.Duration(i-3000)*time.Second)))
+	}
+	late = append(late, events[1000:1100]...) // hour 1 duplicates
+	f.insert(t, late)
+	hours, err = f.job.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(hoursOf(h0.Add(time.Hour)), hours); diff != "" {
+		t.Fatalf("late run hours (-want +got):\n%s", diff)
+	}
+	all := append(append([]*meterv1.InferenceEvent{}, events...), late...)
+	got, after := f.totals(t)
+	if diff := cmp.Diff(brute(all, set), got); diff != "" {
+		t.Fatalf("totals after late events (-want +got):\n%s", diff)
+	}
+	// Hours 0 and 2 are untouched.
+	keep := func(rows []chstore.RollupRow) []chstore.RollupRow {
+		var out []chstore.RollupRow
+		for _, r := range rows {
+			if !r.Start.Equal(h0.Add(time.Hour)) {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	if diff := cmp.Diff(keep(before), keep(after)); diff != "" {
+		t.Errorf("hours without late events changed (-before +after):\n%s", diff)
+	}
+}
+
+func TestGoodputMultiThresholdAndSLOChange(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	var events []*meterv1.InferenceEvent
+	for i := range 4000 {
+		events = append(events, genEvent(i, h0.Add(time.Duration(i)*2700*time.Millisecond)))
+	}
+	f.insert(t, events)
+	set := SLOSet{DefaultClass: "interactive", Rules: []Rule{
+		{SLOClass: "interactive", TTFTMs: 600, ITLMs: 200},
+		{SLOClass: "batch", E2EMs: 9000},
+		{TenantID: "acme", SLOClass: "interactive", TTFTMs: 300, ITLMs: 150, E2EMs: 8000},
+		{Model: "mixtral", SLOClass: "interactive", TTFTMs: 900},
+		{TenantID: "globex", Model: "mixtral", ITLMs: 100},
+	}}
+	v1, err := EnsureSLO(ctx, f.store, set, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := EnsureSLO(ctx, f.store, set, "test"); err != nil || again != v1 {
+		t.Fatalf("same set again: version %d (err %v), want %d", again, err, v1)
+	}
+	if _, err := f.job.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := f.totals(t)
+	if diff := cmp.Diff(brute(events, set), got); diff != "" {
+		t.Fatalf("goodput (-want +got):\n%s", diff)
+	}
+	// The scenario is only a test if the SLOs reject a fair share.
+	for tenant, e := range got {
+		if ok := e.Requests - e.Errors; e.Good == 0 || e.Good == ok {
+			t.Errorf("%s: %d of %d OK requests good; the scenario should reject some and keep some", tenant, e.Good, ok)
+		}
+	}
+
+	// A stricter SLO set: every hour is recomputed with the new version.
+	set.Rules[0].TTFTMs = 200
+	v2, err := EnsureSLO(ctx, f.store, set, "test")
+	if err != nil || v2 != v1+1 {
+		t.Fatalf("new set: version %d (err %v), want %d", v2, err, v1+1)
+	}
+	hours, err := f.job.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hours) != 3 {
+		t.Errorf("SLO change recomputed %d hours, want 3", len(hours))
+	}
+	got, rows := f.totals(t)
+	if diff := cmp.Diff(brute(events, set), got); diff != "" {
+		t.Fatalf("goodput after SLO change (-want +got):\n%s", diff)
+	}
+	for _, r := range rows {
+		if r.MinSLO != v2 || r.MaxSLO != v2 {
+			t.Errorf("row %v counted with SLO %d..%d, want %d", r.Start, r.MinSLO, r.MaxSLO, v2)
+		}
+	}
+}
+
+func TestTwoReplicasSameTotals(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	other := newJob(t, f.store)
+	var events []*meterv1.InferenceEvent
+	for i := range 3000 {
+		events = append(events, genEvent(i, h0.Add(time.Duration(i)*3600*time.Millisecond)))
+	}
+	f.insert(t, events[:1500])
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for _, j := range []*Job{f.job, other} {
+		wg.Add(1)
+		go func(j *Job) {
+			defer wg.Done()
+			for range 3 {
+				if _, err := j.RunOnce(ctx); err != nil {
+					errs <- err
+				}
+			}
+		}(j)
+	}
+	wg.Wait()
+	f.insert(t, events[1500:])
+	for _, j := range []*Job{other, f.job} {
+		if _, err := j.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	got, _ := f.totals(t)
+	if diff := cmp.Diff(brute(events, DefaultSLOSet()), got); diff != "" {
+		t.Fatalf("totals with two replicas (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,110 @@
+// Package sketch owns tokenmeter's latency distributions: the log-bucket
+// mapping of a latency to a histogram key (DDSketch-style, relative accuracy
+// 1%), the sparse histogram that rollups store and merge, quantiles from it,
+// the exact nearest-rank quantile it is measured against, and the ClickHouse
+// SQL that computes the same keys and histograms inside the database.
+//
+// # Buckets
+//
+// Latencies are in milliseconds. With γ = (1+α)/(1−α) = 1.01/0.99, bucket k
+// holds the values in (γ^(k−1), γ^k], so
+//
+//	Key(v) = ⌈ln v / ln γ⌉
+//
+// and Value(k) = 2γ^k/(γ+1) is within α of every value in the bucket. Keys
+// are clamped to [MinKey, MaxKey]: every value ≤ MinValue (1 µs) — zero,
+// negative values and NaN included — has key MinKey, and every value ≥
+// MaxValue (10^10 ms, about 116 days) has key MaxKey. The range holds 1,498
+// keys, far inside Int16, and reaches well beyond the 24 h bound that ingest
+// validation puts on latencies by default.
+//
+// # Storage
+//
+// A histogram is two parallel arrays, keys Array(Int16) and counts
+// Array(UInt64), sorted by key and without zero counts: the shape that
+// ClickHouse's sumMap returns, so histograms merge exactly with
+// sumMap(keys, counts) over any range and grouping. SQLKey and SQLHistogram
+// give the SQL that builds them from raw rows; Histogram holds one in Go,
+// adds to it, merges it and reads quantiles from it.
+//
+// # Quantiles
+//
+// A quantile q of n values is the value of nearest rank r = ⌈q·n⌉ (1-based,
+// at least 1): p50 of 4 values is the 2nd smallest. ExactQuantile gives it
+// from sorted raw values; Histogram.Quantile gives the Value of the bucket
+// holding the value of rank r, hence within α of ExactQuantile for values in
+// [MinValue, MaxValue].
+//
+// The package does not query ClickHouse or own table schemas (that is
+// internal/chstore), and does not decide which requests enter a
+// distribution (that is the rollup job, per ARCHITECTURE "Latency
+// definitions").
+package sketch
+
+import "math"
+
+// RelativeAccuracy is α: a histogram's quantile is within this relative
+// error of the exact quantile.
+const RelativeAccuracy = 0.01
+
+// Gamma is γ = (1+α)/(1−α), the ratio of consecutive bucket bounds. Its
+// float64 value equals the one ClickHouse computes for 1.01 / 0.99.
+const Gamma = (1 + RelativeAccuracy) / (1 - RelativeAccuracy)
+
+// The key range. Values ≤ MinValue map to MinKey, values ≥ MaxValue to
+// MaxKey; MinKey = Key(MinValue) and MaxKey = Key(MaxValue).
+const (
+	// MinValue is 1 µs in milliseconds: the top of the lowest bucket's
+	// clamped range, where zero latencies are counted.
+	MinValue = 1e-3
+	// MaxValue is 10^10 ms, about 116 days.
+	MaxValue = 1e10
+
+	MinKey int16 = -345
+	MaxKey int16 = 1152
+)
+
+// lnGamma is ln γ as math.Log computes it; TestClickHouseKeys checks that
+// ClickHouse's log(1.01 / 0.99) is the same float64.
+var lnGamma = math.Log(Gamma)
+
+// Key returns the key of the bucket holding the latency v (ms):
+// ⌈ln v / ln γ⌉, clamped to [MinKey, MaxKey]. NaN and every value ≤
+// MinValue, zero and negative ones included, map to MinKey; +Inf and every
+// value ≥ MaxValue map to MaxKey. SQLKey computes the same in ClickHouse.
+func Key(v float64) int16 {
+	switch {
+	case !(v > MinValue): // NaN too
+		return MinKey
+	case v >= MaxValue:
+		return MaxKey
+	}
+	return int16(math.Ceil(math.Log(v) / lnGamma))
+}
+
+// Value returns the estimate of the values in bucket k: 2γ^k/(γ+1), within
+// α of every value in (γ^(k−1), γ^k]. For MinKey it is about 1 µs, the
+// estimate of every clamped value below (zero included); for MaxKey about
+// MaxValue.
+func Value(k int16) float64 {
+	return 2 * math.Pow(Gamma, float64(k)) / (Gamma + 1)
+}
+
+// LowerBound returns the exclusive lower bound of the values with key k:
+// γ^(k−1), or 0 for MinKey (which also counts zero, negative values and
+// NaN).
+func LowerBound(k int16) float64 {
+	if k <= MinKey {
+		return 0
+	}
+	return math.Pow(Gamma, float64(k)-1)
+}
+
+// UpperBound returns the inclusive upper bound of the values with key k:
+// γ^k, or +Inf for MaxKey.
+func UpperBound(k int16) float64 {
+	if k >= MaxKey {
+		return math.Inf(1)
+	}
+	return math.Pow(Gamma, float64(k))
+}

@@ -1,0 +1,274 @@
+package sketch
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"tokenmeter/internal/chtest"
+)
+
+func TestMain(m *testing.M) { chtest.Main(m) }
+
+func TestSQL(t *testing.T) {
+	tests := []struct {
+		name, got, want string
+	}{
+		{
+			"SQLKey", SQLKey("ttft"),
+			"toInt16(ceil(log(least(greatest(if(isNaN(ttft), 0, ttft), 0.001), 1e+10)) / 0.020000666706669435))",
+		},
+		{
+			"SQLHistogram", SQLHistogram("ttft"),
+			"sumMapIf([toInt16(ceil(log(least(greatest(if(isNaN(ifNull(ttft, 0)), 0, ifNull(ttft, 0)), 0.001), 1e+10)) / 0.020000666706669435))], [toUInt64(1)], isNotNull(ttft))",
+		},
+		{"SQLMerge", SQLMerge("ttft_keys", "ttft_counts"), "sumMap(ttft_keys, ttft_counts)"},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s:\ngot  %s\nwant %s", tt.name, tt.got, tt.want)
+		}
+	}
+}
+
+// row is one raw latency of the ClickHouse test: x is Nullable(Float64),
+// y the same value with NULL as 0 in a Float64 column.
+type row struct {
+	id    uint32
+	group uint16
+	x     *float64
+	// edge marks a value within a few ulps of a bucket bound, where
+	// ClickHouse's log and Go's may round apart.
+	edge bool
+}
+
+func (r row) y() float64 {
+	if r.x == nil {
+		return 0
+	}
+	return *r.x
+}
+
+// clickHouseRows returns about 100k latencies in 40 groups: draws from the
+// test distributions, NULLs, zeros, values outside [MinValue, MaxValue] and
+// the float64 neighbours of every bucket bound.
+func clickHouseRows() []row {
+	rng := rand.New(rand.NewPCG(42, 42))
+	var rows []row
+	add := func(v *float64, edge bool) {
+		rows = append(rows, row{id: uint32(len(rows)), group: uint16(rng.IntN(40)), x: v, edge: edge})
+	}
+	special := []float64{
+		0, math.Copysign(0, -1), -1, math.Inf(-1), math.NaN(), math.SmallestNonzeroFloat64, 1e-9,
+		MinValue, math.Nextafter(MinValue, 0), math.Nextafter(MinValue, 1), 0.0015, 1, Gamma,
+		24 * 3600 * 1e3, math.Nextafter(MaxValue, 0), MaxValue, math.Nextafter(MaxValue, math.Inf(1)),
+		1e300, math.MaxFloat64, math.Inf(1),
+	}
+	for _, v := range special {
+		add(&v, false)
+	}
+	for k := MinKey; k < MaxKey; k++ {
+		b := UpperBound(k)
+		for _, v := range []float64{math.Nextafter(b, 0), b, math.Nextafter(b, math.Inf(1))} {
+			add(&v, true)
+		}
+	}
+	for len(rows) < 100_000 {
+		switch p := rng.Float64(); {
+		case p < 0.05:
+			add(nil, false)
+		case p < 0.06:
+			v := 0.0
+			add(&v, false)
+		default:
+			d := distributions[rng.IntN(len(distributions))]
+			v := d.draw(rng)
+			add(&v, false)
+		}
+	}
+	return rows
+}
+
+func TestClickHouse(t *testing.T) {
+	addr, db := chtest.NewDB(t)
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, Auth: clickhouse.Auth{Database: db}})
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close()
+	ctx := t.Context()
+
+	var chLog, chLit float64
+	if err := conn.QueryRow(ctx, "SELECT log(1.01 / 0.99), "+sqlFloat(lnGamma)).Scan(&chLog, &chLit); err != nil {
+		t.Fatalf("select ln γ: %v", err)
+	}
+	if chLit != lnGamma {
+		t.Errorf("ClickHouse parses the literal %s as %v, want %v", sqlFloat(lnGamma), chLit, lnGamma)
+	}
+	t.Logf("ln γ: Go %v, ClickHouse log(1.01 / 0.99) %v", lnGamma, chLog)
+
+	rows := clickHouseRows()
+	mustExec(ctx, t, conn, "CREATE TABLE raw (id UInt32, g UInt16, edge UInt8, x Nullable(Float64), y Float64) ENGINE = Memory")
+	batch, err := conn.PrepareBatch(ctx, "INSERT INTO raw (id, g, edge, x, y)")
+	if err != nil {
+		t.Fatalf("prepare insert: %v", err)
+	}
+	for _, r := range rows {
+		var edge uint8
+		if r.edge {
+			edge = 1
+		}
+		if err := batch.Append(r.id, r.group, edge, r.x, r.y()); err != nil {
+			t.Fatalf("append row %d: %v", r.id, err)
+		}
+	}
+	if err := batch.Send(); err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+	var n, nulls uint64
+	if err := conn.QueryRow(ctx, "SELECT count(), countIf(isNull(x)) FROM raw").Scan(&n, &nulls); err != nil {
+		t.Fatalf("count rows: %v", err)
+	}
+	wantNulls := uint64(0)
+	for _, r := range rows {
+		if r.x == nil {
+			wantNulls++
+		}
+	}
+	if n != uint64(len(rows)) || nulls != wantNulls {
+		t.Fatalf("ClickHouse holds %d rows, %d NULL, want %d, %d", n, nulls, len(rows), wantNulls)
+	}
+
+	t.Run("row keys", func(t *testing.T) {
+		res, err := conn.Query(ctx, "SELECT id, "+SQLKey("y")+" FROM raw")
+		if err != nil {
+			t.Fatalf("select keys: %v", err)
+		}
+		defer res.Close()
+		var edges, apart int
+		for res.Next() {
+			var id uint32
+			var got int16
+			if err := res.Scan(&id, &got); err != nil {
+				t.Fatalf("scan key: %v", err)
+			}
+			r := rows[id]
+			if r.edge {
+				edges++
+			}
+			switch want := Key(r.y()); {
+			case got == want:
+			case r.edge && (got == want-1 || got == want+1):
+				apart++
+			default:
+				t.Errorf("value %v: ClickHouse key %d, Go key %d", r.y(), got, want)
+			}
+		}
+		if err := res.Err(); err != nil {
+			t.Fatalf("select keys: %v", err)
+		}
+		t.Logf("%d values, %d of them next to bucket bounds; %d of these got keys one apart", len(rows), edges, apart)
+	})
+
+	// The histograms leave out the values next to bucket bounds, which may
+	// land one bucket apart (see "row keys"); the other values have equal
+	// keys, so their histograms must be equal.
+	type groupHists map[uint16]Histogram
+	wantX, wantY := groupHists{}, groupHists{}
+	var wantAll Histogram
+	for _, r := range rows {
+		if r.edge {
+			continue
+		}
+		hy := wantY[r.group]
+		hy.Add(r.y())
+		wantY[r.group] = hy
+		if r.x == nil {
+			continue
+		}
+		hx := wantX[r.group]
+		hx.Add(*r.x)
+		wantX[r.group] = hx
+		wantAll.Add(*r.x)
+	}
+
+	t.Run("group histograms", func(t *testing.T) {
+		for _, tt := range []struct {
+			col  string
+			want groupHists
+		}{
+			{"x", wantX}, // Nullable: NULLs do not count
+			{"y", wantY},
+		} {
+			res, err := conn.Query(ctx, "SELECT g, ("+SQLHistogram(tt.col)+" AS h).1, h.2 FROM raw WHERE NOT edge GROUP BY g")
+			if err != nil {
+				t.Fatalf("select histograms of %s: %v", tt.col, err)
+			}
+			got := groupHists{}
+			for res.Next() {
+				var g uint16
+				var h Histogram
+				if err := res.Scan(&g, &h.Keys, &h.Counts); err != nil {
+					t.Fatalf("scan histogram of %s: %v", tt.col, err)
+				}
+				got[g] = h
+			}
+			if err := res.Err(); err != nil {
+				t.Fatalf("select histograms of %s: %v", tt.col, err)
+			}
+			res.Close()
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("histograms of %s per group: ClickHouse differs from Go (-go +clickhouse):\n%s", tt.col, diff)
+			}
+		}
+	})
+
+	t.Run("sumMap merge", func(t *testing.T) {
+		mustExec(ctx, t, conn, "CREATE TABLE hist (g UInt16, keys Array(Int16), counts Array(UInt64)) ENGINE = Memory")
+		mustExec(ctx, t, conn, "INSERT INTO hist (g, keys, counts) SELECT g, ("+SQLHistogram("x")+" AS h).1, h.2 FROM raw WHERE NOT edge GROUP BY g")
+		var got Histogram
+		if err := conn.QueryRow(ctx, "SELECT ("+SQLMerge("keys", "counts")+" AS m).1, m.2 FROM hist").Scan(&got.Keys, &got.Counts); err != nil {
+			t.Fatalf("select merged histogram: %v", err)
+		}
+		norm, err := FromArrays(got.Keys, got.Counts)
+		if err != nil {
+			t.Fatalf("FromArrays: %v", err)
+		}
+		if diff := cmp.Diff(norm, got); diff != "" {
+			t.Errorf("sumMap's arrays are not sorted without zeros (-normalized +sumMap):\n%s", diff)
+		}
+		var merged Histogram
+		for _, h := range wantX {
+			merged.Merge(h)
+		}
+		if diff := cmp.Diff(merged, got); diff != "" {
+			t.Errorf("sumMap of the group histograms differs from Merge (-go +clickhouse):\n%s", diff)
+		}
+		if diff := cmp.Diff(wantAll, got); diff != "" {
+			t.Errorf("sumMap of the group histograms differs from the histogram of all values (-go +clickhouse):\n%s", diff)
+		}
+	})
+
+	t.Run("empty", func(t *testing.T) {
+		var got Histogram
+		if err := conn.QueryRow(ctx, "SELECT ("+SQLHistogram("x")+" AS h).1, h.2 FROM raw WHERE isNull(x)").Scan(&got.Keys, &got.Counts); err != nil {
+			t.Fatalf("select histogram of NULLs: %v", err)
+		}
+		if diff := cmp.Diff(Histogram{}, got, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("histogram of NULLs is not empty (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func mustExec(ctx context.Context, t *testing.T, conn driver.Conn, query string) {
+	t.Helper()
+	if err := conn.Exec(ctx, query); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
