@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sort"
 	"time"
 
@@ -64,6 +65,7 @@ type Job struct {
 	logger  *slog.Logger
 	now     func() time.Time
 	version uint64
+	replica uint64 // low bits of every version: replicas never share one
 
 	runs     prometheus.Counter
 	failures prometheus.Counter
@@ -74,7 +76,7 @@ type Job struct {
 // NewJob creates the job.
 func NewJob(cfg Config, store Store, reg prometheus.Registerer, logger *slog.Logger, now func() time.Time) (*Job, error) {
 	j := &Job{
-		cfg: cfg.withDefaults(), store: store, logger: logger, now: now,
+		cfg: cfg.withDefaults(), store: store, logger: logger, now: now, replica: rand.Uint64N(1 << versionReplicaBits),
 		runs:     prometheus.NewCounter(prometheus.CounterOpts{Name: "meter_rollup_runs_total", Help: "Rollup job runs."}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "meter_rollup_failures_total", Help: "Rollup job runs that failed."}),
 		hours:    prometheus.NewCounter(prometheus.CounterOpts{Name: "meter_rollup_hours_total", Help: "Hours recomputed."}),
@@ -181,11 +183,18 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	return hours, nil
 }
 
-// nextVersion orders computations: later ones replace earlier ones.
+// versionReplicaBits is the part of a version that names the replica.
+const versionReplicaBits = 16
+
+// nextVersion orders computations: later ones replace earlier ones. A
+// version is the start time in milliseconds with a random replica id in the
+// low bits, so that two replicas computing the same hour in the same
+// millisecond still write distinguishable rows (the hour rollup is built
+// from the minute rows of its own version).
 func (j *Job) nextVersion() uint64 {
-	v := uint64(j.now().UnixMilli())
+	v := uint64(j.now().UnixMilli())<<versionReplicaBits | j.replica
 	if v <= j.version {
-		v = j.version + 1
+		v = j.version + 1<<versionReplicaBits
 	}
 	j.version = v
 	return v

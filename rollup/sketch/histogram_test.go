@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -288,9 +289,9 @@ func sample(d distribution, seed uint64, n int) []float64 {
 	return values
 }
 
-// checkQuantiles compares the histogram's quantiles with the exact ones of
-// values and returns the largest relative error.
-func checkQuantiles(t *testing.T, name string, h Histogram, values []float64) float64 {
+// checkQuantiles compares the histogram's percentiles with the exact ones
+// of values and returns their relative errors, as text, and the largest.
+func checkQuantiles(t *testing.T, name string, h Histogram, values []float64) (string, float64) {
 	t.Helper()
 	sorted := slices.Sorted(slices.Values(values))
 	got, err := h.Quantiles(percentiles...)
@@ -298,6 +299,7 @@ func checkQuantiles(t *testing.T, name string, h Histogram, values []float64) fl
 		t.Fatalf("%s: Quantiles: %v", name, err)
 	}
 	var maxErr float64
+	var report strings.Builder
 	for i, q := range percentiles {
 		want, err := ExactQuantile(sorted, q)
 		if err != nil {
@@ -305,11 +307,12 @@ func checkQuantiles(t *testing.T, name string, h Histogram, values []float64) fl
 		}
 		e := relErr(got[i], want)
 		maxErr = max(maxErr, e)
+		fmt.Fprintf(&report, " q%v %.5f", q, e)
 		if e > RelativeAccuracy+edgeTolerance {
 			t.Errorf("%s: q%v = %v, exact %v: relative error %.5f, want ≤ %v", name, q, got[i], want, e, RelativeAccuracy)
 		}
 	}
-	return maxErr
+	return report.String(), maxErr
 }
 
 func TestQuantileAccuracy(t *testing.T) {
@@ -320,8 +323,8 @@ func TestQuantileAccuracy(t *testing.T) {
 		if got := h.Count(); got != n {
 			t.Errorf("%s: Count() = %d, want %d", d.name, got, n)
 		}
-		maxErr := checkQuantiles(t, d.name, h, values)
-		t.Logf("%-18s n=%d buckets=%d max relative error %.5f", d.name, n, len(h.Keys), maxErr)
+		errs, maxErr := checkQuantiles(t, d.name, h, values)
+		t.Logf("%-18s n=%d buckets=%d max relative error %.5f:%s", d.name, n, len(h.Keys), maxErr, errs)
 	}
 }
 
@@ -348,8 +351,8 @@ func TestMergeMany(t *testing.T) {
 	if diff := cmp.Diff(histogramOf(all), merged); diff != "" {
 		t.Errorf("merge of %d histograms differs from the histogram of all %d values (-want +got):\n%s", len(parts), len(all), diff)
 	}
-	maxErr := checkQuantiles(t, "merged", merged, all)
-	t.Logf("merged %d histograms, %d values, %d buckets: max relative error %.5f", len(parts), len(all), len(merged.Keys), maxErr)
+	errs, maxErr := checkQuantiles(t, "merged", merged, all)
+	t.Logf("merged %d histograms, %d values, %d buckets: max relative error %.5f:%s", len(parts), len(all), len(merged.Keys), maxErr, errs)
 }
 
 func BenchmarkAdd(b *testing.B) {
