@@ -55,6 +55,8 @@ type Services struct {
 	Keys      *Keys
 	Publisher Publisher
 	Usage     UsageReader
+	// Rollups serves latency, goodput and traffic; nil leaves them unregistered.
+	Rollups RollupReader
 }
 
 // Server is the gRPC server and the HTTP server (REST gateway, metrics, health).
@@ -118,6 +120,9 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 	if svc != nil {
 		meterv1.RegisterIngestServiceServer(s.grpc, &ingestService{pub: svc.Publisher, maxEvents: cfg.MaxBatchEvents})
 		meterv1.RegisterUsageServiceServer(s.grpc, &usageService{store: svc.Usage})
+		if svc.Rollups != nil {
+			meterv1.RegisterMetricsServiceServer(s.grpc, &metricsService{store: svc.Rollups})
+		}
 
 		// The gateway calls our own gRPC server over loopback, so that REST
 		// and gRPC share authentication, limits and error mapping.
@@ -139,6 +144,12 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 		if err := meterv1.RegisterUsageServiceHandler(ctx, gw, s.conn); err != nil {
 			s.close()
 			return nil, fmt.Errorf("register usage gateway: %w", err)
+		}
+		if svc.Rollups != nil {
+			if err := meterv1.RegisterMetricsServiceHandler(ctx, gw, s.conn); err != nil {
+				s.close()
+				return nil, fmt.Errorf("register metrics gateway: %w", err)
+			}
 		}
 		mux.Handle("/v1/", limitBody(gw, int64(cfg.MaxRequestBytes)))
 	}

@@ -36,6 +36,9 @@ var (
 var methodRoles = map[string][]Role{
 	meterv1.IngestService_PublishEvents_FullMethodName: {RoleIngest, RoleAdmin},
 	meterv1.UsageService_GetUsage_FullMethodName:       {RoleTenant, RoleFinance, RoleAdmin},
+	meterv1.MetricsService_GetLatency_FullMethodName:   {RoleTenant, RoleFinance, RoleAdmin},
+	meterv1.MetricsService_GetGoodput_FullMethodName:   {RoleTenant, RoleFinance, RoleAdmin},
+	meterv1.MetricsService_GetTraffic_FullMethodName:   {RoleTenant, RoleFinance, RoleAdmin},
 }
 
 // errTooLarge is a request beyond the batch length limit.

@@ -33,12 +33,14 @@ type Config struct {
 	MaxBatch     int
 	MaxBody      int
 	LogLevel     string
+	SLOFile      string
+	RollupEvery  time.Duration
 	Pprof        bool
 	MemoryMiB    int
 	ValidateOnly bool
 }
 
-var knownRoles = []string{"ingest", "api"}
+var knownRoles = []string{"ingest", "rollup", "api"}
 
 // HasRole tells whether the process runs role r.
 func (c Config) HasRole(r string) bool {
@@ -107,7 +109,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	var c Config
 	fs := flag.NewFlagSet("meterd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	roles := fs.String("role", "all", "comma-separated roles to run: ingest, api (all = every role)")
+	roles := fs.String("role", "all", "comma-separated roles to run: ingest, rollup, api (all = every role)")
 	fs.BoolVar(&c.Dev, "dev", false, "development mode: embedded Kafka-protocol broker and a private ClickHouse server, data in --data-dir")
 	fs.StringVar(&c.DataDir, "data-dir", "", "data directory of --dev (broker log, ClickHouse data, dev keys)")
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "comma-separated Kafka bootstrap brokers (in --dev, the embedded broker's listen address)")
@@ -124,6 +126,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&c.BatchTimeout, "batch-timeout", 500*time.Millisecond, "flush a non-empty batch this long after its first record")
 	fs.IntVar(&c.MaxBatch, "max-batch-events", 10_000, "most events in one publish request")
 	fs.IntVar(&c.MaxBody, "max-request-bytes", 16<<20, "largest request body or gRPC message")
+	fs.StringVar(&c.SLOFile, "slo-file", "", "JSON SLO set for goodput (see README); a changed file becomes a new SLO version at start")
+	fs.DurationVar(&c.RollupEvery, "rollup-interval", 10*time.Second, "how often the rollup role recomputes changed hours")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.IntVar(&c.MemoryMiB, "memory-limit-mib", 256, "soft limit of the Go heap in MiB (runtime/debug.SetMemoryLimit; GOMEMLIMIT overrides; 0 = none)")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --http-addr")

@@ -21,6 +21,7 @@ import (
 	"tokenmeter/internal/chserver"
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/devkafka"
+	"tokenmeter/rollup"
 )
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -52,10 +53,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("data dir: %w", err)
 		}
 		broker, err := devkafka.Start(devkafka.Config{
-			Addr:    cfg.KafkaBrokers[0],
-			DataDir: filepath.Join(cfg.DataDir, "kafka"),
-			Topics:  []string{cfg.EventsTopic, cfg.DLQTopic, "meter.gpu.v1"},
-			Logger:  logger,
+			Addr:                  cfg.KafkaBrokers[0],
+			DataDir:               filepath.Join(cfg.DataDir, "kafka"),
+			Topics:                []string{cfg.EventsTopic, cfg.DLQTopic, "meter.gpu.v1"},
+			SinglePartitionTopics: []string{rollup.DefaultLeaseTopic},
+			Logger:                logger,
 		})
 		if err != nil {
 			return err
@@ -103,6 +105,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 	}
+	var job *rollup.Job
+	if cfg.HasRole("rollup") {
+		set := rollup.DefaultSLOSet()
+		source := "defaults"
+		if cfg.SLOFile != "" {
+			if set, err = rollup.LoadSLOFile(cfg.SLOFile); err != nil {
+				return err
+			}
+			source = cfg.SLOFile
+		}
+		v, err := rollup.EnsureSLO(ctx, store, set, source)
+		if err != nil {
+			return err
+		}
+		logger.Info("SLO set in force", "version", v, "source", source)
+		if job, err = rollup.NewJob(rollup.Config{Interval: cfg.RollupEvery}, store, reg, logger, now); err != nil {
+			return err
+		}
+	}
 	var svc *api.Services
 	if cfg.HasRole("api") {
 		keys, err := api.LoadKeys(cfg.AuthKeys)
@@ -114,7 +135,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		defer pub.Close()
-		svc = &api.Services{Keys: keys, Publisher: pub, Usage: store}
+		svc = &api.Services{Keys: keys, Publisher: pub, Usage: store, Rollups: store}
 	}
 	ready := func(ctx context.Context) error {
 		if consumer != nil && !consumer.Healthy() {
@@ -139,6 +160,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	g.Go(func() error { return server.Run(gctx) })
 	if consumer != nil {
 		g.Go(func() error { return consumer.Run(gctx) })
+	}
+	if job != nil {
+		g.Go(func() error {
+			return rollup.HoldLease(gctx, cfg.KafkaBrokers, rollup.DefaultLeaseTopic, rollup.DefaultLeaseGroup, logger, func(ctx context.Context) {
+				if err := job.Run(ctx); err != nil {
+					logger.Warn("rollup job stopped", "error", err)
+				}
+			})
+		})
 	}
 	err = g.Wait()
 	logger.Info("meterd stopped")

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"tokenmeter/rollup/sketch"
 )
 
 // StatusClasses are the error classes counted per rollup row, in column order
@@ -17,13 +19,6 @@ var LatencyMetrics = []string{"ttft", "itl", "e2e", "queue"}
 
 // RollupGroupFields are the dimensions rollup queries can group by.
 var RollupGroupFields = []string{"tenant_id", "model", "model_version", "deployment", "gpu_type", "slo_class"}
-
-// histKeySQL is the ClickHouse expression of sketch.Key for a Float64
-// expression: the log-bucket index with relative accuracy 1%
-// (γ = 1.01/0.99), values below 1 µs (0.001 ms) in the lowest bucket.
-func histKeySQL(x string) string {
-	return fmt.Sprintf("toInt16(ceil(log(greatest(%s, 0.001)) / log(1.01 / 0.99)))", x)
-}
 
 // GoodputRule is one SLO rule compiled for a rollup: empty Tenant, Model or
 // Class match anything; a threshold ≤ 0 is not checked. Rules are given most
@@ -113,7 +108,7 @@ func RollupMinutesSQL(from, to time.Time, spec GoodputSpec, version uint64) (str
 		sel = append(sel,
 			fmt.Sprintf("countIf(isNotNull(%s))", v),
 			fmt.Sprintf("sumIf(ifNull(%s, 0), isNotNull(%s))", v, v),
-			fmt.Sprintf("(sumMap(if(isNull(%[1]s), emptyArrayInt16(), [%[2]s]), if(isNull(%[1]s), emptyArrayUInt64(), [toUInt64(1)])) AS %[3]s_hist).1", v, histKeySQL("ifNull("+v+", 0)"), m),
+			fmt.Sprintf("(%s AS %s_hist).1", sketch.SQLHistogram(v), m),
 			m+"_hist.2")
 	}
 	sel = append(sel, "toUInt32(?)", "countIf(d_good)", "sumIf(d_output_tokens, d_good)", "toUInt64(?)")
@@ -158,7 +153,7 @@ func RollupHourSQL(hour time.Time, version uint64) (string, []any) {
 	sel = append(sel, "sum(prompt_tokens)", "sum(cached_prompt_tokens)", "sum(output_tokens)")
 	for _, m := range LatencyMetrics {
 		sel = append(sel, "sum("+m+"_count)", "sum("+m+"_sum)",
-			fmt.Sprintf("(sumMap(%[1]s_keys, %[1]s_counts) AS %[1]s_hist).1", m), m+"_hist.2")
+			fmt.Sprintf("(%s AS %s_hist).1", sketch.SQLMerge(m+"_keys", m+"_counts"), m), m+"_hist.2")
 	}
 	sel = append(sel, "max(slo_version)", "sum(good_requests)", "sum(good_output_tokens)", "toUInt64(?)")
 	query := fmt.Sprintf(`INSERT INTO rollup_hour (%s)

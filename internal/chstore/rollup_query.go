@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"tokenmeter/rollup/sketch"
 )
 
 // RollupQuery selects rollup rows merged per (step, group).
@@ -120,7 +122,7 @@ func (q RollupQuery) SQL() (string, []any) {
 	sel = append(sel, "sum(prompt_tokens)", "sum(cached_prompt_tokens)", "sum(output_tokens)")
 	for _, m := range LatencyMetrics {
 		sel = append(sel, "sum("+m+"_count)", "sum("+m+"_sum)",
-			fmt.Sprintf("(sumMap(%[1]s_keys, %[1]s_counts) AS %[1]s_h).1", m), m+"_h.2")
+			fmt.Sprintf("(%s AS %s_h).1", sketch.SQLMerge(m+"_keys", m+"_counts"), m), m+"_h.2")
 	}
 	sel = append(sel, "sum(good_requests)", "sum(good_output_tokens)", "min(slo_version)", "max(slo_version)")
 	where := "bucket >= toDateTime(?) AND bucket < toDateTime(?)"

@@ -27,6 +27,8 @@ type Config struct {
 	Topics []string
 	// Partitions is the partition count of created topics. Default 4.
 	Partitions int32
+	// SinglePartitionTopics are created with one partition (leases).
+	SinglePartitionTopics []string
 	Logger     *slog.Logger
 }
 
@@ -64,8 +66,15 @@ func Start(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start dev kafka broker on %s: %w", cfg.Addr, err)
 	}
+	topics := map[string]int32{}
 	for _, t := range cfg.Topics {
-		if err := cluster.CreateTopic(t, cfg.Partitions, nil); err != nil && !isExists(err) {
+		topics[t] = cfg.Partitions
+	}
+	for _, t := range cfg.SinglePartitionTopics {
+		topics[t] = 1
+	}
+	for t, n := range topics {
+		if err := cluster.CreateTopic(t, n, nil); err != nil && !isExists(err) {
 			cluster.Close()
 			return nil, fmt.Errorf("create topic %s: %w", t, err)
 		}

@@ -10,6 +10,10 @@ import (
 // It is the reference that Histogram.Quantile estimates, and the exact
 // quantile of raw rows. It fails with ErrEmpty when sorted is empty and
 // ErrQuantile when q is outside [0, 1].
+//
+// ClickHouse's quantileExact ranks differently, ⌊q·n⌋+1 (its p50 of 4
+// values is the 3rd), so exact quantiles of raw rows come from the sorted
+// values (groupArray) through this function, not from quantileExact.
 func ExactQuantile(sorted []float64, q float64) (float64, error) {
 	if !(q >= 0 && q <= 1) {
 		return 0, fmt.Errorf("%w: %v", ErrQuantile, q)

@@ -24,8 +24,10 @@
 // Array(UInt64), sorted by key and without zero counts: the shape that
 // ClickHouse's sumMap returns, so histograms merge exactly with
 // sumMap(keys, counts) over any range and grouping. SQLKey and SQLHistogram
-// give the SQL that builds them from raw rows; Histogram holds one in Go,
-// adds to it, merges it and reads quantiles from it.
+// give the SQL that builds them from raw rows (NULL latencies, requests
+// without the measurement, do not count; zero latencies do), SQLMerge the
+// SQL that merges stored ones; Histogram holds one in Go, adds to it,
+// merges it and reads quantiles from it.
 //
 // # Quantiles
 //
@@ -54,8 +56,8 @@ const Gamma = (1 + RelativeAccuracy) / (1 - RelativeAccuracy)
 // The key range. Values ≤ MinValue map to MinKey, values ≥ MaxValue to
 // MaxKey; MinKey = Key(MinValue) and MaxKey = Key(MaxValue).
 const (
-	// MinValue is 1 µs in milliseconds: the top of the lowest bucket's
-	// clamped range, where zero latencies are counted.
+	// MinValue is 1 µs in milliseconds: every value up to it, zero
+	// included, has the lowest key.
 	MinValue = 1e-3
 	// MaxValue is 10^10 ms, about 116 days.
 	MaxValue = 1e10

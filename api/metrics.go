@@ -1,0 +1,400 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"tokenmeter/internal/chstore"
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+	"tokenmeter/rollup/sketch"
+)
+
+// RollupReader answers rollup queries; *chstore.Store implements it.
+type RollupReader interface {
+	Rollups(ctx context.Context, q chstore.RollupQuery) ([]chstore.RollupRow, error)
+	RawLatency(ctx context.Context, q chstore.RollupQuery) ([]chstore.RawLatencyRow, error)
+}
+
+var _ RollupReader = (*chstore.Store)(nil)
+
+const (
+	defaultPageSize = 100
+	maxPageSize     = 1000
+)
+
+// metricsService implements meterv1.MetricsServiceServer.
+type metricsService struct {
+	meterv1.UnimplementedMetricsServiceServer
+	store RollupReader
+}
+
+// selection is a checked SeriesSelector.
+type selection struct {
+	q        chstore.RollupQuery
+	offset   int
+	pageSize int
+}
+
+func (s *metricsService) selection(ctx context.Context, sel *meterv1.SeriesSelector) (selection, error) {
+	tenant, err := scopeTenant(ctx, sel.GetTenantId())
+	if err != nil {
+		return selection{}, err
+	}
+	q := chstore.RollupQuery{TenantID: tenant, Step: sel.GetStep(), GroupBy: sel.GetGroupBy()}
+	if sel.GetStart() != nil {
+		q.Start = sel.GetStart().AsTime()
+	}
+	if sel.GetEnd() != nil {
+		q.End = sel.GetEnd().AsTime()
+	}
+	q, err = q.Normalize()
+	if err != nil {
+		return selection{}, err
+	}
+	out := selection{q: q, pageSize: int(sel.GetPageSize())}
+	switch {
+	case out.pageSize == 0:
+		out.pageSize = defaultPageSize
+	case out.pageSize < 0 || out.pageSize > maxPageSize:
+		return selection{}, fmt.Errorf("%w: page_size %d: want 1 to %d", chstore.ErrInvalidQuery, out.pageSize, maxPageSize)
+	}
+	if t := sel.GetPageToken(); t != "" {
+		if out.offset, err = strconv.Atoi(t); err != nil || out.offset < 0 {
+			return selection{}, fmt.Errorf("%w: bad page_token", chstore.ErrInvalidQuery)
+		}
+	}
+	return out, nil
+}
+
+// groupKey orders and identifies a series by its group values.
+func groupKey(fields []string, g map[string]string) string {
+	parts := make([]string, len(fields))
+	for i, f := range fields {
+		parts[i] = g[f]
+	}
+	return strings.Join(parts, "\x00")
+}
+
+// page splits rows (sorted by step) into series ordered by group, and
+// returns those of the page and the next page token.
+func page[R any](sel selection, rows []R, group func(R) map[string]string) (keys []string, series map[string][]R, next string) {
+	series = map[string][]R{}
+	for _, r := range rows {
+		k := groupKey(sel.q.GroupBy, group(r))
+		if _, ok := series[k]; !ok {
+			keys = append(keys, k)
+		}
+		series[k] = append(series[k], r)
+	}
+	sort.Strings(keys)
+	if sel.offset >= len(keys) {
+		return nil, series, ""
+	}
+	end := min(len(keys), sel.offset+sel.pageSize)
+	if end < len(keys) {
+		next = strconv.Itoa(end)
+	}
+	return keys[sel.offset:end], series, next
+}
+
+// stepSeconds is the length of a step starting at start, clipped to the range.
+func stepSeconds(q chstore.RollupQuery, start time.Time) float64 {
+	width := time.Duration(chstore.Granularities[q.Step]) * time.Second
+	if width == 0 {
+		return q.End.Sub(q.Start).Seconds()
+	}
+	from, to := start, start.Add(width)
+	if from.Before(q.Start) {
+		from = q.Start
+	}
+	if to.After(q.End) {
+		to = q.End
+	}
+	return to.Sub(from).Seconds()
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+var quantiles = []float64{0.5, 0.9, 0.95, 0.99}
+
+// statsOf summarizes a distribution given its count, sum and quantile source.
+func statsOf(count uint64, sum float64, q []float64) *meterv1.LatencyStats {
+	st := &meterv1.LatencyStats{Count: count}
+	if count == 0 {
+		return st
+	}
+	st.Mean = sum / float64(count)
+	st.P50, st.P90, st.P95, st.P99 = q[0], q[1], q[2], q[3]
+	st.TailRatio = ratio(st.P99, st.P50)
+	return st
+}
+
+func histStats(count uint64, sum float64, h sketch.Histogram) (*meterv1.LatencyStats, error) {
+	if h.Count() == 0 {
+		return &meterv1.LatencyStats{Count: count}, nil
+	}
+	q, err := h.Quantiles(quantiles...)
+	if err != nil {
+		return nil, err
+	}
+	return statsOf(count, sum, q), nil
+}
+
+func exactStats(values []float64) (*meterv1.LatencyStats, error) {
+	if len(values) == 0 {
+		return &meterv1.LatencyStats{}, nil
+	}
+	q := make([]float64, len(quantiles))
+	var sum float64
+	for _, v := range values {
+		sum += v
+	}
+	for i, p := range quantiles {
+		v, err := sketch.ExactQuantile(values, p)
+		if err != nil {
+			return nil, err
+		}
+		q[i] = v
+	}
+	return statsOf(uint64(len(values)), sum, q), nil
+}
+
+func setMetric(p *meterv1.LatencyPoint, metric string, st *meterv1.LatencyStats) {
+	switch metric {
+	case "ttft":
+		p.Ttft = st
+	case "itl":
+		p.Itl = st
+	case "e2e":
+		p.E2E = st
+	case "queue":
+		p.Queue = st
+	}
+}
+
+func maxP99(summary *meterv1.LatencyPoint, points []*meterv1.LatencyPoint) {
+	for _, p := range points {
+		for _, pair := range [][2]*meterv1.LatencyStats{{summary.Ttft, p.Ttft}, {summary.Itl, p.Itl}, {summary.E2E, p.E2E}, {summary.Queue, p.Queue}} {
+			pair[0].MaxP99 = math.Max(pair[0].MaxP99, pair[1].P99)
+		}
+	}
+}
+
+func (s *metricsService) GetLatency(ctx context.Context, req *meterv1.GetLatencyRequest) (*meterv1.GetLatencyResponse, error) {
+	sel, err := s.selection(ctx, req.GetSelector())
+	if err != nil {
+		return nil, err
+	}
+	resp := &meterv1.GetLatencyResponse{RelativeAccuracy: sketch.RelativeAccuracy}
+	if req.GetExact() {
+		resp.RelativeAccuracy = 0
+		rows, err := s.store.RawLatency(ctx, sel.q)
+		if err != nil {
+			return nil, err
+		}
+		keys, series, next := page(sel, rows, func(r chstore.RawLatencyRow) map[string]string { return r.Group })
+		resp.NextPageToken = next
+		for _, k := range keys {
+			rs := series[k]
+			out := &meterv1.LatencySeries{Group: rs[0].Group, Summary: &meterv1.LatencyPoint{Start: timestamppb.New(sel.q.Start)}}
+			all := map[string][]float64{}
+			for _, r := range rs {
+				p := &meterv1.LatencyPoint{Start: timestamppb.New(r.Start)}
+				for _, m := range chstore.LatencyMetrics {
+					st, err := exactStats(r.Values[m])
+					if err != nil {
+						return nil, err
+					}
+					setMetric(p, m, st)
+					all[m] = append(all[m], r.Values[m]...)
+				}
+				out.Points = append(out.Points, p)
+			}
+			for _, m := range chstore.LatencyMetrics {
+				sort.Float64s(all[m])
+				st, err := exactStats(all[m])
+				if err != nil {
+					return nil, err
+				}
+				setMetric(out.Summary, m, st)
+			}
+			maxP99(out.Summary, out.Points)
+			resp.Series = append(resp.Series, out)
+		}
+		return resp, nil
+	}
+	rows, err := s.store.Rollups(ctx, sel.q)
+	if err != nil {
+		return nil, err
+	}
+	keys, series, next := page(sel, rows, func(r chstore.RollupRow) map[string]string { return r.Group })
+	resp.NextPageToken = next
+	for _, k := range keys {
+		rs := series[k]
+		out := &meterv1.LatencySeries{Group: rs[0].Group, Summary: &meterv1.LatencyPoint{Start: timestamppb.New(sel.q.Start)}}
+		type acc struct {
+			count uint64
+			sum   float64
+			h     sketch.Histogram
+		}
+		total := map[string]*acc{}
+		for _, m := range chstore.LatencyMetrics {
+			total[m] = &acc{}
+		}
+		for _, r := range rs {
+			p := &meterv1.LatencyPoint{Start: timestamppb.New(r.Start)}
+			for _, m := range chstore.LatencyMetrics {
+				d := r.Latency[m]
+				h, err := sketch.FromArrays(d.Keys, d.Counts)
+				if err != nil {
+					return nil, fmt.Errorf("histogram %s: %w", m, err)
+				}
+				st, err := histStats(d.Count, d.Sum, h)
+				if err != nil {
+					return nil, err
+				}
+				setMetric(p, m, st)
+				a := total[m]
+				a.count += d.Count
+				a.sum += d.Sum
+				a.h.Merge(h)
+			}
+			out.Points = append(out.Points, p)
+		}
+		for _, m := range chstore.LatencyMetrics {
+			a := total[m]
+			st, err := histStats(a.count, a.sum, a.h)
+			if err != nil {
+				return nil, err
+			}
+			setMetric(out.Summary, m, st)
+		}
+		maxP99(out.Summary, out.Points)
+		resp.Series = append(resp.Series, out)
+	}
+	return resp, nil
+}
+
+func goodputPoint(start time.Time, seconds float64, requests, good, output, goodOut uint64, minV, maxV uint32) *meterv1.GoodputPoint {
+	return &meterv1.GoodputPoint{
+		Start: timestamppb.New(start), Requests: requests, GoodRequests: good,
+		Attainment:                   ratio(float64(good), float64(requests)),
+		GoodputRequestsPerSecond:     ratio(float64(good), seconds),
+		OutputTokens:                 output,
+		GoodOutputTokens:             goodOut,
+		GoodputOutputTokensPerSecond: ratio(float64(goodOut), seconds),
+		GoodputRatio:                 ratio(float64(goodOut), float64(output)),
+		SloVersionMin:                minV, SloVersionMax: maxV,
+	}
+}
+
+func (s *metricsService) GetGoodput(ctx context.Context, req *meterv1.GetGoodputRequest) (*meterv1.GetGoodputResponse, error) {
+	sel, err := s.selection(ctx, req.GetSelector())
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.store.Rollups(ctx, sel.q)
+	if err != nil {
+		return nil, err
+	}
+	keys, series, next := page(sel, rows, func(r chstore.RollupRow) map[string]string { return r.Group })
+	resp := &meterv1.GetGoodputResponse{NextPageToken: next}
+	for _, k := range keys {
+		rs := series[k]
+		out := &meterv1.GoodputSeries{Group: rs[0].Group}
+		var req, good, output, goodOut uint64
+		minV, maxV := uint32(math.MaxUint32), uint32(0)
+		for _, r := range rs {
+			out.Points = append(out.Points, goodputPoint(r.Start, stepSeconds(sel.q, r.Start), r.Requests, r.GoodRequests, r.OutputTokens, r.GoodOutputTokens, r.MinSLO, r.MaxSLO))
+			req += r.Requests
+			good += r.GoodRequests
+			output += r.OutputTokens
+			goodOut += r.GoodOutputTokens
+			minV, maxV = min(minV, r.MinSLO), max(maxV, r.MaxSLO)
+		}
+		out.Summary = goodputPoint(sel.q.Start, sel.q.End.Sub(sel.q.Start).Seconds(), req, good, output, goodOut, minV, maxV)
+		resp.Series = append(resp.Series, out)
+	}
+	return resp, nil
+}
+
+func (s *metricsService) GetTraffic(ctx context.Context, req *meterv1.GetTrafficRequest) (*meterv1.GetTrafficResponse, error) {
+	sel, err := s.selection(ctx, req.GetSelector())
+	if err != nil {
+		return nil, err
+	}
+	// Minute rows, so that each step knows its busiest minute.
+	mq := sel.q
+	mq.Step = "minute"
+	rows, err := s.store.Rollups(ctx, mq)
+	if err != nil {
+		return nil, err
+	}
+	keys, series, next := page(sel, rows, func(r chstore.RollupRow) map[string]string { return r.Group })
+	resp := &meterv1.GetTrafficResponse{NextPageToken: next}
+	width := chstore.Granularities[sel.q.Step]
+	for _, k := range keys {
+		out := &meterv1.TrafficSeries{Group: series[k][0].Group}
+		type acc struct {
+			start                            time.Time
+			requests, errors, prompt, output uint64
+			peakReq, peakOut                 float64
+			byClass                          map[string]uint64
+		}
+		newAcc := func(start time.Time) *acc { return &acc{start: start, byClass: map[string]uint64{}} }
+		total := newAcc(sel.q.Start)
+		var steps []*acc
+		for _, r := range series[k] {
+			start := sel.q.Start
+			if width > 0 {
+				start = time.Unix(r.Start.Unix()/width*width, 0).UTC()
+			}
+			if len(steps) == 0 || !steps[len(steps)-1].start.Equal(start) {
+				steps = append(steps, newAcc(start))
+			}
+			for _, a := range []*acc{steps[len(steps)-1], total} {
+				a.requests += r.Requests
+				a.errors += r.Errors
+				a.prompt += r.PromptTokens
+				a.output += r.OutputTokens
+				a.peakReq = math.Max(a.peakReq, float64(r.Requests)/60)
+				a.peakOut = math.Max(a.peakOut, float64(r.OutputTokens)/60)
+				for c, n := range r.ErrorsBy {
+					if n > 0 {
+						a.byClass[c] += n
+					}
+				}
+			}
+		}
+		point := func(a *acc, seconds float64) *meterv1.TrafficPoint {
+			return &meterv1.TrafficPoint{
+				Start: timestamppb.New(a.start), Requests: a.requests,
+				RequestsPerSecond:         ratio(float64(a.requests), seconds),
+				PeakRequestsPerSecond:     a.peakReq,
+				InputTokensPerSecond:      ratio(float64(a.prompt), seconds),
+				OutputTokensPerSecond:     ratio(float64(a.output), seconds),
+				PeakOutputTokensPerSecond: a.peakOut,
+				ErrorRate:                 ratio(float64(a.errors), float64(a.requests)),
+				ErrorsByClass:             a.byClass,
+			}
+		}
+		for _, a := range steps {
+			out.Points = append(out.Points, point(a, stepSeconds(sel.q, a.start)))
+		}
+		out.Summary = point(total, sel.q.End.Sub(sel.q.Start).Seconds())
+		resp.Series = append(resp.Series, out)
+	}
+	return resp, nil
+}
