@@ -158,8 +158,8 @@ func (s *Store) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, error)
 			b      uint32
 			groups = make([]string, len(q.GroupBy))
 			errsBy = make([]uint64, len(StatusClasses))
-			dists = make([]Dist, len(LatencyMetrics))
-			r     RollupRow
+			dists  = make([]Dist, len(LatencyMetrics))
+			r      RollupRow
 		)
 		dest := []any{&b}
 		for i := range groups {

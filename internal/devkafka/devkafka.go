@@ -29,7 +29,7 @@ type Config struct {
 	Partitions int32
 	// SinglePartitionTopics are created with one partition (leases).
 	SinglePartitionTopics []string
-	Logger     *slog.Logger
+	Logger                *slog.Logger
 }
 
 // Broker is a running in-process broker.
