@@ -141,34 +141,98 @@ func statsOf(count uint64, sum float64, q []float64) *meterv1.LatencyStats {
 	return st
 }
 
-func histStats(count uint64, sum float64, h sketch.Histogram) (*meterv1.LatencyStats, error) {
-	if h.Count() == 0 {
-		return &meterv1.LatencyStats{Count: count}, nil
+// distribution is one metric's latencies in one step: exact values or a
+// histogram. Both give stats and merge into the summary of a range.
+type distribution interface {
+	stats() (*meterv1.LatencyStats, error)
+	merge(other distribution)
+}
+
+// histDist is a rollup histogram with its exact count and sum.
+type histDist struct {
+	count uint64
+	sum   float64
+	h     sketch.Histogram
+}
+
+func (d *histDist) stats() (*meterv1.LatencyStats, error) {
+	if d.h.Count() == 0 {
+		return &meterv1.LatencyStats{Count: d.count}, nil
 	}
-	q, err := h.Quantiles(quantiles...)
+	q, err := d.h.Quantiles(quantiles...)
 	if err != nil {
 		return nil, err
 	}
-	return statsOf(count, sum, q), nil
+	return statsOf(d.count, d.sum, q), nil
 }
 
-func exactStats(values []float64) (*meterv1.LatencyStats, error) {
-	if len(values) == 0 {
+func (d *histDist) merge(o distribution) {
+	x := o.(*histDist)
+	d.count += x.count
+	d.sum += x.sum
+	d.h.Merge(x.h)
+}
+
+// exactDist holds every value, for exact quantiles.
+type exactDist struct{ values []float64 }
+
+func (d *exactDist) stats() (*meterv1.LatencyStats, error) {
+	if len(d.values) == 0 {
 		return &meterv1.LatencyStats{}, nil
 	}
+	sort.Float64s(d.values)
 	q := make([]float64, len(quantiles))
 	var sum float64
-	for _, v := range values {
+	for _, v := range d.values {
 		sum += v
 	}
 	for i, p := range quantiles {
-		v, err := sketch.ExactQuantile(values, p)
+		v, err := sketch.ExactQuantile(d.values, p)
 		if err != nil {
 			return nil, err
 		}
 		q[i] = v
 	}
-	return statsOf(uint64(len(values)), sum, q), nil
+	return statsOf(uint64(len(d.values)), sum, q), nil
+}
+
+func (d *exactDist) merge(o distribution) { d.values = append(d.values, o.(*exactDist).values...) }
+
+// latencyStep is one step of a series: a distribution per LatencyMetrics entry.
+type latencyStep struct {
+	start time.Time
+	dists map[string]distribution
+}
+
+// latencySeries builds a series from its steps: stats per step, and the
+// summary of the merged distributions with the largest step p99.
+func latencySeries(group map[string]string, rangeStart time.Time, steps []latencyStep, empty func() distribution) (*meterv1.LatencySeries, error) {
+	out := &meterv1.LatencySeries{Group: group, Summary: &meterv1.LatencyPoint{Start: timestamppb.New(rangeStart)}}
+	total := map[string]distribution{}
+	for _, m := range chstore.LatencyMetrics {
+		total[m] = empty()
+	}
+	for _, st := range steps {
+		p := &meterv1.LatencyPoint{Start: timestamppb.New(st.start)}
+		for _, m := range chstore.LatencyMetrics {
+			stats, err := st.dists[m].stats()
+			if err != nil {
+				return nil, err
+			}
+			setMetric(p, m, stats)
+			total[m].merge(st.dists[m])
+		}
+		out.Points = append(out.Points, p)
+	}
+	for _, m := range chstore.LatencyMetrics {
+		stats, err := total[m].stats()
+		if err != nil {
+			return nil, err
+		}
+		setMetric(out.Summary, m, stats)
+	}
+	maxP99(out.Summary, out.Points)
+	return out, nil
 }
 
 func setMetric(p *meterv1.LatencyPoint, metric string, st *meterv1.LatencyStats) {
@@ -198,91 +262,61 @@ func (s *metricsService) GetLatency(ctx context.Context, req *meterv1.GetLatency
 		return nil, err
 	}
 	resp := &meterv1.GetLatencyResponse{RelativeAccuracy: sketch.RelativeAccuracy}
+	var (
+		keys   []string
+		groups = map[string]map[string]string{}
+		steps  = map[string][]latencyStep{}
+		empty  func() distribution
+	)
 	if req.GetExact() {
 		resp.RelativeAccuracy = 0
+		empty = func() distribution { return &exactDist{} }
 		rows, err := s.store.RawLatency(ctx, sel.q)
 		if err != nil {
 			return nil, err
 		}
-		keys, series, next := page(sel, rows, func(r chstore.RawLatencyRow) map[string]string { return r.Group })
-		resp.NextPageToken = next
+		var series map[string][]chstore.RawLatencyRow
+		keys, series, resp.NextPageToken = page(sel, rows, func(r chstore.RawLatencyRow) map[string]string { return r.Group })
 		for _, k := range keys {
-			rs := series[k]
-			out := &meterv1.LatencySeries{Group: rs[0].Group, Summary: &meterv1.LatencyPoint{Start: timestamppb.New(sel.q.Start)}}
-			all := map[string][]float64{}
-			for _, r := range rs {
-				p := &meterv1.LatencyPoint{Start: timestamppb.New(r.Start)}
+			groups[k] = series[k][0].Group
+			for _, r := range series[k] {
+				st := latencyStep{start: r.Start, dists: map[string]distribution{}}
 				for _, m := range chstore.LatencyMetrics {
-					st, err := exactStats(r.Values[m])
+					st.dists[m] = &exactDist{values: r.Values[m]}
+				}
+				steps[k] = append(steps[k], st)
+			}
+		}
+	} else {
+		empty = func() distribution { return &histDist{} }
+		rows, err := s.store.Rollups(ctx, sel.q)
+		if err != nil {
+			return nil, err
+		}
+		var series map[string][]chstore.RollupRow
+		keys, series, resp.NextPageToken = page(sel, rows, func(r chstore.RollupRow) map[string]string { return r.Group })
+		for _, k := range keys {
+			groups[k] = series[k][0].Group
+			for _, r := range series[k] {
+				st := latencyStep{start: r.Start, dists: map[string]distribution{}}
+				for _, m := range chstore.LatencyMetrics {
+					d := r.Latency[m]
+					h, err := sketch.FromArrays(d.Keys, d.Counts)
 					if err != nil {
-						return nil, err
+						return nil, fmt.Errorf("histogram %s: %w", m, err)
 					}
-					setMetric(p, m, st)
-					all[m] = append(all[m], r.Values[m]...)
+					st.dists[m] = &histDist{count: d.Count, sum: d.Sum, h: h}
 				}
-				out.Points = append(out.Points, p)
+				steps[k] = append(steps[k], st)
 			}
-			for _, m := range chstore.LatencyMetrics {
-				sort.Float64s(all[m])
-				st, err := exactStats(all[m])
-				if err != nil {
-					return nil, err
-				}
-				setMetric(out.Summary, m, st)
-			}
-			maxP99(out.Summary, out.Points)
-			resp.Series = append(resp.Series, out)
 		}
-		return resp, nil
 	}
-	rows, err := s.store.Rollups(ctx, sel.q)
-	if err != nil {
-		return nil, err
-	}
-	keys, series, next := page(sel, rows, func(r chstore.RollupRow) map[string]string { return r.Group })
-	resp.NextPageToken = next
 	for _, k := range keys {
-		rs := series[k]
-		out := &meterv1.LatencySeries{Group: rs[0].Group, Summary: &meterv1.LatencyPoint{Start: timestamppb.New(sel.q.Start)}}
-		type acc struct {
-			count uint64
-			sum   float64
-			h     sketch.Histogram
+		series, err := latencySeries(groups[k], sel.q.Start, steps[k], empty)
+		if err != nil {
+			return nil, err
 		}
-		total := map[string]*acc{}
-		for _, m := range chstore.LatencyMetrics {
-			total[m] = &acc{}
-		}
-		for _, r := range rs {
-			p := &meterv1.LatencyPoint{Start: timestamppb.New(r.Start)}
-			for _, m := range chstore.LatencyMetrics {
-				d := r.Latency[m]
-				h, err := sketch.FromArrays(d.Keys, d.Counts)
-				if err != nil {
-					return nil, fmt.Errorf("histogram %s: %w", m, err)
-				}
-				st, err := histStats(d.Count, d.Sum, h)
-				if err != nil {
-					return nil, err
-				}
-				setMetric(p, m, st)
-				a := total[m]
-				a.count += d.Count
-				a.sum += d.Sum
-				a.h.Merge(h)
-			}
-			out.Points = append(out.Points, p)
-		}
-		for _, m := range chstore.LatencyMetrics {
-			a := total[m]
-			st, err := histStats(a.count, a.sum, a.h)
-			if err != nil {
-				return nil, err
-			}
-			setMetric(out.Summary, m, st)
-		}
-		maxP99(out.Summary, out.Points)
-		resp.Series = append(resp.Series, out)
+		resp.Series = append(resp.Series, series)
 	}
 	return resp, nil
 }

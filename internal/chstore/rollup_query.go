@@ -69,27 +69,9 @@ func (q RollupQuery) Normalize() (RollupQuery, error) {
 	if !q.Start.IsZero() && (q.Start.Truncate(time.Minute) != q.Start || q.End.Truncate(time.Minute) != q.End) {
 		errs = append(errs, fmt.Errorf("%w: start and end must be whole minutes", ErrInvalidQuery))
 	}
-	seen := map[string]bool{}
-	var group []string
-	for _, g := range q.GroupBy {
-		for _, f := range strings.Split(g, ",") {
-			f = strings.TrimSpace(f)
-			if f == "" || seen[f] {
-				continue
-			}
-			seen[f] = true
-			if !contains(RollupGroupFields, f) {
-				errs = append(errs, fmt.Errorf("%w: unknown group_by field %q: want any of %s", ErrInvalidQuery, f, strings.Join(RollupGroupFields, ", ")))
-			}
-			group = append(group, f)
-		}
-	}
-	q.GroupBy = nil
-	for _, f := range RollupGroupFields {
-		if contains(group, f) {
-			q.GroupBy = append(q.GroupBy, f)
-		}
-	}
+	group, gerrs := parseGroupBy(q.GroupBy, RollupGroupFields)
+	q.GroupBy = group
+	errs = append(errs, gerrs...)
 	if q.Limit < 0 || q.Offset < 0 {
 		errs = append(errs, fmt.Errorf("%w: limit and offset must not be negative", ErrInvalidQuery))
 	}

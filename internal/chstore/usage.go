@@ -88,31 +88,37 @@ func (q UsageQuery) Normalize() (UsageQuery, error) {
 		errs = append(errs, fmt.Errorf("%w: range of %s at granularity %s is more than %d buckets; use a coarser granularity",
 			ErrInvalidQuery, q.End.Sub(q.Start), q.Granularity, MaxUsageBuckets))
 	}
+	group, gerrs := parseGroupBy(q.GroupBy, UsageGroupFields)
+	q.GroupBy = group
+	errs = append(errs, gerrs...)
+	return q, errors.Join(errs...)
+}
+
+// parseGroupBy reads group-by fields (repeated or comma-separated) against
+// the allowed ones, returning them in the allowed order, so that the SQL and
+// the output do not depend on the order the caller listed them in.
+func parseGroupBy(asked, allowed []string) ([]string, []error) {
+	var errs []error
 	seen := map[string]bool{}
-	var group []string
-	for _, g := range q.GroupBy {
+	for _, g := range asked {
 		for _, f := range strings.Split(g, ",") {
 			f = strings.TrimSpace(f)
 			if f == "" || seen[f] {
 				continue
 			}
 			seen[f] = true
-			if !contains(UsageGroupFields, f) {
-				errs = append(errs, fmt.Errorf("%w: unknown group_by field %q: want any of %s", ErrInvalidQuery, f, strings.Join(UsageGroupFields, ", ")))
-				continue
+			if !contains(allowed, f) {
+				errs = append(errs, fmt.Errorf("%w: unknown group_by field %q: want any of %s", ErrInvalidQuery, f, strings.Join(allowed, ", ")))
 			}
-			group = append(group, f)
 		}
 	}
-	// Canonical order, so that the SQL and the output do not depend on the
-	// order the caller listed the fields in.
-	q.GroupBy = q.GroupBy[:0:0]
-	for _, f := range UsageGroupFields {
-		if contains(group, f) {
-			q.GroupBy = append(q.GroupBy, f)
+	var out []string
+	for _, f := range allowed {
+		if seen[f] {
+			out = append(out, f)
 		}
 	}
-	return q, errors.Join(errs...)
+	return out, errs
 }
 
 func contains(list []string, s string) bool {
