@@ -28,8 +28,8 @@ type Store interface {
 
 var _ Store = (*chstore.Store)(nil)
 
-// JobName keys the job's watermark.
-const JobName = "rollup"
+// JobName keys the job's watermark; usage queries read it too.
+const JobName = chstore.RollupJob
 
 // Config tunes the job.
 type Config struct {
@@ -38,7 +38,8 @@ type Config struct {
 	// Settle is how far behind ClickHouse's clock the watermark stays, so that
 	// inserts in flight are seen by the next run. Default 5s.
 	Settle time.Duration
-	// Overlap re-reads dirty hours this far before the watermark. Default 1m.
+	// Overlap re-reads dirty hours this far before the watermark. Default
+	// chstore.RollupOverlap; usage queries assume no more than that.
 	Overlap time.Duration
 }
 
@@ -50,7 +51,7 @@ func (c Config) withDefaults() Config {
 		c.Settle = 5 * time.Second
 	}
 	if c.Overlap == 0 {
-		c.Overlap = time.Minute
+		c.Overlap = chstore.RollupOverlap
 	}
 	return c
 }

@@ -187,6 +187,10 @@ func TestLateEventsRecomputeExactlyTheirHour(t *testing.T) {
 	}
 	late = append(late, events[1000:1100]...) // hour 1 duplicates
 	f.insert(t, late)
+	all := append(append([]*meterv1.InferenceEvent{}, events...), late...)
+	// Before the job runs again, usage reads hour 1 from raw events and the
+	// others from rollups: exact all the same.
+	f.checkUsage(t, all)
 	hours, err = f.job.RunOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +198,7 @@ func TestLateEventsRecomputeExactlyTheirHour(t *testing.T) {
 	if diff := cmp.Diff(hoursOf(h0.Add(time.Hour)), hours); diff != "" {
 		t.Fatalf("late run hours (-want +got):\n%s", diff)
 	}
-	all := append(append([]*meterv1.InferenceEvent{}, events...), late...)
+	f.checkUsage(t, all)
 	got, after := f.totals(t)
 	if diff := cmp.Diff(brute(all, set), got); diff != "" {
 		t.Fatalf("totals after late events (-want +got):\n%s", diff)
@@ -310,5 +314,34 @@ func TestTwoReplicasSameTotals(t *testing.T) {
 	got, _ := f.totals(t)
 	if diff := cmp.Diff(brute(events, DefaultSLOSet()), got); diff != "" {
 		t.Fatalf("totals with two replicas (-want +got):\n%s", diff)
+	}
+}
+
+// checkUsage compares usage per tenant and hour with a brute-force count.
+func (f *fixture) checkUsage(t *testing.T, events []*meterv1.InferenceEvent) {
+	t.Helper()
+	type key struct {
+		hour   int64
+		tenant string
+	}
+	want := map[key]int64{}
+	seen := map[string]bool{}
+	for _, ev := range events {
+		if seen[ev.GetTenantId()+"/"+ev.GetEventId()] {
+			continue
+		}
+		seen[ev.GetTenantId()+"/"+ev.GetEventId()] = true
+		want[key{ev.GetCompletedAt().AsTime().Truncate(time.Hour).Unix(), ev.GetTenantId()}] += ev.GetOutputTokens() + 1_000_000
+	}
+	rows, err := f.store.Usage(context.Background(), chstore.UsageQuery{Start: h0.Add(-time.Hour), End: h0.Add(5 * time.Hour), Granularity: "hour", GroupBy: []string{"tenant_id"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[key]int64{}
+	for _, r := range rows {
+		got[key{r.Start.Unix(), r.TenantID}] = r.OutputTokens + 1_000_000*r.Requests
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("usage (-want +got):\n%s", diff)
 	}
 }

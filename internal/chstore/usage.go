@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -133,7 +135,19 @@ func contains(list []string, s string) bool {
 // SQL builds the usage query for a normalized UsageQuery. The inner query
 // deduplicates by (tenant_id, event_id) so that duplicates never count twice,
 // whatever the state of background merges.
-func (q UsageQuery) SQL() (string, []any) {
+func (q UsageQuery) SQL() (string, []any) { return q.rawSQL(nil) }
+
+// hourList writes hours as a ClickHouse IN list of Unix seconds.
+func hourList(hours []time.Time) string {
+	parts := make([]string, len(hours))
+	for i, h := range hours {
+		parts[i] = strconv.FormatInt(h.Unix(), 10)
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// rawSQL reads raw events; with onlyHours, only those UTC hours.
+func (q UsageQuery) rawSQL(onlyHours []time.Time) (string, []any) {
 	startMs, endMs := q.Start.UnixMilli(), q.End.UnixMilli()
 	// Second-resolution bounds on completed_at use the primary key and
 	// partitions; the millisecond bounds make the range exact.
@@ -167,6 +181,9 @@ FROM (
 		sb.WriteString(" AND tenant_id = ?")
 		args = append(args, q.TenantID)
 	}
+	if onlyHours != nil {
+		sb.WriteString(" AND intDiv(toUInt32(completed_at), 3600) * 3600 IN " + hourList(onlyHours))
+	}
 	sb.WriteString("\n GROUP BY tenant_id, event_id\n)\nGROUP BY bucket")
 	for _, f := range q.GroupBy {
 		fmt.Fprintf(&sb, ", d_%s", f)
@@ -180,14 +197,131 @@ FROM (
 	return sb.String(), args
 }
 
-// Usage runs a usage query. Invalid queries return an error wrapping
-// ErrInvalidQuery.
+// rollupSQL reads the rollups, leaving out the hours in exclude. The range
+// must lie on whole minutes.
+func (q UsageQuery) rollupSQL(exclude []time.Time) (string, []any) {
+	rq := RollupQuery{Start: q.Start, End: q.End, Step: q.Granularity}
+	table := rq.table()
+	var args []any
+	bucket := "toUInt32(?)"
+	if step := Granularities[q.Granularity]; step > 0 {
+		bucket = fmt.Sprintf("toUInt32(intDiv(toUInt32(bucket), %d) * %d)", step, step)
+	} else {
+		args = append(args, q.Start.Unix())
+	}
+	cols := append([]string{bucket + " AS b"}, q.GroupBy...)
+	where := "bucket >= toDateTime(?) AND bucket < toDateTime(?)"
+	args = append(args, q.Start.Unix(), q.End.Unix())
+	if q.TenantID != "" {
+		where += " AND tenant_id = ?"
+		args = append(args, q.TenantID)
+	}
+	if len(exclude) > 0 {
+		where += " AND intDiv(toUInt32(bucket), 3600) * 3600 NOT IN " + hourList(exclude)
+	}
+	groups := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
+	return fmt.Sprintf(`SELECT %s, sum(requests) AS r, sum(errors), sum(prompt_tokens), sum(cached_prompt_tokens), sum(output_tokens)
+FROM %s FINAL
+WHERE %s
+GROUP BY %s
+HAVING r > 0
+ORDER BY %s`, strings.Join(cols, ", "), table, where, groups, groups), args
+}
+
+// RollupJob names the rollup job's watermark in rollup_state.
+const RollupJob = "rollup"
+
+// RollupOverlap is how far before its watermark the rollup job re-reads
+// dirty hours: inserts stamped this long before it may have become visible
+// only after the job's last read. Usage queries treat those hours as dirty too.
+const RollupOverlap = time.Minute
+
+// Usage runs a usage query, exact and deduplicated. Ranges on whole minutes
+// read the rollups for every hour the rollup job has finished, and raw
+// events for the hours touched since (late events included), so that the
+// answer is the same as from raw events alone, at rollup speed. Other ranges,
+// or a store the job has not run on yet, read raw events. Invalid queries
+// return an error wrapping ErrInvalidQuery.
 func (s *Store) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 	q, err := q.Normalize()
 	if err != nil {
 		return nil, err
 	}
-	query, args := q.SQL()
+	if q.Start.Truncate(time.Minute).Equal(q.Start) && q.End.Truncate(time.Minute).Equal(q.End) {
+		wm, ok, err := s.Watermark(ctx, RollupJob)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			dirty, err := s.DirtyHours(ctx, wm.Add(-RollupOverlap), time.Unix(1<<32-1, 0))
+			if err != nil {
+				return nil, err
+			}
+			var inRange []time.Time
+			for _, h := range dirty {
+				if h.Add(time.Hour).After(q.Start) && h.Before(q.End) {
+					inRange = append(inRange, h)
+				}
+			}
+			query, args := q.rollupSQL(inRange)
+			rolled, err := s.usageRows(ctx, q, query, args)
+			if err != nil || len(inRange) == 0 {
+				return rolled, err
+			}
+			query, args = q.rawSQL(inRange)
+			raw, err := s.usageRows(ctx, q, query, args)
+			if err != nil {
+				return nil, err
+			}
+			return mergeUsage(append(rolled, raw...)), nil
+		}
+	}
+	query, args := q.rawSQL(nil)
+	return s.usageRows(ctx, q, query, args)
+}
+
+// mergeUsage sums rows of the same bucket and group, ordered like the SQL.
+func mergeUsage(rows []UsageRow) []UsageRow {
+	type key struct {
+		start                     int64
+		tenant, model, deployment string
+	}
+	idx := map[key]int{}
+	var out []UsageRow
+	for _, r := range rows {
+		k := key{r.Start.Unix(), r.TenantID, r.Model, r.Deployment}
+		i, ok := idx[k]
+		if !ok {
+			idx[k] = len(out)
+			out = append(out, r)
+			continue
+		}
+		o := &out[i]
+		o.Requests += r.Requests
+		o.Errors += r.Errors
+		o.PromptTokens += r.PromptTokens
+		o.CachedPromptTokens += r.CachedPromptTokens
+		o.OutputTokens += r.OutputTokens
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if !a.Start.Equal(b.Start) {
+			return a.Start.Before(b.Start)
+		}
+		if a.TenantID != b.TenantID {
+			return a.TenantID < b.TenantID
+		}
+		if a.Model != b.Model {
+			return a.Model < b.Model
+		}
+		return a.Deployment < b.Deployment
+	})
+	return out
+}
+
+// usageRows runs a usage query of either source; both return bucket, the
+// group-by values, requests, errors and the three token sums.
+func (s *Store) usageRows(ctx context.Context, q UsageQuery, query string, args []any) ([]UsageRow, error) {
 	rows, err := s.conn.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("query usage: %w", classify(err))
