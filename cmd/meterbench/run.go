@@ -47,6 +47,9 @@ type config struct {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "queries" {
+		return runQueries(ctx, args[1:], stdout, stderr)
+	}
 	var cfg config
 	fs := flag.NewFlagSet("meterbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"tokenmeter/api"
+	"tokenmeter/internal/chserver"
+	"tokenmeter/internal/chstore"
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+	"tokenmeter/rollup"
+)
+
+// runQueries is `meterbench queries`: it loads synthetic events straight into
+// ClickHouse (generated server-side), rolls them up, and times the API's
+// queries against the same questions asked of the raw rows.
+func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("meterbench queries", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	events := fs.Int("events", 100_000_000, "events to load")
+	days := fs.Int("days", 30, "days the events span")
+	tenants := fs.Int("tenants", 1000, "tenants")
+	reps := fs.Int("reps", 50, "repetitions of each rollup-backed query")
+	rawReps := fs.Int("raw-reps", 3, "repetitions of each raw baseline query")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	progress := func(format string, a ...any) { fmt.Fprintf(stderr, "meterbench: "+format+"\n", a...) }
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	dir, err := os.MkdirTemp("", "meterbench-q-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ch, err := chserver.Start(ctx, chserver.Config{Dir: filepath.Join(dir, "clickhouse"), Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer ch.Stop(context.WithoutCancel(ctx))
+	store, err := chstore.Open(chstore.Config{Addr: []string{ch.Addr()}, Database: "bench_q", Compression: "none"}, logger)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if _, err := store.Migrate(ctx); err != nil {
+		return err
+	}
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{ch.Addr()}, Auth: clickhouse.Auth{Database: "bench_q"},
+		ReadTimeout: 30 * time.Minute, Settings: clickhouse.Settings{"max_execution_time": 3600}})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+
+	end := time.Now().UTC().Truncate(24 * time.Hour)
+	start := end.Add(-time.Duration(*days) * 24 * time.Hour)
+	fmt.Fprintf(stdout, "tokenmeter query benchmark — %d events over %d days, %d tenants\n\n", *events, *days, *tenants)
+
+	t0 := time.Now()
+	const chunk = 10_000_000
+	for off := 0; off < *events; off += chunk {
+		n := min(chunk, *events-off)
+		progress("loading events %d..%d", off, off+n)
+		if err := conn.Exec(ctx, loadSQL(off, n, *events, *tenants, start, end.Sub(start))); err != nil {
+			return fmt.Errorf("load events: %w", err)
+		}
+	}
+	fmt.Fprintf(stdout, "load (INSERT … SELECT generated in ClickHouse)       %8.1f s  (%.0f rows/s)\n", time.Since(t0).Seconds(), float64(*events)/time.Since(t0).Seconds())
+
+	job, err := rollup.NewJob(rollup.Config{}, store, prometheus.NewRegistry(), logger, time.Now)
+	if err != nil {
+		return err
+	}
+	progress("rolling up every hour")
+	t0 = time.Now()
+	hours, err := job.RunOnce(ctx)
+	if err != nil {
+		return err
+	}
+	el := time.Since(t0)
+	fmt.Fprintf(stdout, "rollup of all %d hours                               %8.1f s  (%.2f s per hour of ~%d events)\n",
+		len(hours), el.Seconds(), el.Seconds()/float64(len(hours)), *events/max(1, len(hours)))
+	// Let the load's dirty-hour stamps fall behind the watermark's overlap.
+	time.Sleep(time.Until(t0.Add(chstore.RollupOverlap + 10*time.Second)))
+	if _, err := job.RunOnce(ctx); err != nil {
+		return err
+	}
+
+	// One hour of 1M events, rolled up on its own.
+	progress("rolling up one hour of 1,000,000 events")
+	hourStart := end.Add(24 * time.Hour)
+	if err := conn.Exec(ctx, loadSQL(0, 1_000_000, 1_000_000, *tenants, hourStart, time.Hour)); err != nil {
+		return err
+	}
+	t0 = time.Now()
+	if err := store.RollupHour(ctx, hourStart, rollup.DefaultSLOSet().Spec(0), uint64(time.Now().UnixMilli())<<16); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "rollup of one hour of 1,000,000 events               %8.2f s  (target < 2 s)\n", time.Since(t0).Seconds())
+
+	raw, err := tableBytes(ctx, conn, "inference_events")
+	if err != nil {
+		return err
+	}
+	hourB, _ := tableBytes(ctx, conn, "rollup_hour")
+	minB, _ := tableBytes(ctx, conn, "rollup_minute")
+	fmt.Fprintf(stdout, "on disk: raw %.0f MiB, rollup_hour %.1f MiB (%.0f× smaller), rollup_minute %.0f MiB (%.1f× smaller)\n\n",
+		mib(raw), mib(hourB), float64(raw)/float64(hourB), mib(minB), float64(raw)/float64(minB))
+
+	// The API, in process, over loopback gRPC.
+	keys, err := api.NewKeys(api.KeysFile{Keys: []api.KeyEntry{
+		{Name: "finance", SHA256: api.HashKey("finance"), Role: api.RoleFinance},
+		{Name: "tenant", SHA256: api.HashKey("tenant"), Role: api.RoleTenant, TenantID: "tenant-7"},
+	}})
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srv, err := api.New(sctx, api.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"},
+		&api.Services{Keys: keys, Usage: store, Rollups: store}, store.Ping, prometheus.NewRegistry(), logger)
+	if err != nil {
+		return err
+	}
+	go srv.Run(sctx)
+	gc, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+	if err != nil {
+		return err
+	}
+	defer gc.Close()
+	usage := meterv1.NewUsageServiceClient(gc)
+	metrics := meterv1.NewMetricsServiceClient(gc)
+	key := func(k string) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+k)
+	}
+	ts := timestamppb.New
+	report := func(what string, n int, fn func() error) error {
+		d, err := timeIt(n, fn)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		fmt.Fprintf(stdout, "%-68s p50 %7.1f ms  p99 %7.1f ms  (n=%d)\n", what, ms(d[len(d)/2]), ms(d[len(d)*99/100]), n)
+		return nil
+	}
+	steps := []struct {
+		what string
+		n    int
+		fn   func() error
+	}{
+		{"GetUsage, one tenant, 30 days, hour step (tenant key)", *reps, func() error {
+			_, err := usage.GetUsage(key("tenant"), &meterv1.GetUsageRequest{Start: ts(start), End: ts(end), Granularity: "hour"})
+			return err
+		}},
+		{"GetLatency, one tenant, 30 days, hour step (tenant key)", *reps, func() error {
+			_, err := metrics.GetLatency(key("tenant"), &meterv1.GetLatencyRequest{Selector: &meterv1.SeriesSelector{Start: ts(start), End: ts(end), Step: "hour"}})
+			return err
+		}},
+		{"GetUsage, all tenants, 30 days, hour step (finance)", *reps, func() error {
+			_, err := usage.GetUsage(key("finance"), &meterv1.GetUsageRequest{Start: ts(start), End: ts(end), Granularity: "hour"})
+			return err
+		}},
+		{"GetLatency, all tenants, 30 days, hour step (finance)", *reps, func() error {
+			_, err := metrics.GetLatency(key("finance"), &meterv1.GetLatencyRequest{Selector: &meterv1.SeriesSelector{Start: ts(start), End: ts(end), Step: "hour"}})
+			return err
+		}},
+		{"GetUsage, all tenants, 30 days, total by tenant (finance, 1000 rows)", *reps, func() error {
+			_, err := usage.GetUsage(key("finance"), &meterv1.GetUsageRequest{Start: ts(start), End: ts(end), GroupBy: []string{"tenant_id"}})
+			return err
+		}},
+	}
+	for _, s := range steps {
+		if err := report(s.what, s.n, s.fn); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(stdout, "\nbaseline: the same questions on raw rows in ClickHouse (deduplicated, exact quantiles)")
+	for _, b := range []struct{ what, sql string }{
+		{"usage, one tenant, 30 days, hour step", rawUsageSQL("tenant-7", start, end)},
+		{"latency (quantilesExact of TTFT/ITL/E2E), one tenant, hour step", rawLatencySQL("tenant-7", start, end)},
+		{"usage, all tenants, 30 days, hour step", rawUsageSQL("", start, end)},
+		{"latency (quantilesExact), all tenants, hour step", rawLatencySQL("", start, end)},
+	} {
+		if err := report("raw: "+b.what, *rawReps, func() error { return drain(ctx, conn, b.sql) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func loadSQL(off, n, total, tenants int, start time.Time, span time.Duration) string {
+	return fmt.Sprintf(`INSERT INTO inference_events (tenant_id, event_id, model, model_version, deployment, engine, gpu_type,
+  slo_class, completed_at, completed_at_ms, prompt_tokens, cached_prompt_tokens, output_tokens, ttft_ms, itl_ms, e2e_ms,
+  itl_measured, status, streaming, ingested_at)
+SELECT tenant_id, concat('e', toString(n)), model, 'v1', concat(model, '-h100'), 'vllm', 'H100-SXM-80GB',
+  if(intHash32(n + 3) %% 5 = 0, 'batch', 'interactive'), toDateTime(intDiv(ms, 1000)), ms,
+  prompt, intDiv(prompt * (intHash32(n + 5) %% 4), 4), output,
+  if(ok, ttft, NULL), if(ok, itl, NULL), if(ok, ttft + itl * (output - 1), NULL), 1,
+  if(ok, 'ok', 'timeout'), 1, now()
+FROM (
+  SELECT number + %[1]d AS n,
+    concat('tenant-', toString(intHash32(n) %% %[4]d)) AS tenant_id,
+    arrayElement(['llama-3.1-8b', 'llama-3.1-70b', 'mixtral-8x7b', 'qwen2.5-72b'], intHash32(n + 1) %% 4 + 1) AS model,
+    toInt64(%[5]d) + intDiv(toInt64(n) * %[6]d, %[3]d) AS ms,
+    intHash32(n + 2) %% 100 >= 3 AS ok,
+    toUInt64(50 + intHash32(n + 4) %% 4000) AS prompt,
+    toUInt64(1 + intHash32(n + 6) %% 800) AS output,
+    exp(4.5 + (intHash32(n + 7) %% 10000 / 10000 - 0.5) * 3) AS ttft,
+    10 + intHash32(n + 8) %% 1000 / 20 AS itl
+  FROM numbers(%[2]d)
+)`, off, n, total, tenants, start.UnixMilli(), span.Milliseconds())
+}
+
+func rawUsageSQL(tenant string, start, end time.Time) string {
+	where := fmt.Sprintf("completed_at >= toDateTime(%d) AND completed_at < toDateTime(%d)", start.Unix(), end.Unix())
+	if tenant != "" {
+		where += fmt.Sprintf(" AND tenant_id = '%s'", tenant)
+	}
+	return fmt.Sprintf(`SELECT intDiv(toUInt32(t), 3600) AS h, count(), sum(p), sum(o) FROM (
+  SELECT tenant_id, event_id, any(completed_at) AS t, any(prompt_tokens) AS p, any(output_tokens) AS o
+  FROM inference_events WHERE %s GROUP BY tenant_id, event_id) GROUP BY h ORDER BY h`, where)
+}
+
+func rawLatencySQL(tenant string, start, end time.Time) string {
+	where := fmt.Sprintf("completed_at >= toDateTime(%d) AND completed_at < toDateTime(%d)", start.Unix(), end.Unix())
+	if tenant != "" {
+		where += fmt.Sprintf(" AND tenant_id = '%s'", tenant)
+	}
+	return fmt.Sprintf(`SELECT intDiv(toUInt32(t), 3600) AS h, quantilesExact(0.5, 0.9, 0.95, 0.99)(ttft), quantilesExact(0.5, 0.9, 0.95, 0.99)(itl),
+  quantilesExact(0.5, 0.9, 0.95, 0.99)(e2e) FROM (
+  SELECT tenant_id, event_id, any(completed_at) AS t, any(ttft_ms) AS ttft, any(itl_ms) AS itl, any(e2e_ms) AS e2e
+  FROM inference_events WHERE %s GROUP BY tenant_id, event_id) GROUP BY h ORDER BY h`, where)
+}
+
+func drain(ctx context.Context, conn driver.Conn, query string) error {
+	rows, err := conn.Query(ctx, query)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+	}
+	return rows.Err()
+}
+
+func tableBytes(ctx context.Context, conn driver.Conn, table string) (uint64, error) {
+	var b uint64
+	err := conn.QueryRow(ctx, "SELECT sum(bytes_on_disk) FROM system.parts WHERE active AND database = 'bench_q' AND table = ?", table).Scan(&b)
+	return b, err
+}
+
+func timeIt(n int, fn func() error) ([]time.Duration, error) {
+	var d []time.Duration
+	for range n {
+		t := time.Now()
+		if err := fn(); err != nil {
+			return nil, err
+		}
+		d = append(d, time.Since(t))
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	return d, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+func mib(b uint64) float64       { return float64(b) / (1 << 20) }
