@@ -33,6 +33,10 @@ bench: build ## throughput, latency and memory report (see README "Performance")
 TOOL_PKGS := github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/protoc-gen-go \
 	google.golang.org/grpc/cmd/protoc-gen-go-grpc github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway
 
+.PHONY: bench-queries
+bench-queries: ## query benchmark: 100M synthetic events, rollups vs raw (takes ~20 min)
+	$(GO) run ./cmd/meterbench queries
+
 .PHONY: tools
 tools: $(TOOLS)/.stamp ## build the pinned code generators (tools/go.mod)
 

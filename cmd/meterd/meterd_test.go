@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,7 +83,7 @@ func (m *meterd) start(t *testing.T) {
 	t.Helper()
 	m.log = &bytes.Buffer{}
 	m.cmd = exec.Command(m.bin, "--dev", "--data-dir", m.dir, "--http-addr", m.http, "--grpc-addr", m.grpc,
-		"--kafka-brokers", m.kafka, "--batch-timeout", "100ms", "--log-level", "warn")
+		"--kafka-brokers", m.kafka, "--batch-timeout", "100ms", "--rollup-interval", "1s", "--log-level", "warn")
 	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
 	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -211,6 +212,27 @@ func TestDevRestartExact(t *testing.T) {
 		t.Fatalf("%s: usage %s, want %s and %s\nlog:\n%s", stage, body, want, wantTokens, m.log)
 	}
 	check("after crash and retries")
+
+	// The rollup role (it holds the Kafka lease alone) rolls everything up:
+	// traffic over the rollups counts every request once.
+	sel := url.Values{
+		"selector.start": {now.Truncate(time.Minute).Add(-time.Hour).Format(time.RFC3339)},
+		"selector.end":   {now.Truncate(time.Minute).Add(2 * time.Minute).Format(time.RFC3339)},
+	}
+	wantRollup := fmt.Sprintf(`"requests":"%d"`, wantReq)
+	var body []byte
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var code int
+		code, body, _ = m.do("GET", "/v1/traffic?"+sel.Encode(), m.key(t, "finance"), nil)
+		if code == 200 && strings.Contains(string(body), wantRollup) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rollups never reached %s: %.300s\nlog:\n%s", wantRollup, body, m.log)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
 
 	// Graceful restart keeps everything, and counts nothing twice.
 	m.cmd.Process.Signal(syscall.SIGTERM)
