@@ -59,6 +59,29 @@ func (u *fixedUsage) Usage(_ context.Context, q chstore.UsageQuery) ([]chstore.U
 	return u.rows, nil
 }
 
+// startAPI runs the real API server (grpc-gateway, auth, limits) over
+// loopback with svc until the test ends, and returns its base URL.
+func startAPI(t *testing.T, svc *api.Services) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := api.New(ctx, api.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", MaxBatchEvents: 1000, MaxRequestBytes: 4 << 20},
+		svc, func(context.Context) error { return nil }, nil, logger)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	})
+	return "http://" + srv.HTTPAddr()
+}
+
 // TestThroughGateway runs replay and usage against the real API server
 // (grpc-gateway, auth, limits) with in-memory backends: it checks that the
 // JSON meterctl writes and reads is what the gateway speaks.
@@ -76,22 +99,7 @@ func TestThroughGateway(t *testing.T) {
 		{Start: day, TenantID: "acme", Model: "m1", Requests: 10, Errors: 1, PromptTokens: 1000, CachedPromptTokens: 100, OutputTokens: 200},
 		{Start: day, TenantID: "globex", Model: "m2", Requests: 5, PromptTokens: 500, OutputTokens: 50},
 	}}
-	ctx, cancel := context.WithCancel(context.Background())
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := api.New(ctx, api.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", MaxBatchEvents: 1000, MaxRequestBytes: 4 << 20},
-		&api.Services{Keys: keys, Publisher: pub, Usage: usage}, func(context.Context) error { return nil }, nil, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
-	addr := "http://" + srv.HTTPAddr()
+	addr := startAPI(t, &api.Services{Keys: keys, Publisher: pub, Usage: usage})
 
 	const n = 3000
 	out, _, err := runArgs(t, nil, "replay", "--addr", addr, "--key", "tm_ingest", "--synthetic", "3000", "--batch", "700")

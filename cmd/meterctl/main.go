@@ -1,7 +1,8 @@
 // Command meterctl is the command-line client of tokenmeter's REST API: it
 // replays synthetic or Azure-trace traffic through POST /v1/events, queries
-// usage from GET /v1/usage, and creates API keys. "meterctl help" lists the
-// commands.
+// usage from GET /v1/usage and latency, goodput and traffic from
+// GET /v1/latency, /v1/goodput and /v1/traffic, and creates API keys.
+// "meterctl help" lists the commands.
 package main
 
 import (

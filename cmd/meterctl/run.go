@@ -19,8 +19,17 @@ Usage:
 Commands:
   replay     send synthetic or Azure-trace events through POST /v1/events
   usage      print usage totals from GET /v1/usage as a table, CSV or JSON
+  latency    print TTFT, ITL, E2E and queue-time percentiles from GET /v1/latency
+  goodput    print SLO attainment and goodput from GET /v1/goodput
+  traffic    print request and token rates and error rates from GET /v1/traffic
   keys new   create an API key and its entry for meterd's --auth-keys file
   help       show this text; "meterctl help <command>" shows a command's flags
+
+latency, goodput and traffic take the same selector flags: --tenant, --start
+and --end (RFC 3339 on whole minutes; default the last 24 h), --step
+(total, minute, hour, day), --group-by (tenant_id, model, model_version,
+deployment, gpu_type, slo_class), --page-size and --output (table, csv, json).
+They fetch every page of the answer.
 
 Environment:
   METER_ADDR     API base URL when --addr is not given (default ` + defaultAddr + `)
@@ -49,6 +58,12 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return runReplay(ctx, rest, getenv, stdout, stderr)
 	case "usage":
 		return runUsage(ctx, rest, getenv, stdout, stderr)
+	case "latency":
+		return runLatency(ctx, rest, getenv, stdout, stderr)
+	case "goodput":
+		return runGoodput(ctx, rest, getenv, stdout, stderr)
+	case "traffic":
+		return runTraffic(ctx, rest, getenv, stdout, stderr)
 	case "keys":
 		if len(rest) == 0 || rest[0] != "new" {
 			return errors.New(`keys: want "meterctl keys new --name NAME --role ROLE [--tenant ID]"`)

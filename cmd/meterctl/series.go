@@ -1,0 +1,403 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// This file holds what latency, goodput and traffic share: the
+// SeriesSelector flags, fetching every page of an answer, and writing rows
+// as an aligned table or CSV.
+
+var (
+	steps = []string{"total", "minute", "hour", "day"}
+	// seriesGroupFields are the dimensions the metrics API groups by
+	// (chstore.RollupGroupFields, in its order).
+	seriesGroupFields = []string{"tenant_id", "model", "model_version", "deployment", "gpu_type", "slo_class"}
+)
+
+// maxPageSize is the most series the API returns in one answer.
+const maxPageSize = 1000
+
+// selectorConfig is the configuration shared by latency, goodput and
+// traffic: how to reach the API, the SeriesSelector and the output.
+type selectorConfig struct {
+	connConfig
+	Tenant string
+	// Start (inclusive) and End (exclusive) lie on whole minutes.
+	Start, End time.Time
+	Step       string
+	GroupBy    []string
+	// PageSize is the series asked per request; every page is fetched.
+	PageSize     int
+	Output       string
+	ValidateOnly bool
+}
+
+// register adds the connection, selector and output flags to fs. The
+// returned function completes c once fs has parsed the arguments.
+func (c *selectorConfig) register(fs *flag.FlagSet) (finish func(getenv func(string) string, now time.Time) error) {
+	c.connConfig.register(fs)
+	fs.StringVar(&c.Tenant, "tenant", "", "only this tenant (a tenant key always sees only its own)")
+	start := fs.String("start", "", "inclusive start on a whole minute, RFC 3339 (default: 24h before --end)")
+	end := fs.String("end", "", "exclusive end on a whole minute, RFC 3339 (default: now, rounded down to the minute)")
+	fs.StringVar(&c.Step, "step", "total", "step: total (the whole range), minute, hour or day")
+	groupBy := fs.String("group-by", "", "comma-separated dimensions: "+strings.Join(seriesGroupFields, ", "))
+	fs.IntVar(&c.PageSize, "page-size", maxPageSize, fmt.Sprintf("series per request, 1 to %d; every page is fetched", maxPageSize))
+	fs.StringVar(&c.Output, "output", "table", "table, csv or json (the API's answers, pages merged)")
+	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the flags and exit")
+	return func(getenv func(string) string, now time.Time) error {
+		c.connConfig.resolve(getenv)
+		var errs []error
+		c.End = now.UTC().Truncate(time.Minute)
+		if *end != "" {
+			t, err := time.Parse(time.RFC3339Nano, *end)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("--end: %w", err))
+			}
+			c.End = t
+		}
+		c.Start = c.End.Add(-24 * time.Hour)
+		if *start != "" {
+			t, err := time.Parse(time.RFC3339Nano, *start)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("--start: %w", err))
+			}
+			c.Start = t
+		}
+		c.GroupBy = splitList(*groupBy)
+		return errors.Join(errs...)
+	}
+}
+
+// validate reports every problem of c.
+func (c selectorConfig) validate() []error {
+	errs := c.connConfig.validate()
+	for _, t := range []struct {
+		flag string
+		at   time.Time
+	}{{"--start", c.Start}, {"--end", c.End}} {
+		if !t.at.Truncate(time.Minute).Equal(t.at) {
+			errs = append(errs, fmt.Errorf("%s %s: must be a whole minute", t.flag, t.at.Format(time.RFC3339Nano)))
+		}
+	}
+	if !c.Start.Before(c.End) {
+		errs = append(errs, fmt.Errorf("--start %s is not before --end %s", c.Start.Format(time.RFC3339), c.End.Format(time.RFC3339)))
+	}
+	if !slices.Contains(steps, c.Step) {
+		errs = append(errs, fmt.Errorf("--step %q: want %s", c.Step, strings.Join(steps, ", ")))
+	}
+	for _, g := range c.GroupBy {
+		if !slices.Contains(seriesGroupFields, g) {
+			errs = append(errs, fmt.Errorf("--group-by %q: want any of %s", g, strings.Join(seriesGroupFields, ", ")))
+		}
+	}
+	if c.PageSize < 1 || c.PageSize > maxPageSize {
+		errs = append(errs, fmt.Errorf("--page-size %d: want 1 to %d", c.PageSize, maxPageSize))
+	}
+	if !slices.Contains(outputs, c.Output) {
+		errs = append(errs, fmt.Errorf("--output %q: want %s", c.Output, strings.Join(outputs, ", ")))
+	}
+	return errs
+}
+
+// Validate reports every problem at once.
+func (c selectorConfig) Validate() error { return errors.Join(c.validate()...) }
+
+// parseSelectorCommand parses the flags of a command that takes only the
+// selector flags (goodput, traffic).
+func parseSelectorCommand(name, about string, args []string, getenv func(string) string, now time.Time, stderr io.Writer) (selectorConfig, error) {
+	var c selectorConfig
+	fs := newFlagSet(name, "[flags]", about, stderr)
+	finish := c.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return c, err
+	}
+	if err := finish(getenv, now); err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+// query is the selector as REST query parameters.
+func (c selectorConfig) query() url.Values {
+	q := url.Values{}
+	if c.Tenant != "" {
+		q.Set("selector.tenant_id", c.Tenant)
+	}
+	q.Set("selector.start", c.Start.UTC().Format(time.RFC3339))
+	q.Set("selector.end", c.End.UTC().Format(time.RFC3339))
+	q.Set("selector.step", c.Step)
+	for _, g := range c.GroupBy {
+		q.Add("selector.group_by", g)
+	}
+	q.Set("selector.page_size", strconv.Itoa(c.PageSize))
+	return q
+}
+
+// writeEmpty says that the selection holds no requests: the API answers
+// no series then.
+func (c selectorConfig) writeEmpty(w io.Writer) error {
+	of := ""
+	if c.Tenant != "" {
+		of = " of tenant " + c.Tenant
+	}
+	_, err := fmt.Fprintf(w, "no requests%s in [%s, %s)\n", of, c.Start.UTC().Format(time.RFC3339), c.End.UTC().Format(time.RFC3339))
+	return err
+}
+
+// splitList splits a comma-separated flag value, dropping blanks and
+// repeats.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// pagedAnswer is a metrics answer that may continue on another page.
+type pagedAnswer interface {
+	proto.Message
+	GetNextPageToken() string
+}
+
+// fetchPages GETs path with q, then every further page its answers point
+// to, and hands each decoded page to add in order.
+func fetchPages[T any, R interface {
+	*T
+	pagedAnswer
+}](ctx context.Context, c *client, path string, q url.Values, add func(R)) error {
+	op := http.MethodGet + " " + path
+	q = maps.Clone(q) // Set below replaces values, it never changes them
+	seen := map[string]bool{}
+	for {
+		body, err := c.do(ctx, http.MethodGet, path, q, nil)
+		if err != nil {
+			return err
+		}
+		page := R(new(T))
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(body, page); err != nil {
+			return fmt.Errorf("%s: decode answer: %w", op, err)
+		}
+		add(page)
+		next := page.GetNextPageToken()
+		if next == "" {
+			return nil
+		}
+		if seen[next] {
+			return fmt.Errorf("%s: the server repeated page token %q", op, next)
+		}
+		seen[next] = true
+		q.Set("selector.page_token", next)
+	}
+}
+
+// writeJSON writes m as the gateway does (proto field names, zero values
+// included), indented.
+func writeJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode answer: %w", err)
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, b, "", "  "); err != nil {
+		return fmt.Errorf("encode answer: %w", err)
+	}
+	buf.WriteByte('\n')
+	_, err = buf.WriteTo(w)
+	return err
+}
+
+// column is a column of a grid.
+type column struct {
+	// head is the table header, csvHead the CSV header.
+	head, csvHead string
+	// num right-aligns the column in tables.
+	num bool
+}
+
+// numColumns returns right-aligned columns whose CSV header is the table
+// header in lower case.
+func numColumns(heads ...string) []column {
+	out := make([]column, len(heads))
+	for i, h := range heads {
+		out[i] = column{head: h, csvHead: strings.ToLower(h), num: true}
+	}
+	return out
+}
+
+// grid holds rows of cells, written as an aligned table or as CSV.
+type grid struct {
+	cols []column
+	rows [][]string
+}
+
+func (g *grid) add(cells ...string) { g.rows = append(g.rows, cells) }
+
+func (g *grid) writeCSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	head := make([]string, len(g.cols))
+	for i, c := range g.cols {
+		head[i] = c.csvHead
+	}
+	if err := cw.Write(head); err != nil {
+		return err
+	}
+	if err := cw.WriteAll(g.rows); err != nil {
+		return err
+	}
+	return cw.Error()
+}
+
+// writeTable writes the rows aligned, text to the left and numbers to the
+// right, two spaces apart.
+func (g *grid) writeTable(w io.Writer) error {
+	width := make([]int, len(g.cols))
+	for i, c := range g.cols {
+		width[i] = utf8.RuneCountInString(c.head)
+	}
+	for _, r := range g.rows {
+		for i, s := range r {
+			width[i] = max(width[i], utf8.RuneCountInString(s))
+		}
+	}
+	bw := bufio.NewWriter(w)
+	line := func(cells []string) {
+		var sb strings.Builder
+		for i, s := range cells {
+			if i > 0 {
+				sb.WriteString("  ")
+			}
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(s))
+			if g.cols[i].num {
+				sb.WriteString(pad + s)
+			} else {
+				sb.WriteString(s + pad)
+			}
+		}
+		bw.WriteString(strings.TrimRight(sb.String(), " "))
+		bw.WriteByte('\n')
+	}
+	head := make([]string, len(g.cols))
+	for i, c := range g.cols {
+		head[i] = c.head
+	}
+	line(head)
+	for _, r := range g.rows {
+		line(r)
+	}
+	return bw.Flush()
+}
+
+// groupByColumns are the columns of the group-by dimensions.
+func groupByColumns(groupBy []string) []column {
+	out := make([]column, len(groupBy))
+	for i, g := range groupBy {
+		head := strings.ToUpper(g)
+		if g == "tenant_id" {
+			head = "TENANT"
+		}
+		out[i] = column{head: head, csvHead: g}
+	}
+	return out
+}
+
+// cellFormat turns values into cells: rounded for people in tables, at
+// full precision for programs in CSV.
+type cellFormat struct{ csv bool }
+
+// summaryStart is the START cell of a series' summary row.
+func (f cellFormat) summaryStart() string {
+	if f.csv {
+		return "summary"
+	}
+	return "SUMMARY"
+}
+
+func (f cellFormat) group(groupBy []string, g map[string]string) []string {
+	out := make([]string, len(groupBy))
+	for i, k := range groupBy {
+		out[i] = g[k]
+		if out[i] == "" && !f.csv {
+			out[i] = "-"
+		}
+	}
+	return out
+}
+
+func (f cellFormat) time(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+func (f cellFormat) count(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// missing is the cell of a value that does not exist (a quantile of no
+// requests).
+func (f cellFormat) missing() string {
+	if f.csv {
+		return ""
+	}
+	return "-"
+}
+
+// float is a measurement (milliseconds, a rate): four significant digits
+// with one to three decimals in tables, which is finer than the 1%
+// accuracy of the histograms.
+func (f cellFormat) float(v float64) string {
+	if f.csv {
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	switch a := math.Abs(v); {
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case a >= 10:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	}
+}
+
+// fixed is a dimensionless ratio with the given decimals in tables.
+func (f cellFormat) fixed(v float64, decimals int) string {
+	if f.csv {
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(v, 'f', decimals, 64)
+}
+
+// percent is a fraction in [0, 1]: a percentage with two decimals in
+// tables, which never rounds a fraction that is not 0 or 1 to one that is;
+// the fraction itself in CSV.
+func (f cellFormat) percent(v float64) string {
+	if f.csv {
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	s := strconv.FormatFloat(v*100, 'f', 2, 64) + "%"
+	switch {
+	case v > 0 && s == "0.00%":
+		return "<0.01%"
+	case v < 1 && s == "100.00%":
+		return ">99.99%"
+	}
+	return s
+}
