@@ -21,7 +21,7 @@ if ! command -v clickhouse-server >/dev/null 2>&1; then
   fi
 fi
 
-bin/meterd --dev --data-dir "$DATA" --http-addr "$HTTP" 2>"$DATA.log" &
+bin/meterd --dev --data-dir "$DATA" --http-addr "$HTTP" --rollup-interval 2s 2>"$DATA.log" &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; exit 0' INT TERM
 trap 'kill -TERM $pid 2>/dev/null || true' EXIT
@@ -40,6 +40,13 @@ sleep 2 # one ingest batch interval, so the last events are queryable
 echo
 echo "== usage of the last 24 hours, from GET /v1/usage"
 bin/meterctl usage --addr "http://$HTTP" --key "$(cat "$DATA/keys/finance.key")" --group-by tenant_id,model
+sleep 8 # the rollup role recomputes changed hours every 2 s here (10 s by default)
+echo
+echo "== latency by model over the last 24 hours, from GET /v1/latency (rollups)"
+bin/meterctl latency --addr "http://$HTTP" --key "$(cat "$DATA/keys/finance.key")" --group-by model --metric ttft,e2e
+echo
+echo "== goodput by model, from GET /v1/goodput"
+bin/meterctl goodput --addr "http://$HTTP" --key "$(cat "$DATA/keys/finance.key")" --group-by model
 echo
 echo "meterd keeps running (logs in $DATA.log); try the keys above with meterctl or curl. Ctrl-C stops it."
 wait $pid
