@@ -3,6 +3,9 @@
 -- are collapsed by the ReplacingMergeTree in the background and, exactly, by
 -- every query, which groups by (tenant_id, event_id) first.
 -- Times: DateTime for partitioning and the key, plus exact Unix milliseconds.
+-- The key starts with the hour: rollups read one hour of every tenant, and
+-- a tenant-first key would make each of them read about one granule per
+-- tenant (measured: 60x the rows of the hour at 1,000 tenants).
 CREATE TABLE IF NOT EXISTS inference_events
 (
     tenant_id            String,
@@ -39,4 +42,4 @@ CREATE TABLE IF NOT EXISTS inference_events
 )
 ENGINE = ReplacingMergeTree(ingested_at)
 PARTITION BY toYYYYMM(completed_at)
-ORDER BY (tenant_id, toStartOfHour(completed_at), event_id);
+ORDER BY (toStartOfHour(completed_at), tenant_id, event_id);
