@@ -32,16 +32,8 @@ func runGoodput(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	switch cfg.Output {
-	case "json":
-		return writeJSON(stdout, all)
-	case "csv":
-		return goodputGrid(cfg, all.GetSeries(), cellFormat{csv: true}).writeCSV(stdout)
-	}
-	if len(all.GetSeries()) == 0 {
-		return cfg.writeEmpty(stdout)
-	}
-	return goodputGrid(cfg, all.GetSeries(), cellFormat{}).writeTable(stdout)
+	_, err = cfg.writeSeries(stdout, all, len(all.GetSeries()), func(f cellFormat) *grid { return goodputGrid(cfg, all.GetSeries(), f) })
+	return err
 }
 
 // goodputGrid has a row per step and group and a summary row per group.

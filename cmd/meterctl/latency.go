@@ -87,16 +87,8 @@ func runLatency(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	switch cfg.Output {
-	case "json":
-		return writeJSON(stdout, all)
-	case "csv":
-		return latencyGrid(cfg, all.GetSeries(), cellFormat{csv: true}).writeCSV(stdout)
-	}
-	if len(all.GetSeries()) == 0 {
-		return cfg.writeEmpty(stdout)
-	}
-	if err := latencyGrid(cfg, all.GetSeries(), cellFormat{}).writeTable(stdout); err != nil {
+	table, err := cfg.writeSeries(stdout, all, len(all.GetSeries()), func(f cellFormat) *grid { return latencyGrid(cfg, all.GetSeries(), f) })
+	if err != nil || !table {
 		return err
 	}
 	accuracy := "exact (from raw events)"

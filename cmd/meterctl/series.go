@@ -401,3 +401,19 @@ func (f cellFormat) percent(v float64) string {
 	}
 	return s
 }
+
+// writeSeries writes a merged answer of n series as the --output asks: the
+// API's JSON, CSV, or a table (or the no-data line). table reports whether a
+// table was written, for commands that add a footer under it.
+func (c selectorConfig) writeSeries(w io.Writer, all proto.Message, n int, build func(cellFormat) *grid) (table bool, err error) {
+	switch c.Output {
+	case "json":
+		return false, writeJSON(w, all)
+	case "csv":
+		return false, build(cellFormat{csv: true}).writeCSV(w)
+	}
+	if n == 0 {
+		return false, c.writeEmpty(w)
+	}
+	return true, build(cellFormat{}).writeTable(w)
+}

@@ -38,16 +38,8 @@ func runTraffic(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	switch cfg.Output {
-	case "json":
-		return writeJSON(stdout, all)
-	case "csv":
-		return trafficGrid(cfg, all.GetSeries(), cellFormat{csv: true}).writeCSV(stdout)
-	}
-	if len(all.GetSeries()) == 0 {
-		return cfg.writeEmpty(stdout)
-	}
-	return trafficGrid(cfg, all.GetSeries(), cellFormat{}).writeTable(stdout)
+	_, err = cfg.writeSeries(stdout, all, len(all.GetSeries()), func(f cellFormat) *grid { return trafficGrid(cfg, all.GetSeries(), f) })
+	return err
 }
 
 // errorClasses lists the error classes of byClass as "class:count", most
