@@ -37,13 +37,90 @@ type EventWriter interface {
 	InsertEvents(ctx context.Context, b *chstore.EventBatch) error
 }
 
-var _ EventWriter = (*chstore.Store)(nil)
+// GPUSampleWriter stores a batch of validated GPU samples; *chstore.Store implements it.
+type GPUSampleWriter interface {
+	InsertGPUSamples(ctx context.Context, b *chstore.GPUBatch) error
+}
+
+var (
+	_ EventWriter     = (*chstore.Store)(nil)
+	_ GPUSampleWriter = (*chstore.Store)(nil)
+)
+
+// DefaultGPUGroupID is the consumer group of the GPU sample consumer.
+const DefaultGPUGroupID = "tokenmeter-ingest-gpu"
+
+// rows is one batch of one record kind: add decodes and validates a record
+// into it, insert writes it in one INSERT.
+type rows interface {
+	add(m kafka.Message, now time.Time) *ValidationError
+	len() int
+	reset()
+	insert(ctx context.Context) error
+}
+
+// eventRows batches inference events.
+type eventRows struct {
+	decoder *Decoder
+	limits  Limits
+	store   EventWriter
+	ev      meterv1.InferenceEvent
+	batch   chstore.EventBatch
+}
+
+func (r *eventRows) add(m kafka.Message, now time.Time) *ValidationError {
+	err := r.decoder.Decode(&r.ev, m.Value, headerValue(m.Headers, HeaderContentType))
+	if err == nil {
+		err = r.limits.Validate(&r.ev, now)
+	}
+	if err != nil {
+		return asValidation(err)
+	}
+	r.batch.Append(&r.ev, now, chstore.Source{Partition: int32(m.Partition), Offset: m.Offset})
+	return nil
+}
+
+func (r *eventRows) len() int                         { return r.batch.Len() }
+func (r *eventRows) reset()                           { r.batch.Reset() }
+func (r *eventRows) insert(ctx context.Context) error { return r.store.InsertEvents(ctx, &r.batch) }
+
+// gpuRows batches GPU samples.
+type gpuRows struct {
+	limits Limits
+	store  GPUSampleWriter
+	s      meterv1.GpuSample
+	batch  chstore.GPUBatch
+}
+
+func (r *gpuRows) add(m kafka.Message, now time.Time) *ValidationError {
+	err := DecodeGPUSample(&r.s, m.Value, headerValue(m.Headers, HeaderContentType), r.limits)
+	if err == nil {
+		err = r.limits.ValidateGPUSample(&r.s, now)
+	}
+	if err != nil {
+		return asValidation(err)
+	}
+	r.batch.Append(&r.s, now)
+	return nil
+}
+
+func (r *gpuRows) len() int                         { return r.batch.Len() }
+func (r *gpuRows) reset()                           { r.batch.Reset() }
+func (r *gpuRows) insert(ctx context.Context) error { return r.store.InsertGPUSamples(ctx, &r.batch) }
+
+func asValidation(err error) *ValidationError {
+	var verr *ValidationError
+	if !errors.As(err, &verr) {
+		verr = &ValidationError{Reason: ReasonDecode, Message: err.Error()}
+	}
+	return verr
+}
 
 // ConsumerConfig configures the Kafka → ClickHouse consumer.
 type ConsumerConfig struct {
 	Brokers  []string
-	Topic    string // default DefaultEventsTopic
-	GroupID  string // default DefaultGroupID
+	Topic    string // default DefaultEventsTopic (DefaultGPUTopic for GPU samples)
+	GroupID  string // default DefaultGroupID (DefaultGPUGroupID for GPU samples)
 	DLQTopic string // default DefaultDLQTopic
 	// BatchSize flushes a batch when it holds this many records. Default 20,000.
 	BatchSize int
@@ -106,7 +183,7 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	return c
 }
 
-// Consumer reads event records from Kafka in a consumer group and writes them
+// Consumer reads event (or GPU sample) records from Kafka in a consumer group and writes them
 // to ClickHouse exactly once in effect: offsets are committed only after the
 // batch's insert (and its DLQ records) succeeded, and every aggregate
 // deduplicates the redelivered rows.
@@ -118,15 +195,13 @@ type Consumer struct {
 	cfg     ConsumerConfig
 	reader  *kafka.Reader
 	dlq     *kafka.Writer
-	store   EventWriter
-	decoder *Decoder
+	newRows func() rows
 	metrics *consumerMetrics
 	logger  *slog.Logger
 	now     func() time.Time
 
 	healthy atomic.Bool
 	free    chan *pending // flushed batches, for reuse
-	ev      meterv1.InferenceEvent
 
 	// crash, when set by tests, is asked at each step whether to stop right
 	// there as if the process had died: no flush, no commit.
@@ -136,14 +211,14 @@ type Consumer struct {
 // pending is one batch: the rows to insert, the records for the DLQ, and the
 // last message of each partition, whose offsets are committed after the writes.
 type pending struct {
-	batch   chstore.EventBatch
+	rows    rows
 	dead    []kafka.Message
 	last    map[int]kafka.Message // value dropped
 	records int
 }
 
 func (p *pending) reset() {
-	p.batch.Reset()
+	p.rows.reset()
 	clear(p.dead)
 	p.dead = p.dead[:0]
 	clear(p.last)
@@ -153,22 +228,44 @@ func (p *pending) reset() {
 // errCrashed is returned by Run when a test's crash point fired.
 var errCrashed = errors.New("simulated crash")
 
-// NewConsumer creates a consumer; Run starts it.
+// NewConsumer creates the consumer of inference events; Run starts it.
+// Its metrics carry the label topic=<events topic>.
 func NewConsumer(cfg ConsumerConfig, store EventWriter, reg prometheus.Registerer, logger *slog.Logger, now func() time.Time) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	metrics, err := newConsumerMetrics(reg)
+	decoder := NewDecoder(cfg.Limits)
+	return newConsumer(cfg, func() rows { return &eventRows{decoder: decoder, limits: cfg.Limits, store: store} }, reg, logger, now)
+}
+
+// NewGPUConsumer creates the consumer of GPU samples (topic DefaultGPUTopic,
+// group DefaultGPUGroupID unless cfg says otherwise), with the same
+// guarantees as the event consumer: DLQ for bad records, commit after insert.
+func NewGPUConsumer(cfg ConsumerConfig, store GPUSampleWriter, reg prometheus.Registerer, logger *slog.Logger, now func() time.Time) (*Consumer, error) {
+	if cfg.Topic == "" {
+		cfg.Topic = DefaultGPUTopic
+	}
+	if cfg.GroupID == "" {
+		cfg.GroupID = DefaultGPUGroupID
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return newConsumer(cfg, func() rows { return &gpuRows{limits: cfg.Limits, store: store} }, reg, logger, now)
+}
+
+func newConsumer(cfg ConsumerConfig, newRows func() rows, reg prometheus.Registerer, logger *slog.Logger, now func() time.Time) (*Consumer, error) {
+	metrics, err := newConsumerMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"topic": cfg.Topic}, reg))
 	if err != nil {
 		return nil, fmt.Errorf("register ingest metrics: %w", err)
 	}
 	c := &Consumer{
 		cfg:     cfg,
-		store:   store,
-		decoder: NewDecoder(cfg.Limits),
+		newRows: newRows,
 		metrics: metrics,
-		logger:  logger,
+		logger:  logger.With("topic", cfg.Topic),
 		now:     now,
 		free:    make(chan *pending, 3),
 	}
@@ -300,7 +397,7 @@ func (c *Consumer) nextPending() *pending {
 	case p := <-c.free:
 		return p
 	default:
-		return &pending{last: map[int]kafka.Message{}}
+		return &pending{rows: c.newRows(), last: map[int]kafka.Message{}}
 	}
 }
 
@@ -330,20 +427,9 @@ func (c *Consumer) shouldCrash(point string) bool { return c.crash != nil && c.c
 func (c *Consumer) add(p *pending, m kafka.Message) {
 	p.records++
 	c.metrics.consumed.Inc()
-	now := c.now()
-	err := c.decoder.Decode(&c.ev, m.Value, headerValue(m.Headers, HeaderContentType))
-	if err == nil {
-		err = c.cfg.Limits.Validate(&c.ev, now)
-	}
-	if err != nil {
-		var verr *ValidationError
-		if !errors.As(err, &verr) {
-			verr = &ValidationError{Reason: ReasonDecode, Message: err.Error()}
-		}
+	if verr := p.rows.add(m, c.now()); verr != nil {
 		c.metrics.rejected.WithLabelValues(verr.Reason).Inc()
 		p.dead = append(p.dead, c.deadLetter(m, verr))
-	} else {
-		p.batch.Append(&c.ev, now, chstore.Source{Partition: int32(m.Partition), Offset: m.Offset})
 	}
 	m.Value, m.Key, m.Headers = nil, nil, nil
 	p.last[m.Partition] = m
@@ -375,10 +461,10 @@ func (c *Consumer) write(ctx context.Context, p *pending) error {
 	if c.shouldCrash("after-dlq") {
 		return errCrashed
 	}
-	if p.batch.Len() > 0 {
-		err := c.retry(ctx, "insert events", p.records, func() error {
+	if n := p.rows.len(); n > 0 {
+		err := c.retry(ctx, "insert rows", p.records, func() error {
 			start := time.Now()
-			if err := c.store.InsertEvents(ctx, &p.batch); err != nil {
+			if err := p.rows.insert(ctx); err != nil {
 				c.metrics.insertErrors.Inc()
 				return err
 			}
@@ -388,7 +474,7 @@ func (c *Consumer) write(ctx context.Context, p *pending) error {
 		if err != nil {
 			return err
 		}
-		c.metrics.inserted.Add(float64(p.batch.Len()))
+		c.metrics.inserted.Add(float64(n))
 	}
 	if c.shouldCrash("after-insert") {
 		return errCrashed

@@ -41,16 +41,9 @@ func (d *Decoder) Decode(ev *meterv1.InferenceEvent, value []byte, contentType s
 	if len(value) == 0 {
 		return invalid(ReasonDecode, "record is empty")
 	}
-	isJSON := false
-	switch ct := strings.ToLower(strings.TrimSpace(strings.SplitN(contentType, ";", 2)[0])); ct {
-	case ContentTypeJSON:
-		isJSON = true
-	case ContentTypeProtobuf, "application/protobuf", "application/vnd.google.protobuf":
-	case "":
-		trimmed := bytes.TrimLeft(value, " \t\r\n")
-		isJSON = len(trimmed) > 0 && trimmed[0] == '{'
-	default:
-		return invalid(ReasonDecode, "unsupported content-type %q: want %s or %s", contentType, ContentTypeProtobuf, ContentTypeJSON)
+	isJSON, err := recordIsJSON(value, contentType)
+	if err != nil {
+		return err
 	}
 	if isJSON {
 		if err := d.json.Unmarshal(value, ev); err != nil {
@@ -72,4 +65,20 @@ func headerValue(headers []kafka.Header, key string) string {
 		}
 	}
 	return ""
+}
+
+// recordIsJSON decides a record's encoding: its content-type header, else a
+// leading '{' means JSON and anything else protobuf.
+func recordIsJSON(value []byte, contentType string) (bool, error) {
+	switch ct := strings.ToLower(strings.TrimSpace(strings.SplitN(contentType, ";", 2)[0])); ct {
+	case ContentTypeJSON:
+		return true, nil
+	case ContentTypeProtobuf, "application/protobuf", "application/vnd.google.protobuf":
+		return false, nil
+	case "":
+		trimmed := bytes.TrimLeft(value, " \t\r\n")
+		return len(trimmed) > 0 && trimmed[0] == '{', nil
+	default:
+		return false, invalid(ReasonDecode, "unsupported content-type %q: want %s or %s", contentType, ContentTypeProtobuf, ContentTypeJSON)
+	}
 }

@@ -3,7 +3,6 @@ package chstore
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -222,18 +221,5 @@ func (s *Store) InsertEvents(ctx context.Context, b *EventBatch) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	batch, err := s.conn.PrepareBatch(ctx, InsertEventsSQL)
-	if err != nil {
-		return fmt.Errorf("insert events batch: %w", err)
-	}
-	for i, col := range b.columns() {
-		if err := batch.Column(i).Append(col); err != nil {
-			_ = batch.Abort()
-			return fmt.Errorf("insert events batch: column %s: %w", eventColumns[i], err)
-		}
-	}
-	if err := batch.Send(); err != nil {
-		return fmt.Errorf("insert events batch: %w", err)
-	}
-	return nil
+	return s.sendColumns(ctx, "insert events batch", InsertEventsSQL, eventColumns, b.columns())
 }

@@ -1,0 +1,98 @@
+package ingest
+
+import (
+	"math"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+// DefaultGPUTopic carries GpuSample records from gpu-agent.
+const DefaultGPUTopic = "meter.gpu.v1"
+
+// MaxSampleInterval bounds interval_s of one GPU sample.
+const MaxSampleInterval = time.Hour
+
+// DecodeGPUSample fills s from a record value in protobuf or JSON (chosen as
+// for events: content-type header, else a leading '{' means JSON).
+func DecodeGPUSample(s *meterv1.GpuSample, value []byte, contentType string, limits Limits) error {
+	if len(value) > limits.MaxRecordBytes {
+		return invalid(ReasonOversized, "record is %d bytes, limit is %d", len(value), limits.MaxRecordBytes)
+	}
+	if len(value) == 0 {
+		return invalid(ReasonDecode, "record is empty")
+	}
+	isJSON, err := recordIsJSON(value, contentType)
+	if err != nil {
+		return err
+	}
+	if isJSON {
+		if err := protojson.Unmarshal(value, s); err != nil {
+			return invalid(ReasonDecode, "malformed JSON GPU sample: %v", err)
+		}
+		return nil
+	}
+	if err := proto.Unmarshal(value, s); err != nil {
+		return invalid(ReasonDecode, "malformed protobuf GPU sample: %v", err)
+	}
+	return nil
+}
+
+// ValidateGPUSample checks a GPU sample against ARCHITECTURE "GPU time and
+// cost" and the limits. An empty deployment is valid: the GPU's time is
+// reported as unattributed. It returns nil or a *ValidationError.
+func (l Limits) ValidateGPUSample(s *meterv1.GpuSample, now time.Time) error {
+	for _, f := range []struct{ name, v string }{{"sample_id", s.GetSampleId()}, {"gpu_uuid", s.GetGpuUuid()}} {
+		if f.v == "" {
+			return invalid(ReasonMissingField, "%s is required", f.name)
+		}
+	}
+	for _, f := range []struct{ name, v string }{
+		{"sample_id", s.GetSampleId()}, {"node", s.GetNode()}, {"gpu_uuid", s.GetGpuUuid()},
+		{"gpu_type", s.GetGpuType()}, {"mig_profile", s.GetMigProfile()}, {"deployment", s.GetDeployment()},
+		{"pod", s.GetPod()}, {"namespace", s.GetNamespace()}, {"region", s.GetRegion()},
+		{"pool", s.GetPool()}, {"source", s.GetSource()},
+	} {
+		if len(f.v) > l.MaxStringLen {
+			return invalid(ReasonOutOfRange, "%s is %d bytes, limit is %d", f.name, len(f.v), l.MaxStringLen)
+		}
+	}
+	if s.GetSampledAt() == nil {
+		return invalid(ReasonMissingField, "sampled_at is required")
+	}
+	if err := s.GetSampledAt().CheckValid(); err != nil {
+		return invalid(ReasonInvalidValue, "sampled_at: %v", err)
+	}
+	at := s.GetSampledAt().AsTime()
+	if at.Before(l.MinTime) || at.After(now.Add(l.MaxFuture)) {
+		return invalid(ReasonOutOfRange, "sampled_at %s is outside [%s, now+%s]", at.Format(time.RFC3339), l.MinTime.Format(time.RFC3339), l.MaxFuture)
+	}
+	iv := s.GetIntervalS()
+	if !(iv > 0) || iv > MaxSampleInterval.Seconds() || math.IsInf(iv, 0) {
+		return invalid(ReasonOutOfRange, "interval_s %v must be in (0, %v]", iv, MaxSampleInterval.Seconds())
+	}
+	if u := s.GetUtilization(); !(u >= 0 && u <= 1) {
+		return invalid(ReasonOutOfRange, "utilization %v must be in [0, 1]", u)
+	}
+	if f := s.GetMigFraction(); !(f >= 0 && f <= 1) {
+		return invalid(ReasonOutOfRange, "mig_fraction %v must be in [0, 1]", f)
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"power_watts", s.GetPowerWatts()}, {"energy_joules", s.GetEnergyJoules()}, {"sm_clock_mhz", s.GetSmClockMhz()}} {
+		if !(f.v >= 0) || math.IsInf(f.v, 0) {
+			return invalid(ReasonOutOfRange, "%s %v must be a non-negative number", f.name, f.v)
+		}
+	}
+	if t := s.GetTemperatureC(); math.IsNaN(t) || math.IsInf(t, 0) {
+		return invalid(ReasonInvalidValue, "temperature_c %v is not a number", t)
+	}
+	if s.GetFbTotalBytes() > 0 && s.GetFbUsedBytes() > s.GetFbTotalBytes() {
+		return invalid(ReasonOutOfRange, "fb_used_bytes %d exceeds fb_total_bytes %d", s.GetFbUsedBytes(), s.GetFbTotalBytes())
+	}
+	return nil
+}

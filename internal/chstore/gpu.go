@@ -1,0 +1,125 @@
+package chstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+// gpuColumns is the explicit column list of every insert into gpu_samples,
+// in the order GPUBatch appends them.
+var gpuColumns = []string{
+	"sample_id", "node", "gpu_uuid", "gpu_index", "gpu_type", "mig_profile",
+	"mig_instance_id", "mig_fraction", "deployment", "pod", "namespace",
+	"region", "pool", "sampled_at", "sampled_at_ms", "interval_s", "utilization",
+	"fb_used_bytes", "fb_total_bytes", "power_watts", "energy_joules",
+	"temperature_c", "sm_clock_mhz", "source", "ingested_at",
+}
+
+// InsertGPUSamplesSQL is the statement every GPU sample batch is sent with.
+var InsertGPUSamplesSQL = "INSERT INTO gpu_samples (" + strings.Join(gpuColumns, ", ") + ")"
+
+// GPUBatch accumulates validated GPU samples column by column for one
+// columnar INSERT. Reset reuses the memory.
+type GPUBatch struct {
+	sampleID, node, uuid                     []string
+	index                                    []uint32
+	gpuType, migProfile                      []string
+	migInstance                              []uint32
+	migFraction                              []float64
+	deployment, pod, namespace, region, pool []string
+	sampledAt                                []time.Time
+	sampledMs                                []int64
+	interval, util                           []float64
+	fbUsed, fbTotal                          []uint64
+	power, energy, temp, smClock             []float64
+	source                                   []string
+	ingestedAt                               []time.Time
+}
+
+// Len is the number of rows in the batch.
+func (b *GPUBatch) Len() int { return len(b.sampleID) }
+
+// Reset empties the batch, keeping its memory.
+func (b *GPUBatch) Reset() {
+	*b = GPUBatch{
+		sampleID: b.sampleID[:0], node: b.node[:0], uuid: b.uuid[:0], index: b.index[:0],
+		gpuType: b.gpuType[:0], migProfile: b.migProfile[:0], migInstance: b.migInstance[:0],
+		migFraction: b.migFraction[:0], deployment: b.deployment[:0], pod: b.pod[:0],
+		namespace: b.namespace[:0], region: b.region[:0], pool: b.pool[:0],
+		sampledAt: b.sampledAt[:0], sampledMs: b.sampledMs[:0], interval: b.interval[:0],
+		util: b.util[:0], fbUsed: b.fbUsed[:0], fbTotal: b.fbTotal[:0], power: b.power[:0],
+		energy: b.energy[:0], temp: b.temp[:0], smClock: b.smClock[:0], source: b.source[:0],
+		ingestedAt: b.ingestedAt[:0],
+	}
+}
+
+// Append adds one sample, which the caller has validated.
+func (b *GPUBatch) Append(s *meterv1.GpuSample, ingestedAt time.Time) {
+	b.sampleID = append(b.sampleID, s.GetSampleId())
+	b.node = append(b.node, s.GetNode())
+	b.uuid = append(b.uuid, s.GetGpuUuid())
+	b.index = append(b.index, s.GetGpuIndex())
+	b.gpuType = append(b.gpuType, s.GetGpuType())
+	b.migProfile = append(b.migProfile, s.GetMigProfile())
+	b.migInstance = append(b.migInstance, s.GetMigInstanceId())
+	b.migFraction = append(b.migFraction, s.GetMigFraction())
+	b.deployment = append(b.deployment, s.GetDeployment())
+	b.pod = append(b.pod, s.GetPod())
+	b.namespace = append(b.namespace, s.GetNamespace())
+	b.region = append(b.region, s.GetRegion())
+	b.pool = append(b.pool, s.GetPool())
+	at := s.GetSampledAt().AsTime()
+	b.sampledAt = append(b.sampledAt, at.Truncate(time.Second))
+	b.sampledMs = append(b.sampledMs, at.UnixMilli())
+	b.interval = append(b.interval, s.GetIntervalS())
+	b.util = append(b.util, s.GetUtilization())
+	b.fbUsed = append(b.fbUsed, s.GetFbUsedBytes())
+	b.fbTotal = append(b.fbTotal, s.GetFbTotalBytes())
+	b.power = append(b.power, s.GetPowerWatts())
+	b.energy = append(b.energy, s.GetEnergyJoules())
+	b.temp = append(b.temp, s.GetTemperatureC())
+	b.smClock = append(b.smClock, s.GetSmClockMhz())
+	b.source = append(b.source, s.GetSource())
+	b.ingestedAt = append(b.ingestedAt, ingestedAt.Truncate(time.Second))
+}
+
+func (b *GPUBatch) columns() []any {
+	return []any{
+		b.sampleID, b.node, b.uuid, b.index, b.gpuType, b.migProfile,
+		b.migInstance, b.migFraction, b.deployment, b.pod, b.namespace,
+		b.region, b.pool, b.sampledAt, b.sampledMs, b.interval, b.util,
+		b.fbUsed, b.fbTotal, b.power, b.energy,
+		b.temp, b.smClock, b.source, b.ingestedAt,
+	}
+}
+
+// InsertGPUSamples writes the batch in one INSERT with an explicit column
+// list. An empty batch is a no-op; the batch is left as it is.
+func (s *Store) InsertGPUSamples(ctx context.Context, b *GPUBatch) error {
+	if b.Len() == 0 {
+		return nil
+	}
+	return s.sendColumns(ctx, "insert GPU samples batch", InsertGPUSamplesSQL, gpuColumns, b.columns())
+}
+
+// sendColumns sends one columnar INSERT.
+func (s *Store) sendColumns(ctx context.Context, what, insert string, names []string, cols []any) error {
+	batch, err := s.conn.PrepareBatch(ctx, insert)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, classify(err))
+	}
+	for i, col := range cols {
+		if err := batch.Column(i).Append(col); err != nil {
+			_ = batch.Abort()
+			return fmt.Errorf("%s: column %s: %w", what, names[i], err)
+		}
+	}
+	if err := batch.Send(); err != nil {
+		return fmt.Errorf("%s: %w", what, classify(err))
+	}
+	return nil
+}
