@@ -101,7 +101,6 @@ CREATE TABLE IF NOT EXISTS cost_hour
     output_tokens                 UInt64,
     good_output_tokens            UInt64,
     e2e_ms                        UInt64,
-    gpu_seconds                   Float64,
     busy_tokens                   Int64,
     busy_weighted                 Int64,
     busy_request_time             Int64,
@@ -122,14 +121,15 @@ ENGINE = ReplacingMergeTree(version)
 PARTITION BY toYYYYMM(hour)
 ORDER BY (tenant_id, hour, deployment, model);
 
--- Versioned price books (billing.PriceBook as canonical JSON). The newest is
--- in force; every gpu_hour and cost_hour row records the version it used.
+-- Versioned price books (billing.PriceBook as canonical JSON). The newest
+-- (highest seq, the store time in ns) is in force; every gpu_hour and cost_hour row records the version it used.
 CREATE TABLE IF NOT EXISTS price_books
 (
     version    String,
     book       String,
     source     String,
-    created_at DateTime
+    created_at DateTime,
+    seq        UInt64
 )
 ENGINE = MergeTree
-ORDER BY (created_at, version);
+ORDER BY seq;

@@ -1,0 +1,262 @@
+package chstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// IdleTenant is the tenant of the cost line that holds idle GPU cost kept
+// apart, and all of the cost of a deployment-hour without traffic.
+const IdleTenant = "__idle__"
+
+// BusyPolicies and IdlePolicies name the allocation policies in the column
+// order of cost_hour (cost_<busy>_<idle>, busy_<busy>).
+var (
+	BusyPolicies = []string{"tokens", "weighted_tokens", "request_time"}
+	IdlePolicies = []string{"separate", "shared_weighted", "shared_even"}
+)
+
+// busyColumn maps a busy policy to its column stem.
+func busyColumn(p string) string {
+	if p == "weighted_tokens" {
+		return "weighted"
+	}
+	return p
+}
+
+// GPUSampleRow is one deduplicated GPU sample of an hour.
+type GPUSampleRow struct {
+	Deployment, GPUType, Pool, Region, MIGProfile string
+	// Instance names the GPU or MIG instance: gpu_uuid/mig_instance_id.
+	Instance     string
+	MIGFraction  float64
+	SampledAt    time.Time
+	IntervalS    float64
+	Utilization  float64
+	EnergyJoules float64
+}
+
+// GPUSamplesOfHour returns the hour's samples, deduplicated by sample_id
+// (the latest ingested copy wins), in a stable order.
+func (s *Store) GPUSamplesOfHour(ctx context.Context, hour time.Time) ([]GPUSampleRow, error) {
+	hour = hour.UTC().Truncate(time.Hour)
+	const query = `SELECT d_deployment, d_gpu_type, d_pool, d_region, d_mig_profile,
+  concat(d_uuid, '/', toString(d_mig_instance)), d_mig_fraction, d_sampled_at, d_interval, d_util, d_energy
+FROM (
+  SELECT sample_id,
+    argMax(deployment, ingested_at) AS d_deployment, argMax(gpu_type, ingested_at) AS d_gpu_type,
+    argMax(pool, ingested_at) AS d_pool, argMax(region, ingested_at) AS d_region,
+    argMax(mig_profile, ingested_at) AS d_mig_profile, argMax(gpu_uuid, ingested_at) AS d_uuid,
+    argMax(mig_instance_id, ingested_at) AS d_mig_instance, argMax(mig_fraction, ingested_at) AS d_mig_fraction,
+    argMax(sampled_at, ingested_at) AS d_sampled_at, argMax(interval_s, ingested_at) AS d_interval,
+    argMax(utilization, ingested_at) AS d_util, argMax(energy_joules, ingested_at) AS d_energy
+  FROM gpu_samples
+  WHERE sampled_at >= toDateTime(?) AND sampled_at < toDateTime(?)
+  GROUP BY sample_id
+)
+ORDER BY d_deployment, d_gpu_type, d_sampled_at, sample_id`
+	rows, err := s.conn.Query(ctx, query, hour.Unix(), hour.Add(time.Hour).Unix())
+	if err != nil {
+		return nil, fmt.Errorf("read GPU samples of %s: %w", hour.Format(time.RFC3339), classify(err))
+	}
+	defer rows.Close()
+	var out []GPUSampleRow
+	for rows.Next() {
+		var r GPUSampleRow
+		if err := rows.Scan(&r.Deployment, &r.GPUType, &r.Pool, &r.Region, &r.MIGProfile, &r.Instance,
+			&r.MIGFraction, &r.SampledAt, &r.IntervalS, &r.Utilization, &r.EnergyJoules); err != nil {
+			return nil, fmt.Errorf("scan GPU samples: %w", err)
+		}
+		r.SampledAt = r.SampledAt.UTC()
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read GPU samples: %w", classify(err))
+	}
+	return out, nil
+}
+
+// DeploymentUsageRow is the usage of one (deployment, tenant, model) in an hour.
+type DeploymentUsageRow struct {
+	Deployment, TenantID, Model string
+	Requests, InputTokens       uint64
+	CachedInputTokens           uint64
+	OutputTokens                uint64
+	GoodOutputTokens            uint64
+	E2EMs                       float64
+	SLOVersion                  uint32
+}
+
+// DeploymentUsage returns the hour's usage per (deployment, tenant, model)
+// from the hour rollup, which must be current.
+func (s *Store) DeploymentUsage(ctx context.Context, hour time.Time) ([]DeploymentUsageRow, error) {
+	hour = hour.UTC().Truncate(time.Hour)
+	const query = `SELECT deployment, tenant_id, model, sum(requests), sum(prompt_tokens), sum(cached_prompt_tokens),
+  sum(output_tokens), sum(good_output_tokens), sum(e2e_sum), max(slo_version)
+FROM rollup_hour FINAL
+WHERE bucket = toDateTime(?)
+GROUP BY deployment, tenant_id, model
+ORDER BY deployment, tenant_id, model`
+	rows, err := s.conn.Query(ctx, query, hour.Unix())
+	if err != nil {
+		return nil, fmt.Errorf("read usage of %s: %w", hour.Format(time.RFC3339), classify(err))
+	}
+	defer rows.Close()
+	var out []DeploymentUsageRow
+	for rows.Next() {
+		var r DeploymentUsageRow
+		if err := rows.Scan(&r.Deployment, &r.TenantID, &r.Model, &r.Requests, &r.InputTokens, &r.CachedInputTokens,
+			&r.OutputTokens, &r.GoodOutputTokens, &r.E2EMs, &r.SLOVersion); err != nil {
+			return nil, fmt.Errorf("scan usage: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read usage: %w", classify(err))
+	}
+	return out, nil
+}
+
+// GPUHourRow is one row of gpu_hour.
+type GPUHourRow struct {
+	Hour                                          time.Time
+	Deployment, GPUType, Pool, Region, MIGProfile string
+	GPUs                                          uint32
+	Samples                                       uint64
+	GPUSeconds, BusySeconds, CoveredSeconds       float64
+	EnergyJoules, UnpricedSeconds                 float64
+	CostNanos, BusyCostNanos, IdleCostNanos       int64
+	PriceVersion                                  string
+}
+
+var gpuHourColumns = []string{"hour", "deployment", "gpu_type", "pool", "region", "mig_profile", "gpus", "samples",
+	"gpu_seconds", "busy_seconds", "covered_seconds", "energy_joules", "unpriced_seconds",
+	"cost_nanos", "busy_cost_nanos", "idle_cost_nanos", "price_version", "version"}
+
+// CostRow is one line of cost_hour: a (tenant, model)'s usage in a
+// deployment-hour and its allocated cost under every policy pair.
+type CostRow struct {
+	Hour                                 time.Time
+	TenantID, Deployment, Model, GPUType string
+	Unattributed                         bool
+	Requests, InputTokens                uint64
+	CachedInputTokens, OutputTokens      uint64
+	GoodOutputTokens, E2EMs              uint64
+	// Busy[b] is the busy share under BusyPolicies[b]; Cost[b][i] the line's
+	// total under BusyPolicies[b] and IdlePolicies[i]; nano-units.
+	Busy         [3]int64
+	Cost         [3][3]int64
+	PriceVersion string
+	SLOVersion   uint32
+}
+
+func costColumns() []string {
+	cols := []string{"hour", "tenant_id", "deployment", "model", "gpu_type", "unattributed", "requests",
+		"input_tokens", "cached_input_tokens", "output_tokens", "good_output_tokens", "e2e_ms"}
+	for _, b := range BusyPolicies {
+		cols = append(cols, "busy_"+busyColumn(b))
+	}
+	for _, b := range BusyPolicies {
+		for _, i := range IdlePolicies {
+			cols = append(cols, "cost_"+busyColumn(b)+"_"+i)
+		}
+	}
+	return append(cols, "price_version", "slo_version", "version")
+}
+
+// WriteCost stores one hour's GPU and cost rows with version; they replace
+// the rows of earlier computations with the same keys.
+func (s *Store) WriteCost(ctx context.Context, gpu []GPUHourRow, cost []CostRow, version uint64) error {
+	if len(gpu) > 0 {
+		if err := s.sendRows(ctx, "write gpu_hour", "gpu_hour", gpuHourColumns, len(gpu), func(i int) []any {
+			r := gpu[i]
+			return []any{r.Hour.UTC(), r.Deployment, r.GPUType, r.Pool, r.Region, r.MIGProfile, r.GPUs, r.Samples,
+				r.GPUSeconds, r.BusySeconds, r.CoveredSeconds, r.EnergyJoules, r.UnpricedSeconds,
+				r.CostNanos, r.BusyCostNanos, r.IdleCostNanos, r.PriceVersion, version}
+		}); err != nil {
+			return err
+		}
+	}
+	if len(cost) > 0 {
+		return s.sendRows(ctx, "write cost_hour", "cost_hour", costColumns(), len(cost), func(i int) []any {
+			r := cost[i]
+			vals := []any{r.Hour.UTC(), r.TenantID, r.Deployment, r.Model, r.GPUType, boolByte(r.Unattributed), r.Requests,
+				r.InputTokens, r.CachedInputTokens, r.OutputTokens, r.GoodOutputTokens, r.E2EMs}
+			for _, b := range r.Busy {
+				vals = append(vals, b)
+			}
+			for _, row := range r.Cost {
+				for _, c := range row {
+					vals = append(vals, c)
+				}
+			}
+			return append(vals, r.PriceVersion, r.SLOVersion, version)
+		})
+	}
+	return nil
+}
+
+// sendRows inserts n rows given row by row, in one INSERT.
+func (s *Store) sendRows(ctx context.Context, what, table string, cols []string, n int, row func(i int) []any) error {
+	batch, err := s.conn.PrepareBatch(ctx, "INSERT INTO "+table+" ("+strings.Join(cols, ", ")+")")
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, classify(err))
+	}
+	for i := 0; i < n; i++ {
+		if err := batch.Append(row(i)...); err != nil {
+			_ = batch.Abort()
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	if err := batch.Send(); err != nil {
+		return fmt.Errorf("%s: %w", what, classify(err))
+	}
+	return nil
+}
+
+// GPUDirtyHours lists the hours touched by GPU sample inserts stamped in
+// [since, until). A zero since lists every hour holding samples.
+func (s *Store) GPUDirtyHours(ctx context.Context, since, until time.Time) ([]time.Time, error) {
+	query := "SELECT DISTINCT hour FROM gpu_dirty_hours WHERE ingested_at >= toDateTime(?) AND ingested_at < toDateTime(?) ORDER BY hour"
+	args := []any{since.Unix(), until.Unix()}
+	if since.IsZero() {
+		query = "SELECT DISTINCT toDateTime(intDiv(toUInt32(sampled_at), 3600) * 3600) AS h FROM gpu_samples ORDER BY h"
+		args = nil
+	}
+	return s.hours(ctx, query, args...)
+}
+
+// StalePriceHours lists the hours at or after from whose cost rows were
+// computed with a price book other than version.
+func (s *Store) StalePriceHours(ctx context.Context, version string, from time.Time) ([]time.Time, error) {
+	return s.hours(ctx, `SELECT DISTINCT hour FROM gpu_hour FINAL WHERE price_version != ? AND hour >= toDateTime(?)
+UNION ALL SELECT DISTINCT hour FROM cost_hour FINAL WHERE price_version != ? AND hour >= toDateTime(?)`,
+		version, from.Unix(), version, from.Unix())
+}
+
+// CurrentPriceBook returns the newest stored price book; ok is false when
+// none was ever stored.
+func (s *Store) CurrentPriceBook(ctx context.Context) (version, book string, createdAt time.Time, ok bool, err error) {
+	rows, err := s.conn.Query(ctx, "SELECT version, book, created_at FROM price_books ORDER BY seq DESC LIMIT 1")
+	if err != nil {
+		return "", "", time.Time{}, false, fmt.Errorf("read price book: %w", classify(err))
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return "", "", time.Time{}, false, rows.Err()
+	}
+	if err := rows.Scan(&version, &book, &createdAt); err != nil {
+		return "", "", time.Time{}, false, fmt.Errorf("read price book: %w", err)
+	}
+	return version, book, createdAt.UTC(), true, nil
+}
+
+// PutPriceBook stores a price book version.
+func (s *Store) PutPriceBook(ctx context.Context, version, book, source string, at time.Time) error {
+	if err := s.insertRow(ctx, "INSERT INTO price_books (version, book, source, created_at, seq)", version, book, source, at.UTC().Truncate(time.Second), uint64(at.UnixNano())); err != nil {
+		return fmt.Errorf("store price book: %w", err)
+	}
+	return nil
+}
