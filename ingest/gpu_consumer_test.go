@@ -57,8 +57,8 @@ func TestGPUConsumerExactAndDLQ(t *testing.T) {
 	}
 	bad := map[string]string{
 		`{"sample_id":"x","gpu_uuid":"GPU-9","sampled_at":"2026-11-22T10:00:10Z","interval_s":10,"utilization":1.5}`: ReasonOutOfRange,
-		`{"sample_id":"y","gpu_uuid":"GPU-9","interval_s":10}`:                                                      ReasonMissingField,
-		`{"sample_id":"z","gpu_uuid":"GPU-9","sampled_at":"2026-11-22T10:00:10Z","interval_s":0}`:                   ReasonOutOfRange,
+		`{"sample_id":"y","gpu_uuid":"GPU-9","interval_s":10}`:                                                       ReasonMissingField,
+		`{"sample_id":"z","gpu_uuid":"GPU-9","sampled_at":"2026-11-22T10:00:10Z","interval_s":0}`:                    ReasonOutOfRange,
 		`{"sample_id":`: ReasonDecode,
 	}
 	for v := range bad {
