@@ -37,9 +37,8 @@ type metricsService struct {
 
 // selection is a checked SeriesSelector.
 type selection struct {
-	q        chstore.RollupQuery
-	offset   int
-	pageSize int
+	q chstore.RollupQuery
+	pager
 }
 
 func (s *metricsService) selection(ctx context.Context, sel *meterv1.SeriesSelector) (selection, error) {
@@ -58,19 +57,35 @@ func (s *metricsService) selection(ctx context.Context, sel *meterv1.SeriesSelec
 	if err != nil {
 		return selection{}, err
 	}
-	out := selection{q: q, pageSize: int(sel.GetPageSize())}
-	switch {
-	case out.pageSize == 0:
-		out.pageSize = defaultPageSize
-	case out.pageSize < 0 || out.pageSize > maxPageSize:
-		return selection{}, fmt.Errorf("%w: page_size %d: want 1 to %d", chstore.ErrInvalidQuery, out.pageSize, maxPageSize)
+	pg, err := newPager(q.GroupBy, sel.GetPageSize(), sel.GetPageToken())
+	if err != nil {
+		return selection{}, err
 	}
-	if t := sel.GetPageToken(); t != "" {
-		if out.offset, err = strconv.Atoi(t); err != nil || out.offset < 0 {
-			return selection{}, fmt.Errorf("%w: bad page_token", chstore.ErrInvalidQuery)
+	return selection{q: q, pager: pg}, nil
+}
+
+// pager pages series: pageSize groups from offset, in group order.
+type pager struct {
+	groupBy  []string
+	offset   int
+	pageSize int
+}
+
+func newPager(groupBy []string, size int32, token string) (pager, error) {
+	p := pager{groupBy: groupBy, pageSize: int(size)}
+	switch {
+	case p.pageSize == 0:
+		p.pageSize = defaultPageSize
+	case p.pageSize < 0 || p.pageSize > maxPageSize:
+		return pager{}, fmt.Errorf("%w: page_size %d: want 1 to %d", chstore.ErrInvalidQuery, p.pageSize, maxPageSize)
+	}
+	if token != "" {
+		var err error
+		if p.offset, err = strconv.Atoi(token); err != nil || p.offset < 0 {
+			return pager{}, fmt.Errorf("%w: bad page_token", chstore.ErrInvalidQuery)
 		}
 	}
-	return out, nil
+	return p, nil
 }
 
 // groupKey orders and identifies a series by its group values.
@@ -84,10 +99,10 @@ func groupKey(fields []string, g map[string]string) string {
 
 // page splits rows (sorted by step) into series ordered by group, and
 // returns those of the page and the next page token.
-func page[R any](sel selection, rows []R, group func(R) map[string]string) (keys []string, series map[string][]R, next string) {
+func page[R any](sel pager, rows []R, group func(R) map[string]string) (keys []string, series map[string][]R, next string) {
 	series = map[string][]R{}
 	for _, r := range rows {
-		k := groupKey(sel.q.GroupBy, group(r))
+		k := groupKey(sel.groupBy, group(r))
 		if _, ok := series[k]; !ok {
 			keys = append(keys, k)
 		}
@@ -276,7 +291,7 @@ func (s *metricsService) GetLatency(ctx context.Context, req *meterv1.GetLatency
 			return nil, err
 		}
 		var series map[string][]chstore.RawLatencyRow
-		keys, series, resp.NextPageToken = page(sel, rows, func(r chstore.RawLatencyRow) map[string]string { return r.Group })
+		keys, series, resp.NextPageToken = page(sel.pager, rows, func(r chstore.RawLatencyRow) map[string]string { return r.Group })
 		for _, k := range keys {
 			groups[k] = series[k][0].Group
 			for _, r := range series[k] {
@@ -294,7 +309,7 @@ func (s *metricsService) GetLatency(ctx context.Context, req *meterv1.GetLatency
 			return nil, err
 		}
 		var series map[string][]chstore.RollupRow
-		keys, series, resp.NextPageToken = page(sel, rows, func(r chstore.RollupRow) map[string]string { return r.Group })
+		keys, series, resp.NextPageToken = page(sel.pager, rows, func(r chstore.RollupRow) map[string]string { return r.Group })
 		for _, k := range keys {
 			groups[k] = series[k][0].Group
 			for _, r := range series[k] {
@@ -343,7 +358,7 @@ func (s *metricsService) GetGoodput(ctx context.Context, req *meterv1.GetGoodput
 	if err != nil {
 		return nil, err
 	}
-	keys, series, next := page(sel, rows, func(r chstore.RollupRow) map[string]string { return r.Group })
+	keys, series, next := page(sel.pager, rows, func(r chstore.RollupRow) map[string]string { return r.Group })
 	resp := &meterv1.GetGoodputResponse{NextPageToken: next}
 	for _, k := range keys {
 		rs := series[k]
@@ -376,7 +391,7 @@ func (s *metricsService) GetTraffic(ctx context.Context, req *meterv1.GetTraffic
 	if err != nil {
 		return nil, err
 	}
-	keys, series, next := page(sel, rows, func(r chstore.RollupRow) map[string]string { return r.Group })
+	keys, series, next := page(sel.pager, rows, func(r chstore.RollupRow) map[string]string { return r.Group })
 	resp := &meterv1.GetTrafficResponse{NextPageToken: next}
 	width := chstore.Granularities[sel.q.Step]
 	for _, k := range keys {

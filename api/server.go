@@ -57,6 +57,10 @@ type Services struct {
 	Usage     UsageReader
 	// Rollups serves latency, goodput and traffic; nil leaves them unregistered.
 	Rollups RollupReader
+	// Cost serves cost and GPU usage; nil leaves them unregistered.
+	Cost CostReader
+	// Admin manages SLO sets and price books; nil leaves it unregistered.
+	Admin AdminStore
 }
 
 // Server is the gRPC server and the HTTP server (REST gateway, metrics, health).
@@ -123,6 +127,12 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 		if svc.Rollups != nil {
 			meterv1.RegisterMetricsServiceServer(s.grpc, &metricsService{store: svc.Rollups})
 		}
+		if svc.Cost != nil {
+			meterv1.RegisterCostServiceServer(s.grpc, &costService{store: svc.Cost})
+		}
+		if svc.Admin != nil {
+			meterv1.RegisterAdminServiceServer(s.grpc, &adminService{store: svc.Admin})
+		}
 
 		// The gateway calls our own gRPC server over loopback, so that REST
 		// and gRPC share authentication, limits and error mapping.
@@ -149,6 +159,18 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 			if err := meterv1.RegisterMetricsServiceHandler(ctx, gw, s.conn); err != nil {
 				s.close()
 				return nil, fmt.Errorf("register metrics gateway: %w", err)
+			}
+		}
+		if svc.Cost != nil {
+			if err := meterv1.RegisterCostServiceHandler(ctx, gw, s.conn); err != nil {
+				s.close()
+				return nil, fmt.Errorf("register cost gateway: %w", err)
+			}
+		}
+		if svc.Admin != nil {
+			if err := meterv1.RegisterAdminServiceHandler(ctx, gw, s.conn); err != nil {
+				s.close()
+				return nil, fmt.Errorf("register admin gateway: %w", err)
 			}
 		}
 		mux.Handle("/v1/", limitBody(gw, int64(cfg.MaxRequestBytes)))

@@ -39,6 +39,12 @@ var methodRoles = map[string][]Role{
 	meterv1.MetricsService_GetLatency_FullMethodName:   {RoleTenant, RoleFinance, RoleAdmin},
 	meterv1.MetricsService_GetGoodput_FullMethodName:   {RoleTenant, RoleFinance, RoleAdmin},
 	meterv1.MetricsService_GetTraffic_FullMethodName:   {RoleTenant, RoleFinance, RoleAdmin},
+	meterv1.CostService_GetCost_FullMethodName:         {RoleTenant, RoleFinance, RoleAdmin},
+	meterv1.CostService_GetGpuUsage_FullMethodName:     {RoleFinance, RoleAdmin},
+	meterv1.AdminService_GetSloSet_FullMethodName:      {RoleAdmin},
+	meterv1.AdminService_PutSloSet_FullMethodName:      {RoleAdmin},
+	meterv1.AdminService_GetPriceBook_FullMethodName:   {RoleFinance, RoleAdmin},
+	meterv1.AdminService_PutPriceBook_FullMethodName:   {RoleAdmin},
 }
 
 // errTooLarge is a request beyond the batch length limit.
@@ -89,7 +95,7 @@ func toStatus(ctx context.Context, logger *slog.Logger, err error) error {
 		code = codes.PermissionDenied
 	case errors.Is(err, errTooLarge):
 		code = codes.InvalidArgument
-	case errors.Is(err, chstore.ErrInvalidQuery):
+	case errors.Is(err, chstore.ErrInvalidQuery), errors.Is(err, errInvalidDocument):
 		code = codes.InvalidArgument
 	case errors.Is(err, ingest.ErrUnavailable):
 		code, msg = codes.Unavailable, "event log unavailable: nothing of this batch was accepted; retry later (retries are safe, events are deduplicated by event_id)"

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"tokenmeter/billing"
 	"tokenmeter/internal/chstore"
 )
 
@@ -24,6 +25,7 @@ type Store interface {
 	RollupHour(ctx context.Context, hour time.Time, spec chstore.GoodputSpec, version uint64) error
 	CurrentSLO(ctx context.Context) (uint32, string, bool, error)
 	PutSLO(ctx context.Context, rules, source string) (uint32, error)
+	CostStore
 }
 
 var _ Store = (*chstore.Store)(nil)
@@ -68,10 +70,11 @@ type Job struct {
 	version uint64
 	replica uint64 // low bits of every version: replicas never share one
 
-	runs     prometheus.Counter
-	failures prometheus.Counter
-	hours    prometheus.Counter
-	duration prometheus.Histogram
+	runs         prometheus.Counter
+	failures     prometheus.Counter
+	hours        prometheus.Counter
+	duration     prometheus.Histogram
+	costDuration prometheus.Histogram
 }
 
 // NewJob creates the job.
@@ -83,8 +86,10 @@ func NewJob(cfg Config, store Store, reg prometheus.Registerer, logger *slog.Log
 		hours:    prometheus.NewCounter(prometheus.CounterOpts{Name: "meter_rollup_hours_total", Help: "Hours recomputed."}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "meter_rollup_hour_duration_seconds", Help: "Time to recompute one hour.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
+		costDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "meter_rollup_cost_hour_duration_seconds", Help: "Time to recompute one hour's GPU usage and cost allocation.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
 	}
-	for _, c := range []prometheus.Collector{j.runs, j.failures, j.hours, j.duration} {
+	for _, c := range []prometheus.Collector{j.runs, j.failures, j.hours, j.duration, j.costDuration} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register rollup metrics: %w", err)
 		}
@@ -175,13 +180,55 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 		j.duration.Observe(time.Since(start).Seconds())
 		j.hours.Inc()
 	}
+
+	// Cost follows usage: an hour is recosted when its usage was recomputed,
+	// when GPU samples arrived for it, or when it was costed with another
+	// price book.
+	book, err := currentPrices(ctx, j.store)
+	if err != nil {
+		return nil, err
+	}
+	gpuDirty, err := j.store.GPUDirtyHours(ctx, since, until)
+	if err != nil {
+		return nil, err
+	}
+	stalePrice, err := j.store.StalePriceHours(ctx, book.Version(), time.Time{})
+	if err != nil {
+		return nil, err
+	}
+	costHours := mergeHours(hours, gpuDirty, stalePrice)
+	for _, h := range costHours {
+		start := time.Now()
+		if err := j.costHour(ctx, h, book); err != nil {
+			return nil, err
+		}
+		j.costDuration.Observe(time.Since(start).Seconds())
+	}
 	if err := j.store.SetWatermark(ctx, JobName, until); err != nil {
 		return nil, err
 	}
-	if len(hours) > 0 {
-		j.logger.Info("rolled up", "hours", len(hours), "slo_version", sloVersion, "watermark", until)
+	if len(hours) > 0 || len(costHours) > 0 {
+		j.logger.Info("rolled up", "hours", len(hours), "costed_hours", len(costHours), "slo_version", sloVersion,
+			"price_version", book.Version(), "watermark", until)
 	}
-	return hours, nil
+	return mergeHours(hours, costHours), nil
+}
+
+// costHour recomputes one hour's GPU usage and cost allocation.
+func (j *Job) costHour(ctx context.Context, hour time.Time, book *billing.PriceBook) error {
+	samples, err := j.store.GPUSamplesOfHour(ctx, hour)
+	if err != nil {
+		return err
+	}
+	usage, err := j.store.DeploymentUsage(ctx, hour)
+	if err != nil {
+		return err
+	}
+	gpu, cost, err := ComputeCost(hour, book, samples, usage)
+	if err != nil {
+		return fmt.Errorf("cost of %s: %w", hour.Format(time.RFC3339), err)
+	}
+	return j.store.WriteCost(ctx, gpu, cost, j.nextVersion())
 }
 
 // versionReplicaBits is the part of a version that names the replica.

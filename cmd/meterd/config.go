@@ -26,6 +26,8 @@ type Config struct {
 	GRPCAddr     string
 	AuthKeys     string
 	EventsTopic  string
+	GPUTopic     string
+	PricesFile   string
 	DLQTopic     string
 	GroupID      string
 	BatchSize    int
@@ -120,6 +122,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", "127.0.0.1:9090", "gRPC listen address")
 	fs.StringVar(&c.AuthKeys, "auth-keys", "", "JSON file of API keys (see README); --dev generates one")
 	fs.StringVar(&c.EventsTopic, "events-topic", ingest.DefaultEventsTopic, "Kafka topic of inference events")
+	fs.StringVar(&c.GPUTopic, "gpu-topic", ingest.DefaultGPUTopic, "Kafka topic of GPU samples (from gpu-agent); empty: do not ingest GPU samples")
+	fs.StringVar(&c.PricesFile, "prices", "", "JSON price book (GPU $/hour, token list prices; see README); a changed file becomes a new price version at start")
 	fs.StringVar(&c.DLQTopic, "dlq-topic", ingest.DefaultDLQTopic, "Kafka dead-letter topic")
 	fs.StringVar(&c.GroupID, "group-id", ingest.DefaultGroupID, "Kafka consumer group of the ingest role")
 	fs.IntVar(&c.BatchSize, "batch-size", 20_000, "flush an insert batch at this many records")

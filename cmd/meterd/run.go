@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"tokenmeter/api"
+	"tokenmeter/billing"
 	"tokenmeter/ingest"
 	"tokenmeter/internal/chserver"
 	"tokenmeter/internal/chstore"
@@ -55,7 +57,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		broker, err := devkafka.Start(devkafka.Config{
 			Addr:                  cfg.KafkaBrokers[0],
 			DataDir:               filepath.Join(cfg.DataDir, "kafka"),
-			Topics:                []string{cfg.EventsTopic, cfg.DLQTopic, "meter.gpu.v1"},
+			Topics:                devTopics(cfg),
 			SinglePartitionTopics: []string{rollup.DefaultLeaseTopic},
 			Logger:                logger,
 		})
@@ -95,7 +97,32 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
-	var consumer *ingest.Consumer
+	if cfg.PricesFile != "" {
+		data, err := os.ReadFile(cfg.PricesFile)
+		if err != nil {
+			return fmt.Errorf("--prices: %w", err)
+		}
+		book, err := billing.ParsePriceBook(data)
+		if err != nil {
+			return fmt.Errorf("--prices %s: %w", cfg.PricesFile, err)
+		}
+		v, changed, err := billing.EnsurePriceBook(ctx, store, book, cfg.PricesFile, now())
+		if err != nil {
+			return err
+		}
+		logger.Info("price book in force", "version", v, "new", changed, "source", cfg.PricesFile)
+	}
+
+	var consumer, gpuConsumer *ingest.Consumer
+	if cfg.HasRole("ingest") && cfg.GPUTopic != "" {
+		gpuConsumer, err = ingest.NewGPUConsumer(ingest.ConsumerConfig{
+			Brokers: cfg.KafkaBrokers, Topic: cfg.GPUTopic, GroupID: cfg.GroupID + "-gpu", DLQTopic: cfg.DLQTopic,
+			BatchSize: cfg.BatchSize, BatchTimeout: cfg.BatchTimeout,
+		}, store, reg, logger, now)
+		if err != nil {
+			return err
+		}
+	}
 	if cfg.HasRole("ingest") {
 		consumer, err = ingest.NewConsumer(ingest.ConsumerConfig{
 			Brokers: cfg.KafkaBrokers, Topic: cfg.EventsTopic, GroupID: cfg.GroupID, DLQTopic: cfg.DLQTopic,
@@ -107,19 +134,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	var job *rollup.Job
 	if cfg.HasRole("rollup") {
-		set := rollup.DefaultSLOSet()
-		source := "defaults"
+		// The SLO set in force lives in ClickHouse (versioned, managed through
+		// the admin API). A --slo-file is applied at start when it differs from
+		// it; without one the stored set stays (the built-in defaults, version
+		// 0, until a set is stored).
 		if cfg.SLOFile != "" {
-			if set, err = rollup.LoadSLOFile(cfg.SLOFile); err != nil {
+			set, err := rollup.LoadSLOFile(cfg.SLOFile)
+			if err != nil {
 				return err
 			}
-			source = cfg.SLOFile
+			v, err := rollup.EnsureSLO(ctx, store, set, cfg.SLOFile)
+			if err != nil {
+				return err
+			}
+			logger.Info("SLO set in force", "version", v, "source", cfg.SLOFile)
 		}
-		v, err := rollup.EnsureSLO(ctx, store, set, source)
-		if err != nil {
-			return err
-		}
-		logger.Info("SLO set in force", "version", v, "source", source)
 		if job, err = rollup.NewJob(rollup.Config{Interval: cfg.RollupEvery}, store, reg, logger, now); err != nil {
 			return err
 		}
@@ -135,11 +164,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		defer pub.Close()
-		svc = &api.Services{Keys: keys, Publisher: pub, Usage: store, Rollups: store}
+		svc = &api.Services{Keys: keys, Publisher: pub, Usage: store, Rollups: store, Cost: store, Admin: store}
 	}
 	ready := func(ctx context.Context) error {
 		if consumer != nil && !consumer.Healthy() {
 			return errors.New("ingest is retrying failed writes")
+		}
+		if gpuConsumer != nil && !gpuConsumer.Healthy() {
+			return errors.New("GPU sample ingest is retrying failed writes")
 		}
 		return store.Ping(ctx)
 	}
@@ -161,6 +193,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if consumer != nil {
 		g.Go(func() error { return consumer.Run(gctx) })
 	}
+	if gpuConsumer != nil {
+		g.Go(func() error { return gpuConsumer.Run(gctx) })
+	}
 	if job != nil {
 		g.Go(func() error {
 			return rollup.HoldLease(gctx, cfg.KafkaBrokers, rollup.DefaultLeaseTopic, rollup.DefaultLeaseGroup, logger, func(ctx context.Context) {
@@ -173,6 +208,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	err = g.Wait()
 	logger.Info("meterd stopped")
 	return err
+}
+
+// devTopics are the topics the dev broker creates.
+func devTopics(cfg Config) []string {
+	topics := []string{cfg.EventsTopic, cfg.DLQTopic}
+	if cfg.GPUTopic != "" {
+		topics = append(topics, cfg.GPUTopic)
+	}
+	return topics
 }
 
 // migrate applies the schema, retrying while ClickHouse is not reachable.
@@ -249,9 +293,9 @@ func ensureDevKeys(dir string) ([]devKey, error) {
 
 func printDevBanner(w io.Writer, cfg Config, s *api.Server, keys []devKey) {
 	fmt.Fprintf(w, "tokenmeter dev mode (data in %s)\n", cfg.DataDir)
-	fmt.Fprintf(w, "  REST        http://%s   (POST /v1/events, GET /v1/usage, /metrics, /healthz/ready)\n", s.HTTPAddr())
+	fmt.Fprintf(w, "  REST        http://%s   (POST /v1/events, GET /v1/usage|latency|goodput|traffic|cost|gpu-usage, /metrics, /healthz/ready)\n", s.HTTPAddr())
 	fmt.Fprintf(w, "  gRPC        %s\n", s.GRPCAddr())
-	fmt.Fprintf(w, "  Kafka       %s   (topics %s, %s)\n", cfg.KafkaBrokers[0], cfg.EventsTopic, cfg.DLQTopic)
+	fmt.Fprintf(w, "  Kafka       %s   (topics %s)\n", cfg.KafkaBrokers[0], strings.Join(devTopics(cfg), ", "))
 	fmt.Fprintf(w, "  ClickHouse  %s   (database %s)\n", cfg.ClickHouse, cfg.Database)
 	if len(keys) > 0 {
 		fmt.Fprintf(w, "  dev API keys (also in %s):\n", filepath.Join(cfg.DataDir, "keys"))

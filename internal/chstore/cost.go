@@ -228,12 +228,13 @@ func (s *Store) GPUDirtyHours(ctx context.Context, since, until time.Time) ([]ti
 	return s.hours(ctx, query, args...)
 }
 
-// StalePriceHours lists the hours at or after from whose cost rows were
-// computed with a price book other than version.
+// StalePriceHours lists the hours at or after from (zero: all) whose cost
+// rows were computed with a price book other than version.
 func (s *Store) StalePriceHours(ctx context.Context, version string, from time.Time) ([]time.Time, error) {
+	since := max(from.Unix(), 0)
 	return s.hours(ctx, `SELECT DISTINCT hour FROM gpu_hour FINAL WHERE price_version != ? AND hour >= toDateTime(?)
 UNION ALL SELECT DISTINCT hour FROM cost_hour FINAL WHERE price_version != ? AND hour >= toDateTime(?)`,
-		version, from.Unix(), version, from.Unix())
+		version, since, version, since)
 }
 
 // CurrentPriceBook returns the newest stored price book; ok is false when

@@ -106,7 +106,7 @@ func (q CostQuery) SQL() (string, []any) {
 	sel := []string{bucket + " AS b"}
 	sel = append(sel, q.GroupBy...)
 	sel = append(sel,
-		fmt.Sprintf("sum(cost_%s_%s)", b, q.Idle), fmt.Sprintf("sum(busy_%s)", b),
+		fmt.Sprintf("sum(cost_%s_%s) AS c", b, q.Idle), fmt.Sprintf("sum(busy_%s)", b),
 		"sumIf(requests, unattributed = 0)", "sumIf(input_tokens, unattributed = 0)",
 		"sumIf(cached_input_tokens, unattributed = 0)", "sumIf(output_tokens, unattributed = 0)",
 		"sumIf(good_output_tokens, unattributed = 0)",
@@ -119,7 +119,9 @@ func (q CostQuery) SQL() (string, []any) {
 		args = append(args, q.TenantID)
 	}
 	groupBy := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
-	return fmt.Sprintf("SELECT %s\nFROM cost_hour FINAL\nWHERE %s\nGROUP BY %s\nORDER BY %s",
+	// Lines with neither cost nor usage (the idle line when idle cost is
+	// shared) are left out.
+	return fmt.Sprintf("SELECT %s\nFROM cost_hour FINAL\nWHERE %s\nGROUP BY %s\nHAVING c != 0 OR sum(requests) > 0\nORDER BY %s",
 		strings.Join(sel, ", "), where, groupBy, groupBy), args
 }
 
@@ -224,13 +226,13 @@ func (q GPUUsageQuery) SQL() (string, []any) {
 	inner := append([]string{"hour"}, q.GroupBy...)
 	innerSel := append(slices.Clone(inner),
 		"sum(gpus) AS h_gpus", "sum(gpu_seconds) AS h_gpu", "sum(busy_seconds) AS h_busy", "sum(covered_seconds) AS h_cov",
-		"sum(gpus) * 3600 AS h_inst", "sum(energy_joules) AS h_energy", "sum(unpriced_seconds) AS h_unpriced",
+		"toFloat64(sum(gpus) * 3600) AS h_inst", "sum(energy_joules) AS h_energy", "sum(unpriced_seconds) AS h_unpriced",
 		"sum(cost_nanos) AS h_cost", "sum(busy_cost_nanos) AS h_busy_cost", "sum(idle_cost_nanos) AS h_idle_cost",
 		"groupUniqArray(price_version) AS h_versions")
 	sel := []string{bucket + " AS b"}
 	sel = append(sel, q.GroupBy...)
 	sel = append(sel, "sum(h_gpu)", "sum(h_busy)", "sum(h_cov)", "sum(h_inst)", "sum(h_energy)", "sum(h_unpriced)",
-		"max(h_gpus)", "sum(h_cost)", "sum(h_busy_cost)", "sum(h_idle_cost)", "groupUniqArrayArray(h_versions)")
+		"toUInt32(max(h_gpus))", "sum(h_cost)", "sum(h_busy_cost)", "sum(h_idle_cost)", "groupUniqArrayArray(h_versions)")
 	args = append(args, q.Start.Unix(), q.End.Unix())
 	groupBy := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
 	return fmt.Sprintf(`SELECT %s
@@ -320,4 +322,12 @@ func (s *Store) GPUUsage(ctx context.Context, q GPUUsageQuery) ([]GPUUsageRow, e
 		}
 	}
 	return out, trows.Err()
+}
+
+// Coverage is the share of the GPUs' hours that had samples.
+func (r GPUUsageRow) Coverage() float64 {
+	if r.InstanceSeconds == 0 {
+		return 0
+	}
+	return r.CoveredSeconds / r.InstanceSeconds
 }

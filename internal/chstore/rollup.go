@@ -3,6 +3,7 @@ package chstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -142,11 +143,21 @@ func RollupMinutesSQL(from, to time.Time, spec GoodputSpec, version uint64) (str
 	return query, args
 }
 
-// RollupHourSQL builds the statement that writes the hour rollup of hour from
-// the minute rows of one computation (version), merging histograms exactly.
-func RollupHourSQL(hour time.Time, version uint64) (string, []any) {
-	sel := []string{"toDateTime(?) AS b", "tenant_id", "model", "model_version", "deployment", "gpu_type", "slo_class",
-		"sum(requests)", "sum(errors)"}
+// RollupHourSQL builds the statement that writes the hour rollup of hour
+// into table from the rows of one computation (version) of source, merging
+// histograms exactly and keeping the dimensions in keep (the others are
+// left empty): rollup_hour from rollup_minute keeps them all,
+// rollup_tenant_hour keeps tenant_id, rollup_total_hour none.
+func RollupHourSQL(table, source string, keep []string, hour time.Time, version uint64) (string, []any) {
+	sel := []string{"toDateTime(?) AS b"}
+	for _, f := range RollupGroupFields {
+		if slices.Contains(keep, f) {
+			sel = append(sel, f)
+		} else {
+			sel = append(sel, "''")
+		}
+	}
+	sel = append(sel, "sum(requests)", "sum(errors)")
 	for _, c := range StatusClasses {
 		sel = append(sel, "sum(err_"+c+")")
 	}
@@ -156,13 +167,25 @@ func RollupHourSQL(hour time.Time, version uint64) (string, []any) {
 			fmt.Sprintf("(%s AS %s_hist).1", sketch.SQLMerge(m+"_keys", m+"_counts"), m), m+"_hist.2")
 	}
 	sel = append(sel, "max(slo_version)", "sum(good_requests)", "sum(good_output_tokens)", "toUInt64(?)")
-	query := fmt.Sprintf(`INSERT INTO rollup_hour (%s)
+	query := fmt.Sprintf(`INSERT INTO %s (%s)
 SELECT %s
-FROM rollup_minute
-WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?) AND version = ?
-GROUP BY tenant_id, model, model_version, deployment, gpu_type, slo_class`,
-		strings.Join(rollupColumns(), ", "), strings.Join(sel, ",\n  "))
+FROM %s
+WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?) AND version = ?`,
+		table, strings.Join(rollupColumns(), ", "), strings.Join(sel, ",\n  "), source)
+	if len(keep) > 0 {
+		query += "\nGROUP BY " + strings.Join(keep, ", ")
+	}
 	return query, []any{hour.Unix(), version, hour.Unix(), hour.Add(time.Hour).Unix(), version}
+}
+
+// hourLevels are the hour rollups and what each is built from, in order.
+var hourLevels = []struct {
+	table, source string
+	keep          []string
+}{
+	{"rollup_hour", "rollup_minute", RollupGroupFields},
+	{"rollup_tenant_hour", "rollup_hour", []string{"tenant_id"}},
+	{"rollup_total_hour", "rollup_tenant_hour", nil},
 }
 
 // RollupHour recomputes the minute and hour rollups of one UTC hour.
@@ -172,9 +195,11 @@ func (s *Store) RollupHour(ctx context.Context, hour time.Time, spec GoodputSpec
 	if err := s.conn.Exec(ctx, q, args...); err != nil {
 		return fmt.Errorf("roll up minutes of %s: %w", hour.Format(time.RFC3339), classify(err))
 	}
-	q, args = RollupHourSQL(hour, version)
-	if err := s.conn.Exec(ctx, q, args...); err != nil {
-		return fmt.Errorf("roll up hour %s: %w", hour.Format(time.RFC3339), classify(err))
+	for _, l := range hourLevels {
+		q, args = RollupHourSQL(l.table, l.source, l.keep, hour, version)
+		if err := s.conn.Exec(ctx, q, args...); err != nil {
+			return fmt.Errorf("roll up hour %s into %s: %w", hour.Format(time.RFC3339), l.table, classify(err))
+		}
 	}
 	return nil
 }

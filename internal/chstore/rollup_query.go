@@ -80,10 +80,23 @@ func (q RollupQuery) Normalize() (RollupQuery, error) {
 
 // table picks the rollup table for the query.
 func (q RollupQuery) table() string {
-	if q.Step != "minute" && q.Start.Truncate(time.Hour).Equal(q.Start) && q.End.Truncate(time.Hour).Equal(q.End) {
-		return "rollup_hour"
+	return rollupTable(q.Start, q.End, q.Step, q.TenantID, q.GroupBy)
+}
+
+// rollupTable picks the coarsest rollup that answers a query: hour tables
+// when the range lies on whole hours and the step is not a minute; among
+// them the per-tenant or all-tenant one when the grouping allows.
+func rollupTable(start, end time.Time, step, tenant string, groupBy []string) string {
+	if step == "minute" || !start.Truncate(time.Hour).Equal(start) || !end.Truncate(time.Hour).Equal(end) {
+		return "rollup_minute"
 	}
-	return "rollup_minute"
+	switch {
+	case len(groupBy) == 0 && tenant == "":
+		return "rollup_total_hour"
+	case len(groupBy) == 0 || (len(groupBy) == 1 && groupBy[0] == "tenant_id"):
+		return "rollup_tenant_hour"
+	}
+	return "rollup_hour"
 }
 
 // SQL builds the query for a normalized RollupQuery.

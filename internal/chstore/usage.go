@@ -200,8 +200,7 @@ FROM (
 // rollupSQL reads the rollups, leaving out the hours in exclude. The range
 // must lie on whole minutes.
 func (q UsageQuery) rollupSQL(exclude []time.Time) (string, []any) {
-	rq := RollupQuery{Start: q.Start, End: q.End, Step: q.Granularity}
-	table := rq.table()
+	table := rollupTable(q.Start, q.End, q.Granularity, q.TenantID, q.GroupBy)
 	var args []any
 	bucket := "toUInt32(?)"
 	if step := Granularities[q.Granularity]; step > 0 {

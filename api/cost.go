@@ -1,0 +1,259 @@
+package api
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"tokenmeter/billing"
+	"tokenmeter/internal/chstore"
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+// CostReader answers cost and GPU usage queries; *chstore.Store implements it.
+type CostReader interface {
+	Cost(ctx context.Context, q chstore.CostQuery) ([]chstore.CostRowOut, error)
+	GPUUsage(ctx context.Context, q chstore.GPUUsageQuery) ([]chstore.GPUUsageRow, error)
+	PriceBookStore
+}
+
+// PriceBookStore keeps the versioned price books; *chstore.Store implements it.
+type PriceBookStore interface {
+	CurrentPriceBook(ctx context.Context) (version, book string, createdAt time.Time, ok bool, err error)
+	PutPriceBook(ctx context.Context, version, book, source string, at time.Time) error
+}
+
+var _ CostReader = (*chstore.Store)(nil)
+
+// costService implements meterv1.CostServiceServer.
+type costService struct {
+	meterv1.UnimplementedCostServiceServer
+	store CostReader
+}
+
+// currency is the currency of the price book in force ("USD" without one).
+func currency(ctx context.Context, store PriceBookStore) (string, error) {
+	_, doc, _, ok, err := store.CurrentPriceBook(ctx)
+	if err != nil || !ok {
+		return billing.DefaultCurrency, err
+	}
+	book, err := billing.ParsePriceBook([]byte(doc))
+	if err != nil {
+		return "", err
+	}
+	return book.Currency, nil
+}
+
+func money(cur string, nanos int64) *meterv1.Money {
+	return &meterv1.Money{Currency: cur, Nanos: nanos, Amount: billing.Money(nanos).String()}
+}
+
+// per1k is cost per 1,000 tokens as a decimal string; empty without tokens.
+func per1k(nanos int64, tokens uint64) string {
+	m, ok := billing.CostPer1K(billing.Money(nanos), int64(tokens))
+	if !ok {
+		return ""
+	}
+	return m.String()
+}
+
+// costAcc sums the cost rows of a series or step.
+type costAcc struct {
+	cost, busy                            int64
+	requests, input, cached, output, good uint64
+	unReq, unIn, unOut                    uint64
+}
+
+func (a *costAcc) add(r chstore.CostRowOut) {
+	a.cost += r.CostNanos
+	a.busy += r.BusyNanos
+	a.requests += r.Requests
+	a.input += r.InputTokens
+	a.cached += r.CachedInputTokens
+	a.output += r.OutputTokens
+	a.good += r.GoodOutputTokens
+	a.unReq += r.UnattributedRequests
+	a.unIn += r.UnattributedInput
+	a.unOut += r.UnattributedOutput
+}
+
+func (a costAcc) point(cur string, start time.Time) *meterv1.CostPoint {
+	return &meterv1.CostPoint{
+		Start:                      timestamppb.New(start),
+		Cost:                       money(cur, a.cost),
+		BusyCost:                   money(cur, a.busy),
+		IdleCost:                   money(cur, a.cost-a.busy),
+		Requests:                   a.requests,
+		InputTokens:                a.input,
+		CachedInputTokens:          a.cached,
+		OutputTokens:               a.output,
+		GoodOutputTokens:           a.good,
+		CostPer_1KOutputTokens:     per1k(a.cost, a.output),
+		CostPer_1KTokens:           per1k(a.cost, a.input+a.output),
+		BusyCostPer_1KOutputTokens: per1k(a.busy, a.output),
+		BusyCostPer_1KTokens:       per1k(a.busy, a.input+a.output),
+		CostPer_1KGoodOutputTokens: per1k(a.cost, a.good),
+		UnattributedRequests:       a.unReq,
+		UnattributedInputTokens:    a.unIn,
+		UnattributedOutputTokens:   a.unOut,
+	}
+}
+
+func (s *costService) GetCost(ctx context.Context, req *meterv1.GetCostRequest) (*meterv1.GetCostResponse, error) {
+	tenant, err := scopeTenant(ctx, req.GetTenantId())
+	if err != nil {
+		return nil, err
+	}
+	q := chstore.CostQuery{TenantID: tenant, Step: req.GetStep(), GroupBy: req.GetGroupBy(),
+		Busy: req.GetBusyPolicy(), Idle: req.GetIdlePolicy()}
+	if req.GetStart() != nil {
+		q.Start = req.GetStart().AsTime()
+	}
+	if req.GetEnd() != nil {
+		q.End = req.GetEnd().AsTime()
+	}
+	if q, err = q.Normalize(); err != nil {
+		return nil, err
+	}
+	pg, err := newPager(q.GroupBy, req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	cur, err := currency(ctx, s.store)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.store.Cost(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	keys, series, next := page(pg, rows, func(r chstore.CostRowOut) map[string]string { return r.Group })
+	resp := &meterv1.GetCostResponse{NextPageToken: next, BusyPolicy: q.Busy, IdlePolicy: q.Idle, Currency: cur}
+	versions := map[string]bool{}
+	for _, k := range keys {
+		rs := series[k]
+		out := &meterv1.CostSeries{Group: rs[0].Group}
+		var total costAcc
+		for _, r := range rs {
+			var step costAcc
+			step.add(r)
+			total.add(r)
+			out.Points = append(out.Points, step.point(cur, r.Start))
+			for _, v := range r.PriceVersions {
+				versions[v] = true
+			}
+		}
+		out.Summary = total.point(cur, q.Start)
+		resp.Series = append(resp.Series, out)
+	}
+	resp.PriceVersions = sortedKeys(versions)
+	return resp, nil
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		if k != "" {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// gpuAcc sums the GPU usage rows of a series or step.
+type gpuAcc struct {
+	gpu, busy, covered, inst, energy, unpriced float64
+	maxGPUs                                    uint32
+	cost, busyCost, idleCost                   int64
+	input, output                              uint64
+	tokens                                     bool
+}
+
+func (a *gpuAcc) add(r chstore.GPUUsageRow) {
+	a.gpu += r.GPUSeconds
+	a.busy += r.BusySeconds
+	a.covered += r.CoveredSeconds
+	a.inst += r.InstanceSeconds
+	a.energy += r.EnergyJoules
+	a.unpriced += r.UnpricedSeconds
+	a.maxGPUs = max(a.maxGPUs, r.MaxGPUs)
+	a.cost += r.CostNanos
+	a.busyCost += r.BusyCostNanos
+	a.idleCost += r.IdleCostNanos
+	a.input += r.InputTokens
+	a.output += r.OutputTokens
+	a.tokens = r.TokensKnown
+}
+
+func (a gpuAcc) point(cur string, start time.Time) *meterv1.GpuUsagePoint {
+	p := &meterv1.GpuUsagePoint{
+		Start:            timestamppb.New(start),
+		GpuHours:         a.gpu / 3600,
+		BusyGpuHours:     a.busy / 3600,
+		IdleGpuHours:     (a.gpu - a.busy) / 3600,
+		Utilization:      ratio(a.busy, a.gpu),
+		EnergyKwh:        a.energy / 3.6e6,
+		Coverage:         ratio(a.covered, a.inst),
+		MaxGpus:          a.maxGPUs,
+		Cost:             money(cur, a.cost),
+		BusyCost:         money(cur, a.busyCost),
+		IdleCost:         money(cur, a.idleCost),
+		UnpricedGpuHours: a.unpriced / 3600,
+	}
+	if a.tokens {
+		p.OutputTokens = a.output
+		p.TotalTokens = a.input + a.output
+		p.TokensPerGpuHour, _ = billing.TokensPerGPUHour(int64(a.input+a.output), a.gpu)
+	}
+	return p
+}
+
+func (s *costService) GetGpuUsage(ctx context.Context, req *meterv1.GetGpuUsageRequest) (*meterv1.GetGpuUsageResponse, error) {
+	q := chstore.GPUUsageQuery{Step: req.GetStep(), GroupBy: req.GetGroupBy()}
+	if req.GetStart() != nil {
+		q.Start = req.GetStart().AsTime()
+	}
+	if req.GetEnd() != nil {
+		q.End = req.GetEnd().AsTime()
+	}
+	q, err := q.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	pg, err := newPager(q.GroupBy, req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	cur, err := currency(ctx, s.store)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.store.GPUUsage(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	keys, series, next := page(pg, rows, func(r chstore.GPUUsageRow) map[string]string { return r.Group })
+	resp := &meterv1.GetGpuUsageResponse{NextPageToken: next, Currency: cur}
+	versions := map[string]bool{}
+	for _, k := range keys {
+		rs := series[k]
+		out := &meterv1.GpuUsageSeries{Group: rs[0].Group}
+		var total gpuAcc
+		for _, r := range rs {
+			var step gpuAcc
+			step.add(r)
+			total.add(r)
+			out.Points = append(out.Points, step.point(cur, r.Start))
+			for _, v := range r.PriceVersions {
+				versions[v] = true
+			}
+		}
+		out.Summary = total.point(cur, q.Start)
+		resp.Series = append(resp.Series, out)
+	}
+	resp.PriceVersions = sortedKeys(versions)
+	return resp, nil
+}

@@ -1,0 +1,46 @@
+package billing
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// PriceBookStore keeps versioned price books (canonical JSON by version);
+// *chstore.Store implements it.
+type PriceBookStore interface {
+	CurrentPriceBook(ctx context.Context) (version, book string, createdAt time.Time, ok bool, err error)
+	PutPriceBook(ctx context.Context, version, book, source string, at time.Time) error
+}
+
+// EnsurePriceBook makes book the price book in force, storing it as a new
+// version when it differs from the newest stored one. It returns the version
+// in force and whether it was stored now. source records where the book
+// came from (a file name, "api:<key name>").
+func EnsurePriceBook(ctx context.Context, store PriceBookStore, book *PriceBook, source string, now time.Time) (string, bool, error) {
+	if err := book.Validate(); err != nil {
+		return "", false, err
+	}
+	data, err := book.MarshalJSON()
+	if err != nil {
+		return "", false, fmt.Errorf("encode price book: %w", err)
+	}
+	version := book.Version()
+	current, _, _, ok, err := store.CurrentPriceBook(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	if ok && current == version {
+		return version, false, nil
+	}
+	if err := store.PutPriceBook(ctx, version, string(data), source, now); err != nil {
+		return "", false, err
+	}
+	return version, true, nil
+}
+
+// EmptyPriceBook is the book in force before any is stored: no prices, so
+// every GPU-second is reported unpriced (never priced at zero).
+func EmptyPriceBook() *PriceBook {
+	return &PriceBook{Currency: DefaultCurrency, Allocation: DefaultPolicy()}
+}

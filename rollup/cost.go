@@ -1,0 +1,239 @@
+package rollup
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"tokenmeter/billing"
+	"tokenmeter/internal/chstore"
+)
+
+// CostStore is what the cost step needs of ClickHouse; *chstore.Store implements it.
+type CostStore interface {
+	GPUSamplesOfHour(ctx context.Context, hour time.Time) ([]chstore.GPUSampleRow, error)
+	DeploymentUsage(ctx context.Context, hour time.Time) ([]chstore.DeploymentUsageRow, error)
+	WriteCost(ctx context.Context, gpu []chstore.GPUHourRow, cost []chstore.CostRow, version uint64) error
+	GPUDirtyHours(ctx context.Context, since, until time.Time) ([]time.Time, error)
+	StalePriceHours(ctx context.Context, version string, from time.Time) ([]time.Time, error)
+	CurrentPriceBook(ctx context.Context) (version, book string, createdAt time.Time, ok bool, err error)
+}
+
+var _ CostStore = (*chstore.Store)(nil)
+
+// currentPrices reads the price book in force; without one, an empty book
+// (every GPU-second is then reported unpriced, never priced at zero).
+func currentPrices(ctx context.Context, store CostStore) (*billing.PriceBook, error) {
+	_, doc, _, ok, err := store.CurrentPriceBook(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return billing.EmptyPriceBook(), nil
+	}
+	book, err := billing.ParsePriceBook([]byte(doc))
+	if err != nil {
+		return nil, fmt.Errorf("stored price book: %w", err)
+	}
+	return book, nil
+}
+
+// costPolicies are every (busy, idle) pair, in chstore.CostRow order.
+func costPolicies(book *billing.PriceBook) [3][3]billing.Policy {
+	var out [3][3]billing.Policy
+	for b, bp := range billing.BusyPolicies() {
+		for i, ip := range billing.IdlePolicies() {
+			out[b][i] = billing.Policy{Busy: bp, Idle: ip, Weights: book.Allocation.Weights}
+		}
+	}
+	return out
+}
+
+// gpuGroupKey is one row of gpu_hour within a deployment.
+type gpuGroupKey struct{ gpuType, pool, region, profile string }
+
+// usageKey separates tenant and model in billing's tenant name.
+const usageKeySep = "\x1f"
+
+// ComputeCost computes an hour's gpu_hour and cost_hour rows from its
+// deduplicated GPU samples and its per-deployment usage. It is a pure
+// function: the same inputs give the same rows, in the same order.
+//
+// Each deployment-hour's GPU cost is split among its (tenant, model) pairs
+// under every busy and idle policy, exactly (largest remainder), so that
+// the lines of every policy pair add up to the GPU cost. Usage in a
+// deployment without GPU samples is marked unattributed; GPU time of
+// samples without a deployment goes entirely to the idle line.
+func ComputeCost(hour time.Time, book *billing.PriceBook, samples []chstore.GPUSampleRow, usage []chstore.DeploymentUsageRow) ([]chstore.GPUHourRow, []chstore.CostRow, error) {
+	hour = hour.UTC().Truncate(time.Hour)
+	version := book.Version()
+	byDep := map[string][]chstore.GPUSampleRow{}
+	for _, s := range samples {
+		byDep[s.Deployment] = append(byDep[s.Deployment], s)
+	}
+	usageByDep := map[string][]chstore.DeploymentUsageRow{}
+	for _, u := range usage {
+		usageByDep[u.Deployment] = append(usageByDep[u.Deployment], u)
+	}
+	deps := make([]string, 0, len(byDep)+len(usageByDep))
+	for d := range byDep {
+		deps = append(deps, d)
+	}
+	for d := range usageByDep {
+		if _, ok := byDep[d]; !ok {
+			deps = append(deps, d)
+		}
+	}
+	slices.Sort(deps)
+	policies := costPolicies(book)
+
+	var gpuRows []chstore.GPUHourRow
+	var costRows []chstore.CostRow
+	for _, dep := range deps {
+		ss, us := byDep[dep], usageByDep[dep]
+		if dep == "" {
+			us = nil // usage without a deployment cannot be matched to GPUs
+			for _, u := range usageByDep[dep] {
+				costRows = append(costRows, unattributedRow(hour, u, version))
+			}
+		}
+		if len(ss) == 0 {
+			for _, u := range us {
+				costRows = append(costRows, unattributedRow(hour, u, version))
+			}
+			continue
+		}
+		rows, depCost, gpuTypes, err := gpuHourRows(hour, dep, book, ss)
+		if err != nil {
+			return nil, nil, fmt.Errorf("deployment %q: %w", dep, err)
+		}
+		gpuRows = append(gpuRows, rows...)
+
+		tenants := make([]billing.TenantUsage, len(us))
+		byKey := map[string]chstore.DeploymentUsageRow{}
+		for i, u := range us {
+			key := u.TenantID + usageKeySep + u.Model
+			byKey[key] = u
+			tenants[i] = billing.TenantUsage{
+				Tenant: key, InputTokens: int64(u.InputTokens), CachedInputTokens: int64(u.CachedInputTokens),
+				OutputTokens: int64(u.OutputTokens), Requests: int64(u.Requests), E2EMillis: int64(u.E2EMs + 0.5),
+			}
+		}
+		lines := map[string]*chstore.CostRow{}
+		var order []string
+		for b := range policies {
+			for i := range policies[b] {
+				alloc, err := billing.AllocateHour(depCost, tenants, policies[b][i])
+				if err != nil {
+					return nil, nil, fmt.Errorf("deployment %q: allocate: %w", dep, err)
+				}
+				for _, l := range alloc.Lines {
+					r, ok := lines[l.Tenant]
+					if !ok {
+						r = &chstore.CostRow{Hour: hour, Deployment: dep, GPUType: gpuTypes, PriceVersion: version}
+						if l.Tenant == billing.IdleTenant {
+							r.TenantID = chstore.IdleTenant
+						} else {
+							u := byKey[l.Tenant]
+							r.TenantID, r.Model = u.TenantID, u.Model
+							r.Requests, r.InputTokens, r.CachedInputTokens = u.Requests, u.InputTokens, u.CachedInputTokens
+							r.OutputTokens, r.GoodOutputTokens, r.E2EMs = u.OutputTokens, u.GoodOutputTokens, uint64(u.E2EMs+0.5)
+							r.SLOVersion = u.SLOVersion
+						}
+						lines[l.Tenant] = r
+						order = append(order, l.Tenant)
+					}
+					r.Cost[b][i] = int64(l.Total)
+					if i == 0 {
+						r.Busy[b] = int64(l.Busy)
+					}
+				}
+			}
+		}
+		slices.Sort(order)
+		for _, k := range order {
+			costRows = append(costRows, *lines[k])
+		}
+	}
+	return gpuRows, costRows, nil
+}
+
+func unattributedRow(hour time.Time, u chstore.DeploymentUsageRow, version string) chstore.CostRow {
+	return chstore.CostRow{
+		Hour: hour, TenantID: u.TenantID, Deployment: u.Deployment, Model: u.Model, Unattributed: true,
+		Requests: u.Requests, InputTokens: u.InputTokens, CachedInputTokens: u.CachedInputTokens,
+		OutputTokens: u.OutputTokens, GoodOutputTokens: u.GoodOutputTokens, E2EMs: uint64(u.E2EMs + 0.5),
+		PriceVersion: version, SLOVersion: u.SLOVersion,
+	}
+}
+
+// gpuHourRows aggregates one deployment's samples per GPU group and prices
+// each group; the deployment's cost is the sum of its groups' (each rounded
+// once), so that allocations reconcile with gpu_hour exactly.
+func gpuHourRows(hour time.Time, dep string, book *billing.PriceBook, samples []chstore.GPUSampleRow) ([]chstore.GPUHourRow, billing.GPUCost, string, error) {
+	type agg struct {
+		usage     []billing.GPUUsage
+		instances map[string]float64 // instance → Σ interval_s
+		samples   uint64
+		energy    float64
+	}
+	groups := map[gpuGroupKey]*agg{}
+	for _, s := range samples {
+		k := gpuGroupKey{s.GPUType, s.Pool, s.Region, s.MIGProfile}
+		g := groups[k]
+		if g == nil {
+			g = &agg{instances: map[string]float64{}}
+			groups[k] = g
+		}
+		g.usage = append(g.usage, billing.GPUUsage{
+			GPUType: s.GPUType, Pool: s.Pool, Region: s.Region, MIGFraction: s.MIGFraction, At: s.SampledAt,
+			GPUSeconds: s.IntervalS, BusySeconds: s.IntervalS * min(max(s.Utilization, 0), 1),
+		})
+		g.instances[s.Instance] += s.IntervalS
+		g.samples++
+		g.energy += s.EnergyJoules
+	}
+	keys := make([]gpuGroupKey, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b gpuGroupKey) int {
+		return strings.Compare(a.gpuType+"\x00"+a.pool+"\x00"+a.region+"\x00"+a.profile, b.gpuType+"\x00"+b.pool+"\x00"+b.region+"\x00"+b.profile)
+	})
+	total := billing.GPUCost{Currency: book.Currency, PriceVersion: book.Version()}
+	var rows []chstore.GPUHourRow
+	var types []string
+	for _, k := range keys {
+		g := groups[k]
+		c, err := book.GPUCost(g.usage)
+		if err != nil {
+			return nil, billing.GPUCost{}, "", err
+		}
+		var covered float64
+		for _, secs := range g.instances {
+			covered += min(secs, 3600)
+		}
+		rows = append(rows, chstore.GPUHourRow{
+			Hour: hour, Deployment: dep, GPUType: k.gpuType, Pool: k.pool, Region: k.region, MIGProfile: k.profile,
+			GPUs: uint32(len(g.instances)), Samples: g.samples,
+			GPUSeconds: c.GPUSeconds, BusySeconds: c.BusySeconds, CoveredSeconds: covered,
+			EnergyJoules: g.energy, UnpricedSeconds: c.UnpricedSeconds,
+			CostNanos: int64(c.Cost), BusyCostNanos: int64(c.BusyCost), IdleCostNanos: int64(c.IdleCost),
+			PriceVersion: c.PriceVersion,
+		})
+		total.GPUSeconds += c.GPUSeconds
+		total.BusySeconds += c.BusySeconds
+		total.IdleSeconds += c.IdleSeconds
+		total.UnpricedSeconds += c.UnpricedSeconds
+		total.Cost += c.Cost
+		total.BusyCost += c.BusyCost
+		total.IdleCost += c.IdleCost
+		if !slices.Contains(types, k.gpuType) {
+			types = append(types, k.gpuType)
+		}
+	}
+	slices.Sort(types)
+	return rows, total, strings.Join(types, "+"), nil
+}
