@@ -93,7 +93,7 @@ func newStack(t *testing.T, brokerDown bool) *stack {
 		t.Fatal(err)
 	}
 	srv, err := api.New(ctx, api.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", MaxBatchEvents: 100, MaxRequestBytes: 1 << 20},
-		&api.Services{Keys: keys, Publisher: pub, Usage: store, Rollups: store}, store.Ping, reg, logger)
+		&api.Services{Keys: keys, Publisher: pub, Usage: store, Rollups: store, Cost: store, Admin: store}, store.Ping, reg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func currency(ctx context.Context, store PriceBookStore) (string, error) {
 }
 
 func money(cur string, nanos int64) *meterv1.Money {
-	return &meterv1.Money{Currency: cur, Nanos: nanos, Amount: billing.Money(nanos).String()}
+	return &meterv1.Money{Currency: cur, Nanos: nanos, Amount: billing.Money(nanos).StringFixed(9)}
 }
 
 // per1k is cost per 1,000 tokens as a decimal string; empty without tokens.
@@ -56,7 +56,7 @@ func per1k(nanos int64, tokens uint64) string {
 	if !ok {
 		return ""
 	}
-	return m.String()
+	return m.StringFixed(9)
 }
 
 // costAcc sums the cost rows of a series or step.
