@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/api"
+	"tokenmeter/billing"
 	"tokenmeter/internal/chserver"
 	"tokenmeter/internal/chstore"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -35,6 +36,7 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	events := fs.Int("events", 100_000_000, "events to load")
 	days := fs.Int("days", 30, "days the events span")
 	tenants := fs.Int("tenants", 1000, "tenants")
+	gpus := fs.Int("gpus", 200, "GPUs sampled every 10 s over the same days (4 deployments)")
 	reps := fs.Int("reps", 50, "repetitions of each rollup-backed query")
 	rawReps := fs.Int("raw-reps", 3, "repetitions of each raw baseline query")
 	if err := fs.Parse(args); err != nil {
@@ -81,6 +83,23 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	fmt.Fprintf(stdout, "load (INSERT … SELECT generated in ClickHouse)       %8.1f s  (%.0f rows/s)\n", time.Since(t0).Seconds(), float64(*events)/time.Since(t0).Seconds())
+	t0 = time.Now()
+	samples := *gpus * int(end.Sub(start)/(10*time.Second))
+	for off := 0; off < samples; off += chunk {
+		n := min(chunk, samples-off)
+		progress("loading GPU samples %d..%d", off, off+n)
+		if err := conn.Exec(ctx, gpuLoadSQL(off, n, *gpus, start)); err != nil {
+			return fmt.Errorf("load GPU samples: %w", err)
+		}
+	}
+	fmt.Fprintf(stdout, "load of %d GPU samples (%d GPUs, 10 s)            %8.1f s\n", samples, *gpus, time.Since(t0).Seconds())
+	book, err := billing.ParsePriceBook([]byte(benchPrices))
+	if err != nil {
+		return err
+	}
+	if _, _, err := billing.EnsurePriceBook(ctx, store, book, "meterbench", time.Now()); err != nil {
+		return err
+	}
 
 	job, err := rollup.NewJob(rollup.Config{}, store, prometheus.NewRegistry(), logger, time.Now)
 	if err != nil {
@@ -107,20 +126,48 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := conn.Exec(ctx, loadSQL(0, 1_000_000, 1_000_000, *tenants, hourStart, time.Hour)); err != nil {
 		return err
 	}
+	if err := conn.Exec(ctx, gpuLoadSQL(0, *gpus*360, *gpus, hourStart)); err != nil {
+		return err
+	}
 	t0 = time.Now()
 	if err := store.RollupHour(ctx, hourStart, rollup.DefaultSLOSet().Spec(0), uint64(time.Now().UnixMilli())<<16); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "rollup of one hour of 1,000,000 events               %8.2f s  (target < 2 s)\n", time.Since(t0).Seconds())
+	t0 = time.Now()
+	hourSamples, err := store.GPUSamplesOfHour(ctx, hourStart)
+	if err != nil {
+		return err
+	}
+	hourUsage, err := store.DeploymentUsage(ctx, hourStart)
+	if err != nil {
+		return err
+	}
+	read := time.Since(t0)
+	gpuRows, costRows, err := rollup.ComputeCost(hourStart, book, hourSamples, hourUsage)
+	if err != nil {
+		return err
+	}
+	compute := time.Since(t0) - read
+	if err := store.WriteCost(ctx, gpuRows, costRows, uint64(time.Now().UnixMilli())<<16); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "cost rollup of that hour (%d samples, %d usage rows)  %8.2f s  (read %.2f s, allocate %.2f s; target < 2 s)\n",
+		len(hourSamples), len(hourUsage), time.Since(t0).Seconds(), read.Seconds(), compute.Seconds())
 
 	raw, err := tableBytes(ctx, conn, "inference_events")
 	if err != nil {
 		return err
 	}
-	hourB, _ := tableBytes(ctx, conn, "rollup_hour")
-	minB, _ := tableBytes(ctx, conn, "rollup_minute")
-	fmt.Fprintf(stdout, "on disk: raw %.0f MiB, rollup_hour %.1f MiB (%.0f× smaller), rollup_minute %.0f MiB (%.1f× smaller)\n\n",
-		mib(raw), mib(hourB), float64(raw)/float64(hourB), mib(minB), float64(raw)/float64(minB))
+	fmt.Fprintf(stdout, "on disk: raw events %.0f MiB", mib(raw))
+	for _, t := range []string{"rollup_minute", "rollup_hour", "rollup_tenant_hour", "rollup_total_hour"} {
+		b, _ := tableBytes(ctx, conn, t)
+		fmt.Fprintf(stdout, ", %s %.1f MiB (%.0f× smaller)", t, mib(b), float64(raw)/float64(max(b, 1)))
+	}
+	gpuRaw, _ := tableBytes(ctx, conn, "gpu_samples")
+	gpuHourB, _ := tableBytes(ctx, conn, "gpu_hour")
+	costB, _ := tableBytes(ctx, conn, "cost_hour")
+	fmt.Fprintf(stdout, "\n         GPU samples %.0f MiB, gpu_hour %.1f MiB, cost_hour %.1f MiB\n\n", mib(gpuRaw), mib(gpuHourB), mib(costB))
 
 	// The API, in process, over loopback gRPC.
 	keys, err := api.NewKeys(api.KeysFile{Keys: []api.KeyEntry{
@@ -133,7 +180,7 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	srv, err := api.New(sctx, api.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"},
-		&api.Services{Keys: keys, Usage: store, Rollups: store}, store.Ping, prometheus.NewRegistry(), logger)
+		&api.Services{Keys: keys, Usage: store, Rollups: store, Cost: store}, store.Ping, prometheus.NewRegistry(), logger)
 	if err != nil {
 		return err
 	}
@@ -146,6 +193,7 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer gc.Close()
 	usage := meterv1.NewUsageServiceClient(gc)
 	metrics := meterv1.NewMetricsServiceClient(gc)
+	cost := meterv1.NewCostServiceClient(gc)
 	key := func(k string) context.Context {
 		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+k)
 	}
@@ -181,6 +229,30 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}},
 		{"GetUsage, all tenants, 30 days, total by tenant (finance, 1000 rows)", *reps, func() error {
 			_, err := usage.GetUsage(key("finance"), &meterv1.GetUsageRequest{Start: ts(start), End: ts(end), GroupBy: []string{"tenant_id"}})
+			return err
+		}},
+		{"GetLatency, all tenants, 30 days, total by tenant (finance, 1000 series)", *reps, func() error {
+			_, err := metrics.GetLatency(key("finance"), &meterv1.GetLatencyRequest{Selector: &meterv1.SeriesSelector{Start: ts(start), End: ts(end), GroupBy: []string{"tenant_id"}, PageSize: 1000}})
+			return err
+		}},
+		{"GetCost, one tenant, 30 days, day step (tenant key)", *reps, func() error {
+			_, err := cost.GetCost(key("tenant"), &meterv1.GetCostRequest{Start: ts(start), End: ts(end), Step: "day"})
+			return err
+		}},
+		{"GetCost, one tenant, 30 days, hour step, shared idle (tenant key)", *reps, func() error {
+			_, err := cost.GetCost(key("tenant"), &meterv1.GetCostRequest{Start: ts(start), End: ts(end), Step: "hour", IdlePolicy: "shared_weighted"})
+			return err
+		}},
+		{"GetCost, all tenants, 30 days, total by tenant (finance, 1001 series)", *reps, func() error {
+			_, err := cost.GetCost(key("finance"), &meterv1.GetCostRequest{Start: ts(start), End: ts(end), GroupBy: []string{"tenant_id"}, PageSize: 1000})
+			return err
+		}},
+		{"GetCost, all tenants, 30 days, day step by deployment (finance)", *reps, func() error {
+			_, err := cost.GetCost(key("finance"), &meterv1.GetCostRequest{Start: ts(start), End: ts(end), Step: "day", GroupBy: []string{"deployment"}})
+			return err
+		}},
+		{"GetGpuUsage, 30 days, hour step by deployment (finance)", *reps, func() error {
+			_, err := cost.GetGpuUsage(key("finance"), &meterv1.GetGpuUsageRequest{Start: ts(start), End: ts(end), Step: "hour", GroupBy: []string{"deployment"}})
 			return err
 		}},
 	}
@@ -224,6 +296,30 @@ FROM (
     10 + intHash32(n + 8) %% 1000 / 20 AS itl
   FROM numbers(%[2]d)
 )`, off, n, total, tenants, start.UnixMilli(), span.Milliseconds())
+}
+
+// benchPrices prices the bench's H100s, with a price change in mid-period.
+const benchPrices = `{"currency":"USD","gpu_prices":[
+  {"gpu_type":"H100-SXM-80GB","effective_from":"2020-01-01T00:00:00Z","per_hour":"4.10"},
+  {"gpu_type":"H100-SXM-80GB","pool":"reserved","effective_from":"2020-01-01T00:00:00Z","per_hour":"2.45"}]}`
+
+// gpuLoadSQL generates n GPU samples of gpus H100s every 10 s from start:
+// a quarter of them per model deployment of loadSQL, a fifth reserved, with
+// utilization following a daily cycle.
+func gpuLoadSQL(off, n, gpus int, start time.Time) string {
+	return fmt.Sprintf(`INSERT INTO gpu_samples (sample_id, node, gpu_uuid, gpu_index, gpu_type, mig_profile, mig_instance_id,
+  mig_fraction, deployment, pod, namespace, region, pool, sampled_at, sampled_at_ms, interval_s, utilization,
+  fb_used_bytes, fb_total_bytes, power_watts, energy_joules, temperature_c, sm_clock_mhz, source, ingested_at)
+SELECT concat(uuid, '/', toString(t)), concat('node-', toString(intDiv(g, 8))), uuid, g %% 8, 'H100-SXM-80GB', '', 0,
+  1, dep, '', '', 'us-east-1', if(g %% 5 = 0, 'reserved', 'on-demand'), toDateTime(t), t * 1000, 10, util,
+  60000000000, 85899345920, 200 + 500 * util, (200 + 500 * util) * 10, 60, 1980, 'bench', now()
+FROM (
+  SELECT number + %[1]d AS k, k %% %[3]d AS g, concat('GPU-', toString(g)) AS uuid,
+    toUInt32(%[4]d + intDiv(k, %[3]d) * 10) AS t,
+    arrayElement(['llama-3.1-8b-h100', 'llama-3.1-70b-h100', 'mixtral-8x7b-h100', 'qwen2.5-72b-h100'], g %% 4 + 1) AS dep,
+    least(1, greatest(0, 0.55 + 0.35 * sin(t / 13751) + (intHash32(k) %% 100) / 500)) AS util
+  FROM numbers(%[2]d)
+)`, off, n, gpus, start.Unix())
 }
 
 func rawUsageSQL(tenant string, start, end time.Time) string {
