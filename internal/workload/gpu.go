@@ -1,0 +1,113 @@
+package workload
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+// FleetConfig shapes synthetic GPU samples for a fleet of models: each
+// model's deployment runs Replicas replicas of TensorParallelism GPUs,
+// sampled every Interval, busy in step with the diurnal traffic cycle.
+type FleetConfig struct {
+	// Start and Duration bound sampled_at: samples fall in (Start, Start+Duration].
+	Start    time.Time
+	Duration time.Duration
+	// Interval between samples of one GPU. Default 10s.
+	Interval time.Duration
+	// Replicas per deployment. Default 2.
+	Replicas int
+	// Models is the fleet; nil means DefaultModels().
+	Models []Model
+	// DiurnalAmplitude as in Config; default DefaultDiurnalAmplitude.
+	DiurnalAmplitude float64
+	// IdleDeployment adds a deployment of one GPU that serves no traffic
+	// (all of its time is idle), when non-empty.
+	IdleDeployment string
+}
+
+// FleetSamples calls emit with every sample of the fleet, in time order.
+// The samples are deterministic: the same config gives the same samples
+// (sample ids included), so a replay is idempotent.
+func FleetSamples(cfg FleetConfig, emit func(*meterv1.GpuSample) error) error {
+	if cfg.Interval == 0 {
+		cfg.Interval = 10 * time.Second
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 2
+	}
+	if cfg.Models == nil {
+		cfg.Models = DefaultModels()
+	}
+	if cfg.DiurnalAmplitude == 0 {
+		cfg.DiurnalAmplitude = DefaultDiurnalAmplitude
+	}
+	if cfg.Duration <= 0 || cfg.Interval <= 0 {
+		return fmt.Errorf("fleet: duration %s and interval %s must be positive", cfg.Duration, cfg.Interval)
+	}
+	type gpu struct {
+		m     Model
+		uuid  string
+		node  string
+		index uint32
+		base  float64 // mean utilization
+		idle  bool
+	}
+	var gpus []gpu
+	for mi, m := range cfg.Models {
+		for r := 0; r < cfg.Replicas; r++ {
+			for i := uint32(0); i < max(m.TensorParallelism, 1); i++ {
+				node := fmt.Sprintf("%s-node-%d", m.Deployment, r)
+				gpus = append(gpus, gpu{m: m, uuid: fmt.Sprintf("GPU-%02d%02d%02d-synthetic", mi, r, i), node: node, index: i,
+					base: 0.35 + 0.1*float64(mi%4)})
+			}
+		}
+	}
+	if cfg.IdleDeployment != "" && len(cfg.Models) > 0 {
+		m := cfg.Models[0]
+		m.Deployment = cfg.IdleDeployment
+		gpus = append(gpus, gpu{m: m, uuid: "GPU-idle-synthetic", node: cfg.IdleDeployment + "-node-0", idle: true})
+	}
+	start := cfg.Start.UTC().Truncate(time.Second)
+	for at := start.Add(cfg.Interval); !at.After(start.Add(cfg.Duration)); at = at.Add(cfg.Interval) {
+		sod := float64(at.Hour()*3600 + at.Minute()*60 + at.Second())
+		load := 1 + cfg.DiurnalAmplitude*math.Cos(2*math.Pi*(sod-PeakHourUTC*3600)/86400)
+		for k, g := range gpus {
+			util := 0.0
+			if !g.idle {
+				// A deterministic wobble per GPU and sample keeps the series lifelike.
+				wobble := 0.05 * math.Sin(float64(at.Unix())/97+float64(k))
+				util = min(1, max(0, g.base*load+wobble))
+			}
+			power := 90 + 600*util
+			s := &meterv1.GpuSample{
+				SampleId:     fmt.Sprintf("%s/%s/0/%d", g.node, g.uuid, at.UnixMilli()),
+				Node:         g.node,
+				GpuUuid:      g.uuid,
+				GpuIndex:     g.index,
+				GpuType:      g.m.GPUType,
+				Deployment:   g.m.Deployment,
+				Region:       g.m.Region,
+				Pool:         "on-demand",
+				SampledAt:    timestamppb.New(at),
+				IntervalS:    cfg.Interval.Seconds(),
+				Utilization:  util,
+				FbUsedBytes:  uint64(60+15*util) << 30,
+				FbTotalBytes: 80 << 30,
+				PowerWatts:   power,
+				EnergyJoules: power * cfg.Interval.Seconds(),
+				TemperatureC: 35 + 40*util,
+				SmClockMhz:   1980,
+				Source:       "replay",
+			}
+			if err := emit(s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
