@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -33,17 +34,18 @@ type costService struct {
 	store CostReader
 }
 
-// currency is the currency of the price book in force ("USD" without one).
-func currency(ctx context.Context, store PriceBookStore) (string, error) {
+// bookInForce is the price book in force (the empty book before any is
+// stored): its currency labels amounts, its allocation section gives the
+// default policies.
+func bookInForce(ctx context.Context, store PriceBookStore) (*billing.PriceBook, error) {
 	_, doc, _, ok, err := store.CurrentPriceBook(ctx)
-	if err != nil || !ok {
-		return billing.DefaultCurrency, err
-	}
-	book, err := billing.ParsePriceBook([]byte(doc))
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	return book.Currency, nil
+	if !ok {
+		return billing.EmptyPriceBook(), nil
+	}
+	return billing.ParsePriceBook([]byte(doc))
 }
 
 func money(cur string, nanos int64) *meterv1.Money {
@@ -106,8 +108,12 @@ func (s *costService) GetCost(ctx context.Context, req *meterv1.GetCostRequest) 
 	if err != nil {
 		return nil, err
 	}
+	book, err := bookInForce(ctx, s.store)
+	if err != nil {
+		return nil, err
+	}
 	q := chstore.CostQuery{TenantID: tenant, Step: req.GetStep(), GroupBy: req.GetGroupBy(),
-		Busy: req.GetBusyPolicy(), Idle: req.GetIdlePolicy()}
+		Busy: cmp.Or(req.GetBusyPolicy(), string(book.Allocation.Busy)), Idle: cmp.Or(req.GetIdlePolicy(), string(book.Allocation.Idle))}
 	if req.GetStart() != nil {
 		q.Start = req.GetStart().AsTime()
 	}
@@ -121,10 +127,7 @@ func (s *costService) GetCost(ctx context.Context, req *meterv1.GetCostRequest) 
 	if err != nil {
 		return nil, err
 	}
-	cur, err := currency(ctx, s.store)
-	if err != nil {
-		return nil, err
-	}
+	cur := book.Currency
 	rows, err := s.store.Cost(ctx, q)
 	if err != nil {
 		return nil, err
@@ -227,10 +230,11 @@ func (s *costService) GetGpuUsage(ctx context.Context, req *meterv1.GetGpuUsageR
 	if err != nil {
 		return nil, err
 	}
-	cur, err := currency(ctx, s.store)
+	book, err := bookInForce(ctx, s.store)
 	if err != nil {
 		return nil, err
 	}
+	cur := book.Currency
 	rows, err := s.store.GPUUsage(ctx, q)
 	if err != nil {
 		return nil, err

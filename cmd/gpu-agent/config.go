@@ -1,0 +1,170 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"tokenmeter/ingest"
+	"tokenmeter/ingest/gpu"
+)
+
+// Config is gpu-agent's whole configuration, read from flags with METER_*
+// environment fallbacks (--kafka-brokers: METER_KAFKA_BROKERS).
+type Config struct {
+	Source        string
+	DCGMMode      string
+	DCGMAddress   string
+	ExporterURL   string
+	File          string
+	Loop          bool
+	Interval      time.Duration
+	KafkaBrokers  []string
+	Topic         string
+	Node          string
+	NodeSet       bool // --node or METER_NODE was given, not defaulted
+	Region        string
+	Pool          string
+	DeploymentMap string
+	PodRegex      string
+	Once          bool
+	HTTPAddr      string
+	LogLevel      string
+	BufferSamples int
+	ValidateOnly  bool
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	switch c.Source {
+	case gpu.SourceDCGM:
+		switch gpu.DCGMMode(c.DCGMMode) {
+		case gpu.DCGMEmbedded, gpu.DCGMStandalone:
+		default:
+			errs = append(errs, fmt.Errorf("--dcgm-mode %q: want embedded or standalone", c.DCGMMode))
+		}
+		if gpu.DCGMMode(c.DCGMMode) == gpu.DCGMStandalone && c.DCGMAddress == "" {
+			errs = append(errs, errors.New("--dcgm-address is required with --dcgm-mode standalone"))
+		}
+	case gpu.SourceExporter:
+		if u, err := url.Parse(c.ExporterURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--exporter-url %q: want http(s)://host:port/metrics", c.ExporterURL))
+		}
+	case gpu.SourceReplay:
+		if c.File == "" {
+			errs = append(errs, errors.New("--file is required with --source replay"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--source %q: want %s, %s or %s", c.Source, gpu.SourceDCGM, gpu.SourceExporter, gpu.SourceReplay))
+	}
+	if c.Interval <= 0 {
+		errs = append(errs, fmt.Errorf("--interval %s: must be positive", c.Interval))
+	}
+	if !c.Once {
+		if len(c.KafkaBrokers) == 0 {
+			errs = append(errs, errors.New("--kafka-brokers: no broker (or use --once)"))
+		}
+		for _, b := range c.KafkaBrokers {
+			if _, _, err := net.SplitHostPort(b); err != nil {
+				errs = append(errs, fmt.Errorf("--kafka-brokers %q: %w", b, err))
+			}
+		}
+		if c.Topic == "" {
+			errs = append(errs, errors.New("--topic is empty"))
+		}
+	}
+	if c.HTTPAddr != "" {
+		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			errs = append(errs, fmt.Errorf("--http-addr %q: %w", c.HTTPAddr, err))
+		}
+	}
+	if c.Node == "" {
+		errs = append(errs, errors.New("--node is empty and the hostname is unknown"))
+	}
+	if c.PodRegex != "" {
+		if re, err := regexp.Compile(c.PodRegex); err != nil {
+			errs = append(errs, fmt.Errorf("--pod-deployment-regex: %w", err))
+		} else if re.NumSubexp() == 0 {
+			errs = append(errs, fmt.Errorf("--pod-deployment-regex %q: needs a group (named deployment, or the first) to take the deployment from", c.PodRegex))
+		}
+	}
+	if c.BufferSamples <= 0 {
+		errs = append(errs, fmt.Errorf("--buffer-samples %d: must be positive", c.BufferSamples))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel))
+	}
+	return errors.Join(errs...)
+}
+
+// parseConfig reads flags, then METER_<FLAG_NAME> for every flag not given.
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	var c Config
+	fs := flag.NewFlagSet("gpu-agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.Source, "source", gpu.SourceDCGM, "where readings come from: dcgm, dcgm-exporter or replay")
+	fs.StringVar(&c.DCGMMode, "dcgm-mode", string(gpu.DCGMEmbedded), "dcgm source: embedded (load libdcgm in this process) or standalone (connect to nv-hostengine)")
+	fs.StringVar(&c.DCGMAddress, "dcgm-address", gpu.DefaultDCGMAddress, "standalone nv-hostengine: host:port, a unix socket path, or a tcp:// or unix:// URL")
+	fs.StringVar(&c.ExporterURL, "exporter-url", gpu.DefaultExporterURL, "dcgm-exporter source: the /metrics URL (or a Prometheus /federate URL)")
+	fs.StringVar(&c.File, "file", "", "replay source: JSON-lines file of GpuSample (protojson), e.g. testdata/gpu/replay-demo.jsonl")
+	fs.BoolVar(&c.Loop, "loop", false, "replay source: start over at the end of the file, shifting the timeline, instead of stopping")
+	fs.DurationVar(&c.Interval, "interval", 10*time.Second, "time between two readings")
+	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "comma-separated Kafka bootstrap brokers")
+	fs.StringVar(&c.Topic, "topic", ingest.DefaultGPUTopic, "Kafka topic of GPU samples")
+	fs.StringVar(&c.Node, "node", "", "node name of the samples (default: this machine's hostname; with dcgm-exporter, the exporter's Hostname label unless given)")
+	fs.StringVar(&c.Region, "region", "", "region written into every sample (prices depend on it)")
+	fs.StringVar(&c.Pool, "pool", "", "capacity pool written into every sample: reserved, on-demand, spot...")
+	fs.StringVar(&c.DeploymentMap, "deployment-map", "", "JSON file mapping nodes/GPUs, namespaces and pod prefixes to deployments (see gpu.DeploymentMap)")
+	fs.StringVar(&c.PodRegex, "pod-deployment-regex", gpu.DefaultPodDeploymentRegex, "regex deriving a deployment from a pod name (group \"deployment\", else the first); empty: off")
+	fs.BoolVar(&c.Once, "once", false, "read once, print the samples as JSON lines to stdout and exit; no Kafka")
+	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:9402", "/metrics and /healthz listen address; empty: none")
+	fs.IntVar(&c.BufferSamples, "buffer-samples", 50_000, "most samples kept while Kafka does not acknowledge; the oldest are dropped beyond")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the configuration (and the deployment map) and exit")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := "METER_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(env); v != "" && !set[f.Name] {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	c.KafkaBrokers = splitList(*brokers)
+	c.NodeSet = c.Node != ""
+	if !c.NodeSet {
+		c.Node, _ = os.Hostname()
+	}
+	return c, c.Validate()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

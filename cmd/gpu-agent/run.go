@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"tokenmeter/ingest/gpu"
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	// The deployment map is part of the configuration: --validate reads it.
+	attr, err := newAttributor(cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.ValidateOnly {
+		fmt.Fprintln(stdout, "configuration is valid")
+		return nil
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	now := time.Now
+
+	src, err := openSource(cfg, logger)
+	if errors.Is(err, gpu.ErrDCGMUnavailable) {
+		return fmt.Errorf("%w; use --source dcgm-exporter or replay", err)
+	}
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := src.Close(); err != nil {
+			logger.Warn("close GPU source", "error", err)
+		}
+	}()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	agentCfg := gpu.AgentConfig{Interval: cfg.Interval, Node: cfg.Node, BufferSamples: cfg.BufferSamples}
+
+	if cfg.Once {
+		agent, err := gpu.NewAgent(agentCfg, src, attr, &jsonLines{w: stdout}, reg, logger, now)
+		if err != nil {
+			return err
+		}
+		if _, err := agent.Collect(ctx); err != nil {
+			return err
+		}
+		return agent.Flush(ctx)
+	}
+
+	pub, err := gpu.NewKafkaPublisher(gpu.KafkaConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.Topic})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := pub.Close(); err != nil {
+			logger.Warn("close Kafka writer", "error", err)
+		}
+	}()
+	agent, err := gpu.NewAgent(agentCfg, src, attr, pub, reg, logger, now)
+	if err != nil {
+		return err
+	}
+
+	actx, stop := context.WithCancel(ctx)
+	defer stop()
+	g, gctx := errgroup.WithContext(actx)
+	if cfg.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("listen on --http-addr: %w", err)
+		}
+		srv := &http.Server{Handler: httpHandler(reg, agent), ReadHeaderTimeout: 5 * time.Second}
+		g.Go(func() error {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serve %s: %w", cfg.HTTPAddr, err)
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-gctx.Done()
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			return srv.Shutdown(sctx)
+		})
+	}
+	logger.Info("gpu-agent started", "source", cfg.Source, "node", cfg.Node, "interval", cfg.Interval,
+		"kafka", cfg.KafkaBrokers, "topic", cfg.Topic, "http", cfg.HTTPAddr)
+	g.Go(func() error {
+		defer stop() // a finished replay stops the HTTP server too
+		return agent.Run(gctx)
+	})
+	err = g.Wait()
+	logger.Info("gpu-agent stopped")
+	return err
+}
+
+func newAttributor(cfg Config) (*gpu.Attributor, error) {
+	var m gpu.DeploymentMap
+	if cfg.DeploymentMap != "" {
+		var err error
+		if m, err = gpu.LoadDeploymentMap(cfg.DeploymentMap); err != nil {
+			return nil, err
+		}
+	}
+	var re *regexp.Regexp
+	if cfg.PodRegex != "" {
+		re = regexp.MustCompile(cfg.PodRegex) // checked by Validate
+	}
+	return gpu.NewAttributor(gpu.AttributionConfig{Map: m, PodRegex: re, Region: cfg.Region, Pool: cfg.Pool})
+}
+
+func openSource(cfg Config, logger *slog.Logger) (gpu.Source, error) {
+	switch cfg.Source {
+	case gpu.SourceDCGM:
+		return gpu.NewDCGMSource(gpu.DCGMConfig{
+			Mode: gpu.DCGMMode(cfg.DCGMMode), Address: cfg.DCGMAddress,
+			KeepAge: max(5*time.Minute, 3*cfg.Interval),
+		}, logger)
+	case gpu.SourceExporter:
+		ec := gpu.ExporterConfig{URL: cfg.ExporterURL, Timeout: min(cfg.Interval, 30*time.Second)}
+		if cfg.NodeSet {
+			ec.Node = cfg.Node
+		}
+		return gpu.NewExporterSource(ec, logger)
+	case gpu.SourceReplay:
+		return gpu.NewReplaySource(gpu.ReplayConfig{Path: cfg.File, Loop: cfg.Loop})
+	}
+	return nil, fmt.Errorf("--source %q: unknown", cfg.Source)
+}
+
+func httpHandler(reg *prometheus.Registry, agent *gpu.Agent) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz/live", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /healthz/ready", func(w http.ResponseWriter, _ *http.Request) {
+		if !agent.Healthy() {
+			http.Error(w, "GPU source or Kafka failing; see the logs and meter_gpu_agent_* metrics", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	return mux
+}
+
+// jsonLines is the publisher of --once: one protojson sample per line, the
+// format --source replay reads.
+type jsonLines struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (j *jsonLines) Publish(_ context.Context, samples []*meterv1.GpuSample) ([]*meterv1.GpuSample, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for i, s := range samples {
+		b, err := protojson.Marshal(s)
+		if err == nil {
+			_, err = fmt.Fprintf(j.w, "%s\n", b)
+		}
+		if err != nil {
+			return samples[i:], fmt.Errorf("write sample: %w", err)
+		}
+	}
+	return nil, nil
+}
