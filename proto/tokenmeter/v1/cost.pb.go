@@ -99,12 +99,14 @@ type GetCostRequest struct {
 	Step string `protobuf:"bytes,4,opt,name=step,proto3" json:"step,omitempty"`
 	// group_by lists any of tenant_id, model, deployment, gpu_type.
 	GroupBy []string `protobuf:"bytes,5,rep,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`
-	// busy_policy splits busy GPU cost: "tokens" (default), "weighted_tokens"
-	// (input and output weights of the price book) or "request_time" (sum of E2E).
+	// busy_policy splits busy GPU cost: "tokens", "weighted_tokens" (input and
+	// output weights of the price book) or "request_time" (sum of E2E); default:
+	// the price book's allocation.busy_policy, else "tokens".
 	BusyPolicy string `protobuf:"bytes,6,opt,name=busy_policy,json=busyPolicy,proto3" json:"busy_policy,omitempty"`
-	// idle_policy places idle GPU cost: "separate" (default: a tenant line
-	// "__idle__"), "shared_weighted" (in proportion to the busy basis) or
-	// "shared_even" (equally among the deployment-hour's tenants).
+	// idle_policy places idle GPU cost: "separate" (a tenant line "__idle__"),
+	// "shared_weighted" (in proportion to the busy basis) or "shared_even"
+	// (equally among the deployment-hour's tenants); default: the price book's
+	// allocation.idle_policy, else "separate".
 	IdlePolicy string `protobuf:"bytes,7,opt,name=idle_policy,json=idlePolicy,proto3" json:"idle_policy,omitempty"`
 	// page_size bounds the series of one answer (default 100, at most 1000).
 	PageSize int32 `protobuf:"varint,8,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
