@@ -17,7 +17,7 @@ func runGoodput(ctx context.Context, args []string, getenv func(string) string, 
 			"OK that met every threshold of their SLO rule; GOODPUT_RPS and GOOD_OUT_TPS are\n"+
 			"good requests and their output tokens per second; GOODPUT_RATIO is the share\n"+
 			"of output tokens that were good. With --step total the SUMMARY rows are the\n"+
-			"only rows.", args, getenv, time.Now(), stderr)
+			"only rows.", metricsShape, args, getenv, time.Now(), stderr)
 	if err != nil {
 		return err
 	}
@@ -26,7 +26,7 @@ func runGoodput(ctx context.Context, args []string, getenv func(string) string, 
 		return nil
 	}
 	all := &meterv1.GetGoodputResponse{}
-	err = fetchPages(ctx, newClient(cfg.connConfig, 1), "/v1/goodput", cfg.query(), func(p *meterv1.GetGoodputResponse) {
+	err = fetchPages(ctx, newClient(cfg.connConfig, 1), "/v1/goodput", cfg.query(), cfg.pageTokenParam(), func(p *meterv1.GetGoodputResponse) {
 		all.Series = append(all.Series, p.GetSeries()...)
 	})
 	if err != nil {
@@ -51,14 +51,6 @@ func goodputGrid(cfg selectorConfig, series []*meterv1.GoodputSeries, f cellForm
 			f.float(p.GetGoodputRequestsPerSecond()), f.float(p.GetGoodputOutputTokensPerSecond()),
 			f.fixed(p.GetGoodputRatio(), 4), version)...)
 	}
-	for _, s := range series {
-		group := f.group(cfg.GroupBy, s.GetGroup())
-		if cfg.Step != "total" {
-			for _, p := range s.GetPoints() {
-				row(group, f.time(p.GetStart().AsTime()), p)
-			}
-		}
-		row(group, f.summaryStart(), s.GetSummary())
-	}
+	seriesRows(cfg, f, series, row)
 	return g
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -47,19 +48,18 @@ func (c latencyConfig) Validate() error {
 
 func parseLatency(args []string, getenv func(string) string, now time.Time, stderr io.Writer) (latencyConfig, error) {
 	var c latencyConfig
-	fs := newFlagSet("latency", "[flags]",
+	var metrics *string
+	err := parseSelectorFlags(&c.selectorConfig, "latency",
 		"Prints TTFT, inter-token, end-to-end and queue latency (count, mean, p50, p90,\n"+
 			"p95, p99 in milliseconds) per step, group and metric from GET /v1/latency,\n"+
 			"with a SUMMARY row per group and metric over the whole range. Quantiles come\n"+
 			"from histograms within 1% relative error, or with --exact from raw events.\n"+
-			"With --step total the SUMMARY rows are the only rows.", stderr)
-	finish := c.selectorConfig.register(fs)
-	fs.BoolVar(&c.Exact, "exact", false, "exact quantiles from raw events (ranges of at most 24h; slower)")
-	metrics := fs.String("metric", strings.Join(latencyMetrics, ","), "comma-separated latencies to show: ttft, itl, e2e, queue (json holds all)")
-	if err := parseFlags(fs, args); err != nil {
-		return c, err
-	}
-	if err := finish(getenv, now); err != nil {
+			"With --step total the SUMMARY rows are the only rows.", metricsShape,
+		func(fs *flag.FlagSet) {
+			fs.BoolVar(&c.Exact, "exact", false, "exact quantiles from raw events (ranges of at most 24h; slower)")
+			metrics = fs.String("metric", strings.Join(latencyMetrics, ","), "comma-separated latencies to show: ttft, itl, e2e, queue (json holds all)")
+		}, args, getenv, now, stderr)
+	if err != nil {
 		return c, err
 	}
 	c.Metrics = splitList(*metrics)
@@ -80,7 +80,7 @@ func runLatency(ctx context.Context, args []string, getenv func(string) string, 
 		q.Set("exact", "true")
 	}
 	all := &meterv1.GetLatencyResponse{}
-	err = fetchPages(ctx, newClient(cfg.connConfig, 1), "/v1/latency", q, func(p *meterv1.GetLatencyResponse) {
+	err = fetchPages(ctx, newClient(cfg.connConfig, 1), "/v1/latency", q, cfg.pageTokenParam(), func(p *meterv1.GetLatencyResponse) {
 		all.Series = append(all.Series, p.GetSeries()...)
 		all.RelativeAccuracy = p.GetRelativeAccuracy()
 	})

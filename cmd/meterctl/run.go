@@ -22,6 +22,8 @@ Commands:
   latency    print TTFT, ITL, E2E and queue-time percentiles from GET /v1/latency
   goodput    print SLO attainment and goodput from GET /v1/goodput
   traffic    print request and token rates and error rates from GET /v1/traffic
+  cost       print GPU cost allocated to tenants, per 1k tokens, from GET /v1/cost
+  gpu-usage  print GPU-hours, utilization, energy and GPU cost from GET /v1/gpu-usage
   keys new   create an API key and its entry for meterd's --auth-keys file
   help       show this text; "meterctl help <command>" shows a command's flags
 
@@ -30,6 +32,13 @@ and --end (RFC 3339 on whole minutes; default the last 24 h), --step
 (total, minute, hour, day), --group-by (tenant_id, model, model_version,
 deployment, gpu_type, slo_class), --page-size and --output (table, csv, json).
 They fetch every page of the answer.
+
+cost and gpu-usage take the same flags on whole hours: --start and --end
+(RFC 3339 on whole hours; default the last 24 h), --step (total, hour, day),
+--group-by (cost: tenant_id, model, deployment, gpu_type; gpu-usage:
+deployment, gpu_type, pool, region, mig_profile), --page-size and --output.
+cost also takes --tenant, --busy-policy (tokens, weighted_tokens,
+request_time) and --idle-policy (separate, shared_weighted, shared_even).
 
 Environment:
   METER_ADDR     API base URL when --addr is not given (default ` + defaultAddr + `)
@@ -64,6 +73,10 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return runGoodput(ctx, rest, getenv, stdout, stderr)
 	case "traffic":
 		return runTraffic(ctx, rest, getenv, stdout, stderr)
+	case "cost":
+		return runCost(ctx, rest, getenv, stdout, stderr)
+	case "gpu-usage":
+		return runGPUUsage(ctx, rest, getenv, stdout, stderr)
 	case "keys":
 		if len(rest) == 0 || rest[0] != "new" {
 			return errors.New(`keys: want "meterctl keys new --name NAME --role ROLE [--tenant ID]"`)

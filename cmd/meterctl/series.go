@@ -22,11 +22,12 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// This file holds what latency, goodput and traffic share: the
-// SeriesSelector flags, fetching every page of an answer, and writing rows
-// as an aligned table or CSV.
+// This file holds what the series commands (latency, goodput, traffic,
+// cost, gpu-usage) share: the selector flags, fetching every page of an
+// answer, and writing rows as an aligned table or CSV.
 
 var (
 	steps = []string{"total", "minute", "hour", "day"}
@@ -38,12 +39,40 @@ var (
 // maxPageSize is the most series the API returns in one answer.
 const maxPageSize = 1000
 
-// selectorConfig is the configuration shared by latency, goodput and
-// traffic: how to reach the API, the SeriesSelector and the output.
+// selectorShape is what a family of endpoints takes as its selector: where
+// the parameters go, the unit the range lies on, the steps and group-by
+// fields, and whether it takes a tenant.
+type selectorShape struct {
+	// prefix goes before every query parameter: "selector." where the
+	// selector is a message field (the metrics API), "" where its fields
+	// are the request's own (cost).
+	prefix string
+	// unit is what start and end must be whole multiples of, unitName its
+	// name.
+	unit     time.Duration
+	unitName string
+	// steps are the accepted steps, "total" first (the default).
+	steps []string
+	// groupFields are the accepted group-by dimensions.
+	groupFields []string
+	// tenant says whether the endpoint takes tenant_id (--tenant).
+	tenant bool
+	// nothing names what an empty answer has none of, e.g. "requests".
+	nothing string
+}
+
+// metricsShape is the SeriesSelector of latency, goodput and traffic.
+var metricsShape = selectorShape{prefix: "selector.", unit: time.Minute, unitName: "minute",
+	steps: steps, groupFields: seriesGroupFields, tenant: true, nothing: "requests"}
+
+// selectorConfig is the configuration shared by the series commands: how
+// to reach the API, the selector and the output.
 type selectorConfig struct {
 	connConfig
+	// shape is the selector the endpoint takes.
+	shape  selectorShape
 	Tenant string
-	// Start (inclusive) and End (exclusive) lie on whole minutes.
+	// Start (inclusive) and End (exclusive) lie on whole units of the shape.
 	Start, End time.Time
 	Step       string
 	GroupBy    []string
@@ -53,22 +82,26 @@ type selectorConfig struct {
 	ValidateOnly bool
 }
 
-// register adds the connection, selector and output flags to fs. The
-// returned function completes c once fs has parsed the arguments.
-func (c *selectorConfig) register(fs *flag.FlagSet) (finish func(getenv func(string) string, now time.Time) error) {
+// register adds the connection, selector and output flags of shape to fs.
+// The returned function completes c once fs has parsed the arguments.
+func (c *selectorConfig) register(fs *flag.FlagSet, shape selectorShape) (finish func(getenv func(string) string, now time.Time) error) {
+	c.shape = shape
 	c.connConfig.register(fs)
-	fs.StringVar(&c.Tenant, "tenant", "", "only this tenant (a tenant key always sees only its own)")
-	start := fs.String("start", "", "inclusive start on a whole minute, RFC 3339 (default: 24h before --end)")
-	end := fs.String("end", "", "exclusive end on a whole minute, RFC 3339 (default: now, rounded down to the minute)")
-	fs.StringVar(&c.Step, "step", "total", "step: total (the whole range), minute, hour or day")
-	groupBy := fs.String("group-by", "", "comma-separated dimensions: "+strings.Join(seriesGroupFields, ", "))
+	if shape.tenant {
+		fs.StringVar(&c.Tenant, "tenant", "", "only this tenant (a tenant key always sees only its own)")
+	}
+	unit := shape.unitName
+	start := fs.String("start", "", "inclusive start on a whole "+unit+", RFC 3339 (default: 24h before --end)")
+	end := fs.String("end", "", "exclusive end on a whole "+unit+", RFC 3339 (default: now, rounded down to the "+unit+")")
+	fs.StringVar(&c.Step, "step", shape.steps[0], "step: "+shape.steps[0]+" (the whole range), "+orList(shape.steps[1:]))
+	groupBy := fs.String("group-by", "", "comma-separated dimensions: "+strings.Join(shape.groupFields, ", "))
 	fs.IntVar(&c.PageSize, "page-size", maxPageSize, fmt.Sprintf("series per request, 1 to %d; every page is fetched", maxPageSize))
 	fs.StringVar(&c.Output, "output", "table", "table, csv or json (the API's answers, pages merged)")
 	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the flags and exit")
 	return func(getenv func(string) string, now time.Time) error {
 		c.connConfig.resolve(getenv)
 		var errs []error
-		c.End = now.UTC().Truncate(time.Minute)
+		c.End = now.UTC().Truncate(shape.unit)
 		if *end != "" {
 			t, err := time.Parse(time.RFC3339Nano, *end)
 			if err != nil {
@@ -89,6 +122,14 @@ func (c *selectorConfig) register(fs *flag.FlagSet) (finish func(getenv func(str
 	}
 }
 
+// orList joins words as "a, b or c".
+func orList(words []string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+}
+
 // validate reports every problem of c.
 func (c selectorConfig) validate() []error {
 	errs := c.connConfig.validate()
@@ -96,19 +137,19 @@ func (c selectorConfig) validate() []error {
 		flag string
 		at   time.Time
 	}{{"--start", c.Start}, {"--end", c.End}} {
-		if !t.at.Truncate(time.Minute).Equal(t.at) {
-			errs = append(errs, fmt.Errorf("%s %s: must be a whole minute", t.flag, t.at.Format(time.RFC3339Nano)))
+		if !t.at.Truncate(c.shape.unit).Equal(t.at) {
+			errs = append(errs, fmt.Errorf("%s %s: must be a whole %s", t.flag, t.at.Format(time.RFC3339Nano), c.shape.unitName))
 		}
 	}
 	if !c.Start.Before(c.End) {
 		errs = append(errs, fmt.Errorf("--start %s is not before --end %s", c.Start.Format(time.RFC3339), c.End.Format(time.RFC3339)))
 	}
-	if !slices.Contains(steps, c.Step) {
-		errs = append(errs, fmt.Errorf("--step %q: want %s", c.Step, strings.Join(steps, ", ")))
+	if !slices.Contains(c.shape.steps, c.Step) {
+		errs = append(errs, fmt.Errorf("--step %q: want %s", c.Step, strings.Join(c.shape.steps, ", ")))
 	}
 	for _, g := range c.GroupBy {
-		if !slices.Contains(seriesGroupFields, g) {
-			errs = append(errs, fmt.Errorf("--group-by %q: want any of %s", g, strings.Join(seriesGroupFields, ", ")))
+		if !slices.Contains(c.shape.groupFields, g) {
+			errs = append(errs, fmt.Errorf("--group-by %q: want any of %s", g, strings.Join(c.shape.groupFields, ", ")))
 		}
 	}
 	if c.PageSize < 1 || c.PageSize > maxPageSize {
@@ -123,16 +164,26 @@ func (c selectorConfig) validate() []error {
 // Validate reports every problem at once.
 func (c selectorConfig) Validate() error { return errors.Join(c.validate()...) }
 
-// parseSelectorCommand parses the flags of a command that takes only the
-// selector flags (goodput, traffic).
-func parseSelectorCommand(name, about string, args []string, getenv func(string) string, now time.Time, stderr io.Writer) (selectorConfig, error) {
-	var c selectorConfig
+// parseSelectorFlags parses the flags of command name into c: the
+// selector flags of shape and those extra adds (nil: none). The caller
+// validates c with what its extra flags need.
+func parseSelectorFlags(c *selectorConfig, name, about string, shape selectorShape, extra func(*flag.FlagSet), args []string, getenv func(string) string, now time.Time, stderr io.Writer) error {
 	fs := newFlagSet(name, "[flags]", about, stderr)
-	finish := c.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return c, err
+	finish := c.register(fs, shape)
+	if extra != nil {
+		extra(fs)
 	}
-	if err := finish(getenv, now); err != nil {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	return finish(getenv, now)
+}
+
+// parseSelectorCommand parses the flags of a command that takes only the
+// selector flags of shape (goodput, traffic, gpu-usage).
+func parseSelectorCommand(name, about string, shape selectorShape, args []string, getenv func(string) string, now time.Time, stderr io.Writer) (selectorConfig, error) {
+	var c selectorConfig
+	if err := parseSelectorFlags(&c, name, about, shape, nil, args, getenv, now, stderr); err != nil {
 		return c, err
 	}
 	return c, c.Validate()
@@ -140,28 +191,32 @@ func parseSelectorCommand(name, about string, args []string, getenv func(string)
 
 // query is the selector as REST query parameters.
 func (c selectorConfig) query() url.Values {
+	p := c.shape.prefix
 	q := url.Values{}
 	if c.Tenant != "" {
-		q.Set("selector.tenant_id", c.Tenant)
+		q.Set(p+"tenant_id", c.Tenant)
 	}
-	q.Set("selector.start", c.Start.UTC().Format(time.RFC3339))
-	q.Set("selector.end", c.End.UTC().Format(time.RFC3339))
-	q.Set("selector.step", c.Step)
+	q.Set(p+"start", c.Start.UTC().Format(time.RFC3339))
+	q.Set(p+"end", c.End.UTC().Format(time.RFC3339))
+	q.Set(p+"step", c.Step)
 	for _, g := range c.GroupBy {
-		q.Add("selector.group_by", g)
+		q.Add(p+"group_by", g)
 	}
-	q.Set("selector.page_size", strconv.Itoa(c.PageSize))
+	q.Set(p+"page_size", strconv.Itoa(c.PageSize))
 	return q
 }
 
-// writeEmpty says that the selection holds no requests: the API answers
-// no series then.
+// pageTokenParam is the query parameter that asks for a further page.
+func (c selectorConfig) pageTokenParam() string { return c.shape.prefix + "page_token" }
+
+// writeEmpty says that the selection holds nothing: the API answers no
+// series then.
 func (c selectorConfig) writeEmpty(w io.Writer) error {
 	of := ""
 	if c.Tenant != "" {
 		of = " of tenant " + c.Tenant
 	}
-	_, err := fmt.Fprintf(w, "no requests%s in [%s, %s)\n", of, c.Start.UTC().Format(time.RFC3339), c.End.UTC().Format(time.RFC3339))
+	_, err := fmt.Fprintf(w, "no %s%s in [%s, %s)\n", c.shape.nothing, of, c.Start.UTC().Format(time.RFC3339), c.End.UTC().Format(time.RFC3339))
 	return err
 }
 
@@ -184,11 +239,12 @@ type pagedAnswer interface {
 }
 
 // fetchPages GETs path with q, then every further page its answers point
-// to, and hands each decoded page to add in order.
+// to, passing the token as the query parameter tokenParam, and hands each
+// decoded page to add in order.
 func fetchPages[T any, R interface {
 	*T
 	pagedAnswer
-}](ctx context.Context, c *client, path string, q url.Values, add func(R)) error {
+}](ctx context.Context, c *client, path string, q url.Values, tokenParam string, add func(R)) error {
 	op := http.MethodGet + " " + path
 	q = maps.Clone(q) // Set below replaces values, it never changes them
 	seen := map[string]bool{}
@@ -210,7 +266,7 @@ func fetchPages[T any, R interface {
 			return fmt.Errorf("%s: the server repeated page token %q", op, next)
 		}
 		seen[next] = true
-		q.Set("selector.page_token", next)
+		q.Set(tokenParam, next)
 	}
 }
 
@@ -400,6 +456,34 @@ func (f cellFormat) percent(v float64) string {
 		return ">99.99%"
 	}
 	return s
+}
+
+// seriesOf is an answer's series of one group: a point per step and a
+// summary over the whole range.
+type seriesOf[P any] interface {
+	GetGroup() map[string]string
+	GetPoints() []P
+	GetSummary() P
+}
+
+// stepPoint is a point of a series.
+type stepPoint interface {
+	GetStart() *timestamppb.Timestamp
+}
+
+// seriesRows calls row for every step of every series of all, then for
+// the series' summary, with the group and START cells. With step total the
+// one step is the summary, so only the summary rows are written.
+func seriesRows[S seriesOf[P], P stepPoint](c selectorConfig, f cellFormat, all []S, row func(group []string, start string, p P)) {
+	for _, s := range all {
+		group := f.group(c.GroupBy, s.GetGroup())
+		if c.Step != "total" {
+			for _, p := range s.GetPoints() {
+				row(group, f.time(p.GetStart().AsTime()), p)
+			}
+		}
+		row(group, f.summaryStart(), s.GetSummary())
+	}
 }
 
 // writeSeries writes a merged answer of n series as the --output asks: the

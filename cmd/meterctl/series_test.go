@@ -55,7 +55,12 @@ func (f *fakeMetrics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	i := 0
-	if tok := r.URL.Query().Get("selector.page_token"); tok != "" {
+	// The metrics API takes the token in its selector, cost at top level.
+	tok := r.URL.Query().Get("selector.page_token")
+	if tok == "" {
+		tok = r.URL.Query().Get("page_token")
+	}
+	if tok != "" {
 		var err error
 		if i, err = strconv.Atoi(tok); err != nil || i < 0 || i >= len(pages) {
 			writeGatewayError(w, http.StatusBadRequest, 3, "bad page_token")
@@ -139,8 +144,9 @@ var selectorArgs = []string{"--start", "2026-11-21T10:00:00Z", "--end", "2026-11
 	"--group-by", "tenant_id, model", "--page-size", "1", "--tenant", "acme"}
 
 // checkPages checks that the requests asked path for the selector, the
-// first without a page token and the next with the tokens of the pages.
-func checkPages(t *testing.T, got []url.URL, path string, want url.Values, pages int) {
+// first without a page token and the next with the tokens of the pages in
+// the parameter tokenParam.
+func checkPages(t *testing.T, got []url.URL, path string, want url.Values, tokenParam string, pages int) {
 	t.Helper()
 	if len(got) != pages {
 		t.Fatalf("%d requests, want %d (one per page)", len(got), pages)
@@ -154,7 +160,7 @@ func checkPages(t *testing.T, got []url.URL, path string, want url.Values, pages
 			w[k] = v
 		}
 		if i > 0 {
-			w.Set("selector.page_token", strconv.Itoa(i))
+			w.Set(tokenParam, strconv.Itoa(i))
 		}
 		if diff := cmp.Diff(w, u.Query()); diff != "" {
 			t.Errorf("request %d query (-want +got):\n%s", i, diff)
@@ -190,7 +196,7 @@ Latencies in ms. TAIL is p99/p50, MAX_P99 the largest p99 of the steps. Quantile
 	if diff := cmp.Diff(want, out); diff != "" {
 		t.Errorf("table (-want +got):\n%s", diff)
 	}
-	checkPages(t, f.got(), "/v1/latency", wantSelector, 2)
+	checkPages(t, f.got(), "/v1/latency", wantSelector, "selector.page_token", 2)
 }
 
 func TestLatencyCSVExact(t *testing.T) {
@@ -218,7 +224,7 @@ globex,llama-3.1-8b-instruct,summary,itl,3,6.004,5.9,7.1,7.1,7.1,1.2033898305084
 	for k, v := range wantSelector {
 		q[k] = v
 	}
-	checkPages(t, f.got(), "/v1/latency", q, 2)
+	checkPages(t, f.got(), "/v1/latency", q, "selector.page_token", 2)
 }
 
 func TestLatencyJSON(t *testing.T) {
@@ -354,7 +360,7 @@ acme,llama-3.1-8b-instruct,summary,1,0.0001388888888888889,0.016666666666666666,
 			if diff := cmp.Diff(tt.want, out); diff != "" {
 				t.Errorf("output (-want +got):\n%s", diff)
 			}
-			checkPages(t, f.got(), tt.path, wantSelector, 2)
+			checkPages(t, f.got(), tt.path, wantSelector, "selector.page_token", 2)
 		})
 	}
 }
@@ -392,42 +398,55 @@ func TestGoodputAndTrafficJSON(t *testing.T) {
 }
 
 // TestSeriesDefaults checks the query of each command without selector
-// flags: the last 24 h on whole minutes, one step, every page.
+// flags: the last 24 h on whole units of its selector, one step, the
+// default policies, every page.
 func TestSeriesDefaults(t *testing.T) {
-	for _, cmd := range []string{"latency", "goodput", "traffic"} {
-		t.Run(cmd, func(t *testing.T) {
-			path := "/v1/" + cmd
-			empty := map[string]proto.Message{
-				"latency": &meterv1.GetLatencyResponse{RelativeAccuracy: 0.01},
-				"goodput": &meterv1.GetGoodputResponse{},
-				"traffic": &meterv1.GetTrafficResponse{},
-			}[cmd]
-			f, srv := newFakeMetrics(t, map[string][]proto.Message{path: {empty}})
+	tests := []struct {
+		cmd    string
+		prefix string
+		unit   time.Duration
+		empty  proto.Message
+		query  url.Values
+		want   string
+	}{
+		{"latency", "selector.", time.Minute, &meterv1.GetLatencyResponse{RelativeAccuracy: 0.01},
+			url.Values{"selector.step": {"total"}, "selector.page_size": {"1000"}}, "no requests in ["},
+		{"goodput", "selector.", time.Minute, &meterv1.GetGoodputResponse{},
+			url.Values{"selector.step": {"total"}, "selector.page_size": {"1000"}}, "no requests in ["},
+		{"traffic", "selector.", time.Minute, &meterv1.GetTrafficResponse{},
+			url.Values{"selector.step": {"total"}, "selector.page_size": {"1000"}}, "no requests in ["},
+		{"cost", "", time.Hour, &meterv1.GetCostResponse{},
+			url.Values{"step": {"total"}, "page_size": {"1000"}, "busy_policy": {"tokens"}, "idle_policy": {"separate"}}, "no cost or usage in ["},
+		{"gpu-usage", "", time.Hour, &meterv1.GetGpuUsageResponse{},
+			url.Values{"step": {"total"}, "page_size": {"1000"}}, "no GPU samples in ["},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cmd, func(t *testing.T) {
+			f, srv := newFakeMetrics(t, map[string][]proto.Message{"/v1/" + tt.cmd: {tt.empty}})
 			before := time.Now()
-			out, _, err := runArgs(t, nil, cmd, "--addr", srv.URL, "--key", testKey)
+			out, _, err := runArgs(t, nil, tt.cmd, "--addr", srv.URL, "--key", testKey)
 			if err != nil {
-				t.Fatalf("%s: %v", cmd, err)
+				t.Fatalf("%s: %v", tt.cmd, err)
 			}
-			if !strings.HasPrefix(out, "no requests in [") {
-				t.Errorf("output %q, want a no-requests line", out)
+			if !strings.HasPrefix(out, tt.want) {
+				t.Errorf("output %q, want %q…", out, tt.want)
 			}
 			reqs := f.got()
 			if len(reqs) != 1 {
 				t.Fatalf("%d requests, want 1", len(reqs))
 			}
 			q := reqs[0].Query()
-			start, err1 := time.Parse(time.RFC3339, q.Get("selector.start"))
-			end, err2 := time.Parse(time.RFC3339, q.Get("selector.end"))
+			start, err1 := time.Parse(time.RFC3339, q.Get(tt.prefix+"start"))
+			end, err2 := time.Parse(time.RFC3339, q.Get(tt.prefix+"end"))
 			if err := errors.Join(err1, err2); err != nil {
 				t.Fatalf("query %v: %v", q, err)
 			}
-			if end.Sub(start) != 24*time.Hour || end.Truncate(time.Minute) != end || before.Sub(end) < 0 || before.Sub(end) > time.Minute {
-				t.Errorf("window [%s, %s), want the last 24h in whole minutes", start, end)
+			if end.Sub(start) != 24*time.Hour || end.Truncate(tt.unit) != end || before.Sub(end) < 0 || before.Sub(end) > tt.unit {
+				t.Errorf("window [%s, %s), want the last 24h in whole %s", start, end, tt.unit)
 			}
-			q.Del("selector.start")
-			q.Del("selector.end")
-			want := url.Values{"selector.step": {"total"}, "selector.page_size": {"1000"}}
-			if diff := cmp.Diff(want, q); diff != "" {
+			q.Del(tt.prefix + "start")
+			q.Del(tt.prefix + "end")
+			if diff := cmp.Diff(tt.query, q); diff != "" {
 				t.Errorf("query (-want +got):\n%s", diff)
 			}
 		})

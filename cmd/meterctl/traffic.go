@@ -23,7 +23,7 @@ func runTraffic(ctx context.Context, args []string, getenv func(string) string, 
 			"GET /v1/traffic, with a SUMMARY row per group over the whole range. Rates are\n"+
 			"means over the step; PEAK_RPS and PEAK_OUT_TPS are those of the busiest\n"+
 			"minute. TOP_ERRORS lists the most frequent error classes with their counts.\n"+
-			"With --step total the SUMMARY rows are the only rows.", args, getenv, time.Now(), stderr)
+			"With --step total the SUMMARY rows are the only rows.", metricsShape, args, getenv, time.Now(), stderr)
 	if err != nil {
 		return err
 	}
@@ -32,7 +32,7 @@ func runTraffic(ctx context.Context, args []string, getenv func(string) string, 
 		return nil
 	}
 	all := &meterv1.GetTrafficResponse{}
-	err = fetchPages(ctx, newClient(cfg.connConfig, 1), "/v1/traffic", cfg.query(), func(p *meterv1.GetTrafficResponse) {
+	err = fetchPages(ctx, newClient(cfg.connConfig, 1), "/v1/traffic", cfg.query(), cfg.pageTokenParam(), func(p *meterv1.GetTrafficResponse) {
 		all.Series = append(all.Series, p.GetSeries()...)
 	})
 	if err != nil {
@@ -79,14 +79,6 @@ func trafficGrid(cfg selectorConfig, series []*meterv1.TrafficSeries, f cellForm
 			f.float(p.GetInputTokensPerSecond()), f.float(p.GetOutputTokensPerSecond()), f.float(p.GetPeakOutputTokensPerSecond()),
 			f.percent(p.GetErrorRate()), errorClasses(p.GetErrorsByClass(), limit, f))...)
 	}
-	for _, s := range series {
-		group := f.group(cfg.GroupBy, s.GetGroup())
-		if cfg.Step != "total" {
-			for _, p := range s.GetPoints() {
-				row(group, f.time(p.GetStart().AsTime()), p)
-			}
-		}
-		row(group, f.summaryStart(), s.GetSummary())
-	}
+	seriesRows(cfg, f, series, row)
 	return g
 }
