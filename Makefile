@@ -11,11 +11,11 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## build meterd and meterctl into bin/
+build: ## build meterd, meterctl, gpu-agent and meterbench into bin/
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 .PHONY: run
-run: build ## start meterd --dev (data in ./data), replay demo traffic, print usage; Ctrl-C stops
+run: build ## start meterd --dev (data in ./data), replay demo traffic and GPU samples, print usage, latency and cost; Ctrl-C stops
 	@scripts/run-demo.sh
 
 .PHONY: test

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make run`: start meterd in dev mode, replay demo traffic through the API,
-# print a usage table from the API, then keep meterd running until Ctrl-C.
+# `make run`: start meterd in dev mode, replay demo traffic through the API
+# and GPU samples through gpu-agent, print usage, latency, goodput and cost
+# tables from the API, then keep meterd running until Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${DATA:-$PWD/data}
@@ -21,7 +22,9 @@ if ! command -v clickhouse-server >/dev/null 2>&1; then
   fi
 fi
 
-bin/meterd --dev --data-dir "$DATA" --http-addr "$HTTP" --rollup-interval 2s 2>"$DATA.log" &
+KAFKA=${METER_KAFKA_BROKERS:-127.0.0.1:9092}
+bin/meterd --dev --data-dir "$DATA" --http-addr "$HTTP" --kafka-brokers "$KAFKA" --rollup-interval 2s \
+  --prices deploy/prices.example.json 2>"$DATA.log" &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; exit 0' INT TERM
 trap 'kill -TERM $pid 2>/dev/null || true' EXIT
@@ -47,6 +50,20 @@ bin/meterctl latency --addr "http://$HTTP" --key "$(cat "$DATA/keys/finance.key"
 echo
 echo "== goodput by model, from GET /v1/goodput"
 bin/meterctl goodput --addr "http://$HTTP" --key "$(cat "$DATA/keys/finance.key")" --group-by model
+echo
+echo "== GPU samples of the demo fleet (60 s, last 24 h) through gpu-agent --source replay → $KAFKA"
+bin/meterctl gpu-samples --duration 24h --out "$DATA/gpu-demo.jsonl"
+bin/gpu-agent --source replay --file "$DATA/gpu-demo.jsonl" --interval 1ms --kafka-brokers "$KAFKA" \
+  --http-addr "" --log-level warn
+sleep 8 # ingest, then the rollup role costs the hours
+echo
+echo "== GPU usage and cost by deployment, from GET /v1/gpu-usage"
+bin/meterctl gpu-usage --addr "http://$HTTP" --key "$(cat "$DATA/keys/finance.key")" --group-by deployment \
+  --start "$(date -u -d '-24 hours' +%Y-%m-%dT%H:00:00Z)" --end "$(date -u -d '+1 hour' +%Y-%m-%dT%H:00:00Z)"
+echo
+echo "== GPU cost allocated to tenants (tokens policy, idle kept apart), from GET /v1/cost"
+bin/meterctl cost --addr "http://$HTTP" --key "$(cat "$DATA/keys/finance.key")" --group-by tenant_id \
+  --start "$(date -u -d '-24 hours' +%Y-%m-%dT%H:00:00Z)" --end "$(date -u -d '+1 hour' +%Y-%m-%dT%H:00:00Z)"
 echo
 echo "meterd keeps running (logs in $DATA.log); try the keys above with meterctl or curl. Ctrl-C stops it."
 wait $pid

@@ -24,6 +24,7 @@ Commands:
   traffic    print request and token rates and error rates from GET /v1/traffic
   cost       print GPU cost allocated to tenants, per 1k tokens, from GET /v1/cost
   gpu-usage  print GPU-hours, utilization, energy and GPU cost from GET /v1/gpu-usage
+  gpu-samples  write synthetic GPU samples of the demo fleet for gpu-agent --source replay
   keys new   create an API key and its entry for meterd's --auth-keys file
   help       show this text; "meterctl help <command>" shows a command's flags
 
@@ -77,6 +78,8 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return runCost(ctx, rest, getenv, stdout, stderr)
 	case "gpu-usage":
 		return runGPUUsage(ctx, rest, getenv, stdout, stderr)
+	case "gpu-samples":
+		return runGPUSamples(ctx, rest, getenv, stdout, stderr)
 	case "keys":
 		if len(rest) == 0 || rest[0] != "new" {
 			return errors.New(`keys: want "meterctl keys new --name NAME --role ROLE [--tenant ID]"`)
