@@ -54,6 +54,7 @@ func (c Config) Validate() error {
 		if gpu.DCGMMode(c.DCGMMode) == gpu.DCGMStandalone && c.DCGMAddress == "" {
 			errs = append(errs, errors.New("--dcgm-address is required with --dcgm-mode standalone"))
 		}
+	case gpu.SourceNVML: // nothing to configure: NVML finds the driver itself
 	case gpu.SourceExporter:
 		if u, err := url.Parse(c.ExporterURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("--exporter-url %q: want http(s)://host:port/metrics", c.ExporterURL))
@@ -63,7 +64,7 @@ func (c Config) Validate() error {
 			errs = append(errs, errors.New("--file is required with --source replay"))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("--source %q: want %s, %s or %s", c.Source, gpu.SourceDCGM, gpu.SourceExporter, gpu.SourceReplay))
+		errs = append(errs, fmt.Errorf("--source %q: want %s, %s, %s or %s", c.Source, gpu.SourceDCGM, gpu.SourceNVML, gpu.SourceExporter, gpu.SourceReplay))
 	}
 	if c.Interval <= 0 {
 		errs = append(errs, fmt.Errorf("--interval %s: must be positive", c.Interval))
@@ -112,7 +113,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	var c Config
 	fs := flag.NewFlagSet("gpu-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.Source, "source", gpu.SourceDCGM, "where readings come from: dcgm, dcgm-exporter or replay")
+	fs.StringVar(&c.Source, "source", gpu.SourceDCGM, "where readings come from: dcgm, nvml (the NVIDIA driver's libnvidia-ml, for nodes without DCGM), dcgm-exporter or replay")
 	fs.StringVar(&c.DCGMMode, "dcgm-mode", string(gpu.DCGMEmbedded), "dcgm source: embedded (load libdcgm in this process) or standalone (connect to nv-hostengine)")
 	fs.StringVar(&c.DCGMAddress, "dcgm-address", gpu.DefaultDCGMAddress, "standalone nv-hostengine: host:port, a unix socket path, or a tcp:// or unix:// URL")
 	fs.StringVar(&c.ExporterURL, "exporter-url", gpu.DefaultExporterURL, "dcgm-exporter source: the /metrics URL (or a Prometheus /federate URL)")

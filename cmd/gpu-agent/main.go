@@ -1,5 +1,5 @@
-// Command gpu-agent reads GPU telemetry on a node — from DCGM, from NVIDIA
-// dcgm-exporter's /metrics, or from a replay file — attributes each GPU (or
+// Command gpu-agent reads GPU telemetry on a node — from DCGM, from NVML,
+// from NVIDIA dcgm-exporter's /metrics, or from a replay file — attributes each GPU (or
 // MIG instance) to a deployment and publishes one GpuSample per GPU and
 // interval to the meter.gpu.v1 Kafka topic. With --once it prints one
 // reading as JSON lines instead (the format --source replay reads). See

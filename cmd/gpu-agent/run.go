@@ -43,6 +43,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	src, err := openSource(cfg, logger)
 	if errors.Is(err, gpu.ErrDCGMUnavailable) {
+		return fmt.Errorf("%w; use --source dcgm-exporter or replay, or --source nvml where the NVIDIA driver is installed", err)
+	}
+	if errors.Is(err, gpu.ErrNVMLUnavailable) {
 		return fmt.Errorf("%w; use --source dcgm-exporter or replay", err)
 	}
 	if err != nil {
@@ -138,6 +141,8 @@ func openSource(cfg Config, logger *slog.Logger) (gpu.Source, error) {
 			Mode: gpu.DCGMMode(cfg.DCGMMode), Address: cfg.DCGMAddress,
 			KeepAge: max(5*time.Minute, 3*cfg.Interval),
 		}, logger)
+	case gpu.SourceNVML:
+		return gpu.NewNVMLSource(logger)
 	case gpu.SourceExporter:
 		ec := gpu.ExporterConfig{URL: cfg.ExporterURL, Timeout: min(cfg.Interval, 30*time.Second)}
 		if cfg.NodeSet {

@@ -200,7 +200,7 @@ func TestConfig(t *testing.T) {
 			args:    []string{"--source", "replay", "--interval", "0s", "--kafka-brokers", "kafka", "--pod-deployment-regex", "^llama$", "--log-level", "loud"},
 			wantErr: []string{"--file is required", "--interval 0s", `--kafka-brokers "kafka"`, "needs a group", "--log-level"},
 		},
-		{name: "bad source", args: []string{"--source", "nvml"}, wantErr: []string{`--source "nvml"`}},
+		{name: "bad source", args: []string{"--source", "nvidia-smi"}, wantErr: []string{`--source "nvidia-smi"`}},
 		{name: "bad exporter URL", args: []string{"--source", "dcgm-exporter", "--exporter-url", "localhost:9400"}, wantErr: []string{"--exporter-url"}},
 		{name: "bad DCGM mode", args: []string{"--dcgm-mode", "remote"}, wantErr: []string{"--dcgm-mode"}},
 		{name: "flag wins over env", args: []string{"--source", "dcgm"}, env: map[string]string{"METER_SOURCE": "nvml"}},

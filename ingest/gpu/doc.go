@@ -1,5 +1,6 @@
 // Package gpu owns the node side of GPU metering: reading GPU (and MIG
-// instance) telemetry from a Source — DCGM through go-dcgm, a scrape of
+// instance) telemetry from a Source — DCGM through go-dcgm, NVML through
+// go-nvml (where the driver is installed but DCGM is not), a scrape of
 // NVIDIA dcgm-exporter's /metrics, or a replay file — attributing each GPU to
 // a deployment, and the Agent that stamps the readings into GpuSample records
 // (sampled_at, interval_s, sample_id) and publishes them to the meter.gpu.v1

@@ -20,7 +20,8 @@ import (
 // interval_s; the Agent keeps them. The Agent calls Sample from one
 // goroutine at a time; sources keep state between calls (energy counters).
 type Source interface {
-	// Name is the value of GpuSample.source: "dcgm", "dcgm-exporter" or "replay".
+	// Name is the value of GpuSample.source: "dcgm", "nvml", "dcgm-exporter"
+	// or "replay".
 	Name() string
 	// Sample reads the GPUs once. It returns ErrExhausted when a finite
 	// source has nothing more to give.
@@ -32,6 +33,7 @@ type Source interface {
 // Source names, the values of GpuSample.source.
 const (
 	SourceDCGM     = "dcgm"
+	SourceNVML     = "nvml"
 	SourceExporter = "dcgm-exporter"
 	SourceReplay   = "replay"
 )
