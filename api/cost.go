@@ -66,6 +66,8 @@ type costAcc struct {
 	cost, busy                            int64
 	requests, input, cached, output, good uint64
 	unReq, unIn, unOut                    uint64
+	list                                  int64
+	listUnpriced                          uint64
 }
 
 func (a *costAcc) add(r chstore.CostRowOut) {
@@ -79,6 +81,8 @@ func (a *costAcc) add(r chstore.CostRowOut) {
 	a.unReq += r.UnattributedRequests
 	a.unIn += r.UnattributedInput
 	a.unOut += r.UnattributedOutput
+	a.list += r.ListCharge
+	a.listUnpriced += r.ListUnpricedRequests
 }
 
 func (a costAcc) point(cur string, start time.Time) *meterv1.CostPoint {

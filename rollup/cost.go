@@ -96,12 +96,12 @@ func ComputeCost(hour time.Time, book *billing.PriceBook, samples []chstore.GPUS
 		if dep == "" {
 			us = nil // usage without a deployment cannot be matched to GPUs
 			for _, u := range usageByDep[dep] {
-				costRows = append(costRows, unattributedRow(hour, u, version))
+				costRows = append(costRows, unattributedRow(hour, book, u))
 			}
 		}
 		if len(ss) == 0 {
 			for _, u := range us {
-				costRows = append(costRows, unattributedRow(hour, u, version))
+				costRows = append(costRows, unattributedRow(hour, book, u))
 			}
 			continue
 		}
@@ -141,6 +141,7 @@ func ComputeCost(hour time.Time, book *billing.PriceBook, samples []chstore.GPUS
 							r.Requests, r.InputTokens, r.CachedInputTokens = u.Requests, u.InputTokens, u.CachedInputTokens
 							r.OutputTokens, r.GoodOutputTokens, r.E2EMs = u.OutputTokens, u.GoodOutputTokens, uint64(u.E2EMs+0.5)
 							r.SLOVersion = u.SLOVersion
+							r.ListCharge, r.ListPriced = listCharge(book, hour, u)
 						}
 						lines[l.Tenant] = r
 						order = append(order, l.Tenant)
@@ -160,12 +161,21 @@ func ComputeCost(hour time.Time, book *billing.PriceBook, samples []chstore.GPUS
 	return gpuRows, costRows, nil
 }
 
-func unattributedRow(hour time.Time, u chstore.DeploymentUsageRow, version string) chstore.CostRow {
+// listCharge prices a usage row at its model's token list prices in force
+// at the start of the hour.
+func listCharge(book *billing.PriceBook, hour time.Time, u chstore.DeploymentUsageRow) (int64, bool) {
+	m, _, ok := book.ListCharge(u.Model, hour, int64(u.InputTokens), int64(u.CachedInputTokens), int64(u.OutputTokens))
+	return int64(m), ok
+}
+
+func unattributedRow(hour time.Time, book *billing.PriceBook, u chstore.DeploymentUsageRow) chstore.CostRow {
+	charge, priced := listCharge(book, hour, u)
 	return chstore.CostRow{
+		ListCharge: charge, ListPriced: priced,
 		Hour: hour, TenantID: u.TenantID, Deployment: u.Deployment, Model: u.Model, Unattributed: true,
 		Requests: u.Requests, InputTokens: u.InputTokens, CachedInputTokens: u.CachedInputTokens,
 		OutputTokens: u.OutputTokens, GoodOutputTokens: u.GoodOutputTokens, E2EMs: uint64(u.E2EMs + 0.5),
-		PriceVersion: version, SLOVersion: u.SLOVersion,
+		PriceVersion: book.Version(), SLOVersion: u.SLOVersion,
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/billing"
@@ -19,6 +20,9 @@ const testPrices = `{
   "gpu_prices": [
     {"gpu_type": "H100-SXM-80GB", "effective_from": "2026-01-01T00:00:00Z", "per_hour": "4.10"},
     {"gpu_type": "H100-SXM-80GB", "effective_from": "2026-11-20T00:30:00Z", "per_hour": "3.00"}
+  ],
+  "token_prices": [
+    {"model": "llama-70b", "effective_from": "2026-01-01T00:00:00Z", "input_per_1m": "1.00", "cached_input_per_1m": "0.50", "output_per_1m": "2.00"}
   ]
 }`
 
@@ -81,7 +85,11 @@ func TestCostRollupReconcilesAndMatchesHandComputedCost(t *testing.T) {
 
 	var events []*meterv1.InferenceEvent
 	for i := range 600 {
-		events = append(events, genEvent(i, h0.Add(time.Duration(i)*12*time.Second))) // hours 0 and 1
+		ev := genEvent(i, h0.Add(time.Duration(i)*12*time.Second)) // hours 0 and 1
+		if i%5 == 0 && ev.PromptTokens != nil {
+			ev.CachedPromptTokens = proto.Int64(ev.GetPromptTokens() / 3)
+		}
+		events = append(events, ev)
 	}
 	orphans := 0
 	for i := 600; i < 620; i++ {
@@ -207,6 +215,32 @@ func TestCostRollupReconcilesAndMatchesHandComputedCost(t *testing.T) {
 	}
 	if total != gpuTotal {
 		t.Errorf("Σ allocated over tenants %s, GPU cost %s", billing.Money(total), billing.Money(gpuTotal))
+	}
+
+	// List charges: llama-70b tokens at 1000/500/2000 nanos per input/cached/
+	// output token (exact, so the per-row rounding cannot hide an error);
+	// mixtral has no list price.
+	var wantList int64
+	var unpricedList uint64
+	seen := map[string]bool{}
+	for _, ev := range events {
+		if seen[ev.GetEventId()] || ev.GetCompletedAt().AsTime().After(h0.Add(time.Hour-time.Nanosecond)) {
+			continue
+		}
+		seen[ev.GetEventId()] = true
+		if ev.GetModel() != "llama-70b" {
+			unpricedList++
+			continue
+		}
+		wantList += (ev.GetPromptTokens()-ev.GetCachedPromptTokens())*1000 + ev.GetCachedPromptTokens()*500 + ev.GetOutputTokens()*2000
+	}
+	hourTotal, err := f.store.Cost(ctx, chstore.CostQuery{Start: h0, End: h0.Add(time.Hour)})
+	if err != nil || len(hourTotal) != 1 {
+		t.Fatalf("hour 0 total: %v %v", hourTotal, err)
+	}
+	if hourTotal[0].ListCharge != wantList || hourTotal[0].ListUnpricedRequests != unpricedList {
+		t.Errorf("list charge %s with %d unpriced requests, want %s and %d", billing.Money(hourTotal[0].ListCharge),
+			hourTotal[0].ListUnpricedRequests, billing.Money(wantList), unpricedList)
 	}
 
 	// Re-running changes nothing; a new price book recosts the hours.

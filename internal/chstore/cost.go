@@ -146,8 +146,12 @@ type CostRow struct {
 	GoodOutputTokens, E2EMs              uint64
 	// Busy[b] is the busy share under BusyPolicies[b]; Cost[b][i] the line's
 	// total under BusyPolicies[b] and IdlePolicies[i]; nano-units.
-	Busy         [3]int64
-	Cost         [3][3]int64
+	Busy [3]int64
+	Cost [3][3]int64
+	// ListCharge is the usage at the model's token list prices; ListPriced
+	// is false when the model has no list price (ListCharge is then 0).
+	ListCharge   int64
+	ListPriced   bool
 	PriceVersion string
 	SLOVersion   uint32
 }
@@ -163,7 +167,7 @@ func costColumns() []string {
 			cols = append(cols, "cost_"+busyColumn(b)+"_"+i)
 		}
 	}
-	return append(cols, "price_version", "slo_version", "version")
+	return append(cols, "list_charge", "list_priced", "price_version", "slo_version", "version")
 }
 
 // WriteCost stores one hour's GPU and cost rows with version; they replace
@@ -192,7 +196,7 @@ func (s *Store) WriteCost(ctx context.Context, gpu []GPUHourRow, cost []CostRow,
 					vals = append(vals, c)
 				}
 			}
-			return append(vals, r.PriceVersion, r.SLOVersion, version)
+			return append(vals, r.ListCharge, boolByte(r.ListPriced), r.PriceVersion, r.SLOVersion, version)
 		})
 	}
 	return nil

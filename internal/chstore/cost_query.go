@@ -40,7 +40,11 @@ type CostRowOut struct {
 	OutputTokens, GoodOutputTokens           uint64
 	UnattributedRequests, UnattributedInput  uint64
 	UnattributedOutput                       uint64
-	PriceVersions                            []string
+	// ListCharge is the usage at list prices; ListUnpricedRequests counts
+	// requests of models without a list price.
+	ListCharge           int64
+	ListUnpricedRequests uint64
+	PriceVersions        []string
 }
 
 // normalizeHours checks an hour-aligned range and a step of hour, day or total.
@@ -111,6 +115,7 @@ func (q CostQuery) SQL() (string, []any) {
 		"sumIf(cached_input_tokens, unattributed = 0)", "sumIf(output_tokens, unattributed = 0)",
 		"sumIf(good_output_tokens, unattributed = 0)",
 		"sumIf(requests, unattributed = 1)", "sumIf(input_tokens, unattributed = 1)", "sumIf(output_tokens, unattributed = 1)",
+		"sum(list_charge)", "sumIf(requests, list_priced = 0)",
 		"groupUniqArray(price_version)")
 	where := "hour >= toDateTime(?) AND hour < toDateTime(?)"
 	args = append(args, q.Start.Unix(), q.End.Unix())
@@ -150,7 +155,7 @@ func (s *Store) Cost(ctx context.Context, q CostQuery) ([]CostRowOut, error) {
 		}
 		dest = append(dest, &r.CostNanos, &r.BusyNanos, &r.Requests, &r.InputTokens, &r.CachedInputTokens,
 			&r.OutputTokens, &r.GoodOutputTokens, &r.UnattributedRequests, &r.UnattributedInput, &r.UnattributedOutput,
-			&r.PriceVersions)
+			&r.ListCharge, &r.ListUnpricedRequests, &r.PriceVersions)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("scan cost: %w", err)
 		}

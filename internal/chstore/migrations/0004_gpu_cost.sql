@@ -86,7 +86,8 @@ ORDER BY (hour, deployment, gpu_type, pool, region, mig_profile);
 -- busy_<busy> its busy part. The tenant "__idle__" holds the idle cost kept
 -- apart (and all of the cost of a deployment-hour without traffic).
 -- unattributed = 1 marks usage in a deployment-hour without GPU samples: its
--- cost is unknown, not zero.
+-- cost is unknown, not zero. list_charge is the usage at the model's token
+-- list prices (list_priced = 0: the model had none).
 CREATE TABLE IF NOT EXISTS cost_hour
 (
     hour                          DateTime,
@@ -113,6 +114,8 @@ CREATE TABLE IF NOT EXISTS cost_hour
     cost_request_time_separate        Int64,
     cost_request_time_shared_weighted Int64,
     cost_request_time_shared_even     Int64,
+    list_charge                   Int64,
+    list_priced                   UInt8,
     price_version                 String,
     slo_version                   UInt32,
     version                       UInt64

@@ -248,8 +248,15 @@ type CostPoint struct {
 	UnattributedOutputTokens uint64 `protobuf:"varint,16,opt,name=unattributed_output_tokens,json=unattributedOutputTokens,proto3" json:"unattributed_output_tokens,omitempty"`
 	// unattributed_input_tokens counts the input tokens of those requests.
 	UnattributedInputTokens uint64 `protobuf:"varint,17,opt,name=unattributed_input_tokens,json=unattributedInputTokens,proto3" json:"unattributed_input_tokens,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// list_charge is every request's tokens (unattributed ones included) at the
+	// model's token list prices in force at the hour: what the usage is worth
+	// at list price, next to what its GPUs cost.
+	ListCharge *Money `protobuf:"bytes,18,opt,name=list_charge,json=listCharge,proto3" json:"list_charge,omitempty"`
+	// list_unpriced_requests counts requests of models without a list price
+	// (not in list_charge).
+	ListUnpricedRequests uint64 `protobuf:"varint,19,opt,name=list_unpriced_requests,json=listUnpricedRequests,proto3" json:"list_unpriced_requests,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *CostPoint) Reset() {
@@ -397,6 +404,20 @@ func (x *CostPoint) GetUnattributedOutputTokens() uint64 {
 func (x *CostPoint) GetUnattributedInputTokens() uint64 {
 	if x != nil {
 		return x.UnattributedInputTokens
+	}
+	return 0
+}
+
+func (x *CostPoint) GetListCharge() *Money {
+	if x != nil {
+		return x.ListCharge
+	}
+	return nil
+}
+
+func (x *CostPoint) GetListUnpricedRequests() uint64 {
+	if x != nil {
+		return x.ListUnpricedRequests
 	}
 	return 0
 }
@@ -979,7 +1000,7 @@ const file_tokenmeter_v1_cost_proto_rawDesc = "" +
 	"idlePolicy\x12\x1b\n" +
 	"\tpage_size\x18\b \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\t \x01(\tR\tpageToken\"\xe1\x06\n" +
+	"page_token\x18\t \x01(\tR\tpageToken\"\xce\a\n" +
 	"\tCostPoint\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12(\n" +
 	"\x04cost\x18\x02 \x01(\v2\x14.tokenmeter.v1.MoneyR\x04cost\x121\n" +
@@ -998,7 +1019,10 @@ const file_tokenmeter_v1_cost_proto_rawDesc = "" +
 	"\x1ecost_per_1k_good_output_tokens\x18\x0e \x01(\tR\x19costPer1kGoodOutputTokens\x123\n" +
 	"\x15unattributed_requests\x18\x0f \x01(\x04R\x14unattributedRequests\x12<\n" +
 	"\x1aunattributed_output_tokens\x18\x10 \x01(\x04R\x18unattributedOutputTokens\x12:\n" +
-	"\x19unattributed_input_tokens\x18\x11 \x01(\x04R\x17unattributedInputTokens\"\xe8\x01\n" +
+	"\x19unattributed_input_tokens\x18\x11 \x01(\x04R\x17unattributedInputTokens\x125\n" +
+	"\vlist_charge\x18\x12 \x01(\v2\x14.tokenmeter.v1.MoneyR\n" +
+	"listCharge\x124\n" +
+	"\x16list_unpriced_requests\x18\x13 \x01(\x04R\x14listUnpricedRequests\"\xe8\x01\n" +
 	"\n" +
 	"CostSeries\x12:\n" +
 	"\x05group\x18\x01 \x03(\v2$.tokenmeter.v1.CostSeries.GroupEntryR\x05group\x120\n" +
@@ -1094,29 +1118,30 @@ var file_tokenmeter_v1_cost_proto_depIdxs = []int32{
 	0,  // 3: tokenmeter.v1.CostPoint.cost:type_name -> tokenmeter.v1.Money
 	0,  // 4: tokenmeter.v1.CostPoint.busy_cost:type_name -> tokenmeter.v1.Money
 	0,  // 5: tokenmeter.v1.CostPoint.idle_cost:type_name -> tokenmeter.v1.Money
-	9,  // 6: tokenmeter.v1.CostSeries.group:type_name -> tokenmeter.v1.CostSeries.GroupEntry
-	2,  // 7: tokenmeter.v1.CostSeries.points:type_name -> tokenmeter.v1.CostPoint
-	2,  // 8: tokenmeter.v1.CostSeries.summary:type_name -> tokenmeter.v1.CostPoint
-	3,  // 9: tokenmeter.v1.GetCostResponse.series:type_name -> tokenmeter.v1.CostSeries
-	11, // 10: tokenmeter.v1.GetGpuUsageRequest.start:type_name -> google.protobuf.Timestamp
-	11, // 11: tokenmeter.v1.GetGpuUsageRequest.end:type_name -> google.protobuf.Timestamp
-	11, // 12: tokenmeter.v1.GpuUsagePoint.start:type_name -> google.protobuf.Timestamp
-	0,  // 13: tokenmeter.v1.GpuUsagePoint.cost:type_name -> tokenmeter.v1.Money
-	0,  // 14: tokenmeter.v1.GpuUsagePoint.busy_cost:type_name -> tokenmeter.v1.Money
-	0,  // 15: tokenmeter.v1.GpuUsagePoint.idle_cost:type_name -> tokenmeter.v1.Money
-	10, // 16: tokenmeter.v1.GpuUsageSeries.group:type_name -> tokenmeter.v1.GpuUsageSeries.GroupEntry
-	6,  // 17: tokenmeter.v1.GpuUsageSeries.points:type_name -> tokenmeter.v1.GpuUsagePoint
-	6,  // 18: tokenmeter.v1.GpuUsageSeries.summary:type_name -> tokenmeter.v1.GpuUsagePoint
-	7,  // 19: tokenmeter.v1.GetGpuUsageResponse.series:type_name -> tokenmeter.v1.GpuUsageSeries
-	1,  // 20: tokenmeter.v1.CostService.GetCost:input_type -> tokenmeter.v1.GetCostRequest
-	5,  // 21: tokenmeter.v1.CostService.GetGpuUsage:input_type -> tokenmeter.v1.GetGpuUsageRequest
-	4,  // 22: tokenmeter.v1.CostService.GetCost:output_type -> tokenmeter.v1.GetCostResponse
-	8,  // 23: tokenmeter.v1.CostService.GetGpuUsage:output_type -> tokenmeter.v1.GetGpuUsageResponse
-	22, // [22:24] is the sub-list for method output_type
-	20, // [20:22] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	0,  // 6: tokenmeter.v1.CostPoint.list_charge:type_name -> tokenmeter.v1.Money
+	9,  // 7: tokenmeter.v1.CostSeries.group:type_name -> tokenmeter.v1.CostSeries.GroupEntry
+	2,  // 8: tokenmeter.v1.CostSeries.points:type_name -> tokenmeter.v1.CostPoint
+	2,  // 9: tokenmeter.v1.CostSeries.summary:type_name -> tokenmeter.v1.CostPoint
+	3,  // 10: tokenmeter.v1.GetCostResponse.series:type_name -> tokenmeter.v1.CostSeries
+	11, // 11: tokenmeter.v1.GetGpuUsageRequest.start:type_name -> google.protobuf.Timestamp
+	11, // 12: tokenmeter.v1.GetGpuUsageRequest.end:type_name -> google.protobuf.Timestamp
+	11, // 13: tokenmeter.v1.GpuUsagePoint.start:type_name -> google.protobuf.Timestamp
+	0,  // 14: tokenmeter.v1.GpuUsagePoint.cost:type_name -> tokenmeter.v1.Money
+	0,  // 15: tokenmeter.v1.GpuUsagePoint.busy_cost:type_name -> tokenmeter.v1.Money
+	0,  // 16: tokenmeter.v1.GpuUsagePoint.idle_cost:type_name -> tokenmeter.v1.Money
+	10, // 17: tokenmeter.v1.GpuUsageSeries.group:type_name -> tokenmeter.v1.GpuUsageSeries.GroupEntry
+	6,  // 18: tokenmeter.v1.GpuUsageSeries.points:type_name -> tokenmeter.v1.GpuUsagePoint
+	6,  // 19: tokenmeter.v1.GpuUsageSeries.summary:type_name -> tokenmeter.v1.GpuUsagePoint
+	7,  // 20: tokenmeter.v1.GetGpuUsageResponse.series:type_name -> tokenmeter.v1.GpuUsageSeries
+	1,  // 21: tokenmeter.v1.CostService.GetCost:input_type -> tokenmeter.v1.GetCostRequest
+	5,  // 22: tokenmeter.v1.CostService.GetGpuUsage:input_type -> tokenmeter.v1.GetGpuUsageRequest
+	4,  // 23: tokenmeter.v1.CostService.GetCost:output_type -> tokenmeter.v1.GetCostResponse
+	8,  // 24: tokenmeter.v1.CostService.GetGpuUsage:output_type -> tokenmeter.v1.GetGpuUsageResponse
+	23, // [23:25] is the sub-list for method output_type
+	21, // [21:23] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_tokenmeter_v1_cost_proto_init() }
