@@ -34,8 +34,8 @@ TOOL_PKGS := github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/prot
 	google.golang.org/grpc/cmd/protoc-gen-go-grpc github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway
 
 .PHONY: bench-queries
-bench-queries: ## query benchmark: 100M synthetic events, rollups vs raw (takes ~20 min)
-	$(GO) run ./cmd/meterbench queries
+bench-queries: ## query benchmark: 100M events + 52M GPU samples, rollups vs raw (takes ~40 min)
+	$(GO) run ./cmd/meterbench queries --reps 20 --raw-reps 2
 
 .PHONY: tools
 tools: $(TOOLS)/.stamp ## build the pinned code generators (tools/go.mod)
