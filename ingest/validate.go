@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -88,6 +89,10 @@ func (l Limits) Validate(ev *meterv1.InferenceEvent, now time.Time) error {
 		if f.v == "" {
 			return invalid(ReasonMissingField, "%s is required", f.name)
 		}
+	}
+	if strings.HasPrefix(ev.GetTenantId(), "__") {
+		// Reserved for lines that are not tenants, such as the idle-cost line "__idle__".
+		return invalid(ReasonInvalidValue, "tenant_id %q: names starting with \"__\" are reserved", ev.GetTenantId())
 	}
 	for _, f := range []struct{ name, v string }{
 		{"event_id", ev.GetEventId()}, {"request_id", ev.GetRequestId()}, {"tenant_id", ev.GetTenantId()},

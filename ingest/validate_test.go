@@ -49,6 +49,7 @@ func TestValidate(t *testing.T) {
 		{"explicit ok", func(ev *meterv1.InferenceEvent) { ev.Status = meterv1.Status_STATUS_OK }, "", ""},
 		{"missing event_id", func(ev *meterv1.InferenceEvent) { ev.EventId = "" }, ReasonMissingField, "event_id is required"},
 		{"missing tenant", func(ev *meterv1.InferenceEvent) { ev.TenantId = "" }, ReasonMissingField, "tenant_id is required"},
+		{"reserved tenant", func(ev *meterv1.InferenceEvent) { ev.TenantId = "__idle__" }, ReasonInvalidValue, "reserved"},
 		{"missing model", func(ev *meterv1.InferenceEvent) { ev.Model = "" }, ReasonMissingField, "model is required"},
 		{"missing completed_at", func(ev *meterv1.InferenceEvent) { ev.CompletedAt = nil }, ReasonMissingField, "completed_at is required"},
 		{"ok without prompt tokens", func(ev *meterv1.InferenceEvent) { ev.PromptTokens = nil; ev.CachedPromptTokens = nil }, ReasonMissingField, "prompt_tokens is required"},
