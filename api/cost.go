@@ -138,25 +138,55 @@ func (s *costService) GetCost(ctx context.Context, req *meterv1.GetCostRequest) 
 	}
 	keys, series, next := page(pg, rows, func(r chstore.CostRowOut) map[string]string { return r.Group })
 	resp := &meterv1.GetCostResponse{NextPageToken: next, BusyPolicy: q.Busy, IdlePolicy: q.Idle, Currency: cur}
+	out, versions := seriesOf(keys, series, cur, q.Start, func() accumulator[chstore.CostRowOut, *meterv1.CostPoint] { return &costAcc{} },
+		func(r chstore.CostRowOut) (map[string]string, time.Time, []string) {
+			return r.Group, r.Start, r.PriceVersions
+		})
+	for _, s := range out {
+		resp.Series = append(resp.Series, &meterv1.CostSeries{Group: s.group, Points: s.points, Summary: s.summary})
+	}
+	resp.PriceVersions = versions
+	return resp, nil
+}
+
+// accumulator sums the rows of a step or a whole series into a point.
+type accumulator[R, P any] interface {
+	add(R)
+	point(cur string, start time.Time) P
+}
+
+// oneSeries is a group's points and summary.
+type oneSeries[P any] struct {
+	group   map[string]string
+	points  []P
+	summary P
+}
+
+// seriesOf builds the series of one page (keys, in order): a point per row
+// (rows are steps in time order) and a summary over the range, and lists
+// the price versions the rows were computed with.
+func seriesOf[R, P any](keys []string, series map[string][]R, cur string, rangeStart time.Time,
+	newAcc func() accumulator[R, P], meta func(R) (group map[string]string, start time.Time, versions []string)) ([]oneSeries[P], []string) {
 	versions := map[string]bool{}
+	var out []oneSeries[P]
 	for _, k := range keys {
-		rs := series[k]
-		out := &meterv1.CostSeries{Group: rs[0].Group}
-		var total costAcc
-		for _, r := range rs {
-			var step costAcc
+		total := newAcc()
+		var s oneSeries[P]
+		for _, r := range series[k] {
+			group, start, vs := meta(r)
+			s.group = group
+			step := newAcc()
 			step.add(r)
 			total.add(r)
-			out.Points = append(out.Points, step.point(cur, r.Start))
-			for _, v := range r.PriceVersions {
+			s.points = append(s.points, step.point(cur, start))
+			for _, v := range vs {
 				versions[v] = true
 			}
 		}
-		out.Summary = total.point(cur, q.Start)
-		resp.Series = append(resp.Series, out)
+		s.summary = total.point(cur, rangeStart)
+		out = append(out, s)
 	}
-	resp.PriceVersions = sortedKeys(versions)
-	return resp, nil
+	return out, sortedKeys(versions)
 }
 
 func sortedKeys(m map[string]bool) []string {
@@ -245,23 +275,13 @@ func (s *costService) GetGpuUsage(ctx context.Context, req *meterv1.GetGpuUsageR
 	}
 	keys, series, next := page(pg, rows, func(r chstore.GPUUsageRow) map[string]string { return r.Group })
 	resp := &meterv1.GetGpuUsageResponse{NextPageToken: next, Currency: cur}
-	versions := map[string]bool{}
-	for _, k := range keys {
-		rs := series[k]
-		out := &meterv1.GpuUsageSeries{Group: rs[0].Group}
-		var total gpuAcc
-		for _, r := range rs {
-			var step gpuAcc
-			step.add(r)
-			total.add(r)
-			out.Points = append(out.Points, step.point(cur, r.Start))
-			for _, v := range r.PriceVersions {
-				versions[v] = true
-			}
-		}
-		out.Summary = total.point(cur, q.Start)
-		resp.Series = append(resp.Series, out)
+	out, versions := seriesOf(keys, series, cur, q.Start, func() accumulator[chstore.GPUUsageRow, *meterv1.GpuUsagePoint] { return &gpuAcc{} },
+		func(r chstore.GPUUsageRow) (map[string]string, time.Time, []string) {
+			return r.Group, r.Start, r.PriceVersions
+		})
+	for _, s := range out {
+		resp.Series = append(resp.Series, &meterv1.GpuUsageSeries{Group: s.group, Points: s.points, Summary: s.summary})
 	}
-	resp.PriceVersions = sortedKeys(versions)
+	resp.PriceVersions = versions
 	return resp, nil
 }

@@ -9,11 +9,11 @@ import (
 	"net/url"
 	"os"
 	"regexp"
-	"strings"
 	"time"
 
 	"tokenmeter/ingest"
 	"tokenmeter/ingest/gpu"
+	"tokenmeter/internal/envflag"
 )
 
 // Config is gpu-agent's whole configuration, read from flags with METER_*
@@ -132,40 +132,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.IntVar(&c.BufferSamples, "buffer-samples", 50_000, "most samples kept while Kafka does not acknowledge; the oldest are dropped beyond")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the configuration (and the deployment map) and exit")
-	if err := fs.Parse(args); err != nil {
+	if err := envflag.Parse(fs, args, getenv); err != nil {
 		return c, err
 	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		env := "METER_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(env); v != "" && !set[f.Name] {
-			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
-			}
-		}
-	})
-	if err := errors.Join(errs...); err != nil {
-		return c, err
-	}
-	c.KafkaBrokers = splitList(*brokers)
+	c.KafkaBrokers = envflag.List(*brokers)
 	c.NodeSet = c.Node != ""
 	if !c.NodeSet {
 		c.Node, _ = os.Hostname()
 	}
 	return c, c.Validate()
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"tokenmeter/ingest"
+	"tokenmeter/internal/envflag"
 )
 
 // Config is meterd's whole configuration, read from flags with METER_*
@@ -136,41 +137,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.IntVar(&c.MemoryMiB, "memory-limit-mib", 256, "soft limit of the Go heap in MiB (runtime/debug.SetMemoryLimit; GOMEMLIMIT overrides; 0 = none)")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --http-addr")
 	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the configuration and exit")
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		env := "METER_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(env); v != "" && !set[f.Name] {
-			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
-			}
-		}
-	})
-	if err := errors.Join(errs...); err != nil {
+	if err := envflag.Parse(fs, args, getenv); err != nil {
 		return c, err
 	}
 	if *roles == "all" {
 		c.Roles = knownRoles
 	} else {
-		c.Roles = splitList(*roles)
+		c.Roles = envflag.List(*roles)
 	}
-	c.KafkaBrokers = splitList(*brokers)
+	c.KafkaBrokers = envflag.List(*brokers)
 	return c, c.Validate()
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
