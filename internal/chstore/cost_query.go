@@ -144,23 +144,16 @@ func (s *Store) Cost(ctx context.Context, q CostQuery) ([]CostRowOut, error) {
 	defer rows.Close()
 	var out []CostRowOut
 	for rows.Next() {
-		var (
-			b      uint32
-			groups = make([]string, len(q.GroupBy))
-			r      CostRowOut
-		)
-		dest := []any{&b}
-		for i := range groups {
-			dest = append(dest, &groups[i])
-		}
-		dest = append(dest, &r.CostNanos, &r.BusyNanos, &r.Requests, &r.InputTokens, &r.CachedInputTokens,
+		var r CostRowOut
+		k := newStepKey(len(q.GroupBy))
+		dest := k.dest(&r.CostNanos, &r.BusyNanos, &r.Requests, &r.InputTokens, &r.CachedInputTokens,
 			&r.OutputTokens, &r.GoodOutputTokens, &r.UnattributedRequests, &r.UnattributedInput, &r.UnattributedOutput,
 			&r.ListCharge, &r.ListUnpricedRequests, &r.PriceVersions)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("scan cost: %w", err)
 		}
-		r.Start = time.Unix(int64(b), 0).UTC()
-		r.Group = groupMap(q.GroupBy, groups)
+		r.Start = k.start()
+		r.Group = groupMap(q.GroupBy, k.groups)
 		slices.Sort(r.PriceVersions)
 		out = append(out, r)
 	}
@@ -273,24 +266,17 @@ func (s *Store) GPUUsage(ctx context.Context, q GPUUsageQuery) ([]GPUUsageRow, e
 	var out []GPUUsageRow
 	index := map[string]int{}
 	for rows.Next() {
-		var (
-			b      uint32
-			groups = make([]string, len(q.GroupBy))
-			r      GPUUsageRow
-		)
-		dest := []any{&b}
-		for i := range groups {
-			dest = append(dest, &groups[i])
-		}
-		dest = append(dest, &r.GPUSeconds, &r.BusySeconds, &r.CoveredSeconds, &r.InstanceSeconds, &r.EnergyJoules,
+		var r GPUUsageRow
+		k := newStepKey(len(q.GroupBy))
+		dest := k.dest(&r.GPUSeconds, &r.BusySeconds, &r.CoveredSeconds, &r.InstanceSeconds, &r.EnergyJoules,
 			&r.UnpricedSeconds, &r.MaxGPUs, &r.CostNanos, &r.BusyCostNanos, &r.IdleCostNanos, &r.PriceVersions)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("scan GPU usage: %w", err)
 		}
-		r.Start = time.Unix(int64(b), 0).UTC()
-		r.Group = groupMap(q.GroupBy, groups)
+		r.Start = k.start()
+		r.Group = groupMap(q.GroupBy, k.groups)
 		slices.Sort(r.PriceVersions)
-		index[fmt.Sprint(b, "\x00", strings.Join(groups, "\x00"))] = len(out)
+		index[fmt.Sprint(k.b, "\x00", strings.Join(k.groups, "\x00"))] = len(out)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -309,20 +295,12 @@ func (s *Store) GPUUsage(ctx context.Context, q GPUUsageQuery) ([]GPUUsageRow, e
 	}
 	defer trows.Close()
 	for trows.Next() {
-		var (
-			b        uint32
-			groups   = make([]string, len(q.GroupBy))
-			in, outT uint64
-		)
-		dest := []any{&b}
-		for i := range groups {
-			dest = append(dest, &groups[i])
-		}
-		dest = append(dest, &in, &outT)
-		if err := trows.Scan(dest...); err != nil {
+		var in, outT uint64
+		k := newStepKey(len(q.GroupBy))
+		if err := trows.Scan(k.dest(&in, &outT)...); err != nil {
 			return nil, fmt.Errorf("scan tokens per GPU group: %w", err)
 		}
-		if i, ok := index[fmt.Sprint(b, "\x00", strings.Join(groups, "\x00"))]; ok {
+		if i, ok := index[fmt.Sprint(k.b, "\x00", strings.Join(k.groups, "\x00"))]; ok {
 			out[i].InputTokens, out[i].OutputTokens = in, outT
 		}
 	}
@@ -336,3 +314,24 @@ func (r GPUUsageRow) Coverage() float64 {
 	}
 	return r.CoveredSeconds / r.InstanceSeconds
 }
+
+// stepKey reads the leading columns of a grouped row: the step's start
+// (Unix seconds) and the group-by values.
+type stepKey struct {
+	b      uint32
+	groups []string
+}
+
+func newStepKey(fields int) *stepKey { return &stepKey{groups: make([]string, fields)} }
+
+// dest returns scan destinations for the key columns, then more.
+func (k *stepKey) dest(more ...any) []any {
+	d := make([]any, 0, 1+len(k.groups)+len(more))
+	d = append(d, &k.b)
+	for i := range k.groups {
+		d = append(d, &k.groups[i])
+	}
+	return append(d, more...)
+}
+
+func (k *stepKey) start() time.Time { return time.Unix(int64(k.b), 0).UTC() }

@@ -67,25 +67,18 @@ func (s *Store) RawLatency(ctx context.Context, q RollupQuery) ([]RawLatencyRow,
 	defer rows.Close()
 	var out []RawLatencyRow
 	for rows.Next() {
-		var b uint32
-		g := make([]string, len(q.GroupBy))
+		k := newStepKey(len(q.GroupBy))
 		vals := make([][]float64, len(LatencyMetrics))
-		dest := []any{&b}
-		for i := range g {
-			dest = append(dest, &g[i])
-		}
+		dest := k.dest()
 		for i := range vals {
 			dest = append(dest, &vals[i])
 		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("scan raw latency: %w", err)
 		}
-		r := RawLatencyRow{Start: time.Unix(int64(b), 0).UTC(), Group: map[string]string{}, Values: map[string][]float64{}}
+		r := RawLatencyRow{Start: k.start(), Group: groupMap(q.GroupBy, k.groups), Values: map[string][]float64{}}
 		if Granularities[q.Step] == 0 {
 			r.Start = q.Start.UTC()
-		}
-		for i, f := range q.GroupBy {
-			r.Group[f] = g[i]
 		}
 		for i, m := range LatencyMetrics {
 			sort.Float64s(vals[i])

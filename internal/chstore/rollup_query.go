@@ -150,17 +150,12 @@ func (s *Store) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, error)
 	var out []RollupRow
 	for rows.Next() {
 		var (
-			b      uint32
-			groups = make([]string, len(q.GroupBy))
 			errsBy = make([]uint64, len(StatusClasses))
 			dists  = make([]Dist, len(LatencyMetrics))
 			r      RollupRow
+			k      = newStepKey(len(q.GroupBy))
 		)
-		dest := []any{&b}
-		for i := range groups {
-			dest = append(dest, &groups[i])
-		}
-		dest = append(dest, &r.Requests, &r.Errors)
+		dest := k.dest(&r.Requests, &r.Errors)
 		for i := range errsBy {
 			dest = append(dest, &errsBy[i])
 		}
@@ -172,14 +167,11 @@ func (s *Store) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, error)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("scan rollups: %w", err)
 		}
-		r.Start = time.Unix(int64(b), 0).UTC()
+		r.Start = k.start()
 		if Granularities[q.Step] == 0 {
 			r.Start = q.Start.UTC()
 		}
-		r.Group = map[string]string{}
-		for i, f := range q.GroupBy {
-			r.Group[f] = groups[i]
-		}
+		r.Group = groupMap(q.GroupBy, k.groups)
 		r.ErrorsBy = map[string]uint64{}
 		for i, c := range StatusClasses {
 			r.ErrorsBy[c] = errsBy[i]
