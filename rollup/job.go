@@ -69,6 +69,9 @@ type Job struct {
 	now     func() time.Time
 	version uint64
 	replica uint64 // low bits of every version: replicas never share one
+	// pricedVersion is the price book every costed hour was computed with,
+	// as of this job's last successful run ("" before the first).
+	pricedVersion string
 
 	runs         prometheus.Counter
 	failures     prometheus.Counter
@@ -192,9 +195,14 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	if err != nil {
 		return nil, err
 	}
-	stalePrice, err := j.store.StalePriceHours(ctx, book.Version(), time.Time{})
-	if err != nil {
-		return nil, err
+	// Looking for hours costed with another book scans the cost tables, so
+	// it is done only when the book in force is not the one this job last
+	// brought every hour up to (at start, and after a price change).
+	var stalePrice []time.Time
+	if book.Version() != j.pricedVersion {
+		if stalePrice, err = j.store.StalePriceHours(ctx, book.Version(), time.Time{}); err != nil {
+			return nil, err
+		}
 	}
 	costHours := mergeHours(hours, gpuDirty, stalePrice)
 	for _, h := range costHours {
@@ -204,6 +212,7 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 		}
 		j.costDuration.Observe(time.Since(start).Seconds())
 	}
+	j.pricedVersion = book.Version()
 	if err := j.store.SetWatermark(ctx, JobName, until); err != nil {
 		return nil, err
 	}
