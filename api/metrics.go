@@ -121,16 +121,9 @@ func page[R any](sel pager, rows []R, group func(R) map[string]string) (keys []s
 
 // stepSeconds is the length of a step starting at start, clipped to the range.
 func stepSeconds(q chstore.RollupQuery, start time.Time) float64 {
-	width := time.Duration(chstore.Granularities[q.Step]) * time.Second
-	if width == 0 {
-		return q.End.Sub(q.Start).Seconds()
-	}
-	from, to := start, start.Add(width)
+	from, to := start, chstore.StepEnd(q.Step, start, q.End)
 	if from.Before(q.Start) {
 		from = q.Start
-	}
-	if to.After(q.End) {
-		to = q.End
 	}
 	return to.Sub(from).Seconds()
 }
@@ -393,7 +386,6 @@ func (s *metricsService) GetTraffic(ctx context.Context, req *meterv1.GetTraffic
 	}
 	keys, series, next := page(sel.pager, rows, func(r chstore.RollupRow) map[string]string { return r.Group })
 	resp := &meterv1.GetTrafficResponse{NextPageToken: next}
-	width := chstore.Granularities[sel.q.Step]
 	for _, k := range keys {
 		out := &meterv1.TrafficSeries{Group: series[k][0].Group}
 		type acc struct {
@@ -406,10 +398,7 @@ func (s *metricsService) GetTraffic(ctx context.Context, req *meterv1.GetTraffic
 		total := newAcc(sel.q.Start)
 		var steps []*acc
 		for _, r := range series[k] {
-			start := sel.q.Start
-			if width > 0 {
-				start = time.Unix(r.Start.Unix()/width*width, 0).UTC()
-			}
+			start := chstore.StepStart(sel.q.Step, r.Start, sel.q.Start)
 			if len(steps) == 0 || !steps[len(steps)-1].start.Equal(start) {
 				steps = append(steps, newAcc(start))
 			}

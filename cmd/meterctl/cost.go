@@ -19,7 +19,7 @@ import (
 var (
 	// hourSteps are the steps of cost and GPU usage, which are computed
 	// per hour.
-	hourSteps = []string{"total", "hour", "day"}
+	hourSteps = []string{"total", "hour", "day", "month"}
 	// costGroupFields are the dimensions cost groups by
 	// (chstore.CostGroupFields).
 	costGroupFields = []string{"tenant_id", "model", "deployment", "gpu_type"}

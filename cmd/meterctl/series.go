@@ -30,7 +30,7 @@ import (
 // answer, and writing rows as an aligned table or CSV.
 
 var (
-	steps = []string{"total", "minute", "hour", "day"}
+	steps = []string{"total", "minute", "hour", "day", "month"}
 	// seriesGroupFields are the dimensions the metrics API groups by
 	// (chstore.RollupGroupFields, in its order).
 	seriesGroupFields = []string{"tenant_id", "model", "model_version", "deployment", "gpu_type", "slo_class"}

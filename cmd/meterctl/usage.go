@@ -33,7 +33,7 @@ type usageConfig struct {
 }
 
 var (
-	granularities = []string{"minute", "hour", "day", "total"}
+	granularities = []string{"minute", "hour", "day", "month", "total"}
 	groupColumns  = []string{"tenant_id", "model", "deployment"}
 	outputs       = []string{"table", "csv", "json"}
 )
@@ -67,7 +67,7 @@ func parseUsage(args []string, getenv func(string) string, now time.Time, stderr
 	fs.StringVar(&c.Tenant, "tenant", "", "only this tenant (a tenant key always sees only its own)")
 	start := fs.String("start", "", "inclusive start, RFC 3339 (default: 24h before --end)")
 	end := fs.String("end", "", "exclusive end, RFC 3339 (default: now)")
-	fs.StringVar(&c.Granularity, "granularity", "total", "bucket size: minute, hour, day or total")
+	fs.StringVar(&c.Granularity, "granularity", "total", "bucket size: minute, hour, day, month or total")
 	groupBy := fs.String("group-by", "", "comma-separated dimensions: tenant_id, model, deployment")
 	fs.StringVar(&c.Output, "output", "table", "table, csv or json (the API's answer)")
 	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the flags and exit")

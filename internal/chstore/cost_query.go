@@ -47,16 +47,16 @@ type CostRowOut struct {
 	PriceVersions        []string
 }
 
-// normalizeHours checks an hour-aligned range and a step of hour, day or total.
+// normalizeHours checks an hour-aligned range and a step of hour, day, month or total.
 func normalizeHours(start, end time.Time, step string) (string, []error) {
 	var errs []error
 	if step == "" {
 		step = "total"
 	}
 	switch step {
-	case "hour", "day", "total":
+	case "hour", "day", "month", "total":
 	default:
-		errs = append(errs, fmt.Errorf("%w: step %q: want hour, day or total", ErrInvalidQuery, step))
+		errs = append(errs, fmt.Errorf("%w: step %q: want hour, day, month or total", ErrInvalidQuery, step))
 	}
 	switch {
 	case start.IsZero() || end.IsZero():
@@ -93,14 +93,6 @@ func (q CostQuery) Normalize() (CostQuery, error) {
 	q.GroupBy = group
 	errs = append(errs, gerrs...)
 	return q, errors.Join(errs...)
-}
-
-// stepExpr buckets column col by step; "total" is the range start.
-func stepExpr(col, step string, start time.Time) (string, []any) {
-	if s := Granularities[step]; s > 0 {
-		return fmt.Sprintf("toUInt32(intDiv(toUInt32(%s), %d) * %d)", col, s, s), nil
-	}
-	return "toUInt32(?)", []any{start.Unix()}
 }
 
 // SQL builds the query for a normalized CostQuery.

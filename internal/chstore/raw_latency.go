@@ -30,12 +30,8 @@ func (s *Store) RawLatency(ctx context.Context, q RollupQuery) ([]RawLatencyRow,
 		return nil, fmt.Errorf("%w: exact quantiles need a range of at most %s, got %s", ErrInvalidQuery, MaxExactRange, q.End.Sub(q.Start))
 	}
 	var args []any
-	bucket := "toUInt32(?)"
-	if step := Granularities[q.Step]; step > 0 {
-		bucket = fmt.Sprintf("toUInt32(intDiv(toUInt32(d_completed_at), %d) * %d)", step, step)
-	} else {
-		args = append(args, q.Start.Unix())
-	}
+	bucket, stepArgs := stepExpr("d_completed_at", q.Step, q.Start)
+	args = append(args, stepArgs...)
 	sel := []string{bucket + " AS b"}
 	inner := []string{"tenant_id AS d_tenant_id", "any(completed_at) AS d_completed_at"}
 	for _, f := range q.GroupBy {

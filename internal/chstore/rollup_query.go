@@ -60,7 +60,7 @@ func (q RollupQuery) Normalize() (RollupQuery, error) {
 		q.Step = "total"
 	}
 	if _, ok := Granularities[q.Step]; !ok {
-		errs = append(errs, fmt.Errorf("%w: step %q: want minute, hour, day or total", ErrInvalidQuery, q.Step))
+		errs = append(errs, fmt.Errorf("%w: step %q: want minute, hour, day, month or total", ErrInvalidQuery, q.Step))
 	}
 	u.Granularity = q.Step
 	if _, err := u.Normalize(); err != nil && len(errs) == 0 {
@@ -102,12 +102,7 @@ func rollupTable(start, end time.Time, step, tenant string, groupBy []string) st
 // SQL builds the query for a normalized RollupQuery.
 func (q RollupQuery) SQL() (string, []any) {
 	var args []any
-	bucket := "toUInt32(?)"
-	if step := Granularities[q.Step]; step > 0 {
-		bucket = fmt.Sprintf("toUInt32(intDiv(toUInt32(bucket), %d) * %d)", step, step)
-	} else {
-		args = append(args, q.Start.Unix())
-	}
+	bucket, args := stepExpr("bucket", q.Step, q.Start)
 	sel := []string{bucket + " AS b"}
 	sel = append(sel, q.GroupBy...)
 	sel = append(sel, "sum(requests)", "sum(errors)")

@@ -86,7 +86,6 @@ func event(i int) *meterv1.InferenceEvent {
 // bruteUsage computes the expected rows in Go.
 func bruteUsage(events []*meterv1.InferenceEvent, q chstore.UsageQuery) []chstore.UsageRow {
 	q, _ = q.Normalize()
-	step := chstore.Granularities[q.Granularity]
 	seen := map[string]bool{}
 	acc := map[string]*chstore.UsageRow{}
 	for _, ev := range events {
@@ -99,10 +98,7 @@ func bruteUsage(events []*meterv1.InferenceEvent, q chstore.UsageQuery) []chstor
 			continue
 		}
 		seen[id] = true
-		r := chstore.UsageRow{Start: q.Start.UTC()}
-		if step > 0 {
-			r.Start = time.Unix(t.Unix()/step*step, 0).UTC()
-		}
+		r := chstore.UsageRow{Start: chstore.StepStart(q.Granularity, t, q.Start)}
 		for _, g := range q.GroupBy {
 			switch g {
 			case "tenant_id":
@@ -177,6 +173,7 @@ func TestUsageExactWithDuplicates(t *testing.T) {
 		// Millisecond-exact bounds: an event's own completed_at is inclusive at start, exclusive at end.
 		{Start: events[100].GetCompletedAt().AsTime(), End: events[200].GetCompletedAt().AsTime(), GroupBy: []string{"tenant_id", "model", "deployment"}},
 		{Start: day.Add(-48 * time.Hour), End: day.Add(-24 * time.Hour)},
+		{Start: day.Add(-48 * time.Hour), End: end, Granularity: "month", GroupBy: []string{"tenant_id"}},
 	}
 	for i, q := range queries {
 		got, err := s.Usage(ctx, q)
@@ -186,6 +183,64 @@ func TestUsageExactWithDuplicates(t *testing.T) {
 		want := bruteUsage(events, q)
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("query %d (%+v) (-want +got):\n%s", i, q, diff)
+		}
+	}
+}
+
+// Month buckets are UTC calendar months.
+func TestUsageMonths(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var b chstore.EventBatch
+	var events []*meterv1.InferenceEvent
+	for i, at := range []time.Time{
+		time.Date(2026, 10, 31, 23, 30, 0, 0, time.UTC), time.Date(2026, 11, 1, 0, 30, 0, 0, time.UTC),
+		time.Date(2026, 11, 30, 23, 59, 59, 0, time.UTC), time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
+	} {
+		ev := event(i)
+		ev.CompletedAt = timestamppb.New(at)
+		events = append(events, ev)
+		b.Append(ev, time.Now(), chstore.Source{})
+	}
+	if err := s.InsertEvents(ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+	q := chstore.UsageQuery{Start: time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), End: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), Granularity: "month"}
+	got, err := s.Usage(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var starts []time.Time
+	for _, r := range got {
+		starts = append(starts, r.Start)
+	}
+	want := []time.Time{time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	if diff := cmp.Diff(want, starts); diff != "" {
+		t.Errorf("month buckets (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(bruteUsage(events, q), got); diff != "" {
+		t.Errorf("month usage (-want +got):\n%s", diff)
+	}
+}
+
+func TestStepBounds(t *testing.T) {
+	at := time.Date(2026, 2, 14, 13, 45, 10, 0, time.UTC)
+	rangeEnd := time.Date(2026, 12, 31, 0, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		step       string
+		start, end time.Time
+	}{
+		{"minute", time.Date(2026, 2, 14, 13, 45, 0, 0, time.UTC), time.Date(2026, 2, 14, 13, 46, 0, 0, time.UTC)},
+		{"day", time.Date(2026, 2, 14, 0, 0, 0, 0, time.UTC), time.Date(2026, 2, 15, 0, 0, 0, 0, time.UTC)},
+		{"month", time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)},
+		{"total", day, rangeEnd},
+	} {
+		start := chstore.StepStart(tt.step, at, day)
+		if !start.Equal(tt.start) || !chstore.StepEnd(tt.step, start, rangeEnd).Equal(tt.end) {
+			t.Errorf("%s: [%s, %s), want [%s, %s)", tt.step, start, chstore.StepEnd(tt.step, start, rangeEnd), tt.start, tt.end)
 		}
 	}
 }

@@ -34,8 +34,51 @@ func classify(err error) error {
 }
 
 // Granularities maps a granularity name to its bucket width in seconds;
-// "total" (0) is one bucket for the whole range. Buckets are aligned in UTC.
-var Granularities = map[string]int64{"minute": 60, "hour": 3600, "day": 86400, "total": 0}
+// "total" (0) is one bucket for the whole range, "month" (-1) calendar
+// months. Buckets are aligned in UTC.
+var Granularities = map[string]int64{"minute": 60, "hour": 3600, "day": 86400, "month": -1, "total": 0}
+
+// StepStart is the start of the step of the given granularity that holds t;
+// for "total", rangeStart.
+func StepStart(step string, t, rangeStart time.Time) time.Time {
+	switch w := Granularities[step]; {
+	case w > 0:
+		return time.Unix(t.Unix()/w*w, 0).UTC()
+	case w < 0:
+		t = t.UTC()
+		return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+	}
+	return rangeStart.UTC()
+}
+
+// StepEnd is the end of the step starting at start, clipped to rangeEnd.
+func StepEnd(step string, start, rangeEnd time.Time) time.Time {
+	var end time.Time
+	switch w := Granularities[step]; {
+	case w > 0:
+		end = start.Add(time.Duration(w) * time.Second)
+	case w < 0:
+		end = start.AddDate(0, 1, 0)
+	default:
+		return rangeEnd
+	}
+	if end.After(rangeEnd) {
+		return rangeEnd
+	}
+	return end
+}
+
+// stepExpr buckets the DateTime expression col by step, as Unix seconds
+// (UInt32); "total" is the range start, a bound argument.
+func stepExpr(col, step string, start time.Time) (string, []any) {
+	switch w := Granularities[step]; {
+	case w > 0:
+		return fmt.Sprintf("toUInt32(intDiv(toUInt32(%s), %d) * %d)", col, w, w), nil
+	case w < 0:
+		return fmt.Sprintf("toUInt32(toDateTime(toStartOfMonth(%s, 'UTC'), 'UTC'))", col), nil
+	}
+	return "toUInt32(?)", []any{start.Unix()}
+}
 
 // UsageGroupFields are the dimensions usage can be grouped by.
 var UsageGroupFields = []string{"tenant_id", "model", "deployment"}
@@ -77,7 +120,7 @@ func (q UsageQuery) Normalize() (UsageQuery, error) {
 	}
 	step, ok := Granularities[q.Granularity]
 	if !ok {
-		errs = append(errs, fmt.Errorf("%w: granularity %q: want minute, hour, day or total", ErrInvalidQuery, q.Granularity))
+		errs = append(errs, fmt.Errorf("%w: granularity %q: want minute, hour, day, month or total", ErrInvalidQuery, q.Granularity))
 	}
 	switch {
 	case q.Start.IsZero() || q.End.IsZero():
@@ -153,14 +196,7 @@ func (q UsageQuery) rawSQL(onlyHours []time.Time) (string, []any) {
 	// partitions; the millisecond bounds make the range exact.
 	startS := q.Start.Unix()
 	endS := q.End.Unix() // inclusive: End may have a fractional second
-	var args []any
-	var bucket string
-	if step := Granularities[q.Granularity]; step > 0 {
-		bucket = fmt.Sprintf("toUInt32(intDiv(toUInt32(d_completed_at), %d) * %d)", step, step)
-	} else {
-		bucket = "toUInt32(?)"
-		args = append(args, startS)
-	}
+	bucket, args := stepExpr("d_completed_at", q.Granularity, time.Unix(startS, 0))
 	var sb strings.Builder
 	sb.WriteString("SELECT ")
 	sb.WriteString(bucket)
@@ -201,13 +237,7 @@ FROM (
 // must lie on whole minutes.
 func (q UsageQuery) rollupSQL(exclude []time.Time) (string, []any) {
 	table := rollupTable(q.Start, q.End, q.Granularity, q.TenantID, q.GroupBy)
-	var args []any
-	bucket := "toUInt32(?)"
-	if step := Granularities[q.Granularity]; step > 0 {
-		bucket = fmt.Sprintf("toUInt32(intDiv(toUInt32(bucket), %d) * %d)", step, step)
-	} else {
-		args = append(args, q.Start.Unix())
-	}
+	bucket, args := stepExpr("bucket", q.Granularity, q.Start)
 	cols := append([]string{bucket + " AS b"}, q.GroupBy...)
 	where := "bucket >= toDateTime(?) AND bucket < toDateTime(?)"
 	args = append(args, q.Start.Unix(), q.End.Unix())

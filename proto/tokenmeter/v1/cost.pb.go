@@ -95,7 +95,7 @@ type GetCostRequest struct {
 	Start *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
 	// end is the exclusive end, on a whole hour (RFC 3339 over REST).
 	End *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
-	// step is "hour", "day" or "total" (default: one step).
+	// step is "hour", "day", "month" (UTC calendar months) or "total" (default: one step).
 	Step string `protobuf:"bytes,4,opt,name=step,proto3" json:"step,omitempty"`
 	// group_by lists any of tenant_id, model, deployment, gpu_type.
 	GroupBy []string `protobuf:"bytes,5,rep,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`
@@ -584,7 +584,7 @@ type GetGpuUsageRequest struct {
 	Start *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
 	// end is the exclusive end, on a whole hour (RFC 3339 over REST).
 	End *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=end,proto3" json:"end,omitempty"`
-	// step is "hour", "day" or "total" (default: one step).
+	// step is "hour", "day", "month" (UTC calendar months) or "total" (default: one step).
 	Step string `protobuf:"bytes,3,opt,name=step,proto3" json:"step,omitempty"`
 	// group_by lists any of deployment, gpu_type, pool, region, mig_profile.
 	GroupBy []string `protobuf:"bytes,4,rep,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`

@@ -31,7 +31,8 @@ type SeriesSelector struct {
 	Start *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
 	// end is the exclusive end, on a whole minute (RFC 3339 over REST).
 	End *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
-	// step is "minute", "hour", "day" or "total" (default: one step).
+	// step is "minute", "hour", "day", "month" (UTC calendar months) or "total"
+	// (default: one step).
 	Step string `protobuf:"bytes,4,opt,name=step,proto3" json:"step,omitempty"`
 	// group_by lists any of tenant_id, model, model_version, deployment,
 	// gpu_type, slo_class (repeat the parameter or separate by commas).

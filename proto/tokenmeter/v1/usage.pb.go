@@ -32,7 +32,8 @@ type GetUsageRequest struct {
 	Start *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
 	// end is the exclusive end of the range (RFC 3339 over REST).
 	End *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
-	// granularity is the bucket size: "minute", "hour", "day" or "total"
+	// granularity is the bucket size: "minute", "hour", "day", "month" (UTC
+	// calendar months) or "total"
 	// (the default, one bucket for the whole range).
 	Granularity string `protobuf:"bytes,4,opt,name=granularity,proto3" json:"granularity,omitempty"`
 	// group_by lists the dimensions to split by, any of "tenant_id", "model" and
