@@ -72,6 +72,10 @@ type Job struct {
 	// pricedVersion is the price book every costed hour was computed with,
 	// as of this job's last successful run ("" before the first).
 	pricedVersion string
+	// sloVersion is the SLO version every rolled-up hour was counted with,
+	// as of the last successful run (sloChecked false before the first).
+	sloVersion uint32
+	sloChecked bool
 
 	runs         prometheus.Counter
 	failures     prometheus.Counter
@@ -169,9 +173,14 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	if err != nil {
 		return nil, err
 	}
-	stale, err := j.store.StaleSLOHours(ctx, sloVersion)
-	if err != nil {
-		return nil, err
+	// Like the price check below: scanning rollup_hour for hours counted
+	// with another SLO version is needed only when the version in force is
+	// not the one this job last brought every hour up to.
+	var stale []time.Time
+	if !j.sloChecked || sloVersion != j.sloVersion {
+		if stale, err = j.store.StaleSLOHours(ctx, sloVersion); err != nil {
+			return nil, err
+		}
 	}
 	hours := mergeHours(dirty, stale)
 	spec := set.Spec(sloVersion)
@@ -213,6 +222,7 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 		j.costDuration.Observe(time.Since(start).Seconds())
 	}
 	j.pricedVersion = book.Version()
+	j.sloChecked, j.sloVersion = true, sloVersion
 	if err := j.store.SetWatermark(ctx, JobName, until); err != nil {
 		return nil, err
 	}

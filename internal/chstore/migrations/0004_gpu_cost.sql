@@ -122,7 +122,8 @@ CREATE TABLE IF NOT EXISTS cost_hour
 )
 ENGINE = ReplacingMergeTree(version)
 PARTITION BY toYYYYMM(hour)
-ORDER BY (tenant_id, hour, deployment, model);
+ORDER BY (tenant_id, hour, deployment, model)
+SETTINGS index_granularity = 1024;
 
 -- Versioned price books (billing.PriceBook as canonical JSON). The newest
 -- (highest seq, the store time in ns) is in force; every gpu_hour and cost_hour row records the version it used.
