@@ -45,7 +45,9 @@ func genEvent(i int, at time.Time) *meterv1.InferenceEvent {
 	ev.PromptTokens, ev.OutputTokens = proto.Int64(int64(100+i%900)), proto.Int64(out)
 	ev.TtftMs = proto.Float64(ttft)
 	ev.E2EMs = proto.Float64(ttft + itl*float64(out-1))
-	if i%4 == 0 {
+	if i%4 == 0 && out > 1 {
+		// Measured ITL on some; a single output token (i%40 == 0) has
+		// none, so an ITL threshold does not apply to it.
 		ev.ItlMs = proto.Float64(itl)
 	}
 	return ev

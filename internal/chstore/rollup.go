@@ -3,11 +3,8 @@ package chstore
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
-
-	"tokenmeter/rollup/sketch"
 )
 
 // StatusClasses are the error classes counted per rollup row, in column order
@@ -37,46 +34,7 @@ type GoodputSpec struct {
 	DefaultClass string
 }
 
-// thresholdSQL returns a multiIf choosing, per row, the threshold of the
-// first matching rule (-1 when none applies).
-func (g GoodputSpec) thresholdSQL(pick func(GoodputRule) float64) (string, []any) {
-	var sb strings.Builder
-	var args []any
-	sb.WriteString("multiIf(")
-	n := 0
-	for _, r := range g.Rules {
-		var conds []string
-		if r.Tenant != "" {
-			conds = append(conds, "tenant_id = ?")
-			args = append(args, r.Tenant)
-		}
-		if r.Model != "" {
-			conds = append(conds, "d_model = ?")
-			args = append(args, r.Model)
-		}
-		if r.Class != "" {
-			conds = append(conds, "d_class = ?")
-			args = append(args, r.Class)
-		}
-		if len(conds) == 0 {
-			conds = append(conds, "1")
-		}
-		fmt.Fprintf(&sb, "%s, toFloat64(?), ", strings.Join(conds, " AND "))
-		t := pick(r)
-		if t <= 0 {
-			t = -1
-		}
-		args = append(args, t)
-		n++
-	}
-	sb.WriteString("toFloat64(-1))")
-	if n == 0 {
-		return "toFloat64(-1)", nil
-	}
-	return sb.String(), args
-}
-
-// rollupColumns is the column list of both rollup tables.
+// rollupColumns is the column list of every rollup table.
 func rollupColumns() []string {
 	cols := []string{"bucket", "tenant_id", "model", "model_version", "deployment", "gpu_type", "slo_class", "requests", "errors"}
 	for _, c := range StatusClasses {
@@ -89,131 +47,12 @@ func rollupColumns() []string {
 	return append(cols, "slo_version", "good_requests", "good_output_tokens", "version")
 }
 
-// RollupMinutesSQL builds the statement that recomputes the minute rollups of
-// [from, to) from deduplicated raw events, counting good requests with spec.
-func RollupMinutesSQL(from, to time.Time, spec GoodputSpec, version uint64) (string, []any) {
-	ttft, ttftArgs := spec.thresholdSQL(func(r GoodputRule) float64 { return r.TTFTMs })
-	itl, itlArgs := spec.thresholdSQL(func(r GoodputRule) float64 { return r.ITLMs })
-	e2e, e2eArgs := spec.thresholdSQL(func(r GoodputRule) float64 { return r.E2EMs })
-	var sel []string
-	sel = append(sel,
-		"toDateTime(intDiv(toUInt32(d_completed_at), 60) * 60) AS bucket",
-		"tenant_id", "d_model", "d_model_version", "d_deployment", "d_gpu_type", "d_slo_class",
-		"count() AS requests", "countIf(d_status != 'ok') AS errors")
-	for _, c := range StatusClasses {
-		sel = append(sel, fmt.Sprintf("countIf(d_status = '%s')", c))
-	}
-	sel = append(sel, "sum(d_prompt_tokens)", "sum(d_cached_prompt_tokens)", "sum(d_output_tokens)")
-	for _, m := range LatencyMetrics {
-		v := "d_" + m
-		sel = append(sel,
-			fmt.Sprintf("countIf(isNotNull(%s))", v),
-			fmt.Sprintf("sumIf(ifNull(%s, 0), isNotNull(%s))", v, v),
-			fmt.Sprintf("(%s AS %s_hist).1", sketch.SQLHistogram(v), m),
-			m+"_hist.2")
-	}
-	sel = append(sel, "toUInt32(?)", "countIf(d_good)", "sumIf(d_output_tokens, d_good)", "toUInt64(?)")
-	inner := `SELECT tenant_id, event_id,
-   any(completed_at) AS d_completed_at, any(model) AS d_model, any(model_version) AS d_model_version,
-   any(deployment) AS d_deployment, any(gpu_type) AS d_gpu_type, any(slo_class) AS d_slo_class,
-   any(status) AS d_status, any(prompt_tokens) AS d_prompt_tokens,
-   any(cached_prompt_tokens) AS d_cached_prompt_tokens, any(output_tokens) AS d_output_tokens,
-   any(ttft_ms) AS d_ttft, any(itl_ms) AS d_itl, any(e2e_ms) AS d_e2e, any(queue_ms) AS d_queue
-  FROM inference_events
-  WHERE completed_at >= toDateTime(?) AND completed_at < toDateTime(?)
-  GROUP BY tenant_id, event_id`
-	// Goodput per ARCHITECTURE "Goodput": status OK and every configured
-	// threshold met (a missing measurement fails a configured threshold).
-	middle := fmt.Sprintf(`SELECT *, if(d_slo_class = '', ?, d_slo_class) AS d_class,
-   %[1]s AS t_ttft, %[2]s AS t_itl, %[3]s AS t_e2e,
-   d_status = 'ok'
-    AND (t_ttft < 0 OR (isNotNull(d_ttft) AND ifNull(d_ttft, 0) <= t_ttft))
-    AND (t_itl < 0 OR isNull(d_itl) OR ifNull(d_itl, 0) <= t_itl)
-    AND (t_e2e < 0 OR (isNotNull(d_e2e) AND ifNull(d_e2e, 0) <= t_e2e)) AS d_good
-  FROM (%[4]s)`, ttft, itl, e2e, inner)
-	query := fmt.Sprintf("INSERT INTO rollup_minute (%s)\nSELECT %s\nFROM (%s)\nGROUP BY bucket, tenant_id, d_model, d_model_version, d_deployment, d_gpu_type, d_slo_class",
-		strings.Join(rollupColumns(), ", "), strings.Join(sel, ",\n  "), middle)
-	var args []any
-	args = append(args, spec.Version, version)  // select list
-	args = append(args, spec.DefaultClass)      // d_class
-	args = append(args, ttftArgs...)            // thresholds
-	args = append(args, itlArgs...)             //
-	args = append(args, e2eArgs...)             //
-	args = append(args, from.Unix(), to.Unix()) // inner range
-	return query, args
-}
-
-// RollupHourSQL builds the statement that writes the hour rollup of hour
-// into table from the rows of one computation (version) of source, merging
-// histograms exactly and keeping the dimensions in keep (the others are
-// left empty): rollup_hour from rollup_minute keeps them all,
-// rollup_tenant_hour keeps tenant_id, rollup_total_hour none.
-func RollupHourSQL(table, source string, keep []string, hour time.Time, version uint64) (string, []any) {
-	sel := []string{"toDateTime(?) AS b"}
-	for _, f := range RollupGroupFields {
-		if slices.Contains(keep, f) {
-			sel = append(sel, f)
-		} else {
-			sel = append(sel, "''")
-		}
-	}
-	sel = append(sel, "sum(requests)", "sum(errors)")
-	for _, c := range StatusClasses {
-		sel = append(sel, "sum(err_"+c+")")
-	}
-	sel = append(sel, "sum(prompt_tokens)", "sum(cached_prompt_tokens)", "sum(output_tokens)")
-	for _, m := range LatencyMetrics {
-		sel = append(sel, "sum("+m+"_count)", "sum("+m+"_sum)",
-			fmt.Sprintf("(%s AS %s_hist).1", sketch.SQLMerge(m+"_keys", m+"_counts"), m), m+"_hist.2")
-	}
-	sel = append(sel, "max(slo_version)", "sum(good_requests)", "sum(good_output_tokens)", "toUInt64(?)")
-	query := fmt.Sprintf(`INSERT INTO %s (%s)
-SELECT %s
-FROM %s
-WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?) AND version = ?`,
-		table, strings.Join(rollupColumns(), ", "), strings.Join(sel, ",\n  "), source)
-	if len(keep) > 0 {
-		query += "\nGROUP BY " + strings.Join(keep, ", ")
-	}
-	return query, []any{hour.Unix(), version, hour.Unix(), hour.Add(time.Hour).Unix(), version}
-}
-
-// hourLevels are the hour rollups and what each is built from, in order.
-var hourLevels = []struct {
-	table, source string
-	keep          []string
-}{
-	{"rollup_hour", "rollup_minute", RollupGroupFields},
-	{"rollup_tenant_hour", "rollup_hour", []string{"tenant_id"}},
-	{"rollup_total_hour", "rollup_tenant_hour", nil},
-}
+var rollupColumnList = strings.Join(rollupColumns(), ", ")
 
 // RollupHour recomputes the minute and hour rollups of one UTC hour.
 func (s *Store) RollupHour(ctx context.Context, hour time.Time, spec GoodputSpec, version uint64) error {
 	_, err := s.RollupHourTimed(ctx, hour, spec, version)
 	return err
-}
-
-// RollupHourTimed is RollupHour, returning how long each table took
-// (rollup_minute, then the hour levels), for benchmarks.
-func (s *Store) RollupHourTimed(ctx context.Context, hour time.Time, spec GoodputSpec, version uint64) (map[string]time.Duration, error) {
-	took := map[string]time.Duration{}
-	hour = hour.UTC().Truncate(time.Hour)
-	start := time.Now()
-	q, args := RollupMinutesSQL(hour, hour.Add(time.Hour), spec, version)
-	if err := s.conn.Exec(ctx, q, args...); err != nil {
-		return nil, fmt.Errorf("roll up minutes of %s: %w", hour.Format(time.RFC3339), classify(err))
-	}
-	took["rollup_minute"] = time.Since(start)
-	for _, l := range hourLevels {
-		start = time.Now()
-		q, args = RollupHourSQL(l.table, l.source, l.keep, hour, version)
-		if err := s.conn.Exec(ctx, q, args...); err != nil {
-			return nil, fmt.Errorf("roll up hour %s into %s: %w", hour.Format(time.RFC3339), l.table, classify(err))
-		}
-		took[l.table] = time.Since(start)
-	}
-	return took, nil
 }
 
 // ServerNow is ClickHouse's clock, which stamps dirty_hours.
