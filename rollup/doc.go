@@ -3,6 +3,9 @@
 // since a watermark, hours counted with an old SLO version), the SLO sets that
 // decide goodput, and the lease that lets one replica at a time run the job.
 //
-// The SQL lives in internal/chstore; the latency histograms in rollup/sketch.
+// An hour is recomputed from one read of its deduplicated events, aggregated
+// into every level at once (minute, hour, tenant-hour, all-tenant hour); the
+// reading, aggregating and writing live in internal/chstore, the histogram
+// keys in rollup/sketch.
 // It does not serve queries (package api does).
 package rollup

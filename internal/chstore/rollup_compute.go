@@ -413,7 +413,10 @@ func (s *Store) RollupHourTimed(ctx context.Context, hour time.Time, spec Goodpu
 	g, gctx := errgroup.WithContext(ctx)
 	for i, table := range rollupTables {
 		rows := levels[table]
-		chunk := max(len(rows)/rollupInserts+1, minRollupInsert)
+		chunk := len(rows) // one INSERT: queries read an hour's newest version
+		if table == "rollup_minute" {
+			chunk = max(len(rows)/rollupInserts+1, minRollupInsert)
+		}
 		for from := 0; from < len(rows); from += chunk {
 			part := rows[from:min(from+chunk, len(rows))]
 			g.Go(func() error {
@@ -435,8 +438,8 @@ func (s *Store) RollupHourTimed(ctx context.Context, hour time.Time, spec Goodpu
 	return took, nil
 }
 
-// Inserts of one table of an hour's rollup: at most rollupInserts, of at
-// least minRollupInsert rows each.
+// Inserts of the minute rows of an hour: at most rollupInserts, of at
+// least minRollupInsert rows each. The hour tables get one INSERT each.
 const (
 	rollupInserts   = 4
 	minRollupInsert = 50_000

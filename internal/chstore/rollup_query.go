@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,9 +100,23 @@ func rollupTable(start, end time.Time, step, tenant string, groupBy []string) st
 	return "rollup_hour"
 }
 
+// newestRows is the FROM clause (and its arguments) of a read of the rows
+// of table matching where. For the hour rollups these are the rows of the
+// newest computation of each hour: a computation writes all its rows of a
+// table in one INSERT, with one version, so this is FINAL's answer without
+// FINAL's merge of every part (for one tenant's month on 18.16, 0.39 s
+// with FINAL, 0.12 s without). rollup_minute, written in several inserts
+// per hour, is read with FINAL.
+func newestRows(table, where string, args []any) (string, []any) {
+	if table == "rollup_minute" {
+		return fmt.Sprintf("%s FINAL\nWHERE %s", table, where), args
+	}
+	return fmt.Sprintf("%s\nWHERE %s\n  AND (bucket, version) IN (SELECT bucket, max(version) FROM %s WHERE %s GROUP BY bucket)",
+		table, where, table, where), slices.Concat(args, args)
+}
+
 // SQL builds the query for a normalized RollupQuery.
 func (q RollupQuery) SQL() (string, []any) {
-	var args []any
 	bucket, args := stepExpr("bucket", q.Step, q.Start)
 	sel := []string{bucket + " AS b"}
 	sel = append(sel, q.GroupBy...)
@@ -116,14 +131,16 @@ func (q RollupQuery) SQL() (string, []any) {
 	}
 	sel = append(sel, "sum(good_requests)", "sum(good_output_tokens)", "min(slo_version)", "max(slo_version)")
 	where := "bucket >= toDateTime(?) AND bucket < toDateTime(?)"
-	args = append(args, q.Start.Unix(), q.End.Unix())
+	whereArgs := []any{q.Start.Unix(), q.End.Unix()}
 	if q.TenantID != "" {
 		where += " AND tenant_id = ?"
-		args = append(args, q.TenantID)
+		whereArgs = append(whereArgs, q.TenantID)
 	}
 	groupBy := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
-	query := fmt.Sprintf("SELECT %s\nFROM %s FINAL\nWHERE %s\nGROUP BY %s\nORDER BY %s",
-		strings.Join(sel, ", "), q.table(), where, groupBy, groupBy)
+	from, fromArgs := newestRows(q.table(), where, whereArgs)
+	args = append(args, fromArgs...)
+	query := fmt.Sprintf("SELECT %s\nFROM %s\nGROUP BY %s\nORDER BY %s",
+		strings.Join(sel, ", "), from, groupBy, groupBy)
 	if q.Limit > 0 {
 		query += fmt.Sprintf("\nLIMIT %d, %d", q.Offset, q.Limit)
 	}

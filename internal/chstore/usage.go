@@ -239,6 +239,7 @@ func (q UsageQuery) rollupSQL(exclude []time.Time) (string, []any) {
 	table := rollupTable(q.Start, q.End, q.Granularity, q.TenantID, q.GroupBy)
 	bucket, args := stepExpr("bucket", q.Granularity, q.Start)
 	cols := append([]string{bucket + " AS b"}, q.GroupBy...)
+	nSelect := len(args)
 	where := "bucket >= toDateTime(?) AND bucket < toDateTime(?)"
 	args = append(args, q.Start.Unix(), q.End.Unix())
 	if q.TenantID != "" {
@@ -249,12 +250,12 @@ func (q UsageQuery) rollupSQL(exclude []time.Time) (string, []any) {
 		where += " AND intDiv(toUInt32(bucket), 3600) * 3600 NOT IN " + hourList(exclude)
 	}
 	groups := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
+	from, fromArgs := newestRows(table, where, args[nSelect:])
 	return fmt.Sprintf(`SELECT %s, sum(requests) AS r, sum(errors), sum(prompt_tokens), sum(cached_prompt_tokens), sum(output_tokens)
-FROM %s FINAL
-WHERE %s
+FROM %s
 GROUP BY %s
 HAVING r > 0
-ORDER BY %s`, strings.Join(cols, ", "), table, where, groups, groups), args
+ORDER BY %s`, strings.Join(cols, ", "), from, groups, groups), append(args[:nSelect:nSelect], fromArgs...)
 }
 
 // RollupJob names the rollup job's watermark in rollup_state.
