@@ -81,6 +81,9 @@ func (s *Store) RawLatency(ctx context.Context, q RollupQuery) ([]RawLatencyRow,
 			r.Values[m] = vals[i]
 		}
 		out = append(out, r)
+		if len(out) > s.cfg.MaxSeriesRows {
+			return nil, s.tooManySeries()
+		}
 	}
 	return out, classify(rows.Err())
 }

@@ -147,11 +147,25 @@ func (q RollupQuery) SQL() (string, []any) {
 	return query, args
 }
 
-// Rollups runs a rollup query.
+// ErrTooManySeries marks a query whose answer would have more (step,
+// series) rows than the store serves at once; it wraps ErrInvalidQuery.
+var ErrTooManySeries = fmt.Errorf("%w: too many series", ErrInvalidQuery)
+
+func (s *Store) tooManySeries() error {
+	return fmt.Errorf("%w: the query selects more than %d series × steps; narrow the range, use a coarser step or fewer group_by fields",
+		ErrTooManySeries, s.cfg.MaxSeriesRows)
+}
+
+// Rollups runs a rollup query. Without a Limit, a query selecting more than
+// Config.MaxSeriesRows rows fails with ErrTooManySeries.
 func (s *Store) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, error) {
 	q, err := q.Normalize()
 	if err != nil {
 		return nil, err
+	}
+	bounded := q.Limit == 0
+	if bounded {
+		q.Limit = s.cfg.MaxSeriesRows + 1
 	}
 	query, args := q.SQL()
 	rows, err := s.conn.Query(ctx, query, args...)
@@ -193,6 +207,9 @@ func (s *Store) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, error)
 			r.Latency[m] = dists[i]
 		}
 		out = append(out, r)
+		if bounded && len(out) > s.cfg.MaxSeriesRows {
+			return nil, s.tooManySeries()
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read rollups: %w", classify(err))

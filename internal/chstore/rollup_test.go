@@ -2,12 +2,16 @@ package chstore_test
 
 import (
 	"context"
+	"errors"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/chtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -90,5 +94,42 @@ func TestRollupHourExact(t *testing.T) {
 	}
 	if total[0].GoodRequests != ok {
 		t.Errorf("good requests with no thresholds = %d, want every OK request (%d)", total[0].GoodRequests, ok)
+	}
+}
+
+func TestTooManySeries(t *testing.T) {
+	addr, db := chtest.NewDB(t)
+	s, err := chstore.Open(chstore.Config{Addr: []string{addr}, Database: db, MaxSeriesRows: 5}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx := context.Background()
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var b chstore.EventBatch
+	for i := range 400 { // 400 × 37 s: about four hours, well over 5 minutes
+		b.Append(event(i), time.Now(), chstore.Source{})
+	}
+	if err := s.InsertEvents(ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+	end := day.Add(5 * time.Hour)
+	for h := day; h.Before(end); h = h.Add(time.Hour) {
+		if err := s.RollupHour(ctx, h, chstore.GoodputSpec{Version: 1}, uint64(h.Unix())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	big := chstore.RollupQuery{Start: day, End: end, Step: "minute"}
+	if _, err := s.Rollups(ctx, big); !errors.Is(err, chstore.ErrTooManySeries) || !errors.Is(err, chstore.ErrInvalidQuery) {
+		t.Errorf("minute steps over hours: err = %v, want ErrTooManySeries", err)
+	}
+	if _, err := s.RawLatency(ctx, big); !errors.Is(err, chstore.ErrTooManySeries) {
+		t.Errorf("exact minute steps over hours: err = %v, want ErrTooManySeries", err)
+	}
+	rows, err := s.Rollups(ctx, chstore.RollupQuery{Start: day, End: end, Step: "hour"})
+	if err != nil || len(rows) == 0 || len(rows) > 5 {
+		t.Errorf("hour steps: %d rows, err %v; want 1 to 5 rows", len(rows), err)
 	}
 }
