@@ -110,16 +110,17 @@ func (q CostQuery) SQL() (string, []any) {
 		"sum(list_charge)", "sumIf(requests, list_priced = 0)",
 		"groupUniqArray(price_version)")
 	where := "hour >= toDateTime(?) AND hour < toDateTime(?)"
-	args = append(args, q.Start.Unix(), q.End.Unix())
+	whereArgs := []any{q.Start.Unix(), q.End.Unix()}
 	if q.TenantID != "" {
 		where += " AND tenant_id = ?"
-		args = append(args, q.TenantID)
+		whereArgs = append(whereArgs, q.TenantID)
 	}
+	from, fromArgs := newestRows("cost_hour", "hour", where, whereArgs, "")
 	groupBy := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
 	// Lines with neither cost nor usage (the idle line when idle cost is
 	// shared) are left out.
-	return fmt.Sprintf("SELECT %s\nFROM cost_hour FINAL\nWHERE %s\nGROUP BY %s\nHAVING c != 0 OR sum(requests) > 0\nORDER BY %s",
-		strings.Join(sel, ", "), where, groupBy, groupBy), args
+	return fmt.Sprintf("SELECT %s\nFROM %s\nGROUP BY %s\nHAVING c != 0 OR sum(requests) > 0\nORDER BY %s",
+		strings.Join(sel, ", "), from, groupBy, groupBy), append(args, fromArgs...)
 }
 
 // Cost runs a cost query.
@@ -223,12 +224,12 @@ func (q GPUUsageQuery) SQL() (string, []any) {
 	sel = append(sel, q.GroupBy...)
 	sel = append(sel, "sum(h_gpu)", "sum(h_busy)", "sum(h_cov)", "sum(h_inst)", "sum(h_energy)", "sum(h_unpriced)",
 		"toUInt32(max(h_gpus))", "sum(h_cost)", "sum(h_busy_cost)", "sum(h_idle_cost)", "groupUniqArrayArray(h_versions)")
-	args = append(args, q.Start.Unix(), q.End.Unix())
+	from, fromArgs := newestRows("gpu_hour", "hour", "hour >= toDateTime(?) AND hour < toDateTime(?)", []any{q.Start.Unix(), q.End.Unix()}, "")
 	groupBy := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
 	return fmt.Sprintf(`SELECT %s
-FROM (SELECT %s FROM gpu_hour FINAL WHERE hour >= toDateTime(?) AND hour < toDateTime(?) GROUP BY %s)
+FROM (SELECT %s FROM %s GROUP BY %s)
 GROUP BY %s
-ORDER BY %s`, strings.Join(sel, ", "), strings.Join(innerSel, ", "), strings.Join(inner, ", "), groupBy, groupBy), args
+ORDER BY %s`, strings.Join(sel, ", "), strings.Join(innerSel, ", "), from, strings.Join(inner, ", "), groupBy, groupBy), append(args, fromArgs...)
 }
 
 // tokensSQL sums the tokens served per (step, group) from cost_hour.
@@ -236,11 +237,11 @@ func (q GPUUsageQuery) tokensSQL() (string, []any) {
 	bucket, args := stepExpr("hour", q.Step, q.Start)
 	sel := append([]string{bucket + " AS b"}, q.GroupBy...)
 	sel = append(sel, "sum(input_tokens)", "sum(output_tokens)")
-	args = append(args, q.Start.Unix(), q.End.Unix())
+	from, fromArgs := newestRows("cost_hour", "hour", "hour >= toDateTime(?) AND hour < toDateTime(?)", []any{q.Start.Unix(), q.End.Unix()},
+		fmt.Sprintf("unattributed = 0 AND tenant_id != '%s'", IdleTenant))
 	groupBy := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
-	return fmt.Sprintf(`SELECT %s FROM cost_hour FINAL
-WHERE hour >= toDateTime(?) AND hour < toDateTime(?) AND unattributed = 0 AND tenant_id != '%s'
-GROUP BY %s`, strings.Join(sel, ", "), IdleTenant, groupBy), args
+	return fmt.Sprintf(`SELECT %s FROM %s
+GROUP BY %s`, strings.Join(sel, ", "), from, groupBy), append(args, fromArgs...)
 }
 
 // GPUUsage runs a GPU usage query.

@@ -246,11 +246,12 @@ func (q UsageQuery) rollupSQL(exclude []time.Time) (string, []any) {
 		where += " AND tenant_id = ?"
 		args = append(args, q.TenantID)
 	}
+	filter := ""
 	if len(exclude) > 0 {
-		where += " AND intDiv(toUInt32(bucket), 3600) * 3600 NOT IN " + hourList(exclude)
+		filter = "intDiv(toUInt32(bucket), 3600) * 3600 NOT IN " + hourList(exclude)
 	}
 	groups := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
-	from, fromArgs := newestRows(table, where, args[nSelect:])
+	from, fromArgs := newestRows(table, "bucket", where, args[nSelect:], filter)
 	return fmt.Sprintf(`SELECT %s, sum(requests) AS r, sum(errors), sum(prompt_tokens), sum(cached_prompt_tokens), sum(output_tokens)
 FROM %s
 GROUP BY %s
