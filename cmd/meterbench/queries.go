@@ -40,6 +40,7 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	gpus := fs.Int("gpus", 200, "GPUs sampled every 10 s over the same days (4 deployments)")
 	reps := fs.Int("reps", 50, "repetitions of each rollup-backed query")
 	rawReps := fs.Int("raw-reps", 3, "repetitions of each raw baseline query")
+	reuse := fs.String("reuse", "", "time the queries only, on the ClickHouse directory of an earlier run (a copy: `cp -al` of its clickhouse folder while it runs), loaded the same day")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -50,7 +51,11 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer os.RemoveAll(dir)
-	ch, err := chserver.Start(ctx, chserver.Config{Dir: filepath.Join(dir, "clickhouse"), Logger: logger})
+	chDir := filepath.Join(dir, "clickhouse")
+	if *reuse != "" {
+		chDir = *reuse
+	}
+	ch, err := chserver.Start(ctx, chserver.Config{Dir: chDir, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -74,116 +79,11 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	start := end.Add(-time.Duration(*days) * 24 * time.Hour)
 	fmt.Fprintf(stdout, "tokenmeter query benchmark — %d events over %d days, %d tenants\n\n", *events, *days, *tenants)
 
-	t0 := time.Now()
-	const chunk = 10_000_000
-	for off := 0; off < *events; off += chunk {
-		n := min(chunk, *events-off)
-		progress("loading events %d..%d", off, off+n)
-		if err := conn.Exec(ctx, loadSQL(off, n, *events, *tenants, start, end.Sub(start))); err != nil {
-			return fmt.Errorf("load events: %w", err)
+	if *reuse == "" {
+		if err := loadAndRollUp(ctx, stdout, progress, logger, conn, store, *events, *tenants, *gpus, start, end); err != nil {
+			return err
 		}
 	}
-	fmt.Fprintf(stdout, "load (INSERT … SELECT generated in ClickHouse)       %8.1f s  (%.0f rows/s)\n", time.Since(t0).Seconds(), float64(*events)/time.Since(t0).Seconds())
-	t0 = time.Now()
-	samples := *gpus * int(end.Sub(start)/(10*time.Second))
-	for off := 0; off < samples; off += chunk {
-		n := min(chunk, samples-off)
-		progress("loading GPU samples %d..%d", off, off+n)
-		if err := conn.Exec(ctx, gpuLoadSQL(off, n, *gpus, start)); err != nil {
-			return fmt.Errorf("load GPU samples: %w", err)
-		}
-	}
-	fmt.Fprintf(stdout, "load of %d GPU samples (%d GPUs, 10 s)            %8.1f s\n", samples, *gpus, time.Since(t0).Seconds())
-	book, err := billing.ParsePriceBook([]byte(benchPrices))
-	if err != nil {
-		return err
-	}
-	if _, _, err := billing.EnsurePriceBook(ctx, store, book, "meterbench", time.Now()); err != nil {
-		return err
-	}
-
-	job, err := rollup.NewJob(rollup.Config{}, store, prometheus.NewRegistry(), logger, time.Now)
-	if err != nil {
-		return err
-	}
-	// Let the load's dirty-hour stamps fall behind the job's overlap, so that
-	// the run after the first finds nothing left to do.
-	time.Sleep(chstore.RollupOverlap + 10*time.Second)
-	progress("rolling up every hour")
-	t0 = time.Now()
-	hours, err := job.RunOnce(ctx)
-	if err != nil {
-		return err
-	}
-	el := time.Since(t0)
-	fmt.Fprintf(stdout, "rollup of all %d hours                               %8.1f s  (%.2f s per hour of ~%d events)\n",
-		len(hours), el.Seconds(), el.Seconds()/float64(len(hours)), *events/max(1, len(hours)))
-	if again, err := job.RunOnce(ctx); err != nil {
-		return err
-	} else if len(again) > 0 {
-		progress("second run recomputed %d hours", len(again))
-	}
-
-	// Rolling up a month in minutes leaves ClickHouse a backlog of merges
-	// that a month of hourly runs would have worked off long ago: the
-	// queries are timed once it is done, as in steady state.
-	t0 = time.Now()
-	parts, err := settleMerges(ctx, conn, 15*time.Minute)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "background merges settled after                    %8.1f s  (active parts: %s)\n", time.Since(t0).Seconds(), parts)
-
-	// One hour of 1M events, rolled up on its own.
-	progress("rolling up one hour of 1,000,000 events")
-	hourStart := end.Add(24 * time.Hour)
-	if err := conn.Exec(ctx, loadSQL(0, 1_000_000, 1_000_000, *tenants, hourStart, time.Hour)); err != nil {
-		return err
-	}
-	if err := conn.Exec(ctx, gpuLoadSQL(0, *gpus*360, *gpus, hourStart)); err != nil {
-		return err
-	}
-	t0 = time.Now()
-	took, err := store.RollupHourTimed(ctx, hourStart, rollup.DefaultSLOSet().Spec(0), uint64(time.Now().UnixMilli())<<16)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "rollup of one hour of 1,000,000 events               %8.2f s  (target < 2 s; read and aggregate %.2f s, then inserts at once: minute %.2f s, hour %.2f s, tenant-hour %.2f s, total-hour %.2f s)\n",
-		time.Since(t0).Seconds(), took["read"].Seconds(), took["rollup_minute"].Seconds(), took["rollup_hour"].Seconds(), took["rollup_tenant_hour"].Seconds(), took["rollup_total_hour"].Seconds())
-	t0 = time.Now()
-	hourSamples, err := store.GPUSamplesOfHour(ctx, hourStart)
-	if err != nil {
-		return err
-	}
-	hourUsage, err := store.DeploymentUsage(ctx, hourStart)
-	if err != nil {
-		return err
-	}
-	read := time.Since(t0)
-	gpuRows, costRows, err := rollup.ComputeCost(hourStart, book, hourSamples, hourUsage)
-	if err != nil {
-		return err
-	}
-	compute := time.Since(t0) - read
-	if err := store.WriteCost(ctx, gpuRows, costRows, uint64(time.Now().UnixMilli())<<16); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "cost rollup of that hour (%d samples, %d usage rows)  %8.2f s  (read %.2f s, allocate %.2f s; target < 2 s)\n",
-		len(hourSamples), len(hourUsage), time.Since(t0).Seconds(), read.Seconds(), compute.Seconds())
-
-	raw, err := tableBytes(ctx, conn, "inference_events")
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "on disk: raw events %.0f MiB", mib(raw))
-	for _, t := range []string{"rollup_minute", "rollup_hour", "rollup_tenant_hour", "rollup_total_hour"} {
-		b, _ := tableBytes(ctx, conn, t)
-		fmt.Fprintf(stdout, ", %s %.1f MiB (%.0f× smaller)", t, mib(b), float64(raw)/float64(max(b, 1)))
-	}
-	gpuRaw, _ := tableBytes(ctx, conn, "gpu_samples")
-	gpuHourB, _ := tableBytes(ctx, conn, "gpu_hour")
-	costB, _ := tableBytes(ctx, conn, "cost_hour")
-	fmt.Fprintf(stdout, "\n         GPU samples %.0f MiB, gpu_hour %.1f MiB, cost_hour %.1f MiB\n\n", mib(gpuRaw), mib(gpuHourB), mib(costB))
 
 	// The API, in process, over loopback gRPC.
 	keys, err := api.NewKeys(api.KeysFile{Keys: []api.KeyEntry{
@@ -276,6 +176,9 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err := report(s.what, s.n, s.fn); err != nil {
 			return err
 		}
+	}
+	if *reuse != "" {
+		return nil // the raw baselines do not change with the code
 	}
 	fmt.Fprintln(stdout, "\nbaseline: the same questions on raw rows in ClickHouse (deduplicated, exact quantiles)")
 	for _, b := range []struct{ what, sql string }{
@@ -427,3 +330,121 @@ func timeIt(n int, fn func() error) ([]time.Duration, error) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func mib(b uint64) float64       { return float64(b) / (1 << 20) }
+
+// loadAndRollUp loads the synthetic events and GPU samples, rolls them up,
+// and reports the rollup timings and table sizes.
+func loadAndRollUp(ctx context.Context, stdout io.Writer, progress func(string, ...any), logger *slog.Logger, conn driver.Conn,
+	store *chstore.Store, events, tenants, gpus int, start, end time.Time) error {
+	t0 := time.Now()
+	const chunk = 10_000_000
+	for off := 0; off < events; off += chunk {
+		n := min(chunk, events-off)
+		progress("loading events %d..%d", off, off+n)
+		if err := conn.Exec(ctx, loadSQL(off, n, events, tenants, start, end.Sub(start))); err != nil {
+			return fmt.Errorf("load events: %w", err)
+		}
+	}
+	fmt.Fprintf(stdout, "load (INSERT … SELECT generated in ClickHouse)       %8.1f s  (%.0f rows/s)\n", time.Since(t0).Seconds(), float64(events)/time.Since(t0).Seconds())
+	t0 = time.Now()
+	samples := gpus * int(end.Sub(start)/(10*time.Second))
+	for off := 0; off < samples; off += chunk {
+		n := min(chunk, samples-off)
+		progress("loading GPU samples %d..%d", off, off+n)
+		if err := conn.Exec(ctx, gpuLoadSQL(off, n, gpus, start)); err != nil {
+			return fmt.Errorf("load GPU samples: %w", err)
+		}
+	}
+	fmt.Fprintf(stdout, "load of %d GPU samples (%d GPUs, 10 s)            %8.1f s\n", samples, gpus, time.Since(t0).Seconds())
+	book, err := billing.ParsePriceBook([]byte(benchPrices))
+	if err != nil {
+		return err
+	}
+	if _, _, err := billing.EnsurePriceBook(ctx, store, book, "meterbench", time.Now()); err != nil {
+		return err
+	}
+
+	job, err := rollup.NewJob(rollup.Config{}, store, prometheus.NewRegistry(), logger, time.Now)
+	if err != nil {
+		return err
+	}
+	// Let the load's dirty-hour stamps fall behind the job's overlap, so that
+	// the run after the first finds nothing left to do.
+	time.Sleep(chstore.RollupOverlap + 10*time.Second)
+	progress("rolling up every hour")
+	t0 = time.Now()
+	hours, err := job.RunOnce(ctx)
+	if err != nil {
+		return err
+	}
+	el := time.Since(t0)
+	fmt.Fprintf(stdout, "rollup of all %d hours                               %8.1f s  (%.2f s per hour of ~%d events)\n",
+		len(hours), el.Seconds(), el.Seconds()/float64(len(hours)), events/max(1, len(hours)))
+	if again, err := job.RunOnce(ctx); err != nil {
+		return err
+	} else if len(again) > 0 {
+		progress("second run recomputed %d hours", len(again))
+	}
+
+	// Rolling up a month in minutes leaves ClickHouse a backlog of merges
+	// that a month of hourly runs would have worked off long ago: the
+	// queries are timed once it is done, as in steady state.
+	t0 = time.Now()
+	parts, err := settleMerges(ctx, conn, 15*time.Minute)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "background merges settled after                    %8.1f s  (active parts: %s)\n", time.Since(t0).Seconds(), parts)
+
+	// One hour of 1M events, rolled up on its own.
+	progress("rolling up one hour of 1,000,000 events")
+	hourStart := end.Add(24 * time.Hour)
+	if err := conn.Exec(ctx, loadSQL(0, 1_000_000, 1_000_000, tenants, hourStart, time.Hour)); err != nil {
+		return err
+	}
+	if err := conn.Exec(ctx, gpuLoadSQL(0, gpus*360, gpus, hourStart)); err != nil {
+		return err
+	}
+	t0 = time.Now()
+	took, err := store.RollupHourTimed(ctx, hourStart, rollup.DefaultSLOSet().Spec(0), uint64(time.Now().UnixMilli())<<16)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "rollup of one hour of 1,000,000 events               %8.2f s  (target < 2 s; read and aggregate %.2f s, then inserts at once: minute %.2f s, hour %.2f s, tenant-hour %.2f s, total-hour %.2f s)\n",
+		time.Since(t0).Seconds(), took["read"].Seconds(), took["rollup_minute"].Seconds(), took["rollup_hour"].Seconds(), took["rollup_tenant_hour"].Seconds(), took["rollup_total_hour"].Seconds())
+	t0 = time.Now()
+	hourSamples, err := store.GPUSamplesOfHour(ctx, hourStart)
+	if err != nil {
+		return err
+	}
+	hourUsage, err := store.DeploymentUsage(ctx, hourStart)
+	if err != nil {
+		return err
+	}
+	read := time.Since(t0)
+	gpuRows, costRows, err := rollup.ComputeCost(hourStart, book, hourSamples, hourUsage)
+	if err != nil {
+		return err
+	}
+	compute := time.Since(t0) - read
+	if err := store.WriteCost(ctx, gpuRows, costRows, uint64(time.Now().UnixMilli())<<16); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "cost rollup of that hour (%d samples, %d usage rows)  %8.2f s  (read %.2f s, allocate %.2f s; target < 2 s)\n",
+		len(hourSamples), len(hourUsage), time.Since(t0).Seconds(), read.Seconds(), compute.Seconds())
+
+	raw, err := tableBytes(ctx, conn, "inference_events")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "on disk: raw events %.0f MiB", mib(raw))
+	for _, t := range []string{"rollup_minute", "rollup_hour", "rollup_tenant_hour", "rollup_total_hour"} {
+		b, _ := tableBytes(ctx, conn, t)
+		fmt.Fprintf(stdout, ", %s %.1f MiB (%.0f× smaller)", t, mib(b), float64(raw)/float64(max(b, 1)))
+	}
+	gpuRaw, _ := tableBytes(ctx, conn, "gpu_samples")
+	gpuHourB, _ := tableBytes(ctx, conn, "gpu_hour")
+	costB, _ := tableBytes(ctx, conn, "cost_hour")
+	fmt.Fprintf(stdout, "\n         GPU samples %.0f MiB, gpu_hour %.1f MiB, cost_hour %.1f MiB\n\n", mib(gpuRaw), mib(gpuHourB), mib(costB))
+
+	return nil
+}
