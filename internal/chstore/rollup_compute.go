@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -410,6 +411,7 @@ func (s *Store) RollupHourTimed(ctx context.Context, hour time.Time, spec Goodpu
 	// events when groups are sparse) in several inserts: while ClickHouse
 	// sorts and writes one, this process encodes the next.
 	durations := make([]time.Duration, len(rollupTables))
+	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	for i, table := range rollupTables {
 		rows := levels[table]
@@ -424,7 +426,9 @@ func (s *Store) RollupHourTimed(ctx context.Context, hour time.Time, spec Goodpu
 				what := fmt.Sprintf("roll up %s into %s", hour.Format(time.RFC3339), table)
 				err := s.sendColumns(gctx, what, "INSERT INTO "+table+" ("+rollupColumnList+")", rollupColumns(),
 					rollupColumnValues(part, spec.Version, version))
+				mu.Lock()
 				durations[i] = max(durations[i], time.Since(t0)) // the longest insert of the table
+				mu.Unlock()
 				return err
 			})
 		}
