@@ -93,16 +93,16 @@ type DeploymentUsageRow struct {
 // from the newest computation of the hour rollup, which must be current.
 func (s *Store) DeploymentUsage(ctx context.Context, hour time.Time) ([]DeploymentUsageRow, error) {
 	hour = hour.UTC().Truncate(time.Hour)
-	const query = `SELECT deployment, tenant_id, model, sum(requests), sum(prompt_tokens), sum(cached_prompt_tokens),
+	// The newest computation's rows are the hour's rollup: no FINAL (which
+	// would merge the whole month's partition, the table being ordered by
+	// tenant first).
+	from, args := newestRows("rollup_hour", "bucket", "bucket = toDateTime(?)", []any{hour.Unix()}, "")
+	query := `SELECT deployment, tenant_id, model, sum(requests), sum(prompt_tokens), sum(cached_prompt_tokens),
   sum(output_tokens), sum(good_output_tokens), sum(e2e_sum), max(slo_version)
-FROM rollup_hour
-WHERE bucket = toDateTime(?) AND version = (SELECT max(version) FROM rollup_hour WHERE bucket = toDateTime(?))
+FROM ` + from + `
 GROUP BY deployment, tenant_id, model
 ORDER BY deployment, tenant_id, model`
-	// Every row of an hour's computation carries its version, so the newest
-	// version's rows are the hour's rollup: no FINAL (which would merge the
-	// whole month's partition, the table being ordered by tenant first).
-	rows, err := s.conn.Query(ctx, query, hour.Unix(), hour.Unix())
+	rows, err := s.conn.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read usage of %s: %w", hour.Format(time.RFC3339), classify(err))
 	}
