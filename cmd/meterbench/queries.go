@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -41,8 +42,12 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	reps := fs.Int("reps", 50, "repetitions of each rollup-backed query")
 	rawReps := fs.Int("raw-reps", 3, "repetitions of each raw baseline query")
 	reuse := fs.String("reuse", "", "time the queries only, on the ClickHouse directory of an earlier run (a copy: `cp -al` of its clickhouse folder while it runs), loaded the same day")
+	keep := fs.String("keep", "", "load into a new ClickHouse directory DIR and keep it, for later runs with --reuse DIR")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *keep != "" && *reuse != "" {
+		return errors.New("--keep and --reuse exclude each other")
 	}
 	progress := func(format string, a ...any) { fmt.Fprintf(stderr, "meterbench: "+format+"\n", a...) }
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -52,8 +57,14 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	defer os.RemoveAll(dir)
 	chDir := filepath.Join(dir, "clickhouse")
-	if *reuse != "" {
+	switch {
+	case *reuse != "":
 		chDir = *reuse
+	case *keep != "":
+		if _, err := os.Stat(*keep); err == nil {
+			return fmt.Errorf("--keep %s: already exists", *keep)
+		}
+		chDir = *keep
 	}
 	ch, err := chserver.Start(ctx, chserver.Config{Dir: chDir, Logger: logger})
 	if err != nil {

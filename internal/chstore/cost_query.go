@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -328,3 +329,14 @@ func (k *stepKey) dest(more ...any) []any {
 }
 
 func (k *stepKey) start() time.Time { return time.Unix(int64(k.b), 0).UTC() }
+
+// id identifies the step and group, as a map key: each value is prefixed
+// with its length, so no two keys share an id.
+func (k *stepKey) id() string {
+	id := strconv.AppendUint(nil, uint64(k.b), 10)
+	for _, g := range k.groups {
+		id = append(strconv.AppendInt(append(id, ' '), int64(len(g)), 10), ':')
+		id = append(id, g...)
+	}
+	return string(id)
+}

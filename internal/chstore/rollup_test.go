@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"google.golang.org/protobuf/proto"
 
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/chtest"
@@ -131,5 +133,79 @@ func TestTooManySeries(t *testing.T) {
 	rows, err := s.Rollups(ctx, chstore.RollupQuery{Start: day, End: end, Step: "hour"})
 	if err != nil || len(rows) == 0 || len(rows) > 5 {
 		t.Errorf("hour steps: %d rows, err %v; want 1 to 5 rows", len(rows), err)
+	}
+}
+
+// TestRollupsMergedHere checks that the rows Rollups merges in this process
+// (one tenant's, or the all-tenant hours) equal ClickHouse's sumMap merge of
+// the same rows, at every step and grouping, and page the same way.
+func TestRollupsMergedHere(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var b chstore.EventBatch
+	for i := range 3000 {
+		ev := event(i)
+		if ev.TtftMs != nil { // spread the latencies over many histogram keys
+			ev.TtftMs = proto.Float64(20 + float64(i*7919%5000))
+			ev.E2EMs = proto.Float64(400 + float64(i*104729%90000)/7)
+			ev.ItlMs = proto.Float64(5 + float64(i%97)/3)
+		}
+		b.Append(ev, time.Now(), chstore.Source{})
+	}
+	if err := s.InsertEvents(ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+	end := day.Add(3000 * 37 * time.Second).Truncate(time.Hour).Add(time.Hour)
+	spec := chstore.GoodputSpec{Version: 1, DefaultClass: "interactive", Rules: []chstore.GoodputRule{{TTFTMs: 2500}}}
+	for h := day; h.Before(end); h = h.Add(time.Hour) {
+		if err := s.RollupHour(ctx, h, spec, uint64(h.Unix())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A second computation of some hours: only the newest counts.
+	for h := day; h.Before(day.Add(3 * time.Hour)); h = h.Add(time.Hour) {
+		if err := s.RollupHour(ctx, h, spec, uint64(h.Unix())+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := cmp.Options{cmpopts.EquateEmpty(), cmpopts.EquateApprox(1e-12, 0)}
+	for _, q := range []chstore.RollupQuery{
+		{TenantID: "acme", Start: day, End: end, Step: "hour"},
+		{TenantID: "acme", Start: day, End: end, Step: "day"},
+		{TenantID: "acme", Start: day, End: end, Step: "month"},
+		{TenantID: "acme", Start: day, End: end},
+		{TenantID: "acme", Start: day, End: end, Step: "hour", GroupBy: []string{"model", "deployment"}},
+		{TenantID: "acme", Start: day, End: end, Step: "day", GroupBy: []string{"deployment"}},
+		{TenantID: "acme", Start: day, End: end, GroupBy: []string{"tenant_id"}},
+		{TenantID: "acme", Start: day, End: end, Step: "hour", GroupBy: []string{"model"}, Limit: 7, Offset: 5},
+		{TenantID: "acme", Start: day, End: end, Step: "hour", GroupBy: []string{"model"}, Limit: 7, Offset: 1000},
+		{Start: day, End: end, Step: "hour"},
+		{Start: day, End: end, Step: "day"},
+		{Start: day, End: end},
+		{Start: day, End: end, Step: "hour", Limit: 3, Offset: 2},
+	} {
+		if !q.MergesHere() {
+			t.Fatalf("%+v is merged by ClickHouse", q)
+		}
+		want, err := s.RollupsInClickHouse(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Rollups(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(want) == 0 && q.Offset < 1000 {
+			t.Fatalf("%+v: no rows", q)
+		}
+		if diff := cmp.Diff(want, got, opts); diff != "" {
+			t.Errorf("%+v: merged here differs from ClickHouse (-want +got):\n%s", q, diff)
+		}
+	}
+	if (chstore.RollupQuery{Start: day, End: end, GroupBy: []string{"tenant_id"}}).MergesHere() {
+		t.Error("every tenant's rows are merged here")
 	}
 }
