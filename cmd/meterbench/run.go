@@ -50,6 +50,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 0 && args[0] == "queries" {
 		return runQueries(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "hour" {
+		return runHour(ctx, args[1:], stdout, stderr)
+	}
 	var cfg config
 	fs := flag.NewFlagSet("meterbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)

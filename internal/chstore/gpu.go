@@ -110,14 +110,43 @@ func (s *Store) InsertGPUSamples(ctx context.Context, b *GPUBatch) error {
 
 // sendColumns sends one columnar INSERT.
 func (s *Store) sendColumns(ctx context.Context, what, insert string, names []string, cols []any) error {
+	return s.sendBlocks(ctx, what, insert, names, func() ([]any, error) {
+		c := cols
+		cols = nil
+		return c, nil
+	})
+}
+
+// sendBlocks sends one columnar INSERT in blocks: next returns the columns
+// of each block in turn, then nil; an error from next abandons the INSERT. The driver's column buffers are reused
+// from block to block, so a large INSERT needs no more memory than a block
+// (ClickHouse squashes the blocks of an INSERT into parts of up to about a
+// million rows).
+func (s *Store) sendBlocks(ctx context.Context, what, insert string, names []string, next func() ([]any, error)) error {
 	batch, err := s.conn.PrepareBatch(ctx, insert)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, classify(err))
 	}
-	for i, col := range cols {
-		if err := appendColumn(batch.Column(i), col); err != nil {
+	for block := 0; ; block++ {
+		cols, err := next()
+		if err != nil {
 			_ = batch.Abort()
-			return fmt.Errorf("%s: column %s: %w", what, names[i], err)
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if cols == nil {
+			break
+		}
+		if block > 0 {
+			if err := batch.Flush(); err != nil {
+				_ = batch.Abort()
+				return fmt.Errorf("%s: %w", what, classify(err))
+			}
+		}
+		for i, col := range cols {
+			if err := appendColumn(batch.Column(i), col); err != nil {
+				_ = batch.Abort()
+				return fmt.Errorf("%s: column %s: %w", what, names[i], err)
+			}
 		}
 	}
 	if err := batch.Send(); err != nil {

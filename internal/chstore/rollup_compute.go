@@ -17,10 +17,13 @@ import (
 
 // An hour is rolled up in Go from one read of its deduplicated events:
 // ClickHouse 18.16's sumMap costs about a microsecond per value, so building
-// histograms there took 14 s for an hour of 1M events, while reading the
-// hour (FINAL on the hour-first key deduplicates by (tenant_id, event_id))
-// and aggregating here takes about 2.5 s. Every level (minute, hour, tenant
-// hour, all-tenant hour) comes from the same pass, so they always agree.
+// histograms there took 14 s for an hour of 1M events. The events arrive
+// ordered by group and time, so each minute row is finished as soon as its
+// group moves on: its histograms are counted in a dense array, and the
+// finished rows stream to ClickHouse while the rest of the hour is read.
+// Every level (minute, hour, tenant hour, all-tenant hour) comes from the
+// same pass, the coarser histograms merged exactly from the finer ones, so
+// the levels always agree.
 
 // hourGroupsSQL lists the groups of one UTC hour with a 64-bit hash that
 // hourEventsSQL returns instead of the six strings, so that reading an
@@ -33,17 +36,19 @@ FROM inference_events
 WHERE completed_at >= toDateTime(?) AND completed_at < toDateTime(?)
 GROUP BY h`
 
-// hourEventsSQL reads one UTC hour of events, deduplicated: the table's key
-// is (hour, tenant_id, event_id), so FINAL keeps one row per event, the
-// newest ingested copy. Duplicates share completed_at, hence the hour.
-// status is 1 for ok, 2 + its index in StatusClasses, or 0 for another
-// error; a missing latency is NaN (validation keeps NaN out of the table).
-var hourEventsSQL = `SELECT toUInt32(completed_at), cityHash64(tenant_id, model, model_version, deployment, gpu_type, slo_class),
+// hourEventsSQL reads one UTC hour of events, deduplicated and ordered by
+// group and time: the table's key is (hour, tenant_id, event_id), so FINAL
+// keeps one row per event, the newest ingested copy. Duplicates share
+// completed_at, hence the hour. status is 1 for ok, 2 + its index in
+// StatusClasses, or 0 for another error; a missing latency is NaN
+// (validation keeps NaN out of the table).
+var hourEventsSQL = `SELECT toUInt32(completed_at) AS ev_time, cityHash64(tenant_id, model, model_version, deployment, gpu_type, slo_class) AS ev_group,
   toUInt8(indexOf(['ok', '` + strings.Join(StatusClasses, "', '") + `'], status)),
   prompt_tokens, cached_prompt_tokens, output_tokens,
   ifNull(ttft_ms, nan), ifNull(itl_ms, nan), ifNull(e2e_ms, nan), ifNull(queue_ms, nan)
 FROM inference_events FINAL
-WHERE completed_at >= toDateTime(?) AND completed_at < toDateTime(?)`
+WHERE completed_at >= toDateTime(?) AND completed_at < toDateTime(?)
+ORDER BY ev_group, ev_time`
 
 // hourEvent is one deduplicated event as the rollup reads it.
 type hourEvent struct {
@@ -67,11 +72,8 @@ type rollupAcc struct {
 	prompt, cached, output uint64
 	count                  [4]uint64
 	sum                    [4]float64
-	// keys holds one key per value, in minute rows only; histograms of the
-	// coarser rows are merged from those of the finer ones.
-	keys             [4][]int16
-	hist             [4]histogram
-	good, goodOutput uint64
+	hist                   [4]histogram
+	good, goodOutput       uint64
 }
 
 // histogram is a sparse sketch histogram: keys ascending, with their counts.
@@ -80,7 +82,8 @@ type histogram struct {
 	counts []uint64
 }
 
-func (a *rollupAcc) add(e *hourEvent, keys *[4]int16, good bool) {
+// add counts one event in the row.
+func (a *rollupAcc) add(e *hourEvent, good bool) {
 	a.requests++
 	if !e.ok() {
 		a.errors++
@@ -95,15 +98,30 @@ func (a *rollupAcc) add(e *hourEvent, keys *[4]int16, good bool) {
 		if !math.IsNaN(v) {
 			a.count[m]++
 			a.sum[m] += v
-			if keys != nil {
-				a.keys[m] = append(a.keys[m], keys[m])
-			}
 		}
 	}
 	if good {
 		a.good++
 		a.goodOutput += e.output
 	}
+}
+
+// addTotals adds the counters and sums of o (not its histograms) to a.
+func (a *rollupAcc) addTotals(o *rollupAcc) {
+	a.requests += o.requests
+	a.errors += o.errors
+	for c := range a.errorsBy {
+		a.errorsBy[c] += o.errorsBy[c]
+	}
+	a.prompt += o.prompt
+	a.cached += o.cached
+	a.output += o.output
+	for m := range a.count {
+		a.count[m] += o.count[m]
+		a.sum[m] += o.sum[m]
+	}
+	a.good += o.good
+	a.goodOutput += o.goodOutput
 }
 
 // histMerger adds histograms up, exactly, as sumMap does.
@@ -148,15 +166,16 @@ func (h *histMerger) take() histogram {
 }
 
 // hourGroup is one (tenant, model, model_version, deployment, gpu_type,
-// slo_class) of the hour, with its SLO thresholds and minute rows.
+// slo_class) of the hour, with its SLO thresholds.
 type hourGroup struct {
 	acc            rollupAcc
 	tenant         *rollupAcc
-	minutes        [60]*rollupAcc
 	ttft, itl, e2e float64 // thresholds; < 0: not checked
+	done           bool    // its events have all been counted
 }
 
-// hourRollup aggregates one hour into every rollup level.
+// hourRollup aggregates one hour into every rollup level. Events must come
+// grouped by group and ordered by time within a group.
 type hourRollup struct {
 	hour    time.Time
 	spec    GoodputSpec
@@ -164,11 +183,26 @@ type hourRollup struct {
 	order   []*hourGroup
 	tenants map[string]*rollupAcc
 	total   rollupAcc
+
+	// The group and minute being counted, with the histograms of the
+	// minute row and of the group's finished minutes.
+	cur        *hourGroup
+	minute     int64
+	row        rollupAcc
+	minuteHist [4]histMerger
+	groupHist  [4]histMerger
+	// Finished minute rows go out in blocks of rollupBlockRows.
+	block   []rollupAcc
+	minutes int
+	emit    func([]rollupAcc) error
+	newRows func() []rollupAcc
 }
 
-func newHourRollup(hour time.Time, spec GoodputSpec) *hourRollup {
+// newHourRollup starts the rollup of an hour; emit receives each full
+// block of finished minute rows, and newRows gives the next empty block.
+func newHourRollup(hour time.Time, spec GoodputSpec, emit func([]rollupAcc) error, newRows func() []rollupAcc) *hourRollup {
 	return &hourRollup{hour: hour, spec: spec, groups: map[uint64]*hourGroup{}, tenants: map[string]*rollupAcc{},
-		total: rollupAcc{bucket: hour}}
+		total: rollupAcc{bucket: hour}, emit: emit, newRows: newRows}
 }
 
 // threshold returns the threshold pick chooses from the first rule matching
@@ -215,68 +249,113 @@ func (h *hourRollup) addGroup(hash uint64, dims [6]string) {
 	h.order = append(h.order, g)
 }
 
+// errOutOfOrder marks events that do not come grouped by group and ordered
+// by time: counting on would write a minute or group row twice.
+var errOutOfOrder = errors.New("events of the hour are not ordered by group and time")
+
 // add counts one event; its group must have been added.
 func (h *hourRollup) add(e *hourEvent) error {
 	g := h.groups[e.group]
 	if g == nil {
 		return errUnknownGroup
 	}
-	var keys [4]int16
-	for m, v := range e.latency {
-		if !math.IsNaN(v) {
-			keys[m] = sketch.Key(v)
-		}
-	}
-	good := goodRequest(e.ok(), e.latency[0], e.latency[1], e.latency[2], g.ttft, g.itl, g.e2e)
 	minute := (int64(e.completedAt) - h.hour.Unix()) / 60
 	if minute < 0 || minute >= 60 {
 		return fmt.Errorf("event at %d outside the hour %s", e.completedAt, h.hour.Format(time.RFC3339))
 	}
-	mr := g.minutes[minute]
-	if mr == nil {
-		mr = &rollupAcc{bucket: h.hour.Add(time.Duration(minute) * time.Minute), dims: g.acc.dims}
-		g.minutes[minute] = mr
+	if g != h.cur || minute != h.minute {
+		if g.done || (g == h.cur && minute < h.minute) {
+			return errOutOfOrder
+		}
+		if err := h.endMinute(); err != nil {
+			return err
+		}
+		if g != h.cur {
+			h.endGroup()
+			h.cur = g
+		}
+		h.minute = minute
+		h.row = rollupAcc{bucket: h.hour.Add(time.Duration(minute) * time.Minute), dims: g.acc.dims}
 	}
-	mr.add(e, &keys, good)
-	g.acc.add(e, nil, good)
-	g.tenant.add(e, nil, good)
-	h.total.add(e, nil, good)
+	for m, v := range e.latency {
+		if !math.IsNaN(v) {
+			h.minuteHist[m].addKey(sketch.Key(v), 1)
+		}
+	}
+	h.row.add(e, goodRequest(e.ok(), e.latency[0], e.latency[1], e.latency[2], g.ttft, g.itl, g.e2e))
 	return nil
 }
 
-// levels returns the rows of every rollup table of the hour, with their
-// histograms: counted for minutes, merged from minutes for the hour groups,
-// from groups for tenants, from tenants for the total.
-func (h *hourRollup) levels() map[string][]*rollupAcc {
-	out := map[string][]*rollupAcc{}
+// endMinute finishes the minute row being counted, if any.
+func (h *hourRollup) endMinute() error {
+	if h.cur == nil {
+		return nil
+	}
+	for m := range h.row.hist {
+		h.row.hist[m] = h.minuteHist[m].take()
+		h.groupHist[m].add(h.row.hist[m])
+	}
+	h.cur.acc.addTotals(&h.row)
+	if h.block == nil {
+		h.block = h.newRows()[:0]
+	}
+	h.block = append(h.block, h.row)
+	h.minutes++
+	if len(h.block) == rollupBlockRows {
+		block := h.block
+		h.block = nil
+		return h.emit(block)
+	}
+	return nil
+}
+
+// endGroup finishes the group being counted, if any: its histograms are
+// those of its minutes merged.
+func (h *hourRollup) endGroup() {
+	g := h.cur
+	if g == nil {
+		return
+	}
+	for m := range g.acc.hist {
+		g.acc.hist[m] = h.groupHist[m].take()
+	}
+	g.tenant.addTotals(&g.acc)
+	h.total.addTotals(&g.acc)
+	g.done = true
+	h.cur = nil
+}
+
+// finish finishes the last minute row and group and emits the last block.
+func (h *hourRollup) finish() error {
+	if err := h.endMinute(); err != nil {
+		return err
+	}
+	h.endGroup()
+	if len(h.block) > 0 {
+		block := h.block
+		h.block = nil
+		return h.emit(block)
+	}
+	return nil
+}
+
+// levels returns the rows of the hour tables, with their histograms: those
+// of the groups (merged from their minutes when counted), merged from the
+// groups for the tenants, and from the tenants for the total.
+func (h *hourRollup) levels() map[string][]rollupAcc {
+	out := map[string][]rollupAcc{}
 	var merge histMerger
 	var tenants []string
-	for m := range LatencyMetrics {
-		for _, g := range h.order {
-			for _, r := range g.minutes {
-				if r != nil {
-					for _, k := range r.keys[m] {
-						merge.addKey(k, 1)
-					}
-					r.keys[m] = nil
-					r.hist[m] = merge.take()
-				}
-			}
-			for _, r := range g.minutes {
-				if r != nil {
-					merge.add(r.hist[m])
-				}
-			}
-			g.acc.hist[m] = merge.take()
-		}
-	}
 	for t := range h.tenants {
 		tenants = append(tenants, t)
 	}
 	slices.Sort(tenants)
 	byTenant := map[string][]*hourGroup{}
 	for _, g := range h.order {
-		byTenant[g.acc.dims[0]] = append(byTenant[g.acc.dims[0]], g)
+		if g.acc.requests > 0 {
+			byTenant[g.acc.dims[0]] = append(byTenant[g.acc.dims[0]], g)
+			out["rollup_hour"] = append(out["rollup_hour"], g.acc)
+		}
 	}
 	for m := range LatencyMetrics {
 		for _, t := range tenants {
@@ -290,19 +369,13 @@ func (h *hourRollup) levels() map[string][]*rollupAcc {
 		}
 		h.total.hist[m] = merge.take()
 	}
-	for _, g := range h.order {
-		out["rollup_hour"] = append(out["rollup_hour"], &g.acc)
-		for _, r := range g.minutes {
-			if r != nil {
-				out["rollup_minute"] = append(out["rollup_minute"], r)
-			}
+	for _, t := range tenants {
+		if h.tenants[t].requests > 0 {
+			out["rollup_tenant_hour"] = append(out["rollup_tenant_hour"], *h.tenants[t])
 		}
 	}
-	for _, t := range tenants {
-		out["rollup_tenant_hour"] = append(out["rollup_tenant_hour"], h.tenants[t])
-	}
 	if h.total.requests > 0 {
-		out["rollup_total_hour"] = []*rollupAcc{&h.total}
+		out["rollup_total_hour"] = []rollupAcc{h.total}
 	}
 	return out
 }
@@ -310,72 +383,209 @@ func (h *hourRollup) levels() map[string][]*rollupAcc {
 // rollupTables are the tables an hour's rollup writes.
 var rollupTables = []string{"rollup_minute", "rollup_hour", "rollup_tenant_hour", "rollup_total_hour"}
 
-// rollupColumnValues lays rows out as the columns of rollupColumns.
-func rollupColumnValues(rows []*rollupAcc, sloVersion uint32, version uint64) []any {
+// rollupBlock holds the columns of rollupColumns for a block of rows,
+// reused from block to block.
+type rollupBlock struct {
+	bucket                 []time.Time
+	dims                   [6][]string
+	requests, errs         []uint64
+	errsBy                 [8][]uint64
+	prompt, cached, output []uint64
+	counts                 [4][]uint64
+	sums                   [4][]float64
+	hkeys                  [4][][]int16
+	hcounts                [4][][]uint64
+	slo                    []uint32
+	good, goodOut, ver     []uint64
+}
+
+// fill lays rows out as the columns of rollupColumns.
+func (b *rollupBlock) fill(rows []rollupAcc, sloVersion uint32, version uint64) []any {
 	n := len(rows)
-	bucket := make([]time.Time, n)
-	var dims [6][]string
-	for i := range dims {
-		dims[i] = make([]string, n)
+	b.bucket = reuse(b.bucket, n)
+	for d := range b.dims {
+		b.dims[d] = reuse(b.dims[d], n)
 	}
-	requests, errs := make([]uint64, n), make([]uint64, n)
-	var errsBy [8][]uint64
-	for i := range errsBy {
-		errsBy[i] = make([]uint64, n)
+	b.requests, b.errs = reuse(b.requests, n), reuse(b.errs, n)
+	for c := range b.errsBy {
+		b.errsBy[c] = reuse(b.errsBy[c], n)
 	}
-	prompt, cached, output := make([]uint64, n), make([]uint64, n), make([]uint64, n)
-	var counts [4][]uint64
-	var sums [4][]float64
-	var hkeys [4][][]int16
-	var hcounts [4][][]uint64
+	b.prompt, b.cached, b.output = reuse(b.prompt, n), reuse(b.cached, n), reuse(b.output, n)
 	for m := range 4 {
-		counts[m], sums[m], hkeys[m], hcounts[m] = make([]uint64, n), make([]float64, n), make([][]int16, n), make([][]uint64, n)
+		b.counts[m], b.sums[m], b.hkeys[m], b.hcounts[m] = reuse(b.counts[m], n), reuse(b.sums[m], n), reuse(b.hkeys[m], n), reuse(b.hcounts[m], n)
 	}
-	slo, good, goodOut, ver := make([]uint32, n), make([]uint64, n), make([]uint64, n), make([]uint64, n)
-	for i, r := range rows {
-		bucket[i] = r.bucket
-		for d := range dims {
-			dims[d][i] = r.dims[d]
+	b.slo, b.good, b.goodOut, b.ver = reuse(b.slo, n), reuse(b.good, n), reuse(b.goodOut, n), reuse(b.ver, n)
+	for i := range rows {
+		r := &rows[i]
+		b.bucket = append(b.bucket, r.bucket)
+		for d := range b.dims {
+			b.dims[d] = append(b.dims[d], r.dims[d])
 		}
-		requests[i], errs[i] = r.requests, r.errors
-		for c := range errsBy {
-			errsBy[c][i] = r.errorsBy[c]
+		b.requests, b.errs = append(b.requests, r.requests), append(b.errs, r.errors)
+		for c := range b.errsBy {
+			b.errsBy[c] = append(b.errsBy[c], r.errorsBy[c])
 		}
-		prompt[i], cached[i], output[i] = r.prompt, r.cached, r.output
+		b.prompt, b.cached, b.output = append(b.prompt, r.prompt), append(b.cached, r.cached), append(b.output, r.output)
 		for m := range 4 {
-			counts[m][i], sums[m][i] = r.count[m], r.sum[m]
-			hkeys[m][i], hcounts[m][i] = r.hist[m].keys, r.hist[m].counts
+			b.counts[m], b.sums[m] = append(b.counts[m], r.count[m]), append(b.sums[m], r.sum[m])
+			b.hkeys[m], b.hcounts[m] = append(b.hkeys[m], r.hist[m].keys), append(b.hcounts[m], r.hist[m].counts)
 		}
-		slo[i], good[i], goodOut[i], ver[i] = sloVersion, r.good, r.goodOutput, version
+		b.slo, b.good = append(b.slo, sloVersion), append(b.good, r.good)
+		b.goodOut, b.ver = append(b.goodOut, r.goodOutput), append(b.ver, version)
 	}
-	cols := []any{bucket}
-	for _, d := range dims {
+	cols := []any{b.bucket}
+	for _, d := range b.dims {
 		cols = append(cols, d)
 	}
-	cols = append(cols, requests, errs)
-	for _, c := range errsBy {
+	cols = append(cols, b.requests, b.errs)
+	for _, c := range b.errsBy {
 		cols = append(cols, c)
 	}
-	cols = append(cols, prompt, cached, output)
+	cols = append(cols, b.prompt, b.cached, b.output)
 	for m := range 4 {
-		cols = append(cols, counts[m], sums[m], hkeys[m], hcounts[m])
+		cols = append(cols, b.counts[m], b.sums[m], b.hkeys[m], b.hcounts[m])
 	}
-	return append(cols, slo, good, goodOut, ver)
+	return append(cols, b.slo, b.good, b.goodOut, b.ver)
+}
+
+// reuse returns s emptied, with room for n elements.
+func reuse[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, 0, n)
+	}
+	return s[:0]
+}
+
+// rollupBlockRows is the size of the blocks rollup rows are sent in.
+const rollupBlockRows = 16_384
+
+// insertRollupRows writes rows into table in one INSERT.
+func (s *Store) insertRollupRows(ctx context.Context, what, table string, rows []rollupAcc, sloVersion uint32, version uint64) error {
+	blocks := make(chan []rollupAcc, 1)
+	go func() {
+		for from := 0; from < len(rows); from += rollupBlockRows {
+			blocks <- rows[from:min(from+rollupBlockRows, len(rows))]
+		}
+		close(blocks)
+	}()
+	return s.insertRollupBlocks(ctx, what, table, blocks, nil, sloVersion, version)
+}
+
+// insertRollupBlocks writes the blocks of rows received from blocks into
+// table, in one INSERT, until blocks is closed; it sends each block on to
+// free (when not nil) once the driver holds a copy. It writes nothing if no
+// block comes, and fails without finishing the INSERT if ctx ends first.
+func (s *Store) insertRollupBlocks(ctx context.Context, what, table string, blocks <-chan []rollupAcc, free chan<- []rollupAcc, sloVersion uint32, version uint64) error {
+	var b rollupBlock
+	receive := func() ([]rollupAcc, error) {
+		select {
+		case rows := <-blocks:
+			return rows, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	first, err := receive()
+	if err != nil || first == nil {
+		return err
+	}
+	var last []rollupAcc
+	return s.sendBlocks(ctx, what, "INSERT INTO "+table+" ("+rollupColumnList+")", rollupColumns(), func() ([]any, error) {
+		if last != nil && free != nil {
+			select {
+			case free <- last:
+			default:
+			}
+		}
+		rows := first
+		first = nil
+		if rows == nil {
+			if rows, err = receive(); err != nil || rows == nil {
+				return nil, err
+			}
+		}
+		last = rows
+		return b.fill(rows, sloVersion, version), nil
+	})
 }
 
 // RollupHourTimed is RollupHour, returning how long reading and aggregating
-// the hour ("read") and writing each table took, for benchmarks.
+// the hour ("read") and writing each table took, for benchmarks. The
+// minute rows are written while the hour is read, by rollupInserts INSERTs
+// at once; the hour tables are written once it is read, in one INSERT each,
+// at once.
 func (s *Store) RollupHourTimed(ctx context.Context, hour time.Time, spec GoodputSpec, version uint64) (map[string]time.Duration, error) {
 	hour = hour.UTC().Truncate(time.Hour)
 	start := time.Now()
-	agg := newHourRollup(hour, spec)
-	if err := s.readHourGroups(ctx, agg); err != nil {
+	var (
+		took = map[string]time.Duration{}
+		mu   sync.Mutex
+	)
+	timed := func(key string, t0 time.Time) {
+		mu.Lock()
+		took[key] = max(took[key], time.Since(t0))
+		mu.Unlock()
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	blocks := make(chan []rollupAcc, rollupInserts)
+	free := make(chan []rollupAcc, 2*rollupInserts)
+	what := fmt.Sprintf("roll up %s into rollup_minute", hour.Format(time.RFC3339))
+	for range rollupInserts {
+		g.Go(func() error {
+			defer timed("rollup_minute", start)
+			return s.insertRollupBlocks(gctx, what, "rollup_minute", blocks, free, spec.Version, version)
+		})
+	}
+	agg := newHourRollup(hour, spec, func(rows []rollupAcc) error {
+		select {
+		case blocks <- rows:
+			return nil
+		case <-gctx.Done():
+			return gctx.Err()
+		}
+	}, func() []rollupAcc {
+		select {
+		case rows := <-free:
+			return rows
+		default:
+			return make([]rollupAcc, 0, rollupBlockRows)
+		}
+	})
+	g.Go(func() error {
+		// On failure blocks stays open: the minute INSERTs end with the
+		// context, unfinished, rather than writing part of the hour.
+		if err := s.readHour(gctx, agg); err != nil {
+			return err
+		}
+		close(blocks)
+		timed("read", start)
+		for table, rows := range agg.levels() {
+			what := fmt.Sprintf("roll up %s into %s", hour.Format(time.RFC3339), table)
+			g.Go(func() error {
+				t0 := time.Now()
+				defer timed(table, t0)
+				return s.insertRollupRows(gctx, what, table, rows, spec.Version, version)
+			})
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
 		return nil, err
+	}
+	return took, nil
+}
+
+// readHour reads the hour's groups and events into agg, and finishes it.
+func (s *Store) readHour(ctx context.Context, agg *hourRollup) error {
+	hour := agg.hour
+	if err := s.readHourGroups(ctx, agg); err != nil {
+		return err
 	}
 	rows, err := s.conn.Query(ctx, hourEventsSQL, hour.Unix(), hour.Add(time.Hour).Unix())
 	if err != nil {
-		return nil, fmt.Errorf("read events of %s: %w", hour.Format(time.RFC3339), classify(err))
+		return fmt.Errorf("read events of %s: %w", hour.Format(time.RFC3339), classify(err))
 	}
+	defer rows.Close()
 	var e hourEvent
 	dest := []any{&e.completedAt, &e.group, &e.status, &e.prompt, &e.cached, &e.output}
 	for i := range e.latency {
@@ -383,8 +593,7 @@ func (s *Store) RollupHourTimed(ctx context.Context, hour time.Time, spec Goodpu
 	}
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("scan events of %s: %w", hour.Format(time.RFC3339), err)
+			return fmt.Errorf("scan events of %s: %w", hour.Format(time.RFC3339), err)
 		}
 		err := agg.add(&e)
 		if errors.Is(err, errUnknownGroup) {
@@ -394,57 +603,18 @@ func (s *Store) RollupHourTimed(ctx context.Context, hour time.Time, spec Goodpu
 			}
 		}
 		if err != nil {
-			rows.Close()
-			return nil, err
+			return fmt.Errorf("roll up %s: %w", hour.Format(time.RFC3339), err)
 		}
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read events of %s: %w", hour.Format(time.RFC3339), classify(err))
+		return fmt.Errorf("read events of %s: %w", hour.Format(time.RFC3339), classify(err))
 	}
-	levels := agg.levels()
-	took := map[string]time.Duration{"read": time.Since(start)}
-	// The tables are written at once, the minute rows (as many as the
-	// events when groups are sparse) in several inserts: while ClickHouse
-	// sorts and writes one, this process encodes the next.
-	durations := make([]time.Duration, len(rollupTables))
-	var mu sync.Mutex
-	g, gctx := errgroup.WithContext(ctx)
-	for i, table := range rollupTables {
-		rows := levels[table]
-		chunk := len(rows) // one INSERT: queries read an hour's newest version
-		if table == "rollup_minute" {
-			chunk = max(len(rows)/rollupInserts+1, minRollupInsert)
-		}
-		for from := 0; from < len(rows); from += chunk {
-			part := rows[from:min(from+chunk, len(rows))]
-			g.Go(func() error {
-				t0 := time.Now()
-				what := fmt.Sprintf("roll up %s into %s", hour.Format(time.RFC3339), table)
-				err := s.sendColumns(gctx, what, "INSERT INTO "+table+" ("+rollupColumnList+")", rollupColumns(),
-					rollupColumnValues(part, spec.Version, version))
-				mu.Lock()
-				durations[i] = max(durations[i], time.Since(t0)) // the longest insert of the table
-				mu.Unlock()
-				return err
-			})
-		}
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	for i, table := range rollupTables {
-		took[table] = durations[i]
-	}
-	return took, nil
+	return agg.finish()
 }
 
-// Inserts of the minute rows of an hour: at most rollupInserts, of at
-// least minRollupInsert rows each. The hour tables get one INSERT each.
-const (
-	rollupInserts   = 4
-	minRollupInsert = 50_000
-)
+// rollupInserts is the number of INSERTs the minute rows of an hour are
+// written with at once.
+const rollupInserts = 2
 
 // errUnknownGroup marks an event whose group was not listed before the
 // events were read: one inserted in between.

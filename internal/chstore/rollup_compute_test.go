@@ -1,0 +1,86 @@
+package chstore
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"tokenmeter/rollup/sketch"
+)
+
+// TestHourRollupOrder checks the streaming aggregation: minute rows are
+// finished as the events move on, the group's histogram is the sum of its
+// minutes', and events that come out of (group, time) order are refused
+// rather than counted into a second row for the same minute or group.
+func TestHourRollupOrder(t *testing.T) {
+	hour := time.Date(2026, 11, 20, 5, 0, 0, 0, time.UTC)
+	start := func() (*hourRollup, *[]rollupAcc) {
+		var rows []rollupAcc
+		h := newHourRollup(hour, GoodputSpec{}, func(b []rollupAcc) error {
+			rows = append(rows, b...)
+			return nil
+		}, func() []rollupAcc { return nil })
+		h.addGroup(1, [6]string{"acme", "m1"})
+		h.addGroup(2, [6]string{"acme", "m2"})
+		return h, &rows
+	}
+	ev := func(group uint64, sec int, ttft float64) *hourEvent {
+		return &hourEvent{completedAt: uint32(hour.Unix()) + uint32(sec), group: group, status: 1, output: 3,
+			latency: [4]float64{ttft, math.NaN(), ttft * 2, math.NaN()}}
+	}
+	h, rows := start()
+	for _, e := range []*hourEvent{ev(2, 10, 50), ev(2, 20, 50), ev(2, 70, 900), ev(1, 5, 7)} {
+		if err := h.add(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.finish(); err != nil {
+		t.Fatal(err)
+	}
+	if len(*rows) != 3 {
+		t.Fatalf("%d minute rows, want 3", len(*rows))
+	}
+	first := (*rows)[0]
+	if first.requests != 2 || first.bucket != hour || first.dims[1] != "m2" ||
+		len(first.hist[0].keys) != 1 || first.hist[0].keys[0] != sketch.Key(50) || first.hist[0].counts[0] != 2 {
+		t.Errorf("first minute row %+v: want 2 requests of m2 at %s, TTFT histogram {%d: 2}", first, hour, sketch.Key(50))
+	}
+	levels := h.levels()
+	if len(levels["rollup_hour"]) != 2 || len(levels["rollup_tenant_hour"]) != 1 || len(levels["rollup_total_hour"]) != 1 {
+		t.Fatalf("levels: %d hour, %d tenant, %d total rows", len(levels["rollup_hour"]), len(levels["rollup_tenant_hour"]), len(levels["rollup_total_hour"]))
+	}
+	var m2 rollupAcc
+	for _, r := range levels["rollup_hour"] {
+		if r.dims[1] == "m2" {
+			m2 = r
+		}
+	}
+	if m2.requests != 3 || len(m2.hist[0].keys) != 2 || m2.hist[0].counts[0]+m2.hist[0].counts[1] != 3 || m2.count[1] != 0 {
+		t.Errorf("m2 hour row %+v: want 3 requests over two TTFT keys, no ITL", m2)
+	}
+	if total := levels["rollup_total_hour"][0]; total.requests != 4 || total.output != 12 || total.count[0] != 4 {
+		t.Errorf("total row %+v: want 4 requests, 12 output tokens", total)
+	}
+
+	h, _ = start()
+	if err := h.add(ev(2, 70, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.add(ev(2, 10, 1)); !errors.Is(err, errOutOfOrder) {
+		t.Errorf("an earlier minute after a later one: err = %v, want errOutOfOrder", err)
+	}
+	h, _ = start()
+	var err error
+	for _, e := range []*hourEvent{ev(2, 10, 1), ev(1, 10, 1), ev(2, 20, 1)} {
+		if err = h.add(e); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, errOutOfOrder) {
+		t.Errorf("a group coming back: err = %v, want errOutOfOrder", err)
+	}
+	if err := h.add(ev(3, 10, 1)); !errors.Is(err, errUnknownGroup) {
+		t.Errorf("an unlisted group: err = %v, want errUnknownGroup", err)
+	}
+}
