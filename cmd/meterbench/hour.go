@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"tokenmeter/internal/chserver"
 	"tokenmeter/internal/chstore"
@@ -29,6 +30,8 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	tenants := fs.Int("tenants", 1000, "tenants")
 	runs := fs.Int("runs", 3, "rollups of the hour")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the rollups to this file")
+	keep := fs.String("keep", "", "keep the ClickHouse directory in DIR (new), for experiments")
+	queryLog := fs.Bool("query-log", false, "print ClickHouse's own time for each query of the last rollup (system.query_log)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -38,7 +41,14 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer os.RemoveAll(dir)
-	ch, err := chserver.Start(ctx, chserver.Config{Dir: filepath.Join(dir, "clickhouse"), Logger: logger})
+	chDir := filepath.Join(dir, "clickhouse")
+	if *keep != "" {
+		if _, err := os.Stat(*keep); err == nil {
+			return fmt.Errorf("--keep %s: already exists", *keep)
+		}
+		chDir = *keep
+	}
+	ch, err := chserver.Start(ctx, chserver.Config{Dir: chDir, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -75,9 +85,21 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		defer pprof.StopCPUProfile()
 	}
 	fmt.Fprintf(stdout, "rollup of one hour of %d events (%d tenants)\n", *events, *tenants)
+	rctx := ctx
+	if *queryLog {
+		rctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"log_queries": 1}))
+	}
 	for i := range *runs {
+		if i == *runs-1 && *queryLog {
+			if err := conn.Exec(ctx, "SYSTEM FLUSH LOGS"); err != nil {
+				return err
+			}
+			if err := conn.Exec(ctx, "TRUNCATE TABLE IF EXISTS system.query_log"); err != nil {
+				return err
+			}
+		}
 		t0 := time.Now()
-		took, err := store.RollupHourTimed(ctx, hour, rollup.DefaultSLOSet().Spec(0), uint64(time.Now().UnixMilli())<<16)
+		took, err := store.RollupHourTimed(rctx, hour, rollup.DefaultSLOSet().Spec(0), uint64(time.Now().UnixMilli())<<16)
 		if err != nil {
 			return err
 		}
@@ -85,5 +107,35 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			i+1, time.Since(t0).Seconds(), took["read"].Seconds(), took["rollup_minute"].Seconds(), took["rollup_hour"].Seconds(),
 			took["rollup_tenant_hour"].Seconds(), took["rollup_total_hour"].Seconds())
 	}
+	if *queryLog {
+		return printQueryLog(ctx, conn, stdout)
+	}
 	return nil
+}
+
+// printQueryLog prints the finished queries of system.query_log: how long
+// ClickHouse spent on each, and the rows it read and wrote.
+func printQueryLog(ctx context.Context, conn driver.Conn, stdout io.Writer) error {
+	if err := conn.Exec(ctx, "SYSTEM FLUSH LOGS"); err != nil {
+		return err
+	}
+	rows, err := conn.Query(ctx, `SELECT query_duration_ms, read_rows, written_rows, memory_usage, substring(replaceAll(query, '\n', ' '), 1, 60)
+FROM system.query_log WHERE type = 2 AND query NOT LIKE '%system.%' ORDER BY event_time, query_duration_ms`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	fmt.Fprintln(stdout, "ClickHouse's time per query of the last rollup:")
+	for rows.Next() {
+		var (
+			d, read, written uint64
+			mem              uint64
+			q                string
+		)
+		if err := rows.Scan(&d, &read, &written, &mem, &q); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "  %6d ms  read %8d  written %8d  mem %5d MiB  %s\n", d, read, written, mem>>20, q)
+	}
+	return rows.Err()
 }

@@ -1,6 +1,7 @@
 package chstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,38 +18,39 @@ import (
 
 // An hour is rolled up in Go from one read of its deduplicated events:
 // ClickHouse 18.16's sumMap costs about a microsecond per value, so building
-// histograms there took 14 s for an hour of 1M events. The events arrive
-// ordered by group and time, so each minute row is finished as soon as its
-// group moves on: its histograms are counted in a dense array, and the
-// finished rows stream to ClickHouse while the rest of the hour is read.
+// histograms there took 14 s for an hour of 1M events. The events are
+// gathered per group and ordered by time here (cheaper than ClickHouse's
+// ORDER BY, 0.5–0.8 s for 1M events on 18.16); then each group's minute
+// rows are counted one after the other, their histograms in a dense array,
+// and the finished rows stream to ClickHouse while the next are counted.
 // Every level (minute, hour, tenant hour, all-tenant hour) comes from the
 // same pass, the coarser histograms merged exactly from the finer ones, so
-// the levels always agree.
+// the levels always agree. Memory: about 80 bytes per event of the hour.
 
 // hourGroupsSQL lists the groups of one UTC hour with a 64-bit hash that
 // hourEventsSQL returns instead of the six strings, so that reading an
-// event allocates nothing. A hash shared by two groups is reported (the
-// second column counts the groups behind a hash).
+// event allocates nothing, and their rows (duplicates included). A hash
+// shared by two groups is reported (the second column counts the groups
+// behind a hash).
 const hourGroupsSQL = `SELECT cityHash64(tenant_id, model, model_version, deployment, gpu_type, slo_class) AS h,
-  uniqExact(tenant_id, model, model_version, deployment, gpu_type, slo_class),
+  uniqExact(tenant_id, model, model_version, deployment, gpu_type, slo_class), count(),
   any(tenant_id), any(model), any(model_version), any(deployment), any(gpu_type), any(slo_class)
 FROM inference_events
 WHERE completed_at >= toDateTime(?) AND completed_at < toDateTime(?)
 GROUP BY h`
 
-// hourEventsSQL reads one UTC hour of events, deduplicated and ordered by
-// group and time: the table's key is (hour, tenant_id, event_id), so FINAL
-// keeps one row per event, the newest ingested copy. Duplicates share
+// hourEventsSQL reads one UTC hour of events, deduplicated: the table's key
+// is (hour, tenant_id, event_id), so FINAL keeps one row per event, the
+// newest ingested copy. Duplicates share
 // completed_at, hence the hour. status is 1 for ok, 2 + its index in
 // StatusClasses, or 0 for another error; a missing latency is NaN
 // (validation keeps NaN out of the table).
-var hourEventsSQL = `SELECT toUInt32(completed_at) AS ev_time, cityHash64(tenant_id, model, model_version, deployment, gpu_type, slo_class) AS ev_group,
+var hourEventsSQL = `SELECT toUInt32(completed_at), cityHash64(tenant_id, model, model_version, deployment, gpu_type, slo_class),
   toUInt8(indexOf(['ok', '` + strings.Join(StatusClasses, "', '") + `'], status)),
   prompt_tokens, cached_prompt_tokens, output_tokens,
   ifNull(ttft_ms, nan), ifNull(itl_ms, nan), ifNull(e2e_ms, nan), ifNull(queue_ms, nan)
 FROM inference_events FINAL
-WHERE completed_at >= toDateTime(?) AND completed_at < toDateTime(?)
-ORDER BY ev_group, ev_time`
+WHERE completed_at >= toDateTime(?) AND completed_at < toDateTime(?)`
 
 // hourEvent is one deduplicated event as the rollup reads it.
 type hourEvent struct {
@@ -166,10 +168,12 @@ func (h *histMerger) take() histogram {
 }
 
 // hourGroup is one (tenant, model, model_version, deployment, gpu_type,
-// slo_class) of the hour, with its SLO thresholds.
+// slo_class) of the hour, with its SLO thresholds and, until they are
+// counted, its events.
 type hourGroup struct {
 	acc            rollupAcc
 	tenant         *rollupAcc
+	events         []hourEvent
 	ttft, itl, e2e float64 // thresholds; < 0: not checked
 	done           bool    // its events have all been counted
 }
@@ -231,8 +235,8 @@ func goodRequest(ok bool, ttft, itl, e2e float64, tTTFT, tITL, tE2E float64) boo
 }
 
 // addGroup registers a group of the hour under its hash.
-func (h *hourRollup) addGroup(hash uint64, dims [6]string) {
-	g := &hourGroup{acc: rollupAcc{bucket: h.hour, dims: dims}}
+func (h *hourRollup) addGroup(hash uint64, dims [6]string, rows uint64) {
+	g := &hourGroup{acc: rollupAcc{bucket: h.hour, dims: dims}, events: make([]hourEvent, 0, rows)}
 	tenant, model, class := dims[0], dims[1], dims[5]
 	if class == "" {
 		class = h.spec.DefaultClass
@@ -253,7 +257,34 @@ func (h *hourRollup) addGroup(hash uint64, dims [6]string) {
 // by time: counting on would write a minute or group row twice.
 var errOutOfOrder = errors.New("events of the hour are not ordered by group and time")
 
-// add counts one event; its group must have been added.
+// gather keeps an event for its group, to be counted by countAll; its
+// group must have been added.
+func (h *hourRollup) gather(e *hourEvent) error {
+	g := h.groups[e.group]
+	if g == nil {
+		return errUnknownGroup
+	}
+	g.events = append(g.events, *e)
+	return nil
+}
+
+// countAll counts the gathered events, group by group in time order, and
+// finishes the rollup.
+func (h *hourRollup) countAll() error {
+	for _, g := range h.order {
+		slices.SortFunc(g.events, func(a, b hourEvent) int { return cmp.Compare(a.completedAt, b.completedAt) })
+		for i := range g.events {
+			if err := h.add(&g.events[i]); err != nil {
+				return err
+			}
+		}
+		g.events = nil
+	}
+	return h.finish()
+}
+
+// add counts one event; its group must have been added, and events must
+// come group by group, in time order within a group.
 func (h *hourRollup) add(e *hourEvent) error {
 	g := h.groups[e.group]
 	if g == nil {
@@ -595,11 +626,11 @@ func (s *Store) readHour(ctx context.Context, agg *hourRollup) error {
 		if err := rows.Scan(dest...); err != nil {
 			return fmt.Errorf("scan events of %s: %w", hour.Format(time.RFC3339), err)
 		}
-		err := agg.add(&e)
+		err := agg.gather(&e)
 		if errors.Is(err, errUnknownGroup) {
 			// Inserted after the groups were listed: list them again.
 			if err = s.readHourGroups(ctx, agg); err == nil {
-				err = agg.add(&e)
+				err = agg.gather(&e)
 			}
 		}
 		if err != nil {
@@ -609,7 +640,7 @@ func (s *Store) readHour(ctx context.Context, agg *hourRollup) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read events of %s: %w", hour.Format(time.RFC3339), classify(err))
 	}
-	return agg.finish()
+	return agg.countAll()
 }
 
 // rollupInserts is the number of INSERTs the minute rows of an hour are
@@ -630,18 +661,17 @@ func (s *Store) readHourGroups(ctx context.Context, agg *hourRollup) error {
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			hash uint64
-			n    uint64
-			dims [6]string
+			hash, n, count uint64
+			dims           [6]string
 		)
-		if err := rows.Scan(&hash, &n, &dims[0], &dims[1], &dims[2], &dims[3], &dims[4], &dims[5]); err != nil {
+		if err := rows.Scan(&hash, &n, &count, &dims[0], &dims[1], &dims[2], &dims[3], &dims[4], &dims[5]); err != nil {
 			return fmt.Errorf("scan groups of %s: %w", agg.hour.Format(time.RFC3339), err)
 		}
 		if n != 1 {
 			return fmt.Errorf("groups of %s: %d groups share the hash %x; this hour cannot be rolled up", agg.hour.Format(time.RFC3339), n, hash)
 		}
 		if agg.groups[hash] == nil {
-			agg.addGroup(hash, dims)
+			agg.addGroup(hash, dims, count)
 		}
 	}
 	if err := rows.Err(); err != nil {

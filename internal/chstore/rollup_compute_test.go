@@ -21,8 +21,8 @@ func TestHourRollupOrder(t *testing.T) {
 			rows = append(rows, b...)
 			return nil
 		}, func() []rollupAcc { return nil })
-		h.addGroup(1, [6]string{"acme", "m1"})
-		h.addGroup(2, [6]string{"acme", "m2"})
+		h.addGroup(1, [6]string{"acme", "m1"}, 0)
+		h.addGroup(2, [6]string{"acme", "m2"}, 0)
 		return h, &rows
 	}
 	ev := func(group uint64, sec int, ttft float64) *hourEvent {
@@ -30,18 +30,22 @@ func TestHourRollupOrder(t *testing.T) {
 			latency: [4]float64{ttft, math.NaN(), ttft * 2, math.NaN()}}
 	}
 	h, rows := start()
-	for _, e := range []*hourEvent{ev(2, 10, 50), ev(2, 20, 50), ev(2, 70, 900), ev(1, 5, 7)} {
-		if err := h.add(e); err != nil {
+	// Gathered in any order, counted group by group in time order.
+	for _, e := range []*hourEvent{ev(2, 70, 900), ev(1, 5, 7), ev(2, 20, 50), ev(2, 10, 50)} {
+		if err := h.gather(e); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := h.finish(); err != nil {
+	if err := h.countAll(); err != nil {
 		t.Fatal(err)
 	}
 	if len(*rows) != 3 {
 		t.Fatalf("%d minute rows, want 3", len(*rows))
 	}
-	first := (*rows)[0]
+	first := (*rows)[1] // group 1 is counted first
+	if (*rows)[0].dims[1] != "m1" || (*rows)[2].bucket != hour.Add(time.Minute) {
+		t.Errorf("minute rows %+v: want m1's, then m2's in time order", *rows)
+	}
 	if first.requests != 2 || first.bucket != hour || first.dims[1] != "m2" ||
 		len(first.hist[0].keys) != 1 || first.hist[0].keys[0] != sketch.Key(50) || first.hist[0].counts[0] != 2 {
 		t.Errorf("first minute row %+v: want 2 requests of m2 at %s, TTFT histogram {%d: 2}", first, hour, sketch.Key(50))
@@ -80,7 +84,7 @@ func TestHourRollupOrder(t *testing.T) {
 	if !errors.Is(err, errOutOfOrder) {
 		t.Errorf("a group coming back: err = %v, want errOutOfOrder", err)
 	}
-	if err := h.add(ev(3, 10, 1)); !errors.Is(err, errUnknownGroup) {
+	if err := h.gather(ev(3, 10, 1)); !errors.Is(err, errUnknownGroup) {
 		t.Errorf("an unlisted group: err = %v, want errUnknownGroup", err)
 	}
 }
