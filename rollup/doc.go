@@ -4,8 +4,9 @@
 // decide goodput, and the lease that lets one replica at a time run the job.
 //
 // An hour is recomputed from one read of its deduplicated events, aggregated
-// into every level at once (minute, hour, tenant-hour, all-tenant hour); the
-// reading, aggregating and writing live in internal/chstore, the histogram
-// keys in rollup/sketch.
+// here into every level at once (minute, hour, tenant-hour, all-tenant hour;
+// RollupHour), goodput counted with the rules of a GoodputSpec; the SQL that
+// reads the events and writes the rows lives in internal/chstore, the
+// histogram keys in rollup/sketch.
 // It does not serve queries (package api does).
 package rollup

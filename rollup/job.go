@@ -22,7 +22,7 @@ type Store interface {
 	StaleSLOHours(ctx context.Context, current uint32) ([]time.Time, error)
 	Watermark(ctx context.Context, job string) (time.Time, bool, error)
 	SetWatermark(ctx context.Context, job string, t time.Time) error
-	RollupHour(ctx context.Context, hour time.Time, spec chstore.GoodputSpec, version uint64) error
+	HourStore
 	CurrentSLO(ctx context.Context) (uint32, string, bool, error)
 	PutSLO(ctx context.Context, rules, source string) (uint32, error)
 	CostStore
@@ -186,7 +186,7 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	spec := set.Spec(sloVersion)
 	for _, h := range hours {
 		start := time.Now()
-		if err := j.store.RollupHour(ctx, h, spec, j.nextVersion()); err != nil {
+		if _, err := RollupHour(ctx, j.store, h, spec, j.nextVersion()); err != nil {
 			return nil, err
 		}
 		j.duration.Observe(time.Since(start).Seconds())

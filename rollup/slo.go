@@ -8,8 +8,6 @@ import (
 	"math"
 	"os"
 	"sort"
-
-	"tokenmeter/internal/chstore"
 )
 
 // Rule is one SLO rule: thresholds for the requests of a tenant, model and
@@ -145,13 +143,13 @@ func (s SLOSet) defaultClass() string {
 	return s.DefaultClass
 }
 
-// Spec compiles the set for the rollup SQL: rules most specific first.
-func (s SLOSet) Spec(version uint32) chstore.GoodputSpec {
+// Spec compiles the set for RollupHour: rules most specific first.
+func (s SLOSet) Spec(version uint32) GoodputSpec {
 	rules := append([]Rule(nil), s.Rules...)
 	sort.SliceStable(rules, func(i, j int) bool { return specificity(rules[i]) > specificity(rules[j]) })
-	spec := chstore.GoodputSpec{Version: version, DefaultClass: s.defaultClass()}
+	spec := GoodputSpec{Version: version, DefaultClass: s.defaultClass()}
 	for _, r := range rules {
-		spec.Rules = append(spec.Rules, chstore.GoodputRule{
+		spec.Rules = append(spec.Rules, GoodputRule{
 			Tenant: r.TenantID, Model: r.Model, Class: r.SLOClass, TTFTMs: r.TTFTMs, ITLMs: r.ITLMs, E2EMs: r.E2EMs,
 		})
 	}

@@ -99,7 +99,7 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 		}
 		t0 := time.Now()
-		took, err := store.RollupHourTimed(rctx, hour, rollup.DefaultSLOSet().Spec(0), uint64(time.Now().UnixMilli())<<16)
+		took, err := rollup.RollupHour(rctx, store, hour, rollup.DefaultSLOSet().Spec(0), uint64(time.Now().UnixMilli())<<16)
 		if err != nil {
 			return err
 		}

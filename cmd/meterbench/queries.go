@@ -416,7 +416,7 @@ func loadAndRollUp(ctx context.Context, stdout io.Writer, progress func(string, 
 		return err
 	}
 	t0 = time.Now()
-	took, err := store.RollupHourTimed(ctx, hourStart, rollup.DefaultSLOSet().Spec(0), uint64(time.Now().UnixMilli())<<16)
+	took, err := rollup.RollupHour(ctx, store, hourStart, rollup.DefaultSLOSet().Spec(0), uint64(time.Now().UnixMilli())<<16)
 	if err != nil {
 		return err
 	}

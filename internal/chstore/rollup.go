@@ -18,22 +18,6 @@ var LatencyMetrics = []string{"ttft", "itl", "e2e", "queue"}
 // RollupGroupFields are the dimensions rollup queries can group by.
 var RollupGroupFields = []string{"tenant_id", "model", "model_version", "deployment", "gpu_type", "slo_class"}
 
-// GoodputRule is one SLO rule compiled for a rollup: empty Tenant, Model or
-// Class match anything; a threshold ≤ 0 is not checked. Rules are given most
-// specific first; the first match decides.
-type GoodputRule struct {
-	Tenant, Model, Class string
-	TTFTMs, ITLMs, E2EMs float64
-}
-
-// GoodputSpec is the SLO set a rollup counts good requests with.
-type GoodputSpec struct {
-	Version uint32
-	Rules   []GoodputRule
-	// DefaultClass is the class of events without slo_class.
-	DefaultClass string
-}
-
 // rollupColumns is the column list of every rollup table.
 func rollupColumns() []string {
 	cols := []string{"bucket", "tenant_id", "model", "model_version", "deployment", "gpu_type", "slo_class", "requests", "errors"}
@@ -48,12 +32,6 @@ func rollupColumns() []string {
 }
 
 var rollupColumnList = strings.Join(rollupColumns(), ", ")
-
-// RollupHour recomputes the minute and hour rollups of one UTC hour.
-func (s *Store) RollupHour(ctx context.Context, hour time.Time, spec GoodputSpec, version uint64) error {
-	_, err := s.RollupHourTimed(ctx, hour, spec, version)
-	return err
-}
 
 // ServerNow is ClickHouse's clock, which stamps dirty_hours.
 func (s *Store) ServerNow(ctx context.Context) (time.Time, error) {

@@ -15,6 +15,7 @@ import (
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/chtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
+	"tokenmeter/rollup"
 )
 
 // usageFromRollups reduces rollup rows to usage rows, for comparison with
@@ -29,6 +30,13 @@ func usageFromRollups(rows []chstore.RollupRow) []chstore.UsageRow {
 		})
 	}
 	return out
+}
+
+// rollupHour rolls up one hour of s.
+func rollupHour(t *testing.T, s *chstore.Store, hour time.Time, spec rollup.GoodputSpec, version uint64) error {
+	t.Helper()
+	_, err := rollup.RollupHour(context.Background(), s, hour, spec, version)
+	return err
 }
 
 func TestRollupHourExact(t *testing.T) {
@@ -52,9 +60,9 @@ func TestRollupHourExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := day.Add(4000 * 37 * time.Second).Truncate(time.Hour).Add(time.Hour)
-	spec := chstore.GoodputSpec{Version: 1, DefaultClass: "interactive"}
+	spec := rollup.GoodputSpec{Version: 1, DefaultClass: "interactive"}
 	for h := day; h.Before(end); h = h.Add(time.Hour) {
-		if err := s.RollupHour(ctx, h, spec, uint64(h.Unix())); err != nil {
+		if err := rollupHour(t, s, h, spec, uint64(h.Unix())); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -119,7 +127,7 @@ func TestTooManySeries(t *testing.T) {
 	}
 	end := day.Add(5 * time.Hour)
 	for h := day; h.Before(end); h = h.Add(time.Hour) {
-		if err := s.RollupHour(ctx, h, chstore.GoodputSpec{Version: 1}, uint64(h.Unix())); err != nil {
+		if err := rollupHour(t, s, h, rollup.GoodputSpec{Version: 1}, uint64(h.Unix())); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -159,15 +167,15 @@ func TestRollupsMergedHere(t *testing.T) {
 		t.Fatal(err)
 	}
 	end := day.Add(3000 * 37 * time.Second).Truncate(time.Hour).Add(time.Hour)
-	spec := chstore.GoodputSpec{Version: 1, DefaultClass: "interactive", Rules: []chstore.GoodputRule{{TTFTMs: 2500}}}
+	spec := rollup.GoodputSpec{Version: 1, DefaultClass: "interactive", Rules: []rollup.GoodputRule{{TTFTMs: 2500}}}
 	for h := day; h.Before(end); h = h.Add(time.Hour) {
-		if err := s.RollupHour(ctx, h, spec, uint64(h.Unix())); err != nil {
+		if err := rollupHour(t, s, h, spec, uint64(h.Unix())); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A second computation of some hours: only the newest counts.
 	for h := day; h.Before(day.Add(3 * time.Hour)); h = h.Add(time.Hour) {
-		if err := s.RollupHour(ctx, h, spec, uint64(h.Unix())+1); err != nil {
+		if err := rollupHour(t, s, h, spec, uint64(h.Unix())+1); err != nil {
 			t.Fatal(err)
 		}
 	}

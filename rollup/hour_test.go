@@ -1,4 +1,4 @@
-package chstore
+package rollup
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"tokenmeter/internal/chstore"
 	"tokenmeter/rollup/sketch"
 )
 
@@ -15,23 +16,23 @@ import (
 // rather than counted into a second row for the same minute or group.
 func TestHourRollupOrder(t *testing.T) {
 	hour := time.Date(2026, 11, 20, 5, 0, 0, 0, time.UTC)
-	start := func() (*hourRollup, *[]rollupAcc) {
-		var rows []rollupAcc
-		h := newHourRollup(hour, GoodputSpec{}, func(b []rollupAcc) error {
+	start := func() (*hourRollup, *[]chstore.RollupRecord) {
+		var rows []chstore.RollupRecord
+		h := newHourRollup(hour, GoodputSpec{}, func(b []chstore.RollupRecord) error {
 			rows = append(rows, b...)
 			return nil
-		}, func() []rollupAcc { return nil })
+		}, func() []chstore.RollupRecord { return nil })
 		h.addGroup(1, [6]string{"acme", "m1"}, 0)
 		h.addGroup(2, [6]string{"acme", "m2"}, 0)
 		return h, &rows
 	}
-	ev := func(group uint64, sec int, ttft float64) *hourEvent {
-		return &hourEvent{completedAt: uint32(hour.Unix()) + uint32(sec), group: group, status: 1, output: 3,
-			latency: [4]float64{ttft, math.NaN(), ttft * 2, math.NaN()}}
+	ev := func(group uint64, sec int, ttft float64) *chstore.HourEvent {
+		return &chstore.HourEvent{CompletedAt: uint32(hour.Unix()) + uint32(sec), Group: group, Status: 1, Output: 3,
+			Latency: [4]float64{ttft, math.NaN(), ttft * 2, math.NaN()}}
 	}
 	h, rows := start()
 	// Gathered in any order, counted group by group in time order.
-	for _, e := range []*hourEvent{ev(2, 70, 900), ev(1, 5, 7), ev(2, 20, 50), ev(2, 10, 50)} {
+	for _, e := range []*chstore.HourEvent{ev(2, 70, 900), ev(1, 5, 7), ev(2, 20, 50), ev(2, 10, 50)} {
 		if err := h.gather(e); err != nil {
 			t.Fatal(err)
 		}
@@ -43,27 +44,27 @@ func TestHourRollupOrder(t *testing.T) {
 		t.Fatalf("%d minute rows, want 3", len(*rows))
 	}
 	first := (*rows)[1] // group 1 is counted first
-	if (*rows)[0].dims[1] != "m1" || (*rows)[2].bucket != hour.Add(time.Minute) {
+	if (*rows)[0].Dims[1] != "m1" || (*rows)[2].Bucket != hour.Add(time.Minute) {
 		t.Errorf("minute rows %+v: want m1's, then m2's in time order", *rows)
 	}
-	if first.requests != 2 || first.bucket != hour || first.dims[1] != "m2" ||
-		len(first.hist[0].keys) != 1 || first.hist[0].keys[0] != sketch.Key(50) || first.hist[0].counts[0] != 2 {
+	if first.Requests != 2 || first.Bucket != hour || first.Dims[1] != "m2" ||
+		len(first.Keys[0]) != 1 || first.Keys[0][0] != sketch.Key(50) || first.Counts[0][0] != 2 {
 		t.Errorf("first minute row %+v: want 2 requests of m2 at %s, TTFT histogram {%d: 2}", first, hour, sketch.Key(50))
 	}
 	levels := h.levels()
 	if len(levels["rollup_hour"]) != 2 || len(levels["rollup_tenant_hour"]) != 1 || len(levels["rollup_total_hour"]) != 1 {
 		t.Fatalf("levels: %d hour, %d tenant, %d total rows", len(levels["rollup_hour"]), len(levels["rollup_tenant_hour"]), len(levels["rollup_total_hour"]))
 	}
-	var m2 rollupAcc
+	var m2 chstore.RollupRecord
 	for _, r := range levels["rollup_hour"] {
-		if r.dims[1] == "m2" {
+		if r.Dims[1] == "m2" {
 			m2 = r
 		}
 	}
-	if m2.requests != 3 || len(m2.hist[0].keys) != 2 || m2.hist[0].counts[0]+m2.hist[0].counts[1] != 3 || m2.count[1] != 0 {
+	if m2.Requests != 3 || len(m2.Keys[0]) != 2 || m2.Counts[0][0]+m2.Counts[0][1] != 3 || m2.Count[1] != 0 {
 		t.Errorf("m2 hour row %+v: want 3 requests over two TTFT keys, no ITL", m2)
 	}
-	if total := levels["rollup_total_hour"][0]; total.requests != 4 || total.output != 12 || total.count[0] != 4 {
+	if total := levels["rollup_total_hour"][0]; total.Requests != 4 || total.Output != 12 || total.Count[0] != 4 {
 		t.Errorf("total row %+v: want 4 requests, 12 output tokens", total)
 	}
 
@@ -76,7 +77,7 @@ func TestHourRollupOrder(t *testing.T) {
 	}
 	h, _ = start()
 	var err error
-	for _, e := range []*hourEvent{ev(2, 10, 1), ev(1, 10, 1), ev(2, 20, 1)} {
+	for _, e := range []*chstore.HourEvent{ev(2, 10, 1), ev(1, 10, 1), ev(2, 20, 1)} {
 		if err = h.add(e); err != nil {
 			break
 		}

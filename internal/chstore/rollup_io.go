@@ -1,0 +1,297 @@
+package chstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The reads and writes of the hour rollup (package rollup aggregates): the
+// groups and deduplicated events of an hour, and columnar INSERTs of rollup
+// rows.
+
+// hourGroupsSQL lists the groups of one UTC hour with a 64-bit hash that
+// hourEventsSQL returns instead of the six strings, so that reading an
+// event allocates nothing, and their rows (duplicates included). A hash
+// shared by two groups is reported (the second column counts the groups
+// behind a hash).
+const hourGroupsSQL = `SELECT cityHash64(tenant_id, model, model_version, deployment, gpu_type, slo_class) AS h,
+  uniqExact(tenant_id, model, model_version, deployment, gpu_type, slo_class), count(),
+  any(tenant_id), any(model), any(model_version), any(deployment), any(gpu_type), any(slo_class)
+FROM inference_events
+WHERE completed_at >= toDateTime(?) AND completed_at < toDateTime(?)
+GROUP BY h`
+
+// hourEventsSQL reads one UTC hour of events, deduplicated: the table's key
+// is (hour, tenant_id, event_id), so FINAL keeps one row per event, the
+// newest ingested copy. Duplicates share
+// completed_at, hence the hour. status is 1 for ok, 2 + its index in
+// StatusClasses, or 0 for another error; a missing latency is NaN
+// (validation keeps NaN out of the table).
+var hourEventsSQL = `SELECT toUInt32(completed_at), cityHash64(tenant_id, model, model_version, deployment, gpu_type, slo_class),
+  toUInt8(indexOf(['ok', '` + strings.Join(StatusClasses, "', '") + `'], status)),
+  prompt_tokens, cached_prompt_tokens, output_tokens,
+  ifNull(ttft_ms, nan), ifNull(itl_ms, nan), ifNull(e2e_ms, nan), ifNull(queue_ms, nan)
+FROM inference_events FINAL
+WHERE completed_at >= toDateTime(?) AND completed_at < toDateTime(?)`
+
+// HourGroup is one (tenant, model, model_version, deployment, gpu_type,
+// slo_class) of an hour's events.
+type HourGroup struct {
+	// Hash is cityHash64 of the six dimensions, as in HourEvent.Group.
+	Hash uint64
+	// Dims are the dimensions, in RollupGroupFields order.
+	Dims [6]string
+	// Rows counts the group's rows in the hour, duplicates included.
+	Rows uint64
+}
+
+// HourEvent is one deduplicated event of an hour, as the rollup reads it.
+type HourEvent struct {
+	CompletedAt uint32 // Unix seconds
+	Group       uint64 // HourGroup.Hash of its group
+	// Status is 1 for ok, 2 + its index in StatusClasses, or 0 for another
+	// error.
+	Status                 uint8
+	Prompt, Cached, Output uint64
+	Latency                [4]float64 // LatencyMetrics order; NaN: missing
+}
+
+// OK reports whether the request succeeded.
+func (e *HourEvent) OK() bool { return e.Status == 1 }
+
+// ReadHour reads the groups of one UTC hour, then its deduplicated events,
+// in no particular order: group is called once for each group before any
+// event of it, event for each event (e is reused from call to call). An
+// event of a group inserted after the groups were listed makes it list them
+// again. It fails when two groups share a hash.
+func (s *Store) ReadHour(ctx context.Context, hour time.Time, group func(HourGroup) error, event func(e *HourEvent) error) error {
+	hour = hour.UTC().Truncate(time.Hour)
+	known := map[uint64]bool{}
+	if err := s.readHourGroups(ctx, hour, known, group); err != nil {
+		return err
+	}
+	rows, err := s.conn.Query(ctx, hourEventsSQL, hour.Unix(), hour.Add(time.Hour).Unix())
+	if err != nil {
+		return fmt.Errorf("read events of %s: %w", hour.Format(time.RFC3339), classify(err))
+	}
+	defer rows.Close()
+	var e HourEvent
+	dest := []any{&e.CompletedAt, &e.Group, &e.Status, &e.Prompt, &e.Cached, &e.Output}
+	for i := range e.Latency {
+		dest = append(dest, &e.Latency[i])
+	}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return fmt.Errorf("scan events of %s: %w", hour.Format(time.RFC3339), err)
+		}
+		if !known[e.Group] {
+			if err := s.readHourGroups(ctx, hour, known, group); err != nil {
+				return err
+			}
+			if !known[e.Group] {
+				return fmt.Errorf("read events of %s: %w", hour.Format(time.RFC3339), errUnknownGroup)
+			}
+		}
+		if err := event(&e); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read events of %s: %w", hour.Format(time.RFC3339), classify(err))
+	}
+	return nil
+}
+
+// errUnknownGroup marks an event whose group is not listed.
+var errUnknownGroup = errors.New("event of an unlisted group")
+
+// readHourGroups calls group for each group of the hour not known yet.
+func (s *Store) readHourGroups(ctx context.Context, hour time.Time, known map[uint64]bool, group func(HourGroup) error) error {
+	rows, err := s.conn.Query(ctx, hourGroupsSQL, hour.Unix(), hour.Add(time.Hour).Unix())
+	if err != nil {
+		return fmt.Errorf("read groups of %s: %w", hour.Format(time.RFC3339), classify(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			g HourGroup
+			n uint64
+		)
+		if err := rows.Scan(&g.Hash, &n, &g.Rows, &g.Dims[0], &g.Dims[1], &g.Dims[2], &g.Dims[3], &g.Dims[4], &g.Dims[5]); err != nil {
+			return fmt.Errorf("scan groups of %s: %w", hour.Format(time.RFC3339), err)
+		}
+		if n != 1 {
+			return fmt.Errorf("groups of %s: %d groups share the hash %x; this hour cannot be rolled up", hour.Format(time.RFC3339), n, g.Hash)
+		}
+		if !known[g.Hash] {
+			known[g.Hash] = true
+			if err := group(g); err != nil {
+				return err
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read groups of %s: %w", hour.Format(time.RFC3339), classify(err))
+	}
+	return nil
+}
+
+// RollupRecord is one row of a rollup table, as written.
+type RollupRecord struct {
+	Bucket                 time.Time
+	Dims                   [6]string // RollupGroupFields order; empty where merged
+	Requests, Errors       uint64
+	ErrorsBy               [8]uint64 // StatusClasses order
+	Prompt, Cached, Output uint64
+	// Per LatencyMetrics entry: values, their sum, and their histogram
+	// (keys ascending, with their counts).
+	Count      [4]uint64
+	Sum        [4]float64
+	Keys       [4][]int16
+	Counts     [4][]uint64
+	Good       uint64
+	GoodOutput uint64
+}
+
+// RollupTables are the tables an hour's rollup writes.
+var RollupTables = []string{"rollup_minute", "rollup_hour", "rollup_tenant_hour", "rollup_total_hour"}
+
+// rollupBlock holds the columns of rollupColumns for a block of rows,
+// reused from block to block.
+type rollupBlock struct {
+	bucket                 []time.Time
+	dims                   [6][]string
+	requests, errs         []uint64
+	errsBy                 [8][]uint64
+	prompt, cached, output []uint64
+	counts                 [4][]uint64
+	sums                   [4][]float64
+	hkeys                  [4][][]int16
+	hcounts                [4][][]uint64
+	slo                    []uint32
+	good, goodOut, ver     []uint64
+}
+
+// fill lays rows out as the columns of rollupColumns.
+func (b *rollupBlock) fill(rows []RollupRecord, sloVersion uint32, version uint64) []any {
+	n := len(rows)
+	b.bucket = reuse(b.bucket, n)
+	for d := range b.dims {
+		b.dims[d] = reuse(b.dims[d], n)
+	}
+	b.requests, b.errs = reuse(b.requests, n), reuse(b.errs, n)
+	for c := range b.errsBy {
+		b.errsBy[c] = reuse(b.errsBy[c], n)
+	}
+	b.prompt, b.cached, b.output = reuse(b.prompt, n), reuse(b.cached, n), reuse(b.output, n)
+	for m := range 4 {
+		b.counts[m], b.sums[m], b.hkeys[m], b.hcounts[m] = reuse(b.counts[m], n), reuse(b.sums[m], n), reuse(b.hkeys[m], n), reuse(b.hcounts[m], n)
+	}
+	b.slo, b.good, b.goodOut, b.ver = reuse(b.slo, n), reuse(b.good, n), reuse(b.goodOut, n), reuse(b.ver, n)
+	for i := range rows {
+		r := &rows[i]
+		b.bucket = append(b.bucket, r.Bucket)
+		for d := range b.dims {
+			b.dims[d] = append(b.dims[d], r.Dims[d])
+		}
+		b.requests, b.errs = append(b.requests, r.Requests), append(b.errs, r.Errors)
+		for c := range b.errsBy {
+			b.errsBy[c] = append(b.errsBy[c], r.ErrorsBy[c])
+		}
+		b.prompt, b.cached, b.output = append(b.prompt, r.Prompt), append(b.cached, r.Cached), append(b.output, r.Output)
+		for m := range 4 {
+			b.counts[m], b.sums[m] = append(b.counts[m], r.Count[m]), append(b.sums[m], r.Sum[m])
+			b.hkeys[m], b.hcounts[m] = append(b.hkeys[m], r.Keys[m]), append(b.hcounts[m], r.Counts[m])
+		}
+		b.slo, b.good = append(b.slo, sloVersion), append(b.good, r.Good)
+		b.goodOut, b.ver = append(b.goodOut, r.GoodOutput), append(b.ver, version)
+	}
+	cols := []any{b.bucket}
+	for _, d := range b.dims {
+		cols = append(cols, d)
+	}
+	cols = append(cols, b.requests, b.errs)
+	for _, c := range b.errsBy {
+		cols = append(cols, c)
+	}
+	cols = append(cols, b.prompt, b.cached, b.output)
+	for m := range 4 {
+		cols = append(cols, b.counts[m], b.sums[m], b.hkeys[m], b.hcounts[m])
+	}
+	return append(cols, b.slo, b.good, b.goodOut, b.ver)
+}
+
+// reuse returns s emptied, with room for n elements.
+func reuse[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, 0, n)
+	}
+	return s[:0]
+}
+
+// RollupBlockRows is the size of the blocks rollup rows are sent in.
+const RollupBlockRows = 16_384
+
+// InsertRollupRecords writes rows into table in one INSERT, with the SLO
+// version their goodput was counted with and the version of their
+// computation.
+func (s *Store) InsertRollupRecords(ctx context.Context, table string, rows []RollupRecord, sloVersion uint32, version uint64) error {
+	blocks := make(chan []RollupRecord, 1)
+	go func() {
+		for from := 0; from < len(rows); from += RollupBlockRows {
+			blocks <- rows[from:min(from+RollupBlockRows, len(rows))]
+		}
+		close(blocks)
+	}()
+	return s.InsertRollupBlocks(ctx, table, blocks, nil, sloVersion, version)
+}
+
+// InsertRollupBlocks writes the blocks of rows received from blocks into
+// table, in one INSERT, until blocks is closed; it sends each block on to
+// free (when not nil, and if there is room) once the driver holds a copy.
+// It writes nothing if no block comes, and fails without finishing the
+// INSERT if ctx ends first.
+func (s *Store) InsertRollupBlocks(ctx context.Context, table string, blocks <-chan []RollupRecord, free chan<- []RollupRecord, sloVersion uint32, version uint64) error {
+	if !slices.Contains(RollupTables, table) {
+		return fmt.Errorf("insert rollup rows: unknown table %q", table)
+	}
+	var b rollupBlock
+	receive := func() ([]RollupRecord, error) {
+		select {
+		case rows, ok := <-blocks:
+			if !ok {
+				return nil, nil
+			}
+			return rows, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	first, err := receive()
+	if err != nil || first == nil {
+		return err
+	}
+	var last []RollupRecord
+	what := "insert rows into " + table
+	return s.sendBlocks(ctx, what, "INSERT INTO "+table+" ("+rollupColumnList+")", rollupColumns(), func() ([]any, error) {
+		if last != nil && free != nil {
+			select {
+			case free <- last:
+			default:
+			}
+		}
+		rows := first
+		first = nil
+		if rows == nil {
+			if rows, err = receive(); err != nil || rows == nil {
+				return nil, err
+			}
+		}
+		last = rows
+		return b.fill(rows, sloVersion, version), nil
+	})
+}
