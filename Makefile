@@ -37,6 +37,10 @@ TOOL_PKGS := github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/prot
 bench-queries: ## query benchmark: 100M events + 52M GPU samples, rollups vs raw (takes ~40 min)
 	$(GO) run ./cmd/meterbench queries --reps 20 --raw-reps 2
 
+.PHONY: bench-hour
+bench-hour: ## rollup of one hour of 1M events, 5 times, with ClickHouse's time per query (~2 min)
+	$(GO) run ./cmd/meterbench hour --runs 5 --query-log
+
 .PHONY: tools
 tools: $(TOOLS)/.stamp ## build the pinned code generators (tools/go.mod)
 

@@ -156,14 +156,19 @@ type distribution interface {
 	merge(other distribution)
 }
 
-// histDist is a rollup histogram with its exact count and sum.
+// histDist is a rollup histogram with its exact count and sum. Merged
+// into, it keeps the sum in a sketch.Merger until its stats are read.
 type histDist struct {
 	count uint64
 	sum   float64
 	h     sketch.Histogram
+	acc   *sketch.Merger
 }
 
 func (d *histDist) stats() (*meterv1.LatencyStats, error) {
+	if d.acc != nil {
+		d.h, d.acc = d.acc.Take(), nil
+	}
 	if d.h.Count() == 0 {
 		return &meterv1.LatencyStats{Count: d.count}, nil
 	}
@@ -178,7 +183,11 @@ func (d *histDist) merge(o distribution) {
 	x := o.(*histDist)
 	d.count += x.count
 	d.sum += x.sum
-	d.h.Merge(x.h)
+	if d.acc == nil {
+		d.acc = new(sketch.Merger)
+		d.acc.Add(d.h)
+	}
+	d.acc.Add(x.h)
 }
 
 // exactDist holds every value, for exact quantiles.
@@ -297,7 +306,9 @@ func (s *metricsService) GetLatency(ctx context.Context, req *meterv1.GetLatency
 		}
 	} else {
 		empty = func() distribution { return &histDist{} }
-		rows, err := s.store.Rollups(ctx, sel.q)
+		q := sel.q
+		q.Columns = chstore.LatencyColumns
+		rows, err := s.store.Rollups(ctx, q)
 		if err != nil {
 			return nil, err
 		}
@@ -347,7 +358,9 @@ func (s *metricsService) GetGoodput(ctx context.Context, req *meterv1.GetGoodput
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.store.Rollups(ctx, sel.q)
+	q := sel.q
+	q.Columns = chstore.CounterColumns
+	rows, err := s.store.Rollups(ctx, q)
 	if err != nil {
 		return nil, err
 	}
@@ -380,6 +393,7 @@ func (s *metricsService) GetTraffic(ctx context.Context, req *meterv1.GetTraffic
 	// Minute rows, so that each step knows its busiest minute.
 	mq := sel.q
 	mq.Step = "minute"
+	mq.Columns = chstore.CounterColumns
 	rows, err := s.store.Rollups(ctx, mq)
 	if err != nil {
 		return nil, err

@@ -121,47 +121,6 @@ func addTotals(r, o *chstore.RollupRecord) {
 	r.GoodOutput += o.GoodOutput
 }
 
-// histMerger adds histograms up, exactly, as sumMap does.
-type histMerger struct {
-	counts     [int(sketch.MaxKey) - int(sketch.MinKey) + 1]uint64
-	touched    []int16
-	keyArena   []int16
-	countArena []uint64
-}
-
-func (h *histMerger) addKey(k int16, n uint64) {
-	i := int(k) - int(sketch.MinKey)
-	if h.counts[i] == 0 {
-		h.touched = append(h.touched, k)
-	}
-	h.counts[i] += n
-}
-
-func (h *histMerger) add(keys []int16, counts []uint64) {
-	for i, k := range keys {
-		h.addKey(k, counts[i])
-	}
-}
-
-// take returns the sum so far and starts a new one. The histograms it
-// returns share a few large arrays (one allocation per thousands of rows).
-func (h *histMerger) take() ([]int16, []uint64) {
-	slices.Sort(h.touched)
-	n := len(h.touched)
-	if cap(h.keyArena)-len(h.keyArena) < n {
-		h.keyArena = make([]int16, 0, max(n, 1<<16))
-		h.countArena = make([]uint64, 0, max(n, 1<<16))
-	}
-	start := len(h.keyArena)
-	for _, k := range h.touched {
-		j := int(k) - int(sketch.MinKey)
-		h.keyArena, h.countArena = append(h.keyArena, k), append(h.countArena, h.counts[j])
-		h.counts[j] = 0
-	}
-	h.touched = h.touched[:0]
-	return h.keyArena[start:len(h.keyArena):len(h.keyArena)], h.countArena[start:len(h.countArena):len(h.countArena)]
-}
-
 // hourGroup is one (tenant, model, model_version, deployment, gpu_type,
 // slo_class) of the hour, with its SLO thresholds and, until they are
 // counted, its events.
@@ -173,8 +132,8 @@ type hourGroup struct {
 	done           bool    // its events have all been counted
 }
 
-// hourRollup aggregates one hour into every rollup level. Events must come
-// grouped by group and ordered by time within a group.
+// hourRollup aggregates one hour into every rollup level: its events are
+// gathered per group (gather), then counted group by group (countAll).
 type hourRollup struct {
 	hour    time.Time
 	spec    GoodputSpec
@@ -188,11 +147,10 @@ type hourRollup struct {
 	cur        *hourGroup
 	minute     int64
 	row        chstore.RollupRecord
-	minuteHist [4]histMerger
-	groupHist  [4]histMerger
-	// Finished minute rows go out in blocks of rollupBlockRows.
+	minuteHist [4]sketch.Merger
+	groupHist  [4]sketch.Merger
+	// Finished minute rows go out in blocks of chstore.RollupBlockRows.
 	block   []chstore.RollupRecord
-	minutes int
 	emit    func([]chstore.RollupRecord) error
 	newRows func() []chstore.RollupRecord
 }
@@ -283,7 +241,7 @@ func (h *hourRollup) add(e *chstore.HourEvent) error {
 	}
 	for m, v := range e.Latency {
 		if !math.IsNaN(v) {
-			h.minuteHist[m].addKey(sketch.Key(v), 1)
+			h.minuteHist[m].AddKey(sketch.Key(v), 1)
 		}
 	}
 	addEvent(&h.row, e, goodRequest(e.OK(), e.Latency[0], e.Latency[1], e.Latency[2], g.ttft, g.itl, g.e2e))
@@ -296,15 +254,15 @@ func (h *hourRollup) endMinute() error {
 		return nil
 	}
 	for m := range h.row.Keys {
-		h.row.Keys[m], h.row.Counts[m] = h.minuteHist[m].take()
-		h.groupHist[m].add(h.row.Keys[m], h.row.Counts[m])
+		mh := h.minuteHist[m].Take()
+		h.row.Keys[m], h.row.Counts[m] = mh.Keys, mh.Counts
+		h.groupHist[m].Add(mh)
 	}
 	addTotals(&h.cur.acc, &h.row)
 	if h.block == nil {
 		h.block = h.newRows()[:0]
 	}
 	h.block = append(h.block, h.row)
-	h.minutes++
 	if len(h.block) == chstore.RollupBlockRows {
 		block := h.block
 		h.block = nil
@@ -321,7 +279,8 @@ func (h *hourRollup) endGroup() {
 		return
 	}
 	for m := range g.acc.Keys {
-		g.acc.Keys[m], g.acc.Counts[m] = h.groupHist[m].take()
+		gh := h.groupHist[m].Take()
+		g.acc.Keys[m], g.acc.Counts[m] = gh.Keys, gh.Counts
 	}
 	addTotals(g.tenant, &g.acc)
 	addTotals(&h.total, &g.acc)
@@ -348,7 +307,7 @@ func (h *hourRollup) finish() error {
 // groups for the tenants, and from the tenants for the total.
 func (h *hourRollup) levels() map[string][]chstore.RollupRecord {
 	out := map[string][]chstore.RollupRecord{}
-	var merge histMerger
+	var merge sketch.Merger
 	var tenants []string
 	for t := range h.tenants {
 		tenants = append(tenants, t)
@@ -364,15 +323,16 @@ func (h *hourRollup) levels() map[string][]chstore.RollupRecord {
 	for m := range chstore.LatencyMetrics {
 		for _, t := range tenants {
 			for _, g := range byTenant[t] {
-				merge.add(g.acc.Keys[m], g.acc.Counts[m])
+				merge.Add(sketch.Histogram{Keys: g.acc.Keys[m], Counts: g.acc.Counts[m]})
 			}
-			tr := h.tenants[t]
-			tr.Keys[m], tr.Counts[m] = merge.take()
+			th := merge.Take()
+			h.tenants[t].Keys[m], h.tenants[t].Counts[m] = th.Keys, th.Counts
 		}
 		for _, t := range tenants {
-			merge.add(h.tenants[t].Keys[m], h.tenants[t].Counts[m])
+			merge.Add(sketch.Histogram{Keys: h.tenants[t].Keys[m], Counts: h.tenants[t].Counts[m]})
 		}
-		h.total.Keys[m], h.total.Counts[m] = merge.take()
+		total := merge.Take()
+		h.total.Keys[m], h.total.Counts[m] = total.Keys, total.Counts
 	}
 	for _, t := range tenants {
 		if h.tenants[t].Requests > 0 {

@@ -3,6 +3,9 @@
 // clickhouse-go insert throughput, the meterd pipeline end to end (protobuf
 // and JSON records), event-to-queryable latency at a fixed rate, meterd's
 // peak RSS, and ClickHouse's own Kafka table engine on the same JSON records.
+// `meterbench queries` (make bench-queries) times the rollup and the query
+// API on 100M events; `meterbench hour` (make bench-hour) times the rollup
+// of one hour of 1M events.
 package main
 
 import (

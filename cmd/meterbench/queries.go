@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"time"
@@ -43,6 +44,7 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	rawReps := fs.Int("raw-reps", 3, "repetitions of each raw baseline query")
 	reuse := fs.String("reuse", "", "time the queries only, on the ClickHouse directory of an earlier run (a copy: `cp -al` of its clickhouse folder while it runs), loaded the same day")
 	keep := fs.String("keep", "", "load into a new ClickHouse directory DIR and keep it, for later runs with --reuse DIR")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed queries to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -130,8 +132,19 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		fmt.Fprintf(stdout, "%-68s p50 %7.1f ms  p99 %7.1f ms  (n=%d)\n", what, ms(d[len(d)/2]), ms(d[len(d)*99/100]), n)
+		fmt.Fprintf(stdout, "%-68s p50 %7.1f ms  p90 %7.1f ms  p99 %7.1f ms  (n=%d)\n", what, ms(d[len(d)/2]), ms(d[len(d)*9/10]), ms(d[len(d)*99/100]), n)
 		return nil
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	steps := []struct {
 		what string
@@ -184,6 +197,13 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}},
 	}
 	for _, s := range steps {
+		// One untimed call first: the first query of a table after a
+		// server start loads its marks and reads from disk.
+		if s.n > 2 {
+			if err := s.fn(); err != nil {
+				return fmt.Errorf("%s: %w", s.what, err)
+			}
+		}
 		if err := report(s.what, s.n, s.fn); err != nil {
 			return err
 		}

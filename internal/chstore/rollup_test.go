@@ -212,8 +212,49 @@ func TestRollupsMergedHere(t *testing.T) {
 		if diff := cmp.Diff(want, got, opts); diff != "" {
 			t.Errorf("%+v: merged here differs from ClickHouse (-want +got):\n%s", q, diff)
 		}
+		// Reading only the counters or only the latencies gives the same
+		// numbers, here and in ClickHouse.
+		for _, cols := range []chstore.RollupColumns{chstore.CounterColumns, chstore.LatencyColumns} {
+			cq := q
+			cq.Columns = cols
+			for name, run := range map[string]func(context.Context, chstore.RollupQuery) ([]chstore.RollupRow, error){
+				"here": s.Rollups, "in ClickHouse": s.RollupsInClickHouse,
+			} {
+				part, err := run(ctx, cq)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(onlyColumns(want, cols), part, opts); diff != "" {
+					t.Errorf("%+v, merged %s: differs from the same fields of every column (-want +got):\n%s", cq, name, diff)
+				}
+			}
+		}
 	}
 	if (chstore.RollupQuery{Start: day, End: end, GroupBy: []string{"tenant_id"}}).MergesHere() {
 		t.Error("every tenant's rows are merged here")
 	}
+}
+
+// onlyColumns returns rows with what cols does not read zeroed.
+func onlyColumns(rows []chstore.RollupRow, cols chstore.RollupColumns) []chstore.RollupRow {
+	var out []chstore.RollupRow
+	for _, r := range rows {
+		p := chstore.RollupRow{Start: r.Start, Group: r.Group, ErrorsBy: map[string]uint64{}, Latency: map[string]chstore.Dist{}}
+		for _, c := range chstore.StatusClasses {
+			p.ErrorsBy[c] = 0
+		}
+		for _, m := range chstore.LatencyMetrics {
+			p.Latency[m] = chstore.Dist{}
+		}
+		switch cols {
+		case chstore.CounterColumns:
+			p.Requests, p.Errors, p.ErrorsBy = r.Requests, r.Errors, r.ErrorsBy
+			p.PromptTokens, p.CachedTokens, p.OutputTokens = r.PromptTokens, r.CachedTokens, r.OutputTokens
+			p.GoodRequests, p.GoodOutputTokens, p.MinSLO, p.MaxSLO = r.GoodRequests, r.GoodOutputTokens, r.MinSLO, r.MaxSLO
+		case chstore.LatencyColumns:
+			p.Latency = r.Latency
+		}
+		out = append(out, p)
+	}
+	return out
 }

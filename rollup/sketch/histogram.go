@@ -36,6 +36,9 @@ func FromArrays(keys []int16, counts []uint64) (Histogram, error) {
 	if len(keys) != len(counts) {
 		return Histogram{}, fmt.Errorf("%w: %d keys, %d counts", ErrMalformed, len(keys), len(counts))
 	}
+	if isHistogram(keys, counts) { // as stored: copy, no sort
+		return Histogram{Keys: slices.Clone(keys), Counts: slices.Clone(counts)}, nil
+	}
 	type bucket struct {
 		key   int16
 		count uint64
@@ -60,6 +63,17 @@ func FromArrays(keys []int16, counts []uint64) (Histogram, error) {
 		h.Counts = append(h.Counts, b.count)
 	}
 	return h, nil
+}
+
+// isHistogram reports whether keys are strictly increasing within [MinKey,
+// MaxKey] and no count is zero.
+func isHistogram(keys []int16, counts []uint64) bool {
+	for i, k := range keys {
+		if k < MinKey || k > MaxKey || counts[i] == 0 || (i > 0 && k <= keys[i-1]) {
+			return false
+		}
+	}
+	return true
 }
 
 // Add counts the latency v (ms) in the bucket Key(v).

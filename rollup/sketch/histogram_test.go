@@ -54,17 +54,44 @@ func TestFromArrays(t *testing.T) {
 }
 
 func TestFromArraysCopies(t *testing.T) {
-	keys, counts := []int16{2, 1}, []uint64{5, 6}
-	h, err := FromArrays(keys, counts)
-	if err != nil {
-		t.Fatal(err)
+	// Unsorted arrays, and arrays already shaped as stored.
+	for _, in := range []Histogram{{Keys: []int16{2, 1}, Counts: []uint64{5, 6}}, {Keys: []int16{1, 2}, Counts: []uint64{6, 5}}} {
+		keys, counts := slices.Clone(in.Keys), slices.Clone(in.Counts)
+		h, err := FromArrays(keys, counts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Counts[0]++
+		h.Add(1)
+		if diff := cmp.Diff(in.Keys, keys); diff != "" {
+			t.Errorf("FromArrays changed its keys (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff(in.Counts, counts); diff != "" {
+			t.Errorf("FromArrays changed its counts (-want +got):\n%s", diff)
+		}
 	}
-	h.Add(1)
-	if diff := cmp.Diff([]int16{2, 1}, keys); diff != "" {
-		t.Errorf("FromArrays changed its keys (-want +got):\n%s", diff)
+}
+
+func TestMerger(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var m Merger
+	for round := range 3 {
+		var want Histogram
+		for range 50 {
+			h := histogramOf(sample(distribution{"log-normal", logNormal(200, 1.5)}, rng.Uint64(), 1+rng.IntN(40)))
+			want.Merge(h)
+			m.Add(h)
+		}
+		m.AddKey(MinKey, 0) // a zero count adds no bucket
+		m.AddKey(MaxKey, 2)
+		want.Merge(Histogram{Keys: []int16{MaxKey}, Counts: []uint64{2}})
+		got := m.Take()
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("round %d: Merger differs from Merge (-want +got):\n%s", round, diff)
+		}
 	}
-	if diff := cmp.Diff([]uint64{5, 6}, counts); diff != "" {
-		t.Errorf("FromArrays changed its counts (-want +got):\n%s", diff)
+	if got := m.Take(); len(got.Keys) != 0 || len(got.Counts) != 0 {
+		t.Errorf("Take after Take = %+v, want empty", got)
 	}
 }
 
