@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -380,37 +380,51 @@ func pageRollups(rows []RollupRow, groupBy []string, offset, limit int) []Rollup
 }
 
 // parseArray parses ClickHouse's text form of an array of integers of the
-// given bit size, such as "[-3,0,17]".
+// given bit size (16: Int16, 64: UInt64), such as "[-3,0,17]", in one pass.
 func parseArray[T int16 | uint64](text string, bits int) ([]T, error) {
-	inner, ok := strings.CutPrefix(text, "[")
-	if inner, ok = strings.CutSuffix(inner, "]"); !ok {
+	if len(text) < 2 || text[0] != '[' || text[len(text)-1] != ']' {
 		return nil, fmt.Errorf("not an array: %.40q", text)
 	}
-	if inner == "" {
+	body := text[1 : len(text)-1]
+	if body == "" {
 		return nil, nil
 	}
-	out := make([]T, 0, strings.Count(inner, ",")+1)
-	for {
-		item, rest, more := strings.Cut(inner, ",")
-		var v T
-		switch any(v).(type) {
-		case int16:
-			n, err := strconv.ParseInt(item, 10, bits)
-			if err != nil {
-				return nil, err
+	signed := bits < 64
+	out := make([]T, 0, strings.Count(body, ",")+1)
+	var (
+		v      uint64
+		neg    bool
+		digits int
+	)
+	for i := 0; i <= len(body); i++ {
+		if i == len(body) || body[i] == ',' {
+			switch {
+			case digits == 0:
+				return nil, fmt.Errorf("bad array element in %.40q", text)
+			case signed && !neg && v > math.MaxInt16, signed && neg && v > -math.MinInt16:
+				return nil, fmt.Errorf("array element out of range in %.40q", text)
+			case neg:
+				out = append(out, T(-int64(v)))
+			default:
+				out = append(out, T(v))
 			}
-			v = T(n)
+			v, neg, digits = 0, false, 0
+			continue
+		}
+		c := body[i]
+		switch {
+		case c == '-' && signed && digits == 0 && !neg:
+			neg = true
+		case c >= '0' && c <= '9':
+			d := uint64(c - '0')
+			if v > (math.MaxUint64-d)/10 {
+				return nil, fmt.Errorf("array element out of range in %.40q", text)
+			}
+			v = v*10 + d
+			digits++
 		default:
-			n, err := strconv.ParseUint(item, 10, bits)
-			if err != nil {
-				return nil, err
-			}
-			v = T(n)
+			return nil, fmt.Errorf("bad array element in %.40q", text)
 		}
-		out = append(out, v)
-		if !more {
-			return out, nil
-		}
-		inner = rest
 	}
+	return out, nil
 }
