@@ -27,10 +27,9 @@ GROUP BY h`
 
 // hourEventsSQL reads one UTC hour of events, deduplicated: the table's key
 // is (hour, tenant_id, event_id), so FINAL keeps one row per event, the
-// newest ingested copy. Duplicates share
-// completed_at, hence the hour. status is 1 for ok, 2 + its index in
-// StatusClasses, or 0 for another error; a missing latency is NaN
-// (validation keeps NaN out of the table).
+// newest ingested copy (duplicates share completed_at, hence the hour).
+// The status and latencies are read as HourEvent holds them; validation
+// keeps NaN out of the table, so NaN marks a missing latency.
 var hourEventsSQL = `SELECT toUInt32(completed_at), cityHash64(tenant_id, model, model_version, deployment, gpu_type, slo_class),
   toUInt8(indexOf(['ok', '` + strings.Join(StatusClasses, "', '") + `'], status)),
   prompt_tokens, cached_prompt_tokens, output_tokens,
