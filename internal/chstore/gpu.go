@@ -118,10 +118,10 @@ func (s *Store) sendColumns(ctx context.Context, what, insert string, names []st
 }
 
 // sendBlocks sends one columnar INSERT in blocks: next returns the columns
-// of each block in turn, then nil; an error from next abandons the INSERT. The driver's column buffers are reused
-// from block to block, so a large INSERT needs no more memory than a block
-// (ClickHouse squashes the blocks of an INSERT into parts of up to about a
-// million rows).
+// of each block in turn, then nil; an error from next abandons the INSERT.
+// The driver's column buffers are reused from block to block, so a large
+// INSERT needs no more memory than a block (ClickHouse squashes the blocks
+// of an INSERT into parts of up to about a million rows).
 func (s *Store) sendBlocks(ctx context.Context, what, insert string, names []string, next func() ([]any, error)) error {
 	batch, err := s.conn.PrepareBatch(ctx, insert)
 	if err != nil {
