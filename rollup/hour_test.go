@@ -1,8 +1,12 @@
 package rollup
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,5 +91,143 @@ func TestHourRollupOrder(t *testing.T) {
 	}
 	if err := h.gather(ev(3, 10, 1)); !errors.Is(err, errUnknownGroup) {
 		t.Errorf("an unlisted group: err = %v, want errUnknownGroup", err)
+	}
+}
+
+// fakeHourStore serves an hour of events from memory and fails where told,
+// as the real store does: a minute INSERT lands only when its blocks
+// channel is closed, and gives up when the context ends.
+type fakeHourStore struct {
+	groups, perGroup int
+	readErr          error // returned by ReadHour after its events
+	minuteErr        error // returned by the first minute INSERT to get a block
+	hourErr          error // returned by the rollup_hour INSERT
+
+	mu     sync.Mutex
+	failed bool           // minuteErr was returned
+	landed map[string]int // rows per table of INSERTs that finished
+	ended  []error        // how each minute INSERT ended
+}
+
+func (f *fakeHourStore) ReadHour(ctx context.Context, hour time.Time, group func(chstore.HourGroup) error, event func(*chstore.HourEvent) error) error {
+	for g := range f.groups {
+		if err := group(chstore.HourGroup{Hash: uint64(g), Dims: [6]string{fmt.Sprintf("t%d", g%7), "m"}, Rows: uint64(f.perGroup)}); err != nil {
+			return err
+		}
+	}
+	for i := range f.perGroup {
+		for g := range f.groups {
+			e := chstore.HourEvent{CompletedAt: uint32(hour.Unix()) + uint32(i*3600/f.perGroup), Group: uint64(g), Status: 1,
+				Output: 1, Latency: [4]float64{float64(10 + i), math.NaN(), float64(100 + i), math.NaN()}}
+			if err := event(&e); err != nil {
+				return err
+			}
+		}
+	}
+	return f.readErr
+}
+
+func (f *fakeHourStore) InsertRollupRecords(ctx context.Context, table string, rows []chstore.RollupRecord, _ uint32, _ uint64) error {
+	if table == "rollup_hour" && f.hourErr != nil {
+		return f.hourErr
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f.land(table, len(rows))
+	return nil
+}
+
+func (f *fakeHourStore) InsertRollupBlocks(ctx context.Context, table string, blocks <-chan []chstore.RollupRecord, free chan<- []chstore.RollupRecord, _ uint32, _ uint64) (err error) {
+	defer func() {
+		f.mu.Lock()
+		f.ended = append(f.ended, err)
+		f.mu.Unlock()
+	}()
+	n := 0
+	for {
+		select {
+		case rows, ok := <-blocks:
+			if !ok {
+				if n > 0 {
+					f.land(table, n)
+				}
+				return nil
+			}
+			f.mu.Lock()
+			fail := f.minuteErr != nil && !f.failed
+			f.failed = f.failed || fail
+			f.mu.Unlock()
+			if fail {
+				return f.minuteErr
+			}
+			n += len(rows)
+			select {
+			case free <- rows:
+			default:
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (f *fakeHourStore) land(table string, rows int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.landed == nil {
+		f.landed = map[string]int{}
+	}
+	f.landed[table] += rows
+}
+
+// TestRollupHourFailures checks RollupHour's concurrency: minute rows
+// stream to several INSERTs in blocks while the hour is counted; any
+// failure (reading, a minute INSERT, an hour INSERT) is returned, nothing
+// waits forever, and a failed read lands no minute rows.
+func TestRollupHourFailures(t *testing.T) {
+	hour := time.Date(2026, 11, 20, 5, 0, 0, 0, time.UTC)
+	boom := errors.New("boom")
+	// 500 groups × 60 minutes: 30,000 minute rows, two blocks.
+	for _, tc := range []struct {
+		name  string
+		store *fakeHourStore
+		err   error
+	}{
+		{"ok", &fakeHourStore{groups: 500, perGroup: 60}, nil},
+		{"read fails", &fakeHourStore{groups: 500, perGroup: 60, readErr: boom}, boom},
+		{"minute insert fails", &fakeHourStore{groups: 500, perGroup: 60, minuteErr: boom}, boom},
+		{"hour insert fails", &fakeHourStore{groups: 500, perGroup: 60, hourErr: boom}, boom},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		took, err := RollupHour(ctx, tc.store, hour, GoodputSpec{}, 1)
+		cancel()
+		if !errors.Is(err, tc.err) || errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.err)
+			continue
+		}
+		if len(tc.store.ended) != rollupInserts {
+			t.Errorf("%s: %d minute INSERTs ended, want %d", tc.name, len(tc.store.ended), rollupInserts)
+		}
+		switch tc.name {
+		case "ok":
+			want := map[string]int{"rollup_minute": 30_000, "rollup_hour": 500, "rollup_tenant_hour": 7, "rollup_total_hour": 1}
+			if !maps.Equal(tc.store.landed, want) {
+				t.Errorf("ok: rows landed %v, want %v", tc.store.landed, want)
+			}
+			if took["read"] <= 0 || took["rollup_minute"] < took["read"] {
+				t.Errorf("ok: timings %v", took)
+			}
+		case "read fails":
+			if len(tc.store.landed) != 0 {
+				t.Errorf("read fails: rows landed %v, want none", tc.store.landed)
+			}
+		case "minute insert fails":
+			// The other minute INSERT must not finish with part of the
+			// hour (the hour tables may land first: a retry replaces them).
+			if n := tc.store.landed["rollup_minute"]; n != 0 {
+				t.Errorf("minute insert fails: %d minute rows landed, want none", n)
+			}
+		}
 	}
 }
