@@ -409,8 +409,8 @@ func RollupHour(ctx context.Context, store HourStore, hour time.Time, spec Goodp
 		if err != nil {
 			return fail(err)
 		}
-		close(blocks)
 		timed("read", start)
+		close(blocks)
 		for table, rows := range agg.levels() {
 			g.Go(func() error {
 				t0 := time.Now()
