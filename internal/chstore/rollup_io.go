@@ -239,14 +239,15 @@ const RollupBlockRows = 16_384
 // version their goodput was counted with and the version of their
 // computation.
 func (s *Store) InsertRollupRecords(ctx context.Context, table string, rows []RollupRecord, sloVersion uint32, version uint64) error {
-	blocks := make(chan []RollupRecord, 1)
-	go func() {
-		for from := 0; from < len(rows); from += RollupBlockRows {
-			blocks <- rows[from:min(from+RollupBlockRows, len(rows))]
+	from := 0
+	return s.insertRollupRows(ctx, table, func() ([]RollupRecord, error) {
+		block := rows[from:min(from+RollupBlockRows, len(rows))]
+		from += len(block)
+		if len(block) == 0 {
+			return nil, nil
 		}
-		close(blocks)
-	}()
-	return s.InsertRollupBlocks(ctx, table, blocks, nil, sloVersion, version)
+		return block, nil
+	}, sloVersion, version)
 }
 
 // InsertRollupBlocks writes the blocks of rows received from blocks into
@@ -255,42 +256,45 @@ func (s *Store) InsertRollupRecords(ctx context.Context, table string, rows []Ro
 // It writes nothing if no block comes, and fails without finishing the
 // INSERT if ctx ends first.
 func (s *Store) InsertRollupBlocks(ctx context.Context, table string, blocks <-chan []RollupRecord, free chan<- []RollupRecord, sloVersion uint32, version uint64) error {
-	if !slices.Contains(RollupTables, table) {
-		return fmt.Errorf("insert rollup rows: unknown table %q", table)
-	}
-	var b rollupBlock
-	receive := func() ([]RollupRecord, error) {
-		select {
-		case rows, ok := <-blocks:
-			if !ok {
-				return nil, nil
-			}
-			return rows, nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	first, err := receive()
-	if err != nil || first == nil {
-		return err
-	}
 	var last []RollupRecord
-	what := "insert rows into " + table
-	return s.sendBlocks(ctx, what, "INSERT INTO "+table+" ("+rollupColumnList+")", rollupColumns(), func() ([]any, error) {
+	return s.insertRollupRows(ctx, table, func() ([]RollupRecord, error) {
 		if last != nil && free != nil {
 			select {
 			case free <- last:
 			default:
 			}
 		}
+		select {
+		case rows := <-blocks:
+			last = rows
+			return rows, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}, sloVersion, version)
+}
+
+// insertRollupRows writes the blocks next returns into table, in one INSERT,
+// until it returns nil; the driver holds a copy of a block by the time next
+// is called again. Nothing is written if the first block is nil.
+func (s *Store) insertRollupRows(ctx context.Context, table string, next func() ([]RollupRecord, error), sloVersion uint32, version uint64) error {
+	if !slices.Contains(RollupTables, table) {
+		return fmt.Errorf("insert rollup rows: unknown table %q", table)
+	}
+	first, err := next()
+	if err != nil || first == nil {
+		return err
+	}
+	var b rollupBlock
+	return s.sendBlocks(ctx, "insert rows into "+table, "INSERT INTO "+table+" ("+rollupColumnList+")", rollupColumns(), func() ([]any, error) {
 		rows := first
 		first = nil
 		if rows == nil {
-			if rows, err = receive(); err != nil || rows == nil {
+			var err error
+			if rows, err = next(); err != nil || rows == nil {
 				return nil, err
 			}
 		}
-		last = rows
 		return b.fill(rows, sloVersion, version), nil
 	})
 }

@@ -147,8 +147,13 @@ func (q RollupQuery) SQL() (string, []any) {
 	return q.sql(true)
 }
 
+// reads reports whether q reads the counters and the latency columns.
+func (q RollupQuery) reads() (counters, latency bool) {
+	return q.Columns != LatencyColumns, q.Columns != CounterColumns
+}
+
 // sql builds the query; merged false selects the rollup rows one by one,
-// with their step and group, for mergeRows.
+// with their step and group, for Store.rollups to merge (RollupRow.add).
 func (q RollupQuery) sql(merged bool) (string, []any) {
 	bucket, args := stepExpr("bucket", q.Step, q.Start)
 	sel := []string{bucket + " AS b"}
@@ -159,7 +164,7 @@ func (q RollupQuery) sql(merged bool) (string, []any) {
 		}
 		return col
 	}
-	counters, latency := q.Columns != LatencyColumns, q.Columns != CounterColumns
+	counters, latency := q.reads()
 	if counters {
 		sel = append(sel, agg("sum", "requests"), agg("sum", "errors"))
 		for _, c := range StatusClasses {
@@ -244,6 +249,7 @@ func (s *Store) rollups(ctx context.Context, q RollupQuery, mergeHere func(Rollu
 		q.Limit = s.cfg.MaxSeriesRows + 1
 	}
 	here := mergeHere(q)
+	counters, latency := q.reads()
 	query, args := q.sql(!here)
 	rows, err := s.conn.Query(ctx, query, args...)
 	if err != nil {
@@ -262,7 +268,7 @@ func (s *Store) rollups(ctx context.Context, q RollupQuery, mergeHere func(Rollu
 			k      = newStepKey(len(q.GroupBy))
 		)
 		dest := k.dest()
-		if q.Columns != LatencyColumns {
+		if counters {
 			dest = append(dest, &r.Requests, &r.Errors)
 			for i := range errsBy {
 				dest = append(dest, &errsBy[i])
@@ -270,18 +276,18 @@ func (s *Store) rollups(ctx context.Context, q RollupQuery, mergeHere func(Rollu
 			dest = append(dest, &r.PromptTokens, &r.CachedTokens, &r.OutputTokens)
 		}
 		var keys, counts [4]string
-		if q.Columns != CounterColumns {
+		if latency {
 			for i := range dists {
 				dest = append(dest, &dists[i].Count, &dists[i].Sum, &keys[i], &counts[i])
 			}
 		}
-		if q.Columns != LatencyColumns {
+		if counters {
 			dest = append(dest, &r.GoodRequests, &r.GoodOutputTokens, &r.MinSLO, &r.MaxSLO)
 		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("scan rollups: %w", err)
 		}
-		if q.Columns != CounterColumns {
+		if latency {
 			for i := range dists {
 				if dists[i].Keys, err = parseArray[int16](keys[i], 16); err == nil {
 					dists[i].Counts, err = parseArray[uint64](counts[i], 64)
