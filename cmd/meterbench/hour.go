@@ -6,16 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"runtime/pprof"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tokenmeter/internal/chserver"
-	"tokenmeter/internal/chstore"
 	"tokenmeter/rollup"
 )
 
@@ -36,36 +31,17 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	dir, err := os.MkdirTemp("", "meterbench-h-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	chDir := filepath.Join(dir, "clickhouse")
 	if *keep != "" {
-		if _, err := os.Stat(*keep); err == nil {
-			return fmt.Errorf("--keep %s: already exists", *keep)
+		if err := newFolder("keep", *keep); err != nil {
+			return err
 		}
-		chDir = *keep
 	}
-	ch, err := chserver.Start(ctx, chserver.Config{Dir: chDir, Logger: logger})
+	bch, err := startClickHouse(ctx, logger, *keep, "bench_h", clickhouse.Options{})
 	if err != nil {
 		return err
 	}
-	defer ch.Stop(context.WithoutCancel(ctx))
-	store, err := chstore.Open(chstore.Config{Addr: []string{ch.Addr()}, Database: "bench_h", Compression: "none"}, logger)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	if _, err := store.Migrate(ctx); err != nil {
-		return err
-	}
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{ch.Addr()}, Auth: clickhouse.Auth{Database: "bench_h"}})
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
+	defer bch.close()
+	store, conn := bch.store, bch.conn
 	hour := time.Now().UTC().Truncate(time.Hour).Add(-24 * time.Hour)
 	if err := conn.Exec(ctx, loadSQL(0, *events, *events, *tenants, hour, time.Hour)); err != nil {
 		return fmt.Errorf("load events: %w", err)
@@ -73,17 +49,11 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := conn.Exec(ctx, "OPTIMIZE TABLE inference_events FINAL"); err != nil {
 		return err
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	fmt.Fprintf(stdout, "rollup of one hour of %d events (%d tenants)\n", *events, *tenants)
 	rctx := ctx
 	if *queryLog {

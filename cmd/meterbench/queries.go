@@ -7,9 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"runtime/pprof"
 	"sort"
 	"strings"
 	"time"
@@ -24,7 +21,6 @@ import (
 
 	"tokenmeter/api"
 	"tokenmeter/billing"
-	"tokenmeter/internal/chserver"
 	"tokenmeter/internal/chstore"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/rollup"
@@ -53,40 +49,20 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	progress := func(format string, a ...any) { fmt.Fprintf(stderr, "meterbench: "+format+"\n", a...) }
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	dir, err := os.MkdirTemp("", "meterbench-q-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	chDir := filepath.Join(dir, "clickhouse")
-	switch {
-	case *reuse != "":
-		chDir = *reuse
-	case *keep != "":
-		if _, err := os.Stat(*keep); err == nil {
-			return fmt.Errorf("--keep %s: already exists", *keep)
+	chDir := *reuse
+	if *keep != "" {
+		if err := newFolder("keep", *keep); err != nil {
+			return err
 		}
 		chDir = *keep
 	}
-	ch, err := chserver.Start(ctx, chserver.Config{Dir: chDir, Logger: logger})
-	if err != nil {
-		return err
-	}
-	defer ch.Stop(context.WithoutCancel(ctx))
-	store, err := chstore.Open(chstore.Config{Addr: []string{ch.Addr()}, Database: "bench_q", Compression: "none"}, logger)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	if _, err := store.Migrate(ctx); err != nil {
-		return err
-	}
-	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{ch.Addr()}, Auth: clickhouse.Auth{Database: "bench_q"},
+	bch, err := startClickHouse(ctx, logger, chDir, "bench_q", clickhouse.Options{
 		ReadTimeout: 30 * time.Minute, Settings: clickhouse.Settings{"max_execution_time": 3600}})
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer bch.close()
+	store, conn := bch.store, bch.conn
 
 	end := time.Now().UTC().Truncate(24 * time.Hour)
 	start := end.Add(-time.Duration(*days) * 24 * time.Hour)
@@ -135,17 +111,11 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, "%-68s p50 %7.1f ms  p90 %7.1f ms  p99 %7.1f ms  (n=%d)\n", what, ms(d[len(d)/2]), ms(d[len(d)*9/10]), ms(d[len(d)*99/100]), n)
 		return nil
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	steps := []struct {
 		what string
 		n    int
