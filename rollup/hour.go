@@ -149,7 +149,11 @@ type hourRollup struct {
 	row        chstore.RollupRecord
 	minuteHist [4]sketch.Merger
 	groupHist  [4]sketch.Merger
-	// Finished minute rows go out in blocks of chstore.RollupBlockRows.
+	// The finished minute rows of the tenant being counted, put in the
+	// table's key order (bucket, then group) when it is done; they go out
+	// in blocks of chstore.RollupBlockRows.
+	pending []chstore.RollupRecord
+	order60 []int32
 	block   []chstore.RollupRecord
 	emit    func([]chstore.RollupRecord) error
 	newRows func() []chstore.RollupRecord
@@ -200,8 +204,13 @@ func (h *hourRollup) gather(e *chstore.HourEvent) error {
 }
 
 // countAll counts the gathered events, group by group in time order, and
-// finishes the rollup.
+// finishes the rollup. Groups are counted in the order of their dimensions,
+// so that the minute rows go out in the order of the tables' key (tenant,
+// bucket, then the other dimensions): ClickHouse sorts every INSERT by the
+// key, which costs it about half of the minute INSERT's time (0.8 s for an
+// hour of 1M events on 18.16) unless the rows come sorted.
 func (h *hourRollup) countAll() error {
+	slices.SortFunc(h.order, func(a, b *hourGroup) int { return slices.Compare(a.acc.Dims[:], b.acc.Dims[:]) })
 	for _, g := range h.order {
 		slices.SortFunc(g.events, func(a, b chstore.HourEvent) int { return cmp.Compare(a.CompletedAt, b.CompletedAt) })
 		for i := range g.events {
@@ -234,6 +243,11 @@ func (h *hourRollup) add(e *chstore.HourEvent) error {
 		}
 		if g != h.cur {
 			h.endGroup()
+			if len(h.pending) > 0 && h.pending[0].Dims[0] != g.acc.Dims[0] {
+				if err := h.endTenant(); err != nil {
+					return err
+				}
+			}
 			h.cur = g
 		}
 		h.minute = minute
@@ -259,15 +273,42 @@ func (h *hourRollup) endMinute() error {
 		h.groupHist[m].Add(mh)
 	}
 	addTotals(&h.cur.acc, &h.row)
-	if h.block == nil {
-		h.block = h.newRows()[:0]
+	h.pending = append(h.pending, h.row)
+	return nil
+}
+
+// endTenant sends the minute rows of the tenant counted so far on, in
+// blocks, ordered by minute; rows of one minute keep the order they were
+// counted in (the order of their groups).
+func (h *hourRollup) endTenant() error {
+	var at [61]int32
+	for i := range h.pending {
+		at[h.pending[i].Bucket.Sub(h.hour)/time.Minute+1]++
 	}
-	h.block = append(h.block, h.row)
-	if len(h.block) == chstore.RollupBlockRows {
-		block := h.block
-		h.block = nil
-		return h.emit(block)
+	for m := 1; m < len(at); m++ {
+		at[m] += at[m-1]
 	}
+	h.order60 = slices.Grow(h.order60[:0], len(h.pending))[:len(h.pending)]
+	for i := range h.pending {
+		m := h.pending[i].Bucket.Sub(h.hour) / time.Minute
+		h.order60[at[m]] = int32(i)
+		at[m]++
+	}
+	for _, i := range h.order60 {
+		if h.block == nil {
+			h.block = h.newRows()[:0]
+		}
+		h.block = append(h.block, h.pending[i])
+		if len(h.block) == chstore.RollupBlockRows {
+			block := h.block
+			h.block = nil
+			if err := h.emit(block); err != nil {
+				return err
+			}
+		}
+	}
+	clear(h.pending) // drop the histograms they hold
+	h.pending = h.pending[:0]
 	return nil
 }
 
@@ -288,12 +329,16 @@ func (h *hourRollup) endGroup() {
 	h.cur = nil
 }
 
-// finish finishes the last minute row and group and emits the last block.
+// finish finishes the last minute row, group and tenant and emits the last
+// block.
 func (h *hourRollup) finish() error {
 	if err := h.endMinute(); err != nil {
 		return err
 	}
 	h.endGroup()
+	if err := h.endTenant(); err != nil {
+		return err
+	}
 	if len(h.block) > 0 {
 		block := h.block
 		h.block = nil

@@ -1,11 +1,14 @@
 package rollup
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -229,5 +232,56 @@ func TestRollupHourFailures(t *testing.T) {
 				t.Errorf("minute insert fails: %d minute rows landed, want none", n)
 			}
 		}
+	}
+}
+
+// TestHourRollupKeyOrder checks that the minute rows and the hour rows go
+// out in the order of the tables' key (tenant, bucket, then the other
+// dimensions), whatever order the groups and events came in, with every
+// event counted once.
+func TestHourRollupKeyOrder(t *testing.T) {
+	hour := time.Date(2026, 11, 20, 5, 0, 0, 0, time.UTC)
+	var rows []chstore.RollupRecord
+	h := newHourRollup(hour, GoodputSpec{}, func(b []chstore.RollupRecord) error {
+		rows = append(rows, b...)
+		return nil
+	}, func() []chstore.RollupRecord { return nil })
+	rng := rand.New(rand.NewPCG(1, 2))
+	const groups, events = 40, 3000
+	for g := range groups {
+		h.addGroup(uint64(g), [6]string{fmt.Sprintf("t%d", rng.IntN(5)), fmt.Sprintf("m%d", rng.IntN(3)), "", fmt.Sprintf("d%d", g)}, 0)
+	}
+	for range events {
+		e := chstore.HourEvent{CompletedAt: uint32(hour.Unix()) + uint32(rng.IntN(3600)), Group: uint64(rng.IntN(groups)), Status: 1,
+			Latency: [4]float64{1 + rng.Float64(), math.NaN(), math.NaN(), math.NaN()}}
+		if err := h.gather(&e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.countAll(); err != nil {
+		t.Fatal(err)
+	}
+	keyOrder := func(a, b chstore.RollupRecord) int {
+		if c := cmp.Compare(a.Dims[0], b.Dims[0]); c != 0 {
+			return c
+		}
+		if c := a.Bucket.Compare(b.Bucket); c != 0 {
+			return c
+		}
+		return slices.Compare(a.Dims[1:], b.Dims[1:])
+	}
+	var n uint64
+	for i, r := range rows {
+		n += r.Requests
+		if i > 0 && keyOrder(rows[i-1], r) >= 0 {
+			t.Fatalf("minute row %d (%s %v) does not follow row %d (%s %v) in key order", i, r.Bucket, r.Dims, i-1, rows[i-1].Bucket, rows[i-1].Dims)
+		}
+	}
+	if n != events {
+		t.Errorf("minute rows count %d requests, want %d", n, events)
+	}
+	hourRows := h.levels()["rollup_hour"]
+	if !slices.IsSortedFunc(hourRows, keyOrder) || len(hourRows) != groups {
+		t.Errorf("%d hour rows, sorted: %v; want %d in key order", len(hourRows), slices.IsSortedFunc(hourRows, keyOrder), groups)
 	}
 }

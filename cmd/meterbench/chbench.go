@@ -1,12 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -20,6 +25,7 @@ import (
 type benchClickHouse struct {
 	store *chstore.Store
 	conn  driver.Conn
+	pid   int // ClickHouse's process
 	stops []func()
 }
 
@@ -46,6 +52,7 @@ func startClickHouse(ctx context.Context, logger *slog.Logger, dir, db string, o
 		return nil, err
 	}
 	b.stops = append(b.stops, func() { ch.Stop(context.WithoutCancel(ctx)) })
+	b.pid = ch.Pid()
 	if b.store, err = chstore.Open(chstore.Config{Addr: []string{ch.Addr()}, Database: db, Compression: "none"}, logger); err != nil {
 		return nil, err
 	}
@@ -96,4 +103,73 @@ func startCPUProfile(path string) (stop func(), err error) {
 		pprof.StopCPUProfile()
 		f.Close()
 	}, nil
+}
+
+// writeAllocProfile writes the profile of the memory allocated so far to
+// path (pprof's "allocs"; read it with -sample_index=alloc_space).
+func writeAllocProfile(path string, stderr io.Writer) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "meterbench: memory profile: %v\n", err)
+	}
+}
+
+// processCPU returns the CPU time (user and system) process pid has used
+// so far, from /proc (Linux only).
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command name (in parentheses, which may hold
+	// spaces): utime and stime are the 12th and 13th, in clock ticks
+	// (USER_HZ, 100 on Linux).
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("%d/stat: unexpected format", pid)
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+// cpuMeter measures the CPU time this process and ClickHouse use between
+// its calls (zero where /proc cannot be read).
+type cpuMeter struct {
+	pids [2]int
+	last [2]time.Duration
+}
+
+func newCPUMeter(chPid int) *cpuMeter {
+	m := &cpuMeter{pids: [2]int{os.Getpid(), chPid}}
+	m.lap()
+	return m
+}
+
+// lap returns the CPU time of this process and of ClickHouse since the
+// last call.
+func (m *cpuMeter) lap() (self, ch time.Duration) {
+	var d [2]time.Duration
+	for i, pid := range m.pids {
+		if t, err := processCPU(pid); err == nil && pid > 0 {
+			d[i], m.last[i] = t-m.last[i], t
+		}
+	}
+	return d[0], d[1]
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -25,6 +26,7 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	tenants := fs.Int("tenants", 1000, "tenants")
 	runs := fs.Int("runs", 3, "rollups of the hour")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the rollups to this file")
+	memProfile := fs.String("memprofile", "", "write a profile of the memory the rollups allocated to this file")
 	keep := fs.String("keep", "", "keep the ClickHouse directory in DIR (new), for experiments")
 	queryLog := fs.Bool("query-log", false, "print ClickHouse's own time for each query of the last rollup (system.query_log)")
 	if err := fs.Parse(args); err != nil {
@@ -54,11 +56,16 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer stopProfile()
+	if *memProfile != "" {
+		runtime.MemProfileRate = 64 << 10
+		defer writeAllocProfile(*memProfile, stderr)
+	}
 	fmt.Fprintf(stdout, "rollup of one hour of %d events (%d tenants)\n", *events, *tenants)
 	rctx := ctx
 	if *queryLog {
 		rctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"log_queries": 1}))
 	}
+	cpu := newCPUMeter(bch.pid)
 	for i := range *runs {
 		if i == *runs-1 && *queryLog {
 			if err := conn.Exec(ctx, "SYSTEM FLUSH LOGS"); err != nil {
@@ -69,13 +76,16 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 		}
 		t0 := time.Now()
+		cpu.lap()
 		took, err := rollup.RollupHour(rctx, store, hour, rollup.DefaultSLOSet().Spec(0), uint64(time.Now().UnixMilli())<<16)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "run %d: %6.2f s  (read and aggregate %.2f s; then inserts at once: minute %.2f s, hour %.2f s, tenant-hour %.2f s, total-hour %.2f s)\n",
-			i+1, time.Since(t0).Seconds(), took["read"].Seconds(), took["rollup_minute"].Seconds(), took["rollup_hour"].Seconds(),
-			took["rollup_tenant_hour"].Seconds(), took["rollup_total_hour"].Seconds())
+		wall := time.Since(t0)
+		self, ch := cpu.lap()
+		fmt.Fprintf(stdout, "run %d: %6.2f s  (read and aggregate %.2f s; then inserts at once: minute %.2f s, hour %.2f s, tenant-hour %.2f s, total-hour %.2f s; CPU: meterbench %.2f s, ClickHouse %.2f s)\n",
+			i+1, wall.Seconds(), took["read"].Seconds(), took["rollup_minute"].Seconds(), took["rollup_hour"].Seconds(),
+			took["rollup_tenant_hour"].Seconds(), took["rollup_total_hour"].Seconds(), self.Seconds(), ch.Seconds())
 	}
 	if *queryLog {
 		return printQueryLog(ctx, conn, stdout)

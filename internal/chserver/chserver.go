@@ -242,6 +242,16 @@ func (s *Server) HTTPAddr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ports.HTTP))
 }
 
+// Pid returns the server's process id, or 0 when it is not running.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil || s.proc.exited() {
+		return 0
+	}
+	return s.proc.pid
+}
+
 // Dir returns the server directory as an absolute path.
 func (s *Server) Dir() string { return s.cfg.Dir }
 

@@ -3,12 +3,15 @@ package chstore
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
 )
 
 //go:embed migrations/*.sql
@@ -82,7 +85,8 @@ func splitStatements(sql string) []string {
 // Migrate creates the database if needed and applies every embedded migration
 // not yet recorded in schema_migrations. It is idempotent: statements use
 // IF NOT EXISTS, and applied versions are recorded, so concurrent or repeated
-// runs converge on the same schema. It returns the versions it applied.
+// runs converge on the same schema (a column added already counts as
+// added). It returns the versions it applied.
 func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 	migs, err := Migrations()
 	if err != nil {
@@ -112,7 +116,7 @@ ORDER BY version`
 			continue
 		}
 		for i, stmt := range m.Statements {
-			if err := s.conn.Exec(ctx, stmt); err != nil {
+			if err := s.conn.Exec(ctx, stmt); err != nil && !addedBefore(stmt, err) {
 				return done, fmt.Errorf("migration %04d_%s statement %d: %w", m.Version, m.Name, i+1, err)
 			}
 		}
@@ -123,6 +127,15 @@ ORDER BY version`
 		done = append(done, m.Version)
 	}
 	return done, nil
+}
+
+// addedBefore reports whether err says that the column stmt adds exists
+// already: ClickHouse has no ADD COLUMN IF NOT EXISTS before 19.x, and a run
+// that stopped (or a replica that ran at the same time) may have added it.
+func addedBefore(stmt string, err error) bool {
+	var ex *clickhouse.Exception
+	return errors.As(err, &ex) && (ex.Code == 15 || ex.Code == 44) && strings.Contains(ex.Message, "already exists") &&
+		strings.Contains(strings.ToUpper(stmt), "ADD COLUMN")
 }
 
 // AppliedMigrations returns the set of recorded migration versions.
