@@ -1,7 +1,6 @@
 package rollup
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -152,11 +151,12 @@ type hourRollup struct {
 	// The finished minute rows of the tenant being counted, put in the
 	// table's key order (bucket, then group) when it is done; they go out
 	// in blocks of chstore.RollupBlockRows.
-	pending []chstore.RollupRecord
-	order60 []int32
-	block   []chstore.RollupRecord
-	emit    func([]chstore.RollupRecord) error
-	newRows func() []chstore.RollupRecord
+	pending      []chstore.RollupRecord
+	pendingOrder []int32 // pending in minute order
+	eventOrder   []int32 // a group's events in minute order
+	block        []chstore.RollupRecord
+	emit         func([]chstore.RollupRecord) error
+	newRows      func() []chstore.RollupRecord
 }
 
 // newHourRollup starts the rollup of an hour; emit receives each full
@@ -211,9 +211,21 @@ func (h *hourRollup) gather(e *chstore.HourEvent) error {
 // hour of 1M events on 18.16) unless the rows come sorted.
 func (h *hourRollup) countAll() error {
 	slices.SortFunc(h.order, func(a, b *hourGroup) int { return slices.Compare(a.acc.Dims[:], b.acc.Dims[:]) })
+	base := h.hour.Unix()
 	for _, g := range h.order {
-		slices.SortFunc(g.events, func(a, b chstore.HourEvent) int { return cmp.Compare(a.CompletedAt, b.CompletedAt) })
-		for i := range g.events {
+		// add needs the events of a minute together, no finer order.
+		var outside *chstore.HourEvent
+		h.eventOrder = byMinute(h.eventOrder, len(g.events), func(i int) int64 {
+			m := (int64(g.events[i].CompletedAt) - base) / 60
+			if m < 0 || m >= 60 {
+				outside, m = &g.events[i], 0
+			}
+			return m
+		})
+		if outside != nil {
+			return h.add(outside) // its error
+		}
+		for _, i := range h.eventOrder {
 			if err := h.add(&g.events[i]); err != nil {
 				return err
 			}
@@ -262,6 +274,26 @@ func (h *hourRollup) add(e *chstore.HourEvent) error {
 	return nil
 }
 
+// byMinute returns the positions 0…n-1 ordered by minute(i), which must lie
+// in [0, 60), and in order within a minute (a counting sort), in dst's
+// memory.
+func byMinute(dst []int32, n int, minute func(i int) int64) []int32 {
+	var at [61]int32
+	for i := range n {
+		at[minute(i)+1]++
+	}
+	for m := 1; m < len(at); m++ {
+		at[m] += at[m-1]
+	}
+	dst = slices.Grow(dst[:0], n)[:n]
+	for i := range n {
+		m := minute(i)
+		dst[at[m]] = int32(i)
+		at[m]++
+	}
+	return dst
+}
+
 // endMinute finishes the minute row being counted, if any.
 func (h *hourRollup) endMinute() error {
 	if h.cur == nil {
@@ -281,20 +313,8 @@ func (h *hourRollup) endMinute() error {
 // blocks, ordered by minute; rows of one minute keep the order they were
 // counted in (the order of their groups).
 func (h *hourRollup) endTenant() error {
-	var at [61]int32
-	for i := range h.pending {
-		at[h.pending[i].Bucket.Sub(h.hour)/time.Minute+1]++
-	}
-	for m := 1; m < len(at); m++ {
-		at[m] += at[m-1]
-	}
-	h.order60 = slices.Grow(h.order60[:0], len(h.pending))[:len(h.pending)]
-	for i := range h.pending {
-		m := h.pending[i].Bucket.Sub(h.hour) / time.Minute
-		h.order60[at[m]] = int32(i)
-		at[m]++
-	}
-	for _, i := range h.order60 {
+	h.pendingOrder = byMinute(h.pendingOrder, len(h.pending), func(i int) int64 { return int64(h.pending[i].Bucket.Sub(h.hour) / time.Minute) })
+	for _, i := range h.pendingOrder {
 		if h.block == nil {
 			h.block = h.newRows()[:0]
 		}

@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -94,6 +95,15 @@ func TestHourRollupOrder(t *testing.T) {
 	}
 	if err := h.gather(ev(3, 10, 1)); !errors.Is(err, errUnknownGroup) {
 		t.Errorf("an unlisted group: err = %v, want errUnknownGroup", err)
+	}
+	h, _ = start()
+	for _, e := range []*chstore.HourEvent{ev(1, 10, 1), ev(1, 3600, 1)} {
+		if err := h.gather(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.countAll(); err == nil || !strings.Contains(err.Error(), "outside the hour") {
+		t.Errorf("an event of the next hour: err = %v, want it refused", err)
 	}
 }
 

@@ -25,7 +25,7 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	events := fs.Int("events", 1_000_000, "events in the hour")
 	tenants := fs.Int("tenants", 1000, "tenants")
 	runs := fs.Int("runs", 3, "rollups of the hour")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the rollups to this file")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the rollups after the first (which warms up connections and memory) to this file")
 	memProfile := fs.String("memprofile", "", "write a profile of the memory the rollups allocated to this file")
 	keep := fs.String("keep", "", "keep the ClickHouse directory in DIR (new), for experiments")
 	queryLog := fs.Bool("query-log", false, "print ClickHouse's own time for each query of the last rollup (system.query_log)")
@@ -51,11 +51,8 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := conn.Exec(ctx, "OPTIMIZE TABLE inference_events FINAL"); err != nil {
 		return err
 	}
-	stopProfile, err := startCPUProfile(*cpuProfile)
-	if err != nil {
-		return err
-	}
-	defer stopProfile()
+	stopProfile := func() {}
+	defer func() { stopProfile() }()
 	if *memProfile != "" {
 		runtime.MemProfileRate = 64 << 10
 		defer writeAllocProfile(*memProfile, stderr)
@@ -72,6 +69,11 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				return err
 			}
 			if err := conn.Exec(ctx, "TRUNCATE TABLE IF EXISTS system.query_log"); err != nil {
+				return err
+			}
+		}
+		if i == min(1, *runs-1) {
+			if stopProfile, err = startCPUProfile(*cpuProfile); err != nil {
 				return err
 			}
 		}
@@ -94,12 +96,15 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 // printQueryLog prints the finished queries of system.query_log: how long
-// ClickHouse spent on each, and the rows it read and wrote.
+// ClickHouse spent on each, the CPU time its threads used, and the rows it
+// read and wrote.
 func printQueryLog(ctx context.Context, conn driver.Conn, stdout io.Writer) error {
 	if err := conn.Exec(ctx, "SYSTEM FLUSH LOGS"); err != nil {
 		return err
 	}
-	rows, err := conn.Query(ctx, `SELECT query_duration_ms, read_rows, written_rows, memory_usage, substring(replaceAll(query, '\n', ' '), 1, 60)
+	rows, err := conn.Query(ctx, `SELECT query_duration_ms,
+  intDiv(ProfileEvents.Values[indexOf(ProfileEvents.Names, 'UserTimeMicroseconds')] + ProfileEvents.Values[indexOf(ProfileEvents.Names, 'SystemTimeMicroseconds')], 1000),
+  read_rows, written_rows, memory_usage, substring(replaceAll(query, '\n', ' '), 1, 60)
 FROM system.query_log WHERE type = 2 AND query NOT LIKE '%system.%' ORDER BY event_time, query_duration_ms`)
 	if err != nil {
 		return err
@@ -108,14 +113,15 @@ FROM system.query_log WHERE type = 2 AND query NOT LIKE '%system.%' ORDER BY eve
 	fmt.Fprintln(stdout, "ClickHouse's time per query of the last rollup:")
 	for rows.Next() {
 		var (
-			d, read, written uint64
-			mem              uint64
-			q                string
+			d, cpu, read uint64
+			written      uint64
+			mem          uint64
+			q            string
 		)
-		if err := rows.Scan(&d, &read, &written, &mem, &q); err != nil {
+		if err := rows.Scan(&d, &cpu, &read, &written, &mem, &q); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "  %6d ms  read %8d  written %8d  mem %5d MiB  %s\n", d, read, written, mem>>20, q)
+		fmt.Fprintf(stdout, "  %6d ms  CPU %6d ms  read %8d  written %8d  mem %5d MiB  %s\n", d, cpu, read, written, mem>>20, q)
 	}
 	return rows.Err()
 }
