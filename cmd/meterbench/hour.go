@@ -18,7 +18,9 @@ import (
 // runHour is `meterbench hour`: it loads one hour of synthetic events (the
 // events of `meterbench queries`) into a private ClickHouse and rolls that
 // hour up several times, printing how long reading and aggregating the hour
-// and writing each rollup table took.
+// and writing each rollup table took, and the CPU time meterbench and
+// ClickHouse used. Each run starts once ClickHouse merges nothing: the
+// merges of the parts earlier runs wrote are not this run's work.
 func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("meterbench hour", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -77,6 +79,9 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				return err
 			}
 		}
+		if err := waitForMerges(ctx, conn); err != nil {
+			return err
+		}
 		t0 := time.Now()
 		cpu.lap()
 		took, err := rollup.RollupHour(rctx, store, hour, rollup.DefaultSLOSet().Spec(0), uint64(time.Now().UnixMilli())<<16)
@@ -91,6 +96,26 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if *queryLog {
 		return printQueryLog(ctx, conn, stdout)
+	}
+	return nil
+}
+
+// waitForMerges waits (up to a minute) until ClickHouse runs no merge, so
+// that a run does not pay for merging the parts of the runs before it.
+func waitForMerges(ctx context.Context, conn driver.Conn) error {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		var n uint64
+		if err := conn.QueryRow(ctx, "SELECT count() FROM system.merges").Scan(&n); err != nil {
+			return fmt.Errorf("system.merges: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	return nil
 }

@@ -3,8 +3,10 @@ package chstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -257,4 +259,42 @@ func onlyColumns(rows []chstore.RollupRow, cols chstore.RollupColumns) []chstore
 		out = append(out, p)
 	}
 	return out
+}
+
+// TestReadHourHashCollision checks that an hour whose events of two
+// different groups carry the same group_hash is refused rather than rolled
+// up as one group. group_hash is made insertable for the test (a DEFAULT
+// instead of a MATERIALIZED column) to force the collision.
+func TestReadHourHashCollision(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Exec(ctx, "ALTER TABLE inference_events MODIFY COLUMN group_hash UInt64 DEFAULT cityHash64(tenant_id, model, model_version, deployment, gpu_type, slo_class)"); err != nil {
+		t.Fatal(err)
+	}
+	hour := day.Add(5 * time.Hour)
+	read := func() error {
+		return s.ReadHour(ctx, hour, func(chstore.HourGroup) error { return nil }, func(*chstore.HourEvent) error { return nil })
+	}
+	at := hour.Add(10 * time.Minute).Unix()
+	insert := func(tenant, eventID string) {
+		t.Helper()
+		// INSERT … SELECT: the driver sends INSERT … VALUES as a batch.
+		if err := s.Exec(ctx, fmt.Sprintf(`INSERT INTO inference_events (tenant_id, event_id, model, completed_at, status, group_hash)
+SELECT '%s', '%s', 'm1', toDateTime(%d), 'ok', toUInt64(42)`, tenant, eventID, at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two events of one group sharing its hash: fine.
+	insert("acme", "e1")
+	insert("acme", "e2")
+	if err := read(); err != nil {
+		t.Fatalf("one group: %v", err)
+	}
+	insert("globex", "e3")
+	if err := read(); err == nil || !strings.Contains(err.Error(), "share the hash") {
+		t.Errorf("two groups with one hash: err = %v, want them refused", err)
+	}
 }
