@@ -350,3 +350,49 @@ func BenchmarkHourRollup(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/events, "ns/event")
 }
+
+// TestEventSlab checks the events' memory kept from hour to hour: groups
+// get their rows' room in one slab, a group with more events than it was
+// counted with (inserted since) leaves its neighbours alone, and the slab
+// is kept for the next hour only within bounds.
+func TestEventSlab(t *testing.T) {
+	hour := time.Date(2026, 11, 20, 5, 0, 0, 0, time.UTC)
+	h := newHourRollup(hour, GoodputSpec{}, func([]chstore.RollupRecord) error { return nil }, func() []chstore.RollupRecord { return nil })
+	h.slab = make([]chstore.HourEvent, 0, 4)
+	h.addGroup(1, [6]string{"acme", "m1"}, 2)
+	h.addGroup(2, [6]string{"acme", "m2"}, 2)
+	h.addGroup(3, [6]string{"acme", "m3"}, 2) // no room left: its own memory
+	for i, g := range []uint64{1, 2, 1, 2, 1, 3} {
+		e := chstore.HourEvent{CompletedAt: uint32(hour.Unix()) + uint32(i), Group: g, Status: 1, Output: g,
+			Latency: [4]float64{math.NaN(), math.NaN(), math.NaN(), math.NaN()}}
+		if err := h.gather(&e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for hash, want := range map[uint64]int{1: 3, 2: 2, 3: 1} {
+		g := h.groups[hash]
+		if len(g.events) != want {
+			t.Errorf("group %d: %d events, want %d", hash, len(g.events), want)
+		}
+		for _, e := range g.events {
+			if e.Group != hash {
+				t.Errorf("group %d holds an event of group %d", hash, e.Group)
+			}
+		}
+	}
+
+	eventSlab.Lock()
+	eventSlab.events, eventSlab.want = nil, 0 // what earlier tests left
+	eventSlab.Unlock()
+	keepEventSlab(make([]chstore.HourEvent, 0, 100), 90)
+	if s := takeEventSlab(); cap(s) != 100 || len(s) != 0 {
+		t.Errorf("kept slab: len %d cap %d, want 0, 100", len(s), cap(s))
+	}
+	if s := takeEventSlab(); cap(s) < 90 {
+		t.Errorf("slab taken twice: cap %d, want room for the last hour's 90 events", cap(s))
+	}
+	keepEventSlab(make([]chstore.HourEvent, 0, keptEvents+1), keptEvents+1)
+	if s := takeEventSlab(); cap(s) != 0 {
+		t.Errorf("slab over keptEvents: cap %d kept, want none", cap(s))
+	}
+}

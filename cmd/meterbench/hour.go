@@ -27,6 +27,7 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	events := fs.Int("events", 1_000_000, "events in the hour")
 	tenants := fs.Int("tenants", 1000, "tenants")
 	runs := fs.Int("runs", 3, "rollups of the hour")
+	pause := fs.Duration("pause", 0, "wait this long between runs (meterd's rollup job runs every --rollup-interval, 10s)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the rollups after the first (which warms up connections and memory) to this file")
 	memProfile := fs.String("memprofile", "", "write a profile of the memory the rollups allocated to this file")
 	keep := fs.String("keep", "", "keep the ClickHouse directory in DIR (new), for experiments")
@@ -78,6 +79,9 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			if stopProfile, err = startCPUProfile(*cpuProfile); err != nil {
 				return err
 			}
+		}
+		if i > 0 {
+			time.Sleep(*pause)
 		}
 		if err := waitForMerges(ctx, conn); err != nil {
 			return err
