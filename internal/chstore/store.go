@@ -76,6 +76,15 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// readBufferBytes is the read buffer ClickHouse gives each column file a
+// query reads (max_read_buffer_size, 1 MiB by default). A tenant's rows lie
+// in a few granules of each of a table's parts, so a one-tenant query reads
+// little from many files: allocating and first touching 1 MiB for each
+// cost about two thirds of a tenant's month of latency on 18.16 (65 of
+// 38 ms of server time with 64 KiB). Large reads are not slowed: a larger
+// compressed block is read whole all the same.
+const readBufferBytes = 64 << 10
+
 // Store is a ClickHouse-backed event store.
 type Store struct {
 	conn   driver.Conn
@@ -98,6 +107,7 @@ func Open(cfg Config, logger *slog.Logger) (*Store, error) {
 		MaxOpenConns: cfg.MaxOpenConns,
 		MaxIdleConns: cfg.MaxOpenConns,
 		Compression:  compression(cfg.Compression),
+		Settings:     clickhouse.Settings{"max_read_buffer_size": readBufferBytes},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open clickhouse: %w", err)

@@ -11,6 +11,7 @@ type Merger struct {
 	touched    []int16
 	keyArena   []int16
 	countArena []uint64
+	taken      int // buckets handed out by Take so far
 }
 
 // AddKey counts n more values in bucket k, which must lie in [MinKey,
@@ -35,14 +36,17 @@ func (m *Merger) Add(h Histogram) {
 
 // Take returns the sum so far and starts a new one. The histograms it
 // returns share a few large arrays (one allocation per many small
-// histograms); they do not change afterwards.
+// histograms, growing with use up to 16,384 buckets: a Merger taken from
+// once allocates just what it returns); they do not change afterwards.
 func (m *Merger) Take() Histogram {
 	slices.Sort(m.touched)
 	n := len(m.touched)
 	if cap(m.keyArena)-len(m.keyArena) < n {
-		m.keyArena = make([]int16, 0, max(n, 1<<14))
-		m.countArena = make([]uint64, 0, max(n, 1<<14))
+		size := max(n, min(2*m.taken, 1<<14))
+		m.keyArena = make([]int16, 0, size)
+		m.countArena = make([]uint64, 0, size)
 	}
+	m.taken += n
 	start := len(m.keyArena)
 	for _, k := range m.touched {
 		j := int(k) - int(MinKey)
