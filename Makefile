@@ -38,8 +38,8 @@ bench-queries: ## query benchmark: 100M events + 52M GPU samples, rollups vs raw
 	$(GO) run ./cmd/meterbench queries --reps 20 --raw-reps 2
 
 .PHONY: bench-hour
-bench-hour: ## rollup of one hour of 1M events, 5 times, with ClickHouse's time per query (~2 min)
-	$(GO) run ./cmd/meterbench hour --runs 5 --query-log
+bench-hour: ## rollup of one hour of 1M events, 6 times 10 s apart (the rollup job's interval), with ClickHouse's time per query (~3 min)
+	$(GO) run ./cmd/meterbench hour --runs 6 --pause 10s --query-log
 
 .PHONY: tools
 tools: $(TOOLS)/.stamp ## build the pinned code generators (tools/go.mod)
