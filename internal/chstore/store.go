@@ -80,8 +80,8 @@ func (c Config) withDefaults() Config {
 // query reads (max_read_buffer_size, 1 MiB by default). A tenant's rows lie
 // in a few granules of each of a table's parts, so a one-tenant query reads
 // little from many files: allocating and first touching 1 MiB for each
-// cost about two thirds of a tenant's month of latency on 18.16 (65 of
-// 38 ms of server time with 64 KiB). Large reads are not slowed: a larger
+// was most of the server's time for a tenant's month of latency on 18.16
+// (65 ms of CPU; 38 ms with 64 KiB). Large reads are not slowed: a larger
 // compressed block is read whole all the same.
 const readBufferBytes = 64 << 10
 
