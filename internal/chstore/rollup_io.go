@@ -18,7 +18,8 @@ import (
 // event allocates nothing, and their rows (duplicates included). The hash
 // is the events' group_hash, computed by ClickHouse on insert (migration
 // 0006). The second column is false when two groups share a hash: a second
-// hash of the six strings, in another order, differs within the group.
+// hash of the six strings (in another order) then differs between the
+// hash's rows.
 const hourGroupsSQL = `SELECT group_hash AS h,
   min(cityHash64(slo_class, gpu_type, deployment, model_version, model, tenant_id)) =
     max(cityHash64(slo_class, gpu_type, deployment, model_version, model, tenant_id)),
