@@ -295,7 +295,7 @@ func (h *hourRollup) countAll() error {
 }
 
 // add counts one event; its group must have been added, and events must
-// come group by group, in time order within a group.
+// come group by group, in minute order within a group.
 func (h *hourRollup) add(e *chstore.HourEvent) error {
 	g := h.groups[e.Group]
 	if g == nil {

@@ -42,11 +42,8 @@ func rollupHour(t *testing.T, s *chstore.Store, hour time.Time, spec rollup.Good
 }
 
 func TestRollupHourExact(t *testing.T) {
-	s := openStore(t)
+	s := openMigratedStore(t)
 	ctx := context.Background()
-	if _, err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	var events []*meterv1.InferenceEvent
 	for i := range 4000 {
 		events = append(events, event(i))
@@ -150,11 +147,8 @@ func TestTooManySeries(t *testing.T) {
 // (one tenant's, or the all-tenant hours) equal ClickHouse's sumMap merge of
 // the same rows, at every step and grouping, and page the same way.
 func TestRollupsMergedHere(t *testing.T) {
-	s := openStore(t)
+	s := openMigratedStore(t)
 	ctx := context.Background()
-	if _, err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	var b chstore.EventBatch
 	for i := range 3000 {
 		ev := event(i)
@@ -266,11 +260,8 @@ func onlyColumns(rows []chstore.RollupRow, cols chstore.RollupColumns) []chstore
 // up as one group. group_hash is made insertable for the test (a DEFAULT
 // instead of a MATERIALIZED column) to force the collision.
 func TestReadHourHashCollision(t *testing.T) {
-	s := openStore(t)
+	s := openMigratedStore(t)
 	ctx := context.Background()
-	if _, err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if err := s.Exec(ctx, "ALTER TABLE inference_events MODIFY COLUMN group_hash UInt64 DEFAULT cityHash64(tenant_id, model, model_version, deployment, gpu_type, slo_class)"); err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,16 @@ func openStore(t *testing.T) *chstore.Store {
 	return s
 }
 
+// openMigratedStore is openStore with every migration applied.
+func openMigratedStore(t *testing.T) *chstore.Store {
+	t.Helper()
+	s := openStore(t)
+	if _, err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func TestMigrateIdempotent(t *testing.T) {
 	s := openStore(t)
 	ctx := context.Background()
@@ -151,11 +161,8 @@ func bruteUsage(events []*meterv1.InferenceEvent, q chstore.UsageQuery) []chstor
 }
 
 func TestUsageExactWithDuplicates(t *testing.T) {
-	s := openStore(t)
+	s := openMigratedStore(t)
 	ctx := context.Background()
-	if _, err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	var events []*meterv1.InferenceEvent
 	for i := range 5000 {
 		events = append(events, event(i))
@@ -202,11 +209,8 @@ func TestUsageExactWithDuplicates(t *testing.T) {
 
 // Month buckets are UTC calendar months.
 func TestUsageMonths(t *testing.T) {
-	s := openStore(t)
+	s := openMigratedStore(t)
 	ctx := context.Background()
-	if _, err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	var b chstore.EventBatch
 	var events []*meterv1.InferenceEvent
 	for i, at := range []time.Time{
