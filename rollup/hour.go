@@ -130,6 +130,7 @@ type hourGroup struct {
 	acc            chstore.RollupRecord
 	tenant         *chstore.RollupRecord
 	events         []chstore.HourEvent
+	listed         uint64  // its events when the groups were listed
 	ttft, itl, e2e float64 // thresholds; < 0: not checked
 	done           bool    // its events have all been counted
 }
@@ -140,6 +141,7 @@ type hourRollup struct {
 	// slab holds the gathered events: each group's are carved from it
 	// (eventSlab), in one allocation reused from hour to hour.
 	slab    []chstore.HourEvent
+	listed  uint64 // the events of the groups listed so far
 	hour    time.Time
 	spec    GoodputSpec
 	groups  map[uint64]*hourGroup
@@ -172,18 +174,12 @@ func newHourRollup(hour time.Time, spec GoodputSpec, emit func([]chstore.RollupR
 		total: chstore.RollupRecord{Bucket: hour}, emit: emit, newRows: newRows}
 }
 
-// addGroup registers a group of the hour under its hash.
+// addGroup registers a group of the hour under its hash, with the number
+// of its events when listed; their memory is carved out at its first event
+// (carve).
 func (h *hourRollup) addGroup(hash uint64, dims [6]string, rows uint64) {
-	var events []chstore.HourEvent
-	if n := len(h.slab); uint64(cap(h.slab)-n) >= rows {
-		// Room for the group's rows; more (inserted since they were
-		// counted) make append move them out.
-		events = h.slab[n : n : n+int(rows)]
-		h.slab = h.slab[:n+int(rows)]
-	} else {
-		events = make([]chstore.HourEvent, 0, rows)
-	}
-	g := &hourGroup{acc: chstore.RollupRecord{Bucket: h.hour, Dims: dims}, events: events}
+	g := &hourGroup{acc: chstore.RollupRecord{Bucket: h.hour, Dims: dims}, listed: rows}
+	h.listed += rows
 	tenant, model, class := dims[0], dims[1], dims[5]
 	if class == "" {
 		class = h.spec.DefaultClass
@@ -210,35 +206,29 @@ func (h *hourRollup) addGroup(hash uint64, dims [6]string, rows uint64) {
 var eventSlab struct {
 	sync.Mutex
 	events []chstore.HourEvent
-	want   int // the events of the last hour, room for the next
 }
 
 // keptEvents bounds eventSlab (80 bytes an event).
 const keptEvents = 2_000_000
 
-// takeEventSlab returns the kept memory for events, with room for the last
-// hour's.
+// takeEventSlab returns the kept memory for events (nil if none), emptied.
 func takeEventSlab() []chstore.HourEvent {
 	eventSlab.Lock()
-	s, want := eventSlab.events, eventSlab.want
+	defer eventSlab.Unlock()
+	s := eventSlab.events
 	eventSlab.events = nil
-	eventSlab.Unlock()
-	if cap(s) < want {
-		s = make([]chstore.HourEvent, 0, want+want/8)
-	}
 	return s[:0]
 }
 
-// keepEventSlab keeps s, which held n events, for the next rollup, unless
-// that would be too large.
-func keepEventSlab(s []chstore.HourEvent, n int) {
-	if n > keptEvents || int64(n)*int64(unsafe.Sizeof(chstore.HourEvent{})) > debug.SetMemoryLimit(-1)/2 {
-		n, s = 0, nil
+// keepEventSlab keeps s for the next rollup, unless it is too large or a
+// larger one is kept.
+func keepEventSlab(s []chstore.HourEvent) {
+	if cap(s) > keptEvents || int64(cap(s))*int64(unsafe.Sizeof(chstore.HourEvent{})) > debug.SetMemoryLimit(-1)/2 {
+		return
 	}
 	eventSlab.Lock()
 	defer eventSlab.Unlock()
-	eventSlab.want = n
-	if cap(s) >= n && cap(s) > cap(eventSlab.events) {
+	if cap(s) > cap(eventSlab.events) {
 		eventSlab.events = s
 	}
 }
@@ -257,8 +247,28 @@ func (h *hourRollup) gather(e *chstore.HourEvent) error {
 	if g == nil {
 		return errUnknownGroup
 	}
+	if g.events == nil {
+		g.events = h.carve(g.listed)
+	}
 	g.events = append(g.events, *e)
 	return nil
+}
+
+// carve returns room for a group's rows events, from the slab when it has
+// room left. The first time, an empty slab too small for every group listed
+// so far (the hour's events, once the groups are read) is replaced by one
+// allocation that holds them all, with room for late inserts. Events beyond
+// a group's room make append move its events out, leaving its neighbours'
+// alone.
+func (h *hourRollup) carve(rows uint64) []chstore.HourEvent {
+	if len(h.slab) == 0 && uint64(cap(h.slab)) < h.listed {
+		h.slab = make([]chstore.HourEvent, 0, h.listed+h.listed/8)
+	}
+	if n := len(h.slab); uint64(cap(h.slab)-n) >= rows {
+		h.slab = h.slab[:n+int(rows)]
+		return h.slab[n : n : n+int(rows)]
+	}
+	return make([]chstore.HourEvent, 0, rows)
 }
 
 // countAll counts the gathered events, group by group and minute by
@@ -524,16 +534,14 @@ func RollupHour(ctx context.Context, store HourStore, hour time.Time, spec Goodp
 		// On failure blocks stays open: the minute INSERTs end with the
 		// context, unfinished, rather than writing part of the hour.
 		agg.slab = takeEventSlab()
-		var rows uint64
 		err := store.ReadHour(gctx, hour, func(g chstore.HourGroup) error {
 			agg.addGroup(g.Hash, g.Dims, g.Rows)
-			rows += g.Rows
 			return nil
 		}, agg.gather)
 		if err == nil {
 			err = agg.countAll()
 		}
-		keepEventSlab(agg.slab, int(rows))
+		keepEventSlab(agg.slab)
 		if err != nil {
 			return fail(err)
 		}

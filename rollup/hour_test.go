@@ -358,17 +358,28 @@ func BenchmarkHourRollup(b *testing.B) {
 func TestEventSlab(t *testing.T) {
 	hour := time.Date(2026, 11, 20, 5, 0, 0, 0, time.UTC)
 	h := newHourRollup(hour, GoodputSpec{}, func([]chstore.RollupRecord) error { return nil }, func() []chstore.RollupRecord { return nil })
-	h.slab = make([]chstore.HourEvent, 0, 4)
+	h.slab = make([]chstore.HourEvent, 0, 3) // kept from an hour with fewer events
 	h.addGroup(1, [6]string{"acme", "m1"}, 2)
 	h.addGroup(2, [6]string{"acme", "m2"}, 2)
-	h.addGroup(3, [6]string{"acme", "m3"}, 2) // no room left: its own memory
-	for i, g := range []uint64{1, 2, 1, 2, 1, 3} {
-		e := chstore.HourEvent{CompletedAt: uint32(hour.Unix()) + uint32(i), Group: g, Status: 1, Output: g,
-			Latency: [4]float64{math.NaN(), math.NaN(), math.NaN(), math.NaN()}}
-		if err := h.gather(&e); err != nil {
-			t.Fatal(err)
+	gather := func(groups ...uint64) {
+		t.Helper()
+		for i, g := range groups {
+			e := chstore.HourEvent{CompletedAt: uint32(hour.Unix()) + uint32(i), Group: g, Status: 1, Output: g,
+				Latency: [4]float64{math.NaN(), math.NaN(), math.NaN(), math.NaN()}}
+			if err := h.gather(&e); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	gather(1, 2)
+	if cap(h.slab) < 4 {
+		t.Fatalf("slab: cap %d, want room for the 4 events listed", cap(h.slab))
+	}
+	slab := h.slab
+	// Group 1 gets more events than it was listed with, and group 3 is
+	// listed late, when the slab has no room left.
+	h.addGroup(3, [6]string{"acme", "m3"}, 2)
+	gather(1, 2, 1, 3)
 	for hash, want := range map[uint64]int{1: 3, 2: 2, 3: 1} {
 		g := h.groups[hash]
 		if len(g.events) != want {
@@ -380,18 +391,22 @@ func TestEventSlab(t *testing.T) {
 			}
 		}
 	}
+	if &h.slab[0] != &slab[0] || len(h.slab) != 4 {
+		t.Errorf("slab moved or grew to %d events", len(h.slab))
+	}
 
 	eventSlab.Lock()
-	eventSlab.events, eventSlab.want = nil, 0 // what earlier tests left
+	eventSlab.events = nil // what earlier tests left
 	eventSlab.Unlock()
-	keepEventSlab(make([]chstore.HourEvent, 0, 100), 90)
+	keepEventSlab(make([]chstore.HourEvent, 0, 100))
+	keepEventSlab(make([]chstore.HourEvent, 0, 50)) // smaller: the larger stays
 	if s := takeEventSlab(); cap(s) != 100 || len(s) != 0 {
 		t.Errorf("kept slab: len %d cap %d, want 0, 100", len(s), cap(s))
 	}
-	if s := takeEventSlab(); cap(s) < 90 {
-		t.Errorf("slab taken twice: cap %d, want room for the last hour's 90 events", cap(s))
+	if s := takeEventSlab(); s != nil {
+		t.Errorf("slab taken twice: cap %d, want none", cap(s))
 	}
-	keepEventSlab(make([]chstore.HourEvent, 0, keptEvents+1), keptEvents+1)
+	keepEventSlab(make([]chstore.HourEvent, 0, keptEvents+1))
 	if s := takeEventSlab(); cap(s) != 0 {
 		t.Errorf("slab over keptEvents: cap %d kept, want none", cap(s))
 	}
