@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -271,6 +272,27 @@ func (s *Server) writeConfig() error {
 	return nil
 }
 
+// mallocConf is the server's jemalloc configuration unless MALLOC_CONF is
+// set: freed memory goes back to the kernel after a minute instead of 10 s.
+// The rollup job rewrites the current hour every 10 s; with the default,
+// ClickHouse handed its INSERT buffers back between runs and took them again
+// page by page, a third of its CPU in the hour rollup (perf, 18.16 from
+// Debian). With this, a warm rollup of an hour of 1M events took 1.53 s
+// instead of 1.75 s on average, and ClickHouse 18% less CPU.
+const mallocConf = "dirty_decay_ms:60000,muzzy_decay_ms:60000"
+
+// serverEnv is the server's environment, from environ (ours).
+func serverEnv(environ []string) []string {
+	env := slices.Clone(environ)
+	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "MALLOC_CONF=") }) {
+		env = append(env, "MALLOC_CONF="+mallocConf)
+	}
+	// Current releases may fork a watchdog parent; keep the server itself
+	// our direct child so that its exit is seen and its pid is the one
+	// signalled.
+	return append(env, "CLICKHOUSE_WATCHDOG_ENABLE=0")
+}
+
 // spawn starts the server binary and records its pid.
 func (s *Server) spawn() (*process, error) {
 	out, err := os.OpenFile(s.layout.stdoutLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -279,10 +301,7 @@ func (s *Server) spawn() (*process, error) {
 	}
 	cmd := exec.Command(s.cfg.Binary, serverArgs(s.cfg.Binary, s.layout.config())...)
 	cmd.Dir = s.cfg.Dir
-	// Current releases may fork a watchdog parent; keep the server itself
-	// our direct child so that its exit is seen and its pid is the one
-	// signalled.
-	cmd.Env = append(os.Environ(), "CLICKHOUSE_WATCHDOG_ENABLE=0")
+	cmd.Env = serverEnv(os.Environ())
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = sysProcAttr()
 	fmt.Fprintf(out, "--- %s: %s\n", time.Now().Format(time.RFC3339), strings.Join(cmd.Args, " "))

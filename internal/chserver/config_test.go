@@ -204,3 +204,17 @@ func TestClashOnPicked(t *testing.T) {
 		})
 	}
 }
+
+func TestServerEnv(t *testing.T) {
+	env := serverEnv([]string{"PATH=/usr/bin"})
+	want := []string{"PATH=/usr/bin", "MALLOC_CONF=" + mallocConf, "CLICKHOUSE_WATCHDOG_ENABLE=0"}
+	if diff := cmp.Diff(want, env); diff != "" {
+		t.Errorf("default environment (-want +got):\n%s", diff)
+	}
+	// A MALLOC_CONF of the caller's is theirs to keep.
+	own := []string{"MALLOC_CONF=narenas:1", "PATH=/usr/bin"}
+	want = []string{"MALLOC_CONF=narenas:1", "PATH=/usr/bin", "CLICKHOUSE_WATCHDOG_ENABLE=0"}
+	if diff := cmp.Diff(want, serverEnv(own)); diff != "" {
+		t.Errorf("with MALLOC_CONF set (-want +got):\n%s", diff)
+	}
+}

@@ -2,6 +2,7 @@ package chserver_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -104,6 +105,13 @@ func TestRestartKeepsPortAndData(t *testing.T) {
 	dir := t.TempDir()
 	srv := start(t, dir)
 	addr := srv.Addr()
+
+	// The server runs with its jemalloc setting (serverEnv).
+	if environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", srv.Pid())); err != nil {
+		t.Errorf("server environment: %v", err)
+	} else if !bytes.Contains(environ, []byte("\x00MALLOC_CONF=")) && !bytes.HasPrefix(environ, []byte("MALLOC_CONF=")) {
+		t.Errorf("server environment has no MALLOC_CONF")
+	}
 
 	conn := open(t, addr)
 	var one uint8
