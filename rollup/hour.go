@@ -27,7 +27,7 @@ import (
 // rows stream to ClickHouse, in that order, while the next are counted.
 // Every level (minute, hour, tenant hour, all-tenant hour)
 // comes from the same pass, the coarser histograms merged exactly from the
-// finer ones, so the levels always agree. Memory: about 80 bytes per event
+// finer ones, so the levels always agree. Memory: about 90 bytes per event
 // of the hour.
 
 // HourStore is what rolling up an hour needs of ClickHouse; *chstore.Store
@@ -208,7 +208,7 @@ var eventSlab struct {
 	events []chstore.HourEvent
 }
 
-// keptEvents bounds eventSlab (80 bytes an event).
+// keptEvents bounds eventSlab's capacity (80 bytes an event).
 const keptEvents = 2_000_000
 
 // takeEventSlab returns the kept memory for events (nil if none), emptied.
