@@ -29,7 +29,9 @@ type Config struct {
 	Password string
 	// DialTimeout bounds connection attempts. Default 5s.
 	DialTimeout time.Duration
-	// MaxOpenConns bounds the connection pool. Default 8.
+	// MaxOpenConns bounds the connection pool. Default 16: an hour's rollup
+	// holds up to five connections at once and the job rolls up two hours at
+	// once, beside ingest and API queries.
 	MaxOpenConns int
 	// Compression of the native protocol: "lz4" (default) or "none" (cheaper
 	// on loopback, where the bytes cost less than the CPU).
@@ -68,7 +70,7 @@ func (c Config) withDefaults() Config {
 		c.DialTimeout = 5 * time.Second
 	}
 	if c.MaxOpenConns == 0 {
-		c.MaxOpenConns = 8
+		c.MaxOpenConns = 16
 	}
 	if c.MaxSeriesRows == 0 {
 		c.MaxSeriesRows = 200_000
