@@ -26,6 +26,8 @@ type Store interface {
 	HourStore
 	CurrentSLO(ctx context.Context) (uint32, string, bool, error)
 	PutSLO(ctx context.Context, rules, source string) (uint32, error)
+	StaleDays(ctx context.Context, from, before time.Time) ([]time.Time, error)
+	RollupDay(ctx context.Context, day time.Time, version uint64) (bool, error)
 	CostStore
 }
 
@@ -77,6 +79,9 @@ type Job struct {
 	// as of the last successful run (sloChecked false before the first).
 	sloVersion uint32
 	sloChecked bool
+	// daysBefore is the end of the days this job has brought every day
+	// rollup up to, as of its last successful run (zero before the first).
+	daysBefore time.Time
 
 	runs         prometheus.Counter
 	failures     prometheus.Counter
@@ -197,6 +202,17 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	if err != nil {
 		return nil, err
 	}
+	days, err := j.dueDays(ctx, hours, until)
+	if err != nil {
+		return nil, err
+	}
+	err = j.eachHour(ctx, days, func(ctx context.Context, d time.Time, version uint64) error {
+		_, err := j.store.RollupDay(ctx, d, version)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
 
 	// Cost follows usage: an hour is recosted when its usage was recomputed,
 	// when GPU samples arrived for it, or when it was costed with another
@@ -232,14 +248,40 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	}
 	j.pricedVersion = book.Version()
 	j.sloChecked, j.sloVersion = true, sloVersion
+	j.daysBefore = chstore.DayOf(until)
 	if err := j.store.SetWatermark(ctx, JobName, until); err != nil {
 		return nil, err
 	}
-	if len(hours) > 0 || len(costHours) > 0 {
-		j.logger.Info("rolled up", "hours", len(hours), "costed_hours", len(costHours), "slo_version", sloVersion,
+	if len(hours) > 0 || len(costHours) > 0 || len(days) > 0 {
+		j.logger.Info("rolled up", "hours", len(hours), "days", len(days), "costed_hours", len(costHours), "slo_version", sloVersion,
 			"price_version", book.Version(), "watermark", until)
 	}
 	return mergeHours(hours, costHours), nil
+}
+
+// dueDays lists the days whose day rollup a run recomputes, once the hours
+// have been. Only days that have ended by until are rolled up (the current
+// day would be recomputed at every run): the days of the hours just
+// recomputed, and every ended day without a fresh day rollup since the
+// last run's end of days (at the first run, since the beginning: a new
+// deployment, or one that ran before day rollups existed; later, the day
+// that has just ended, even when none of its hours changed since).
+func (j *Job) dueDays(ctx context.Context, hours []time.Time, until time.Time) ([]time.Time, error) {
+	before := chstore.DayOf(until)
+	var stale []time.Time
+	if !j.daysBefore.Equal(before) {
+		var err error
+		if stale, err = j.store.StaleDays(ctx, j.daysBefore, before); err != nil {
+			return nil, err
+		}
+	}
+	var ended []time.Time
+	for _, h := range hours {
+		if d := chstore.DayOf(h); d.Before(before) {
+			ended = append(ended, d)
+		}
+	}
+	return mergeHours(ended, stale), nil
 }
 
 // hoursAtOnce is how many hours a run recomputes at once when several are

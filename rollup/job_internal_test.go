@@ -64,16 +64,25 @@ func TestEachHour(t *testing.T) {
 	failed := errors.New("no ClickHouse")
 	var canceled int
 	err = j.eachHour(context.Background(), hours, func(ctx context.Context, h time.Time, _ uint64) error {
-		if h.Equal(hours[0]) {
+		switch {
+		case h.Equal(hours[0]):
 			return failed
-		}
-		if h.After(hours[2]) {
-			mu.Lock()
-			if ctx.Err() != nil {
-				canceled++
+		case !h.After(hours[2]):
+			// Hold the other slot until the failure cancels the run, so
+			// that the later hours start after it, however the goroutines
+			// are scheduled.
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Second):
+				return errors.New("the failure did not cancel the run")
 			}
-			mu.Unlock()
+			return ctx.Err()
 		}
+		mu.Lock()
+		if ctx.Err() != nil {
+			canceled++
+		}
+		mu.Unlock()
 		return ctx.Err()
 	})
 	if !errors.Is(err, failed) {

@@ -150,6 +150,26 @@ func (f *fixture) totals(t *testing.T) (map[string]expectation, []chstore.Rollup
 		e.GoodOutput += r.GoodOutputTokens
 		out[r.Group["tenant_id"]] = e
 	}
+	// The same range read at total step comes from the day rollups, which
+	// the job keeps fresh for every day that has ended.
+	stale, err := f.store.StaleDays(context.Background(), time.Time{}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stale) > 0 {
+		t.Errorf("days left without a fresh day rollup: %v", stale)
+	}
+	total, err := f.store.Rollups(context.Background(), chstore.RollupQuery{Start: h0.Add(-24 * time.Hour), End: h0.Add(48 * time.Hour), GroupBy: []string{"tenant_id"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byDays := map[string]expectation{}
+	for _, r := range total {
+		byDays[r.Group["tenant_id"]] = expectation{r.Requests, r.Errors, r.OutputTokens, r.GoodRequests, r.GoodOutputTokens}
+	}
+	if diff := cmp.Diff(out, byDays); diff != "" {
+		t.Errorf("totals from the day rollups differ from the hours' (-hours +days):\n%s", diff)
+	}
 	return out, rows
 }
 

@@ -121,39 +121,38 @@ func writeAllocProfile(path string, stderr io.Writer) {
 }
 
 // processCPU returns the CPU time (user and system) process pid has used
-// so far, from /proc (Linux only).
-func processCPU(pid int) (time.Duration, error) {
+// so far, and its minor page faults, from /proc (Linux only).
+func processCPU(pid int) (time.Duration, int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	// The fields after the command name (in parentheses, which may hold
-	// spaces): utime and stime are the 12th and 13th, in clock ticks
-	// (USER_HZ, 100 on Linux).
+	// spaces): minflt is the 10th, utime and stime are the 12th and 13th,
+	// in clock ticks (USER_HZ, 100 on Linux).
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("%d/stat: unexpected format", pid)
+		return 0, 0, fmt.Errorf("%d/stat: unexpected format", pid)
 	}
 	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 13 {
-		return 0, fmt.Errorf("%d/stat: unexpected format", pid)
+		return 0, 0, fmt.Errorf("%d/stat: unexpected format", pid)
 	}
-	var ticks int64
-	for _, s := range f[11:13] {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%d/stat: %w", pid, err)
+	var n [3]int64
+	for j, s := range []string{f[7], f[11], f[12]} {
+		if n[j], err = strconv.ParseInt(s, 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("%d/stat: %w", pid, err)
 		}
-		ticks += n
 	}
-	return time.Duration(ticks) * 10 * time.Millisecond, nil
+	return time.Duration(n[1]+n[2]) * 10 * time.Millisecond, n[0], nil
 }
 
-// cpuMeter measures the CPU time this process and ClickHouse use between
-// its calls (zero where /proc cannot be read).
+// cpuMeter measures the CPU time and minor page faults of this process
+// and of ClickHouse between its calls (zero where /proc cannot be read).
 type cpuMeter struct {
-	pids [2]int
-	last [2]time.Duration
+	pids   [2]int
+	last   [2]time.Duration
+	faults [2]int64
 }
 
 func newCPUMeter(chPid int) *cpuMeter {
@@ -162,14 +161,20 @@ func newCPUMeter(chPid int) *cpuMeter {
 	return m
 }
 
-// lap returns the CPU time of this process and of ClickHouse since the
-// last call.
-func (m *cpuMeter) lap() (self, ch time.Duration) {
-	var d [2]time.Duration
+// cpuLap is what this process ([0]) and ClickHouse ([1]) used in a lap.
+type cpuLap struct {
+	cpu    [2]time.Duration
+	faults [2]int64
+}
+
+// lap returns what this process and ClickHouse used since the last call.
+func (m *cpuMeter) lap() cpuLap {
+	var l cpuLap
 	for i, pid := range m.pids {
-		if t, err := processCPU(pid); err == nil && pid > 0 {
-			d[i], m.last[i] = t-m.last[i], t
+		if t, f, err := processCPU(pid); err == nil && pid > 0 {
+			l.cpu[i], m.last[i] = t-m.last[i], t
+			l.faults[i], m.faults[i] = f-m.faults[i], f
 		}
 	}
-	return d[0], d[1]
+	return l
 }

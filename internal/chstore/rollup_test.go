@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/chtest"
@@ -288,4 +289,156 @@ SELECT '%s', '%s', 'm1', toDateTime(%d), 'ok', toUInt64(42)`, tenant, eventID, a
 	if err := read(); err == nil || !strings.Contains(err.Error(), "share the hash") {
 		t.Errorf("two groups with one hash: err = %v, want them refused", err)
 	}
+}
+
+// TestRollupDays checks the day rollups: a query across tenants at a step
+// of a day or more reads the fresh day rows of its whole days and the hour
+// rows of the rest, and answers exactly as from the hours alone; a day
+// whose hours were recomputed since (late events, an SLO change) is read
+// from its hours until it is rolled up again.
+func TestRollupDays(t *testing.T) {
+	s := openMigratedStore(t)
+	ctx := context.Background()
+	const n = 6000 // 37 s apart: two whole days and most of a third
+	var b chstore.EventBatch
+	for i := range n {
+		ev := event(i)
+		if ev.TtftMs != nil {
+			ev.TtftMs = proto.Float64(20 + float64(i*7919%5000))
+			ev.E2EMs = proto.Float64(400 + float64(i*104729%90000)/7)
+			ev.ItlMs = proto.Float64(5 + float64(i%97)/3)
+		}
+		b.Append(ev, time.Now(), chstore.Source{})
+	}
+	if err := s.InsertEvents(ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+	end := day.Add(n * 37 * time.Second).Truncate(time.Hour).Add(time.Hour)
+	spec := rollup.GoodputSpec{Version: 1, DefaultClass: "interactive", Rules: []rollup.GoodputRule{{TTFTMs: 2500}}}
+	for h := day; h.Before(end); h = h.Add(time.Hour) {
+		if err := rollupHour(t, s, h, spec, uint64(h.Unix())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	days := func(ds ...int) []time.Time {
+		var out []time.Time
+		for _, d := range ds {
+			out = append(out, day.Add(time.Duration(d)*chstore.Day))
+		}
+		return out
+	}
+	checkStale := func(want []time.Time) {
+		t.Helper()
+		got, err := s.StaleDays(ctx, time.Time{}, day.Add(10*chstore.Day))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("stale days (-want +got):\n%s", diff)
+		}
+	}
+	queries := []chstore.RollupQuery{
+		{Start: day, End: end, GroupBy: []string{"tenant_id"}},
+		{Start: day, End: end, Step: "day", GroupBy: []string{"tenant_id"}},
+		{Start: day, End: end, Step: "month", GroupBy: []string{"tenant_id"}},
+		{Start: day, End: end, Step: "day"},
+		{Start: day.Add(5 * time.Hour), End: end, GroupBy: []string{"tenant_id"}},
+		{Start: day, End: day.Add(chstore.Day + 7*time.Hour), Step: "day", GroupBy: []string{"tenant_id"}, Limit: 2, Offset: 1},
+	}
+	// check compares every query with the same query answered from the
+	// hour rows alone, and the fresh days of the first two with want.
+	check := func(what string, wantFull, wantFrom5h []time.Time) {
+		t.Helper()
+		for i, want := range [][]time.Time{wantFull, wantFrom5h} {
+			got, err := s.FreshDays(ctx, queries[4*i].Start, queries[4*i].End)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("%s: fresh days of %+v (-want +got):\n%s", what, queries[4*i], diff)
+			}
+		}
+		opts := cmp.Options{cmpopts.EquateEmpty(), cmpopts.EquateApprox(1e-12, 0)}
+		for _, q := range queries {
+			want, err := s.RollupsFromHours(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.Rollups(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(want) == 0 {
+				t.Fatalf("%s: %+v: no rows", what, q)
+			}
+			if diff := cmp.Diff(want, got, opts); diff != "" {
+				t.Errorf("%s: %+v: differs from the hours (-want +got):\n%s", what, q, diff)
+			}
+		}
+	}
+
+	checkStale(days(0, 1, 2))
+	check("before any day rollup", nil, nil)
+	for _, d := range days(0, 1) {
+		if ok, err := s.RollupDay(ctx, d, uint64(d.Unix())); err != nil || !ok {
+			t.Fatalf("roll up %s: %v, %v", d, ok, err)
+		}
+	}
+	if ok, err := s.RollupDay(ctx, day.Add(5*chstore.Day), 1); err != nil || ok {
+		t.Fatalf("roll up a day without hours: %v, %v", ok, err)
+	}
+	checkStale(days(2))
+	check("days 0 and 1 rolled up", days(0, 1), days(1))
+	before, err := s.Rollups(ctx, queries[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A late event in day 0, and its hour recomputed: day 0 is stale.
+	late := event(n + 1)
+	late.CompletedAt = timestamppb.New(day.Add(5*time.Hour + 3*time.Minute))
+	b = chstore.EventBatch{}
+	b.Append(late, time.Now(), chstore.Source{})
+	if err := s.InsertEvents(ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+	if err := rollupHour(t, s, day.Add(5*time.Hour), spec, uint64(end.Unix())); err != nil {
+		t.Fatal(err)
+	}
+	checkStale(days(0, 2))
+	check("an hour of day 0 recomputed", days(1), days(1))
+	after, err := s.Rollups(ctx, queries[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests := func(rows []chstore.RollupRow, tenant string) uint64 {
+		for _, r := range rows {
+			if r.Group["tenant_id"] == tenant {
+				return r.Requests
+			}
+		}
+		return 0
+	}
+	tenant := late.GetTenantId()
+	if got, want := requests(after, tenant), requests(before, tenant)+1; got != want {
+		t.Errorf("%s's requests after the late event: %d, want %d", tenant, got, want)
+	}
+	if ok, err := s.RollupDay(ctx, day, uint64(end.Unix())+1); err != nil || !ok {
+		t.Fatalf("roll up day 0 again: %v, %v", ok, err)
+	}
+	checkStale(days(2))
+	check("day 0 rolled up again", days(0, 1), days(1))
+
+	// An hour of day 1 counted with another SLO version: day 1 is not
+	// rolled up until all its hours agree, and is read from its hours.
+	spec2 := spec
+	spec2.Version = 2
+	if err := rollupHour(t, s, day.Add(chstore.Day+3*time.Hour), spec2, uint64(end.Unix())+2); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.RollupDay(ctx, day.Add(chstore.Day), uint64(end.Unix())+3); err != nil || ok {
+		t.Fatalf("roll up a day of two SLO versions: %v, %v", ok, err)
+	}
+	checkStale(days(1, 2))
+	check("an hour of day 1 counted with SLO version 2", days(0), nil)
 }

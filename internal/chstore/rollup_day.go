@@ -1,0 +1,203 @@
+package chstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Day is the span of a rollup_tenant_day row: a UTC day.
+const Day = 24 * time.Hour
+
+// hourVersion is the newest computation of one hour of rollup_tenant_hour.
+type hourVersion struct {
+	hour    time.Time
+	version uint64
+	slo     uint32 // the SLO version that computation counted goodput with
+}
+
+// newestHours lists the hours in [from, to) of rollup_tenant_hour with the
+// version of their newest computation, in hour order.
+func (s *Store) newestHours(ctx context.Context, from, to time.Time) ([]hourVersion, error) {
+	rows, err := s.conn.Query(ctx, `SELECT bucket, max(version), argMax(slo_version, version)
+FROM rollup_tenant_hour
+WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?)
+GROUP BY bucket
+ORDER BY bucket`, from.Unix(), to.Unix())
+	if err != nil {
+		return nil, fmt.Errorf("list rolled-up hours: %w", classify(err))
+	}
+	defer rows.Close()
+	var out []hourVersion
+	for rows.Next() {
+		var h hourVersion
+		if err := rows.Scan(&h.hour, &h.version, &h.slo); err != nil {
+			return nil, fmt.Errorf("list rolled-up hours: %w", err)
+		}
+		h.hour = h.hour.UTC()
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list rolled-up hours: %w", classify(err))
+	}
+	return out, nil
+}
+
+// DayOf returns the UTC day holding t.
+func DayOf(t time.Time) time.Time {
+	return time.Unix(t.Unix()-t.Unix()%int64(Day/time.Second), 0).UTC()
+}
+
+// daySums adds up the versions of hours per day: what the hour_versions of a
+// fresh day row holds.
+func daySums(hours []hourVersion) map[int64]uint64 {
+	sums := map[int64]uint64{}
+	for _, h := range hours {
+		sums[DayOf(h.hour).Unix()] += h.version
+	}
+	return sums
+}
+
+// dayRows returns the hour_versions of the newest day rows of the days in
+// [from, to), by day.
+func (s *Store) dayRows(ctx context.Context, from, to time.Time) (map[int64]uint64, error) {
+	rows, err := s.conn.Query(ctx, `SELECT bucket, argMax(hour_versions, version)
+FROM rollup_tenant_day
+WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?)
+GROUP BY bucket`, from.Unix(), to.Unix())
+	if err != nil {
+		return nil, fmt.Errorf("list day rollups: %w", classify(err))
+	}
+	defer rows.Close()
+	out := map[int64]uint64{}
+	for rows.Next() {
+		var (
+			d  time.Time
+			hv uint64
+		)
+		if err := rows.Scan(&d, &hv); err != nil {
+			return nil, fmt.Errorf("list day rollups: %w", err)
+		}
+		out[d.Unix()] = hv
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list day rollups: %w", classify(err))
+	}
+	return out, nil
+}
+
+// dayStates returns, for the days in [from, to), which have hour rollups
+// and which of those have a fresh day row (false: missing or stale).
+func (s *Store) dayStates(ctx context.Context, from, to time.Time) (map[int64]bool, error) {
+	hours, err := s.newestHours(ctx, from, to)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.dayRows(ctx, from, to)
+	if err != nil {
+		return nil, err
+	}
+	fresh := map[int64]bool{}
+	for d, sum := range daySums(hours) {
+		hv, ok := rows[d]
+		fresh[d] = ok && hv == sum
+	}
+	return fresh, nil
+}
+
+// StaleDays lists the UTC days in [from, before) that have hour rollups but
+// no fresh day rollup: never computed, or computed before one of their
+// hours was recomputed. From and before are rounded down to days; a zero
+// from lists every stale day.
+func (s *Store) StaleDays(ctx context.Context, from, before time.Time) ([]time.Time, error) {
+	if from.Before(time.Unix(0, 0)) {
+		from = time.Unix(0, 0)
+	}
+	fresh, err := s.dayStates(ctx, DayOf(from), DayOf(before))
+	if err != nil {
+		return nil, err
+	}
+	var out []time.Time
+	for d, ok := range fresh {
+		if !ok {
+			out = append(out, time.Unix(d, 0).UTC())
+		}
+	}
+	sortTimes(out)
+	return out, nil
+}
+
+// freshDays lists the whole UTC days inside [start, end) whose day rollup
+// is fresh, in order.
+func (s *Store) freshDays(ctx context.Context, start, end time.Time) ([]time.Time, error) {
+	first := DayOf(start.Add(Day - time.Second))
+	last := DayOf(end) // exclusive
+	if !first.Before(last) {
+		return nil, nil
+	}
+	fresh, err := s.dayStates(ctx, first, last)
+	if err != nil {
+		return nil, err
+	}
+	var out []time.Time
+	for d, ok := range fresh {
+		if ok {
+			out = append(out, time.Unix(d, 0).UTC())
+		}
+	}
+	sortTimes(out)
+	return out, nil
+}
+
+func sortTimes(ts []time.Time) {
+	slices.SortFunc(ts, time.Time.Compare)
+}
+
+// RollupDay recomputes the day rollup of the UTC day holding day from the
+// newest rows of its hours in rollup_tenant_hour, written with version. It
+// reports false, writing nothing, when the day has no hour rollups, or
+// when its hours were counted with different SLO versions (an SLO change
+// being recomputed): queries then read the day's hours.
+func (s *Store) RollupDay(ctx context.Context, day time.Time, version uint64) (bool, error) {
+	day = DayOf(day)
+	hours, err := s.newestHours(ctx, day, day.Add(Day))
+	if err != nil || len(hours) == 0 {
+		return false, err
+	}
+	var (
+		sum   uint64
+		pairs = make([]string, len(hours))
+	)
+	for i, h := range hours {
+		if h.slo != hours[0].slo {
+			return false, nil
+		}
+		sum += h.version
+		pairs[i] = "(" + strconv.FormatInt(h.hour.Unix(), 10) + ", " + strconv.FormatUint(h.version, 10) + ")"
+	}
+	// Rows are matched to columns by position: no aliases, which would
+	// shadow the columns in WHERE.
+	sel := []string{"toDateTime(?)", "tenant_id", "''", "''", "''", "''", "''", "sum(requests)", "sum(errors)"}
+	for _, c := range StatusClasses {
+		sel = append(sel, "sum(err_"+c+")")
+	}
+	sel = append(sel, "sum(prompt_tokens)", "sum(cached_prompt_tokens)", "sum(output_tokens)")
+	for _, m := range LatencyMetrics {
+		sel = append(sel, "sum("+m+"_count)", "sum("+m+"_sum)",
+			fmt.Sprintf("(sumMap(%[1]s_keys, %[1]s_counts) AS day_%[1]s).1", m), "day_"+m+".2")
+	}
+	sel = append(sel, "any(slo_version)", "sum(good_requests)", "sum(good_output_tokens)", "toUInt64(?)", "toUInt64(?)")
+	query := fmt.Sprintf(`INSERT INTO rollup_tenant_day (%s, hour_versions)
+SELECT %s
+FROM rollup_tenant_hour
+WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?)
+  AND (toUInt32(bucket), version) IN (%s)
+GROUP BY tenant_id`, rollupColumnList, strings.Join(sel, ", "), strings.Join(pairs, ", "))
+	if err := s.conn.Exec(ctx, query, day.Unix(), version, sum, day.Unix(), day.Add(Day).Unix()); err != nil {
+		return false, fmt.Errorf("roll up day %s: %w", day.Format(time.DateOnly), classify(err))
+	}
+	return true, nil
+}
