@@ -153,7 +153,7 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			_, err := usage.GetUsage(key("finance"), &meterv1.GetUsageRequest{Start: ts(start), End: ts(end), GroupBy: []string{"tenant_id"}})
 			return err
 		}},
-		{"GetLatency, all tenants, 30 days, total by tenant (finance, 1000 series)", *rawReps, func() error {
+		{"GetLatency, all tenants, 30 days, total by tenant (finance, 1000 series)", *reps, func() error {
 			_, err := metrics.GetLatency(key("finance"), &meterv1.GetLatencyRequest{Selector: &meterv1.SeriesSelector{Start: ts(start), End: ts(end), GroupBy: []string{"tenant_id"}, PageSize: 1000}})
 			return err
 		}},
