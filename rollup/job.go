@@ -202,7 +202,7 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	if err != nil {
 		return nil, err
 	}
-	days, err := j.dueDays(ctx, hours, until)
+	days, daysDone, err := j.dueDays(ctx, hours, until)
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +248,9 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	}
 	j.pricedVersion = book.Version()
 	j.sloChecked, j.sloVersion = true, sloVersion
-	j.daysBefore = chstore.DayOf(until)
+	if daysDone {
+		j.daysBefore = chstore.DayOf(until)
+	}
 	if err := j.store.SetWatermark(ctx, JobName, until); err != nil {
 		return nil, err
 	}
@@ -259,21 +261,30 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	return mergeHours(hours, costHours), nil
 }
 
+// daysPerRun bounds the stale days one run rolls up (the first run after
+// an upgrade that added day rollups finds every past day stale): the newest
+// go first, the rest in the next runs, and the hours stay on schedule.
+const daysPerRun = 24
+
 // dueDays lists the days whose day rollup a run recomputes, once the hours
 // have been. Only days that have ended by until are rolled up (the current
 // day would be recomputed at every run): the days of the hours just
 // recomputed, and every ended day without a fresh day rollup since the
 // last run's end of days (at the first run, since the beginning: a new
 // deployment, or one that ran before day rollups existed; later, the day
-// that has just ended, even when none of its hours changed since).
-func (j *Job) dueDays(ctx context.Context, hours []time.Time, until time.Time) ([]time.Time, error) {
+// that has just ended, even when none of its hours changed since). done is
+// false when stale days were left for the next run.
+func (j *Job) dueDays(ctx context.Context, hours []time.Time, until time.Time) (days []time.Time, done bool, err error) {
 	before := chstore.DayOf(until)
 	var stale []time.Time
 	if !j.daysBefore.Equal(before) {
-		var err error
 		if stale, err = j.store.StaleDays(ctx, j.daysBefore, before); err != nil {
-			return nil, err
+			return nil, false, err
 		}
+	}
+	done = len(stale) <= daysPerRun
+	if !done {
+		stale = stale[len(stale)-daysPerRun:]
 	}
 	var ended []time.Time
 	for _, h := range hours {
@@ -281,7 +292,7 @@ func (j *Job) dueDays(ctx context.Context, hours []time.Time, until time.Time) (
 			ended = append(ended, d)
 		}
 	}
-	return mergeHours(ended, stale), nil
+	return mergeHours(ended, stale), done, nil
 }
 
 // hoursAtOnce is how many hours a run recomputes at once when several are

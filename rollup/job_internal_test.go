@@ -3,6 +3,7 @@ package rollup
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -90,5 +91,65 @@ func TestEachHour(t *testing.T) {
 	}
 	if canceled != len(hours)-3 {
 		t.Errorf("%d of the last %d hours saw a canceled context", canceled, len(hours)-3)
+	}
+}
+
+// staleDaysStore answers StaleDays with the days of stale in [from, before).
+type staleDaysStore struct {
+	Store
+	stale []time.Time
+	asked int
+}
+
+func (f *staleDaysStore) StaleDays(_ context.Context, from, before time.Time) ([]time.Time, error) {
+	f.asked++
+	var out []time.Time
+	for _, d := range f.stale {
+		if !d.Before(from) && d.Before(before) {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+func TestDueDays(t *testing.T) {
+	day := func(i int) time.Time { return time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, i) }
+	f := &staleDaysStore{}
+	for i := range 30 {
+		f.stale = append(f.stale, day(i))
+	}
+	j := &Job{store: f}
+	until := day(30).Add(5 * time.Hour) // day 30 has not ended
+
+	// The first run: the newest daysPerRun stale days, and the ended days
+	// of the hours recomputed; not the current day.
+	hours := []time.Time{day(2).Add(3 * time.Hour), day(2).Add(4 * time.Hour), day(30).Add(time.Hour)}
+	got, done, err := j.dueDays(context.Background(), hours, until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Time{day(2)}
+	for i := 30 - daysPerRun; i < 30; i++ {
+		want = append(want, day(i))
+	}
+	if done || !slices.Equal(got, want) {
+		t.Errorf("first run: %v, done %v; want %v, not done", got, done, want)
+	}
+
+	// Once the backlog is done, runs in the same day do not ask again.
+	f.stale = f.stale[:30-daysPerRun]
+	if got, done, _ = j.dueDays(context.Background(), nil, until); !done || len(got) != 30-daysPerRun {
+		t.Errorf("second run: %v, done %v; want the %d days left, done", got, done, 30-daysPerRun)
+	}
+	j.daysBefore = day(30)
+	f.stale, f.asked = nil, 0
+	if got, _, _ = j.dueDays(context.Background(), hours[2:], until); len(got) != 0 || f.asked != 0 {
+		t.Errorf("run later that day: %v, asked %d times; want none, not asked", got, f.asked)
+	}
+
+	// The next day: the day that has just ended is checked.
+	f.stale = []time.Time{day(29), day(30)}
+	if got, done, _ = j.dueDays(context.Background(), nil, day(31).Add(time.Minute)); !done || !slices.Equal(got, []time.Time{day(30)}) {
+		t.Errorf("next day: %v, done %v; want %v, done", got, done, day(30))
 	}
 }

@@ -110,8 +110,8 @@ func (s *Store) dayStates(ctx context.Context, from, to time.Time) (map[int64]bo
 
 // StaleDays lists the UTC days in [from, before) that have hour rollups but
 // no fresh day rollup: never computed, or computed before one of their
-// hours was recomputed. From and before are rounded down to days; a zero
-// from lists every stale day.
+// hours was recomputed, in order. From and before are rounded down to
+// days; a zero from lists every stale day.
 func (s *Store) StaleDays(ctx context.Context, from, before time.Time) ([]time.Time, error) {
 	if from.Before(time.Unix(0, 0)) {
 		from = time.Unix(0, 0)
