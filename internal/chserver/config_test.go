@@ -1,12 +1,17 @@
 package chserver
 
 import (
+	"context"
 	"encoding/xml"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -216,5 +221,35 @@ func TestServerEnv(t *testing.T) {
 	want = []string{"MALLOC_CONF=narenas:1", "PATH=/usr/bin", "CLICKHOUSE_WATCHDOG_ENABLE=0"}
 	if diff := cmp.Diff(want, serverEnv(own)); diff != "" {
 		t.Errorf("with MALLOC_CONF set (-want +got):\n%s", diff)
+	}
+}
+
+// TestMallocConfAccepted checks that the server's jemalloc takes every
+// option of mallocConf: it names one it does not know on stderr at start.
+func TestMallocConfAccepted(t *testing.T) {
+	bin, err := FindBinary()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("ClickHouse is required under CI=true: %v", err)
+		}
+		t.Skip(err)
+	}
+	run := func(conf string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		args := []string{"--help"}
+		if filepath.Base(bin) == "clickhouse" {
+			args = []string{"server", "--help"}
+		}
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "MALLOC_CONF=") }), "MALLOC_CONF="+conf)
+		out, _ := cmd.CombinedOutput()
+		return string(out)
+	}
+	if out := run("no_such_option:1"); !strings.Contains(out, "<jemalloc>") {
+		t.Skipf("%s does not report jemalloc options it does not know", bin)
+	}
+	if out := run(mallocConf); strings.Contains(out, "<jemalloc>") {
+		t.Errorf("jemalloc refused part of %q:\n%s", mallocConf, out)
 	}
 }
