@@ -278,16 +278,19 @@ func (s *Server) writeConfig() error {
 // INSERT buffers on every run and took it page by page (on the development
 // VM a page fault costs ~18 µs): 50–70 thousand faults per warm rollup of
 // an hour of 1M events (perf, Debian's 18.16, which links the system
-// jemalloc 5.3). Two settings keep that memory:
-//   - dirty_decay_ms, muzzy_decay_ms: freed pages go back to the kernel
-//     after a minute instead of 10 s (warm rollups 11–13% faster in
-//     interleaved runs: 1.53 s against 1.75 s, 1.90 s against 2.13 s).
+// jemalloc 5.3). Two settings keep that memory, at the cost of idle memory
+// that stays at what the last minutes' queries needed:
 //   - oversize_threshold:0: allocations of 8 MiB and more no longer come
 //     from jemalloc's dedicated arena, which hands freed pages back at
-//     once whatever the decay. Faults per warm run fell to 12–33 thousand,
+//     once whatever the decay. Faults per warm run fell to 5–40 thousand,
 //     the minute-row INSERTs' CPU by half, and warm rollups took 1.3–1.7 s
 //     instead of 1.9–2.4 s (interleaved runs of make bench-hour).
-const mallocConf = "dirty_decay_ms:60000,muzzy_decay_ms:60000,oversize_threshold:0"
+//   - dirty_decay_ms, muzzy_decay_ms: freed pages go back to the kernel
+//     over five minutes instead of 10 s. Against one minute (with the
+//     threshold), warm runs took 1.42 and 1.43 s against 1.62 and 1.60 s
+//     (means of two interleaved pairs); against 10 s (without it),
+//     one minute had made them 11–13% faster.
+const mallocConf = "dirty_decay_ms:300000,muzzy_decay_ms:300000,oversize_threshold:0"
 
 // serverEnv is the server's environment, from environ (ours).
 func serverEnv(environ []string) []string {
