@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -48,9 +49,11 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer bch.close()
 	store, conn := bch.store, bch.conn
 	hour := time.Now().UTC().Truncate(time.Hour).Add(-24 * time.Hour)
+	t0 := time.Now()
 	if err := conn.Exec(ctx, loadSQL(0, *events, *events, *tenants, hour, time.Hour)); err != nil {
 		return fmt.Errorf("load events: %w", err)
 	}
+	loaded := time.Since(t0)
 	if err := conn.Exec(ctx, "OPTIMIZE TABLE inference_events FINAL"); err != nil {
 		return err
 	}
@@ -60,12 +63,14 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		runtime.MemProfileRate = 64 << 10
 		defer writeAllocProfile(*memProfile, stderr)
 	}
-	fmt.Fprintf(stdout, "rollup of one hour of %d events (%d tenants)\n", *events, *tenants)
+	fmt.Fprintf(stdout, "rollup of one hour of %d events (%d tenants; loaded by INSERT … SELECT in %.2f s, merged in %.2f s)\n",
+		*events, *tenants, loaded.Seconds(), time.Since(t0).Seconds()-loaded.Seconds())
 	rctx := ctx
 	if *queryLog {
 		rctx = clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"log_queries": 1}))
 	}
 	cpu := newCPUMeter(bch.pid)
+	var walls []time.Duration
 	for i := range *runs {
 		if i == *runs-1 && *queryLog {
 			if err := conn.Exec(ctx, "SYSTEM FLUSH LOGS"); err != nil {
@@ -98,6 +103,13 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			i+1, wall.Seconds(), took["read"].Seconds(), took["rollup_minute"].Seconds(), took["rollup_hour"].Seconds(),
 			took["rollup_tenant_hour"].Seconds(), took["rollup_total_hour"].Seconds(), used.cpu[0].Seconds(), used.cpu[1].Seconds(),
 			used.faults[0]/1000, used.faults[1]/1000)
+		walls = append(walls, wall)
+	}
+	if len(walls) > 1 {
+		warm := slices.Clone(walls[1:])
+		slices.Sort(warm)
+		fmt.Fprintf(stdout, "runs 2-%d (the job's steady state): median %.2f s, max %.2f s; run 1 (a new process and server: fresh memory in both) %.2f s\n",
+			len(walls), warm[len(warm)/2].Seconds(), warm[len(warm)-1].Seconds(), walls[0].Seconds())
 	}
 	if *queryLog {
 		return printQueryLog(ctx, conn, stdout)
