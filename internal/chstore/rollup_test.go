@@ -147,29 +147,39 @@ func TestTooManySeries(t *testing.T) {
 // TestRollupsMergedHere checks that the rows Rollups merges in this process
 // (one tenant's, or the all-tenant hours) equal ClickHouse's sumMap merge of
 // the same rows, at every step and grouping, and page the same way.
-func TestRollupsMergedHere(t *testing.T) {
-	s := openMigratedStore(t)
-	ctx := context.Background()
+// rollUpSpreadEvents inserts n events (37 s apart from day on) with their
+// latencies spread over many histogram keys, and rolls up every hour they
+// touch, each with its start as version. It returns the end of the last
+// hour and the goodput spec used.
+func rollUpSpreadEvents(t *testing.T, s *chstore.Store, n int) (time.Time, rollup.GoodputSpec) {
+	t.Helper()
 	var b chstore.EventBatch
-	for i := range 3000 {
+	for i := range n {
 		ev := event(i)
-		if ev.TtftMs != nil { // spread the latencies over many histogram keys
+		if ev.TtftMs != nil {
 			ev.TtftMs = proto.Float64(20 + float64(i*7919%5000))
 			ev.E2EMs = proto.Float64(400 + float64(i*104729%90000)/7)
 			ev.ItlMs = proto.Float64(5 + float64(i%97)/3)
 		}
 		b.Append(ev, time.Now(), chstore.Source{})
 	}
-	if err := s.InsertEvents(ctx, &b); err != nil {
+	if err := s.InsertEvents(context.Background(), &b); err != nil {
 		t.Fatal(err)
 	}
-	end := day.Add(3000 * 37 * time.Second).Truncate(time.Hour).Add(time.Hour)
+	end := day.Add(time.Duration(n) * 37 * time.Second).Truncate(time.Hour).Add(time.Hour)
 	spec := rollup.GoodputSpec{Version: 1, DefaultClass: "interactive", Rules: []rollup.GoodputRule{{TTFTMs: 2500}}}
 	for h := day; h.Before(end); h = h.Add(time.Hour) {
 		if err := rollupHour(t, s, h, spec, uint64(h.Unix())); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return end, spec
+}
+
+func TestRollupsMergedHere(t *testing.T) {
+	s := openMigratedStore(t)
+	ctx := context.Background()
+	end, spec := rollUpSpreadEvents(t, s, 3000)
 	// A second computation of some hours: only the newest counts.
 	for h := day; h.Before(day.Add(3 * time.Hour)); h = h.Add(time.Hour) {
 		if err := rollupHour(t, s, h, spec, uint64(h.Unix())+1); err != nil {
@@ -300,26 +310,7 @@ func TestRollupDays(t *testing.T) {
 	s := openMigratedStore(t)
 	ctx := context.Background()
 	const n = 6000 // 37 s apart: two whole days and most of a third
-	var b chstore.EventBatch
-	for i := range n {
-		ev := event(i)
-		if ev.TtftMs != nil {
-			ev.TtftMs = proto.Float64(20 + float64(i*7919%5000))
-			ev.E2EMs = proto.Float64(400 + float64(i*104729%90000)/7)
-			ev.ItlMs = proto.Float64(5 + float64(i%97)/3)
-		}
-		b.Append(ev, time.Now(), chstore.Source{})
-	}
-	if err := s.InsertEvents(ctx, &b); err != nil {
-		t.Fatal(err)
-	}
-	end := day.Add(n * 37 * time.Second).Truncate(time.Hour).Add(time.Hour)
-	spec := rollup.GoodputSpec{Version: 1, DefaultClass: "interactive", Rules: []rollup.GoodputRule{{TTFTMs: 2500}}}
-	for h := day; h.Before(end); h = h.Add(time.Hour) {
-		if err := rollupHour(t, s, h, spec, uint64(h.Unix())); err != nil {
-			t.Fatal(err)
-		}
-	}
+	end, spec := rollUpSpreadEvents(t, s, n)
 	days := func(ds ...int) []time.Time {
 		var out []time.Time
 		for _, d := range ds {
@@ -397,7 +388,7 @@ func TestRollupDays(t *testing.T) {
 	// A late event in day 0, and its hour recomputed: day 0 is stale.
 	late := event(n + 1)
 	late.CompletedAt = timestamppb.New(day.Add(5*time.Hour + 3*time.Minute))
-	b = chstore.EventBatch{}
+	var b chstore.EventBatch
 	b.Append(late, time.Now(), chstore.Source{})
 	if err := s.InsertEvents(ctx, &b); err != nil {
 		t.Fatal(err)
