@@ -46,9 +46,9 @@ ORDER BY bucket`, from.Unix(), to.Unix())
 	return out, nil
 }
 
-// DayOf returns the UTC day holding t.
+// DayOf returns the UTC day holding t: the start of its step of a day.
 func DayOf(t time.Time) time.Time {
-	return time.Unix(t.Unix()-t.Unix()%int64(Day/time.Second), 0).UTC()
+	return StepStart("day", t, time.Time{})
 }
 
 // daySums adds up the versions of hours per day: what the hour_versions of a
@@ -89,23 +89,29 @@ GROUP BY bucket`, from.Unix(), to.Unix())
 	return out, nil
 }
 
-// dayStates returns, for the days in [from, to), which have hour rollups
-// and which of those have a fresh day row (false: missing or stale).
-func (s *Store) dayStates(ctx context.Context, from, to time.Time) (map[int64]bool, error) {
+// dayStates splits the days in [from, to) that have hour rollups into
+// those with a fresh day row and those whose day row is missing or stale,
+// each in order.
+func (s *Store) dayStates(ctx context.Context, from, to time.Time) (fresh, stale []time.Time, err error) {
 	hours, err := s.newestHours(ctx, from, to)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rows, err := s.dayRows(ctx, from, to)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	fresh := map[int64]bool{}
 	for d, sum := range daySums(hours) {
-		hv, ok := rows[d]
-		fresh[d] = ok && hv == sum
+		day := time.Unix(d, 0).UTC()
+		if hv, ok := rows[d]; ok && hv == sum {
+			fresh = append(fresh, day)
+		} else {
+			stale = append(stale, day)
+		}
 	}
-	return fresh, nil
+	slices.SortFunc(fresh, time.Time.Compare)
+	slices.SortFunc(stale, time.Time.Compare)
+	return fresh, stale, nil
 }
 
 // StaleDays lists the UTC days in [from, before) that have hour rollups but
@@ -116,18 +122,8 @@ func (s *Store) StaleDays(ctx context.Context, from, before time.Time) ([]time.T
 	if from.Before(time.Unix(0, 0)) {
 		from = time.Unix(0, 0)
 	}
-	fresh, err := s.dayStates(ctx, DayOf(from), DayOf(before))
-	if err != nil {
-		return nil, err
-	}
-	var out []time.Time
-	for d, ok := range fresh {
-		if !ok {
-			out = append(out, time.Unix(d, 0).UTC())
-		}
-	}
-	sortTimes(out)
-	return out, nil
+	_, stale, err := s.dayStates(ctx, DayOf(from), DayOf(before))
+	return stale, err
 }
 
 // freshDays lists the whole UTC days inside [start, end) whose day rollup
@@ -138,22 +134,8 @@ func (s *Store) freshDays(ctx context.Context, start, end time.Time) ([]time.Tim
 	if !first.Before(last) {
 		return nil, nil
 	}
-	fresh, err := s.dayStates(ctx, first, last)
-	if err != nil {
-		return nil, err
-	}
-	var out []time.Time
-	for d, ok := range fresh {
-		if ok {
-			out = append(out, time.Unix(d, 0).UTC())
-		}
-	}
-	sortTimes(out)
-	return out, nil
-}
-
-func sortTimes(ts []time.Time) {
-	slices.SortFunc(ts, time.Time.Compare)
+	fresh, _, err := s.dayStates(ctx, first, last)
+	return fresh, err
 }
 
 // RollupDay recomputes the day rollup of the UTC day holding day from the
