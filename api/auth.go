@@ -125,9 +125,18 @@ func (k *Keys) Authenticate(ctx context.Context) (Principal, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get("authorization")
 	if len(vals) == 0 {
+		return k.authenticateHeader("")
+	}
+	return k.authenticateHeader(vals[0])
+}
+
+// authenticateHeader finds the caller from the value of an Authorization
+// header ("Bearer <key>"; "" when there is none).
+func (k *Keys) authenticateHeader(value string) (Principal, error) {
+	if value == "" {
 		return Principal{}, fmt.Errorf("%w: missing authorization: send \"Authorization: Bearer <api key>\"", errUnauthenticated)
 	}
-	scheme, token, ok := strings.Cut(vals[0], " ")
+	scheme, token, ok := strings.Cut(value, " ")
 	if !ok || !strings.EqualFold(scheme, "bearer") || strings.TrimSpace(token) == "" {
 		return Principal{}, fmt.Errorf("%w: authorization must be \"Bearer <api key>\"", errUnauthenticated)
 	}

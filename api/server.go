@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -32,6 +33,11 @@ type Config struct {
 	MaxRequestBytes int
 	// Pprof serves net/http/pprof under /debug/pprof/ (off by default).
 	Pprof bool
+	// ReadTimeout bounds reading a whole HTTP request, body included
+	// (default 1m); WriteTimeout bounds a request from the end of its headers
+	// to the end of the response (default 2m); IdleTimeout closes a keep-alive
+	// connection idle this long (default 2m).
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 }
 
 // Validate reports every problem of the configuration at once.
@@ -45,6 +51,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBatchEvents < 0 || c.MaxRequestBytes < 0 {
 		errs = append(errs, errors.New("api: limits must not be negative"))
+	}
+	if c.ReadTimeout < 0 || c.WriteTimeout < 0 || c.IdleTimeout < 0 {
+		errs = append(errs, errors.New("api: HTTP timeouts must not be negative"))
 	}
 	return errors.Join(errs...)
 }
@@ -87,6 +96,19 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 	if cfg.MaxRequestBytes == 0 {
 		cfg.MaxRequestBytes = 16 << 20
 	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = time.Minute
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = 2 * time.Minute
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 2 * time.Minute
+	}
+	keys := &Keys{}
+	if svc != nil && svc.Keys != nil {
+		keys = svc.Keys
+	}
 	s := &Server{cfg: cfg, logger: logger}
 	var err error
 	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
@@ -107,19 +129,12 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 	mux.HandleFunc("GET /healthz/live", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("GET /healthz/ready", func(w http.ResponseWriter, r *http.Request) {
-		rctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := ready(rctx); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
+	mux.Handle("GET /healthz/ready", readiness(ready, logger))
 
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
-		grpc.ChainUnaryInterceptor(errorInterceptor(logger), authInterceptorFor(svc)),
+		grpc.InTapHandle(authTap(keys)),
+		grpc.ChainUnaryInterceptor(errorInterceptor(logger), authInterceptor(keys)),
 	)
 	if svc != nil {
 		meterv1.RegisterIngestServiceServer(s.grpc, &ingestService{pub: svc.Publisher, maxEvents: cfg.MaxBatchEvents})
@@ -143,13 +158,30 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 			s.close()
 			return nil, fmt.Errorf("dial own gRPC server: %w", err)
 		}
-		gw := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
-			UnmarshalOptions: protojson.UnmarshalOptions{},
-		}))
+		guard, err := newHTTPGuard(keys, int64(cfg.MaxRequestBytes))
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		gw := runtime.NewServeMux(
+			runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+				MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
+				UnmarshalOptions: protojson.UnmarshalOptions{},
+			}),
+			runtime.WithMiddlewares(guard.middleware),
+			runtime.WithRoutingErrorHandler(guard.routingError),
+			runtime.WithErrorHandler(errorHandler(logger)),
+		)
+		guard.mux = gw
 		if err := meterv1.RegisterIngestServiceHandler(ctx, gw, s.conn); err != nil {
 			s.close()
 			return nil, fmt.Errorf("register ingest gateway: %w", err)
+		}
+		// Registered after the generated handler, so it takes its place.
+		pe := &publishHandler{mux: gw, client: meterv1.NewIngestServiceClient(s.conn), maxEvents: cfg.MaxBatchEvents}
+		if err := gw.HandlePath(http.MethodPost, "/v1/events", pe.serve); err != nil {
+			s.close()
+			return nil, fmt.Errorf("register publish handler: %w", err)
 		}
 		if err := meterv1.RegisterUsageServiceHandler(ctx, gw, s.conn); err != nil {
 			s.close()
@@ -173,31 +205,47 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 				return nil, fmt.Errorf("register admin gateway: %w", err)
 			}
 		}
-		mux.Handle("/v1/", limitBody(gw, int64(cfg.MaxRequestBytes)))
+		mux.Handle("/v1/", gw)
 	}
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+	}
 	return s, nil
 }
 
-func authInterceptorFor(svc *Services) grpc.UnaryServerInterceptor {
-	if svc == nil || svc.Keys == nil {
-		return authInterceptor(&Keys{})
-	}
-	return authInterceptor(svc.Keys)
-}
-
-// limitBody answers 413 for a declared body beyond max and cuts off longer
-// chunked bodies.
-func limitBody(next http.Handler, max int64) http.Handler {
+// readiness answers /healthz/ready: 200 "ready", or 503 "not ready" without
+// the reason, which may name internal addresses; the reason is logged when
+// it changes.
+func readiness(ready func(context.Context) error, logger *slog.Logger) http.Handler {
+	var mu sync.Mutex
+	last := ""
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > max {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusRequestEntityTooLarge)
-			fmt.Fprintf(w, `{"code":3,"message":"request body is %d bytes, the limit is %d; split the batch","details":[]}`+"\n", r.ContentLength, max)
+		rctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		err := ready(rctx)
+		reason := ""
+		if err != nil {
+			reason = err.Error()
+		}
+		mu.Lock()
+		if reason != last {
+			if err != nil {
+				logger.Warn("not ready", "error", err)
+			} else {
+				logger.Info("ready again")
+			}
+			last = reason
+		}
+		mu.Unlock()
+		if err != nil {
+			http.Error(w, "not ready (the reason is in meterd's log)", http.StatusServiceUnavailable)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, max)
-		next.ServeHTTP(w, r)
+		fmt.Fprintln(w, "ready")
 	})
 }
 

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/ingest"
@@ -54,17 +56,41 @@ var errTooLarge = errors.New("request too large")
 func authInterceptor(keys *Keys) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		p, err := keys.Authenticate(ctx)
+		if err == nil {
+			err = checkRole(p, info.FullMethod)
+		}
 		if err != nil {
 			return nil, toStatus(ctx, nil, err)
 		}
-		allowed := false
-		for _, r := range methodRoles[info.FullMethod] {
-			allowed = allowed || r == p.Role
-		}
-		if !allowed {
-			return nil, toStatus(ctx, nil, fmt.Errorf("%w: key %q (role %s) may not call %s", errPermissionDenied, p.Name, p.Role, info.FullMethod))
-		}
 		return handler(withPrincipal(ctx, p), req)
+	}
+}
+
+// checkRole tells whether p's role may call the gRPC method fullMethod.
+func checkRole(p Principal, fullMethod string) error {
+	if !slices.Contains(methodRoles[fullMethod], p.Role) {
+		return fmt.Errorf("%w: key %q (role %s) may not call %s", errPermissionDenied, p.Name, p.Role, fullMethod)
+	}
+	return nil
+}
+
+// authTap refuses a gRPC call whose key or role is wrong before its message
+// is read, so that an unauthenticated client costs no decoding. The
+// interceptor checks again and attaches the principal.
+func authTap(keys *Keys) tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		var value string
+		if vals := info.Header.Get("authorization"); len(vals) > 0 {
+			value = vals[0]
+		}
+		p, err := keys.authenticateHeader(value)
+		if err == nil {
+			err = checkRole(p, info.FullMethodName)
+		}
+		if err != nil {
+			return nil, toStatus(ctx, nil, err)
+		}
+		return ctx, nil
 	}
 }
 

@@ -35,6 +35,7 @@ type Config struct {
 	BatchTimeout time.Duration
 	MaxBatch     int
 	MaxBody      int
+	HTTPTimeouts [3]time.Duration // read, write, idle
 	LogLevel     string
 	SLOFile      string
 	RollupEvery  time.Duration
@@ -96,6 +97,11 @@ func (c Config) Validate() error {
 	if c.MemoryMiB < 0 {
 		errs = append(errs, fmt.Errorf("--memory-limit-mib %d: must not be negative", c.MemoryMiB))
 	}
+	for i, d := range c.HTTPTimeouts {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("--http-%s-timeout %s: must be positive", [...]string{"read", "write", "idle"}[i], d))
+		}
+	}
 	if c.MaxBatch <= 0 || c.MaxBody <= 0 {
 		errs = append(errs, errors.New("--max-batch-events and --max-request-bytes must be positive"))
 	}
@@ -131,6 +137,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&c.BatchTimeout, "batch-timeout", 500*time.Millisecond, "flush a non-empty batch this long after its first record")
 	fs.IntVar(&c.MaxBatch, "max-batch-events", 10_000, "most events in one publish request")
 	fs.IntVar(&c.MaxBody, "max-request-bytes", 16<<20, "largest request body or gRPC message")
+	fs.DurationVar(&c.HTTPTimeouts[0], "http-read-timeout", time.Minute, "longest time to read an HTTP request, body included")
+	fs.DurationVar(&c.HTTPTimeouts[1], "http-write-timeout", 2*time.Minute, "longest time from the end of an HTTP request's headers to the end of its response")
+	fs.DurationVar(&c.HTTPTimeouts[2], "http-idle-timeout", 2*time.Minute, "close a keep-alive HTTP connection idle this long")
 	fs.StringVar(&c.SLOFile, "slo-file", "", "JSON SLO set for goodput (see README); a changed file becomes a new SLO version at start")
 	fs.DurationVar(&c.RollupEvery, "rollup-interval", 10*time.Second, "how often the rollup role recomputes changed hours")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")

@@ -1,0 +1,293 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+// maxJSONDepth bounds the nesting of a JSON request body. Events need four
+// levels and admin documents a few more; a deeper body is refused before it
+// is decoded, instead of failing deep inside protobuf's recursion limit.
+const maxJSONDepth = 64
+
+// httpRoute is what the HTTP guard knows of one gateway route.
+type httpRoute struct {
+	meterv1.HTTPRoute
+	// params are the query parameters the route accepts, in both the proto
+	// and the JSON spelling of each field path; names lists the proto ones.
+	params map[string]bool
+	names  []string
+}
+
+// httpGuard runs on the REST path before the gateway reads the request
+// body: it authenticates the key and checks its role, refuses unknown query
+// parameters, and reads the body within its size and nesting limits. A
+// request that fails any check costs no decoding.
+type httpGuard struct {
+	keys    *Keys
+	routes  map[string]*httpRoute // "METHOD /path"
+	maxBody int64
+	mux     *runtime.ServeMux // for error responses; set once the mux exists
+}
+
+func newHTTPGuard(keys *Keys, maxBody int64) (*httpGuard, error) {
+	routes, err := meterv1.HTTPRoutes()
+	if err != nil {
+		return nil, err
+	}
+	g := &httpGuard{keys: keys, routes: map[string]*httpRoute{}, maxBody: maxBody}
+	for _, r := range routes {
+		params, names, err := queryParams(r)
+		if err != nil {
+			return nil, err
+		}
+		g.routes[r.Method+" "+r.Path] = &httpRoute{HTTPRoute: r, params: params, names: names}
+	}
+	return g, nil
+}
+
+// queryParams lists the query parameters a route accepts: every field path
+// of its request message that the body does not fill, as the gateway
+// populates them (proto or JSON name at each level; well-known types such as
+// Timestamp are leaves), and the proto spelling of each, sorted.
+func queryParams(r meterv1.HTTPRoute) (params map[string]bool, names []string, err error) {
+	params = map[string]bool{}
+	if r.Body == "*" {
+		return params, nil, nil
+	}
+	name := strings.ReplaceAll(strings.TrimPrefix(r.FullMethod, "/"), "/", ".")
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(name))
+	if err != nil {
+		return nil, nil, fmt.Errorf("route %s %s: %w", r.Method, r.Path, err)
+	}
+	md, ok := d.(protoreflect.MethodDescriptor)
+	if !ok {
+		return nil, nil, fmt.Errorf("route %s %s: %s is not a method", r.Method, r.Path, name)
+	}
+	// prefixes holds the spellings of the parent path: the first is the
+	// proto one, the others mix in JSON names.
+	var walk func(prefixes []string, m protoreflect.MessageDescriptor, depth int)
+	walk = func(prefixes []string, m protoreflect.MessageDescriptor, depth int) {
+		fields := m.Fields()
+		for i := 0; i < fields.Len(); i++ {
+			f := fields.Get(i)
+			if depth == 0 && string(f.Name()) == r.Body {
+				continue
+			}
+			var paths []string
+			for _, p := range prefixes {
+				paths = append(paths, p+string(f.Name()), p+f.JSONName())
+			}
+			msg := f.Message()
+			if msg == nil || f.IsList() || f.IsMap() || strings.HasPrefix(string(msg.FullName()), "google.protobuf.") || depth > 8 {
+				for _, n := range paths {
+					params[n] = true
+				}
+				names = append(names, paths[0])
+				continue
+			}
+			for i := range paths {
+				paths[i] += "."
+			}
+			walk(paths, msg, depth+1)
+		}
+	}
+	walk([]string{""}, md.Input(), 0)
+	slices.Sort(names)
+	return params, names, nil
+}
+
+// middleware is the gateway middleware that applies the guard.
+func (g *httpGuard) middleware(next runtime.HandlerFunc) runtime.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, pathParams map[string]string) {
+		route, ok := g.route(r)
+		if !ok {
+			// Every gateway route comes from api.yaml; a miss is a bug of ours.
+			g.fail(w, r, http.StatusInternalServerError, status.Error(codes.Internal, "internal error: route not in api.yaml"))
+			return
+		}
+		p, err := g.keys.authenticateHeader(r.Header.Get("Authorization"))
+		if err == nil {
+			err = checkRole(p, route.FullMethod)
+		}
+		if err != nil {
+			g.fail(w, r, 0, toStatus(r.Context(), nil, err))
+			return
+		}
+		if unknown := route.unknownParams(r); len(unknown) > 0 {
+			g.fail(w, r, 0, status.Errorf(codes.InvalidArgument, "unknown query parameter %s: %s %s accepts %s",
+				strings.Join(unknown, ", "), route.Method, route.Path, route.paramList()))
+			return
+		}
+		if route.Body != "" {
+			body, httpStatus, err := g.readBody(r)
+			if err != nil {
+				g.fail(w, r, httpStatus, err)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		next(w, r, pathParams)
+	}
+}
+
+func (g *httpGuard) route(r *http.Request) (*httpRoute, bool) {
+	pat, ok := runtime.HTTPPattern(r.Context())
+	if !ok {
+		return nil, false
+	}
+	route, ok := g.routes[r.Method+" "+pat.String()]
+	return route, ok
+}
+
+// readBody reads the whole body within maxBody bytes (413 beyond, declared
+// or not) and checks its JSON nesting.
+func (g *httpGuard) readBody(r *http.Request) ([]byte, int, error) {
+	if r.ContentLength > g.maxBody {
+		return nil, http.StatusRequestEntityTooLarge, tooLargeBody(r.ContentLength, g.maxBody)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, g.maxBody+1))
+	if err != nil {
+		return nil, http.StatusBadRequest, status.Errorf(codes.InvalidArgument, "read request body: %v", err)
+	}
+	if int64(len(body)) > g.maxBody {
+		return nil, http.StatusRequestEntityTooLarge, tooLargeBody(-1, g.maxBody)
+	}
+	if d := jsonDepth(body); d > maxJSONDepth {
+		return nil, 0, status.Errorf(codes.InvalidArgument, "request body nests more than %d levels deep", maxJSONDepth)
+	}
+	return body, 0, nil
+}
+
+func tooLargeBody(size, max int64) error {
+	if size < 0 {
+		return status.Errorf(codes.InvalidArgument, "request body is over the limit of %d bytes; split the batch", max)
+	}
+	return status.Errorf(codes.InvalidArgument, "request body is %d bytes, the limit is %d; split the batch", size, max)
+}
+
+// fail writes err in the gateway's error format, with httpStatus instead of
+// the status code's own when it is not 0.
+func (g *httpGuard) fail(w http.ResponseWriter, r *http.Request, httpStatus int, err error) {
+	if httpStatus != 0 {
+		err = &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: err}
+	}
+	_, out := runtime.MarshalerForRequest(g.mux, r)
+	runtime.HTTPError(r.Context(), g.mux, out, w, r, err)
+}
+
+// unknownParams returns the query parameters the route does not accept, sorted.
+func (r *httpRoute) unknownParams(req *http.Request) []string {
+	var unknown []string
+	for k := range req.URL.Query() {
+		name := k
+		if i := strings.IndexByte(k, '['); i > 0 && strings.HasSuffix(k, "]") {
+			name = k[:i] // a map entry, key[mapkey]
+		}
+		if !r.params[name] {
+			unknown = append(unknown, fmt.Sprintf("%q", k))
+		}
+	}
+	sort.Strings(unknown)
+	return unknown
+}
+
+// paramList names the accepted parameters (proto spelling) for error messages.
+func (r *httpRoute) paramList() string {
+	if len(r.names) == 0 {
+		return "no query parameters"
+	}
+	return strings.Join(r.names, ", ")
+}
+
+// jsonDepth returns the deepest nesting of objects and arrays in a JSON
+// text, counting brackets outside strings. It does not validate: the
+// decoder does that afterwards, this only bounds its recursion.
+func jsonDepth(b []byte) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			depth++
+			deepest = max(deepest, depth)
+		case '}', ']':
+			depth--
+		}
+	}
+	return deepest
+}
+
+// routingError answers a path the gateway does not serve with 404, and a
+// known path with the wrong method with 405 and an Allow header (the
+// gateway's default says 501).
+func (g *httpGuard) routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+	var err error
+	switch httpStatus {
+	case http.StatusMethodNotAllowed:
+		var allow []string
+		for _, route := range g.routes {
+			if route.Path == r.URL.Path {
+				allow = append(allow, route.Method)
+			}
+		}
+		slices.Sort(allow)
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		err = status.Errorf(codes.Unimplemented, "method %s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(allow, ", "))
+	case http.StatusNotFound:
+		err = status.Errorf(codes.NotFound, "no route %s", r.URL.Path)
+	default:
+		err = status.Error(codes.InvalidArgument, http.StatusText(httpStatus))
+	}
+	runtime.HTTPError(ctx, mux, m, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: err})
+}
+
+// errorHandler is the gateway's error handler: as the default, but an
+// internal error never shows its text (the gateway's own hop to the gRPC
+// server can fail with messages about our internals).
+func errorHandler(logger *slog.Logger) runtime.ErrorHandlerFunc {
+	return func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+		var hs *runtime.HTTPStatusError
+		inner := err
+		if errors.As(err, &hs) {
+			inner = hs.Err
+		}
+		if s, ok := status.FromError(inner); !ok || s.Code() == codes.Internal || s.Code() == codes.Unknown || s.Code() == codes.DataLoss {
+			logger.ErrorContext(ctx, "REST request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+			inner = status.Error(codes.Internal, "internal error")
+			if hs != nil {
+				err = &runtime.HTTPStatusError{HTTPStatus: hs.HTTPStatus, Err: inner}
+			} else {
+				err = inner
+			}
+		}
+		runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+	}
+}

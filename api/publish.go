@@ -1,0 +1,169 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+// publishHandler serves POST /v1/events in place of the generated gateway
+// handler, which decodes the whole body as one message: there, one event
+// with an unknown field or a wrong type failed the batch with a line:column
+// message and no index. Here each event is decoded on its own; one that does
+// not decode is rejected with its index and reason, like an event that fails
+// validation, and the others go through the gRPC service as usual (same
+// authentication, limits and error mapping).
+type publishHandler struct {
+	mux       *runtime.ServeMux
+	client    meterv1.IngestServiceClient
+	maxEvents int
+}
+
+func (h *publishHandler) serve(w http.ResponseWriter, r *http.Request, _ map[string]string) {
+	_, out := runtime.MarshalerForRequest(h.mux, r)
+	ctx, err := runtime.AnnotateContext(r.Context(), h.mux, r, meterv1.IngestService_PublishEvents_FullMethodName, runtime.WithHTTPPathPattern("/v1/events"))
+	if err != nil {
+		runtime.HTTPError(r.Context(), h.mux, out, w, r, err)
+		return
+	}
+	raw, err := splitEvents(r.Body)
+	if err != nil {
+		runtime.HTTPError(ctx, h.mux, out, w, r, status.Error(codes.InvalidArgument, err.Error()))
+		return
+	}
+	if len(raw) > h.maxEvents {
+		runtime.HTTPError(ctx, h.mux, out, w, r, status.Errorf(codes.InvalidArgument, "batch has %d events, the limit is %d; split it", len(raw), h.maxEvents))
+		return
+	}
+	req := &meterv1.PublishEventsRequest{Events: make([]*meterv1.InferenceEvent, 0, len(raw))}
+	var index []int // index[i] is the batch position of req.Events[i]
+	var failed []*meterv1.RejectedEvent
+	for i, b := range raw {
+		ev := &meterv1.InferenceEvent{}
+		if err := protojson.Unmarshal(b, ev); err != nil {
+			failed = append(failed, &meterv1.RejectedEvent{
+				Index: int32(i), EventId: eventIDOf(b), Reason: fmt.Sprintf("malformed JSON event: %v", err),
+			})
+			continue
+		}
+		req.Events = append(req.Events, ev)
+		index = append(index, i)
+	}
+	var md runtime.ServerMetadata
+	resp := &meterv1.PublishEventsResponse{}
+	if len(req.Events) > 0 {
+		resp, err = h.client.PublishEvents(ctx, req, grpc.Header(&md.HeaderMD), grpc.Trailer(&md.TrailerMD))
+		ctx = runtime.NewServerMetadataContext(ctx, md)
+		if err != nil {
+			runtime.HTTPError(ctx, h.mux, out, w, r, err)
+			return
+		}
+		for _, rej := range resp.Rejected {
+			rej.Index = int32(index[rej.Index])
+		}
+	}
+	resp.Rejected = append(resp.Rejected, failed...)
+	sort.SliceStable(resp.Rejected, func(i, j int) bool { return resp.Rejected[i].Index < resp.Rejected[j].Index })
+	runtime.ForwardResponseMessage(ctx, h.mux, out, w, r, resp, h.mux.GetForwardResponseOptions()...)
+}
+
+// splitEvents reads a {"events": [...]} body and returns each event's JSON
+// text, undecoded. The envelope itself must be well formed: one object with
+// at most one "events" key holding an array (or null), nothing else.
+func splitEvents(body io.Reader) ([]json.RawMessage, error) {
+	dec := json.NewDecoder(body)
+	dec.UseNumber()
+	if err := expectDelim(dec, '{'); err != nil {
+		return nil, fmt.Errorf("request body: %w", err)
+	}
+	var events []json.RawMessage
+	seen := false
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("request body: %w", err)
+		}
+		key, _ := t.(string)
+		if key != "events" {
+			return nil, fmt.Errorf("request body: unknown field %q: want {\"events\": [...]}", key)
+		}
+		if seen {
+			return nil, errors.New(`request body: duplicate field "events"`)
+		}
+		seen = true
+		if events, err = readEventArray(dec); err != nil {
+			return nil, fmt.Errorf("request body: events: %w", err)
+		}
+	}
+	if err := expectDelim(dec, '}'); err != nil {
+		return nil, fmt.Errorf("request body: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("request body: data after the JSON object")
+	}
+	return events, nil
+}
+
+// readEventArray reads an array (or null) of raw JSON values.
+func readEventArray(dec *json.Decoder) ([]json.RawMessage, error) {
+	t, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if t == nil {
+		return nil, nil
+	}
+	if d, ok := t.(json.Delim); !ok || d != '[' {
+		return nil, fmt.Errorf("want an array, got %v", t)
+	}
+	var out []json.RawMessage
+	for dec.More() {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, fmt.Errorf("event %d: %w", len(out), err)
+		}
+		out = append(out, raw)
+	}
+	_, err = dec.Token() // ']'
+	return out, err
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim) error {
+	t, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if d, ok := t.(json.Delim); !ok || d != want {
+		return fmt.Errorf("want %q, got %v", want, t)
+	}
+	return nil
+}
+
+// eventIDOf returns the event_id (or eventId) of an event that did not
+// decode, when it can be read, so that the rejection names the event.
+func eventIDOf(raw json.RawMessage) string {
+	var ids struct {
+		Proto string `json:"event_id"`
+		JSON  string `json:"eventId"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if dec.Decode(&ids) != nil {
+		return ""
+	}
+	if ids.Proto != "" {
+		return ids.Proto
+	}
+	return ids.JSON
+}
