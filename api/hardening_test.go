@@ -61,7 +61,7 @@ type (
 
 // newBareServer runs an api.Server without Kafka or ClickHouse: a recording
 // publisher, empty usage, and stores that must not be reached.
-func newBareServer(t *testing.T, cfg api.Config, ready func(context.Context) error) (*api.Server, *recordingPublisher) {
+func newBareServer(t testing.TB, cfg api.Config, ready func(context.Context) error) (*api.Server, *recordingPublisher) {
 	t.Helper()
 	var kf api.KeysFile
 	for role, key := range testKeys {
@@ -152,8 +152,7 @@ func TestRefusedBeforeBodyIsRead(t *testing.T) {
 
 // BenchmarkKeylessPost15MB is the cost of refusing a key-less 15 MB post.
 func BenchmarkKeylessPost15MB(b *testing.B) {
-	t := &testing.T{}
-	srv, _ := newBareServer(t, api.Config{}, nil)
+	srv, _ := newBareServer(b, api.Config{}, nil)
 	h := srv.HTTPHandler()
 	b.ReportAllocs()
 	for b.Loop() {
