@@ -44,24 +44,58 @@ func (p *recordingPublisher) Publish(_ context.Context, events []*meterv1.Infere
 	return len(events), nil, nil
 }
 
-// emptyUsage answers every usage query with no rows.
-type emptyUsage struct{}
+// emptyUsage answers every usage query with no rows and remembers the last.
+type emptyUsage struct {
+	mu   sync.Mutex
+	last chstore.UsageQuery
+}
 
-func (emptyUsage) Usage(context.Context, chstore.UsageQuery) ([]chstore.UsageRow, error) {
+func (u *emptyUsage) Usage(_ context.Context, q chstore.UsageQuery) ([]chstore.UsageRow, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.last = q
+	return nil, nil
+}
+
+// emptyRollups answers every rollup query with no rows and remembers the last.
+type emptyRollups struct {
+	mu   sync.Mutex
+	last chstore.RollupQuery
+}
+
+func (e *emptyRollups) Rollups(_ context.Context, q chstore.RollupQuery) ([]chstore.RollupRow, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.last = q
+	return nil, nil
+}
+
+func (e *emptyRollups) RawLatency(_ context.Context, q chstore.RollupQuery) ([]chstore.RawLatencyRow, error) {
 	return nil, nil
 }
 
 // Stores whose methods must never be reached: the embedded nil interface
 // panics if one is.
 type (
-	unreachableRollups struct{ api.RollupReader }
-	unreachableCost    struct{ api.CostReader }
-	unreachableAdmin   struct{ api.AdminStore }
+	unreachableCost  struct{ api.CostReader }
+	unreachableAdmin struct{ api.AdminStore }
 )
+
+// bareStores are the stores behind a bare server.
+type bareStores struct {
+	pub     *recordingPublisher
+	usage   *emptyUsage
+	rollups *emptyRollups
+}
 
 // newBareServer runs an api.Server without Kafka or ClickHouse: a recording
 // publisher, empty usage, and stores that must not be reached.
 func newBareServer(t testing.TB, cfg api.Config, ready func(context.Context) error) (*api.Server, *recordingPublisher) {
+	srv, stores := newBareServerStores(t, cfg, ready)
+	return srv, stores.pub
+}
+
+func newBareServerStores(t testing.TB, cfg api.Config, ready func(context.Context) error) (*api.Server, bareStores) {
 	t.Helper()
 	var kf api.KeysFile
 	for role, key := range testKeys {
@@ -81,12 +115,12 @@ func newBareServer(t testing.TB, cfg api.Config, ready func(context.Context) err
 	if ready == nil {
 		ready = func(context.Context) error { return nil }
 	}
-	pub := &recordingPublisher{}
+	stores := bareStores{pub: &recordingPublisher{}, usage: &emptyUsage{}, rollups: &emptyRollups{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv, err := api.New(ctx, cfg, &api.Services{
-		Keys: keys, Publisher: pub, Usage: emptyUsage{},
-		Rollups: unreachableRollups{}, Cost: unreachableCost{}, Admin: unreachableAdmin{},
+		Keys: keys, Publisher: stores.pub, Usage: stores.usage,
+		Rollups: stores.rollups, Cost: unreachableCost{}, Admin: unreachableAdmin{},
 	}, ready, prometheus.NewRegistry(), logger)
 	if err != nil {
 		cancel()
@@ -95,7 +129,7 @@ func newBareServer(t testing.TB, cfg api.Config, ready func(context.Context) err
 	done := make(chan struct{})
 	go func() { srv.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return srv, pub
+	return srv, stores
 }
 
 // countingReader yields n bytes of filler and counts how many were read.
@@ -290,6 +324,49 @@ func TestUnknownQueryParameters(t *testing.T) {
 		code, body := restTo(t, srv, "GET", tt.path, testKeys["admin"], "")
 		if code != tt.want || !strings.Contains(string(body), tt.naming) {
 			t.Errorf("%s: got %d %s, want %d naming %s", tt.path, code, body, tt.want, tt.naming)
+		}
+	}
+}
+
+// Times may be plain dates and must say what is wanted when they do not
+// parse; the metrics routes take the plain parameter names; step and
+// granularity are one parameter.
+func TestQuerySpellings(t *testing.T) {
+	srv, stores := newBareServerStores(t, api.Config{}, nil)
+	day := func(d int) time.Time { return time.Date(2026, 11, d, 0, 0, 0, 0, time.UTC) }
+	for _, tt := range []struct {
+		path       string
+		wantCode   int
+		wantMsg    string
+		start, end time.Time
+		step       string
+	}{
+		{"/v1/latency?start=2026-11-23&end=2026-11-24&step=hour", 200, "", day(23), day(24), "hour"},
+		{"/v1/latency?selector.start=2026-11-23T00:00:00Z&selector.end=2026-11-24&granularity=day", 200, "", day(23), day(24), "day"},
+		{"/v1/usage?start=2026-11-22&end=2026-11-23T00:00:00%2B00:00&step=hour", 200, "", day(22), day(23), "hour"},
+		{"/v1/usage?start=2026-11-22&end=2026-11-23&granularity=day", 200, "", day(22), day(23), "day"},
+		{"/v1/usage?start=23/11/2026&end=2026-11-24", 400, "2026-11-23T00:00:00Z", time.Time{}, time.Time{}, ""},
+		{"/v1/latency?start=2026-11-23T10:00&end=2026-11-24", 400, "want an RFC 3339 time", time.Time{}, time.Time{}, ""},
+		{"/v1/latency?start=2026-11-23&selector.start=2026-11-23&end=2026-11-24", 400, "given twice", time.Time{}, time.Time{}, ""},
+		{"/v1/usage?start=2026-11-22&end=2026-11-23&step=hour&granularity=day", 400, "given twice", time.Time{}, time.Time{}, ""},
+	} {
+		code, body := restTo(t, srv, "GET", tt.path, testKeys["admin"], "")
+		if code != tt.wantCode || !strings.Contains(string(body), tt.wantMsg) || strings.Contains(string(body), "2006-01-02") {
+			t.Errorf("%s: got %d %s, want %d mentioning %q", tt.path, code, body, tt.wantCode, tt.wantMsg)
+			continue
+		}
+		if code != 200 {
+			continue
+		}
+		var start, end time.Time
+		var step string
+		if strings.HasPrefix(tt.path, "/v1/usage") {
+			start, end, step = stores.usage.last.Start, stores.usage.last.End, stores.usage.last.Granularity
+		} else {
+			start, end, step = stores.rollups.last.Start, stores.rollups.last.End, stores.rollups.last.Step
+		}
+		if !start.Equal(tt.start) || !end.Equal(tt.end) || step != tt.step {
+			t.Errorf("%s: store got %s..%s step %q, want %s..%s step %q", tt.path, start, end, step, tt.start, tt.end, tt.step)
 		}
 	}
 }

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"net/url"
 	"slices"
-	"sort"
 	"strings"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
@@ -18,6 +20,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"tokenmeter/internal/timearg"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -29,10 +32,15 @@ const maxJSONDepth = 64
 // httpRoute is what the HTTP guard knows of one gateway route.
 type httpRoute struct {
 	meterv1.HTTPRoute
-	// params are the query parameters the route accepts, in both the proto
-	// and the JSON spelling of each field path; names lists the proto ones.
-	params map[string]bool
-	names  []string
+	// params maps every accepted spelling of a query parameter to its
+	// field path in proto names: proto and JSON names at each level, and
+	// the aliases users type (start for selector.start on the metrics
+	// routes; step and granularity for each other).
+	params map[string]string
+	// names are the documented field paths, sorted.
+	names []string
+	// times and repeated mark the field paths that are Timestamps or lists.
+	times, repeated map[string]bool
 }
 
 // httpGuard runs on the REST path before the gateway reads the request
@@ -53,32 +61,31 @@ func newHTTPGuard(keys *Keys, maxBody int64) (*httpGuard, error) {
 	}
 	g := &httpGuard{keys: keys, routes: map[string]*httpRoute{}, maxBody: maxBody}
 	for _, r := range routes {
-		params, names, err := queryParams(r)
+		route, err := newHTTPRoute(r)
 		if err != nil {
 			return nil, err
 		}
-		g.routes[r.Method+" "+r.Path] = &httpRoute{HTTPRoute: r, params: params, names: names}
+		g.routes[r.Method+" "+r.Path] = route
 	}
 	return g, nil
 }
 
-// queryParams lists the query parameters a route accepts: every field path
-// of its request message that the body does not fill, as the gateway
-// populates them (proto or JSON name at each level; well-known types such as
-// Timestamp are leaves), and the proto spelling of each, sorted.
-func queryParams(r meterv1.HTTPRoute) (params map[string]bool, names []string, err error) {
-	params = map[string]bool{}
+// newHTTPRoute reads the query parameters of a route from its request
+// message: every field path the body does not fill, as the gateway
+// populates them (well-known types such as Timestamp are leaves).
+func newHTTPRoute(r meterv1.HTTPRoute) (*httpRoute, error) {
+	route := &httpRoute{HTTPRoute: r, params: map[string]string{}, times: map[string]bool{}, repeated: map[string]bool{}}
 	if r.Body == "*" {
-		return params, nil, nil
+		return route, nil
 	}
 	name := strings.ReplaceAll(strings.TrimPrefix(r.FullMethod, "/"), "/", ".")
 	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(name))
 	if err != nil {
-		return nil, nil, fmt.Errorf("route %s %s: %w", r.Method, r.Path, err)
+		return nil, fmt.Errorf("route %s %s: %w", r.Method, r.Path, err)
 	}
 	md, ok := d.(protoreflect.MethodDescriptor)
 	if !ok {
-		return nil, nil, fmt.Errorf("route %s %s: %s is not a method", r.Method, r.Path, name)
+		return nil, fmt.Errorf("route %s %s: %s is not a method", r.Method, r.Path, name)
 	}
 	// prefixes holds the spellings of the parent path: the first is the
 	// proto one, the others mix in JSON names.
@@ -96,10 +103,13 @@ func queryParams(r meterv1.HTTPRoute) (params map[string]bool, names []string, e
 			}
 			msg := f.Message()
 			if msg == nil || f.IsList() || f.IsMap() || strings.HasPrefix(string(msg.FullName()), "google.protobuf.") || depth > 8 {
+				canonical := paths[0]
 				for _, n := range paths {
-					params[n] = true
+					route.params[n] = canonical
 				}
-				names = append(names, paths[0])
+				route.names = append(route.names, canonical)
+				route.times[canonical] = msg != nil && msg.FullName() == "google.protobuf.Timestamp"
+				route.repeated[canonical] = f.IsList()
 				continue
 			}
 			for i := range paths {
@@ -109,8 +119,24 @@ func queryParams(r meterv1.HTTPRoute) (params map[string]bool, names []string, e
 		}
 	}
 	walk([]string{""}, md.Input(), 0)
-	slices.Sort(names)
-	return params, names, nil
+	slices.Sort(route.names)
+	// Aliases: the plain names of a selector's fields, and step and
+	// granularity for each other, where they do not clash with a field.
+	alias := func(from, to string) {
+		if _, taken := route.params[from]; !taken {
+			if c, ok := route.params[to]; ok {
+				route.params[from] = c
+			}
+		}
+	}
+	for _, spelling := range slices.Sorted(maps.Keys(route.params)) {
+		if plain, ok := strings.CutPrefix(spelling, "selector."); ok {
+			alias(plain, spelling)
+		}
+	}
+	alias("step", "granularity")
+	alias("granularity", "step")
+	return route, nil
 }
 
 // middleware is the gateway middleware that applies the guard.
@@ -130,9 +156,8 @@ func (g *httpGuard) middleware(next runtime.HandlerFunc) runtime.HandlerFunc {
 			g.fail(w, r, 0, toStatus(r.Context(), nil, err))
 			return
 		}
-		if unknown := route.unknownParams(r); len(unknown) > 0 {
-			g.fail(w, r, 0, status.Errorf(codes.InvalidArgument, "unknown query parameter %s: %s %s accepts %s",
-				strings.Join(unknown, ", "), route.Method, route.Path, route.paramList()))
+		if err := route.normalizeQuery(r.URL); err != nil {
+			g.fail(w, r, 0, err)
 			return
 		}
 		if route.Body != "" {
@@ -192,28 +217,52 @@ func (g *httpGuard) fail(w http.ResponseWriter, r *http.Request, httpStatus int,
 	runtime.HTTPError(r.Context(), g.mux, out, w, r, err)
 }
 
-// unknownParams returns the query parameters the route does not accept, sorted.
-func (r *httpRoute) unknownParams(req *http.Request) []string {
+// normalizeQuery rewrites the query of u with the proto spelling of every
+// parameter and every time in RFC 3339, for the gateway to populate the
+// request from. Unknown parameters (all of them named), a parameter given
+// in two spellings, and times that do not parse are InvalidArgument errors.
+func (r *httpRoute) normalizeQuery(u *url.URL) error {
+	query := u.Query()
+	if len(query) == 0 {
+		return nil
+	}
 	var unknown []string
-	for k := range req.URL.Query() {
-		name := k
+	out := url.Values{}
+	given := map[string]string{} // canonical -> the spelling used
+	for _, k := range slices.Sorted(maps.Keys(query)) {
+		name, mapKey := k, ""
 		if i := strings.IndexByte(k, '['); i > 0 && strings.HasSuffix(k, "]") {
-			name = k[:i] // a map entry, key[mapkey]
+			name, mapKey = k[:i], k[i:] // a map entry, key[mapkey]
 		}
-		if !r.params[name] {
+		canonical, ok := r.params[name]
+		if !ok {
 			unknown = append(unknown, fmt.Sprintf("%q", k))
+			continue
+		}
+		if prev, dup := given[canonical+mapKey]; dup && !r.repeated[canonical] {
+			return status.Errorf(codes.InvalidArgument, "query parameter %s is given twice, as %q and %q", canonical, prev, k)
+		}
+		given[canonical+mapKey] = k
+		for _, v := range query[k] {
+			if r.times[canonical] {
+				t, err := timearg.Parse(k, v)
+				if err != nil {
+					return status.Error(codes.InvalidArgument, err.Error())
+				}
+				v = t.Format(time.RFC3339Nano)
+			}
+			out.Add(canonical+mapKey, v)
 		}
 	}
-	sort.Strings(unknown)
-	return unknown
-}
-
-// paramList names the accepted parameters (proto spelling) for error messages.
-func (r *httpRoute) paramList() string {
-	if len(r.names) == 0 {
-		return "no query parameters"
+	if len(unknown) > 0 {
+		accepts := "no query parameters"
+		if len(r.names) > 0 {
+			accepts = strings.Join(r.names, ", ")
+		}
+		return status.Errorf(codes.InvalidArgument, "unknown query parameter %s: %s %s accepts %s", strings.Join(unknown, ", "), r.Method, r.Path, accepts)
 	}
-	return strings.Join(r.names, ", ")
+	u.RawQuery = out.Encode()
+	return nil
 }
 
 // jsonDepth returns the deepest nesting of objects and arrays in a JSON

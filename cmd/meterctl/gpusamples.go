@@ -1,6 +1,8 @@
 package main
 
 import (
+	"tokenmeter/internal/timearg"
+
 	"bufio"
 	"context"
 	"errors"
@@ -37,9 +39,9 @@ func runGPUSamples(_ context.Context, args []string, _ func(string) string, stdo
 	to := time.Now().UTC().Truncate(time.Minute)
 	var errs []error
 	if *end != "" {
-		t, err := time.Parse(time.RFC3339, *end)
+		t, err := timearg.Parse("--end", *end)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("--end: %w", err))
+			errs = append(errs, err)
 		}
 		to = t
 	}

@@ -100,25 +100,10 @@ func (c *selectorConfig) register(fs *flag.FlagSet, shape selectorShape) (finish
 	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the flags and exit")
 	return func(getenv func(string) string, now time.Time) error {
 		c.connConfig.resolve(getenv)
-		var errs []error
-		c.End = now.UTC().Truncate(shape.unit)
-		if *end != "" {
-			t, err := time.Parse(time.RFC3339Nano, *end)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("--end: %w", err))
-			}
-			c.End = t
-		}
-		c.Start = c.End.Add(-24 * time.Hour)
-		if *start != "" {
-			t, err := time.Parse(time.RFC3339Nano, *start)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("--start: %w", err))
-			}
-			c.Start = t
-		}
+		var err error
+		c.Start, c.End, err = timeRange(*start, *end, now.UTC().Truncate(shape.unit))
 		c.GroupBy = splitList(*groupBy)
-		return errors.Join(errs...)
+		return err
 	}
 }
 

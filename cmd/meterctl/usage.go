@@ -76,21 +76,9 @@ func parseUsage(args []string, getenv func(string) string, now time.Time, stderr
 	}
 	c.connConfig.resolve(getenv)
 	var errs []error
-	c.End = now.UTC().Truncate(time.Second)
-	if *end != "" {
-		t, err := time.Parse(time.RFC3339Nano, *end)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--end: %w", err))
-		}
-		c.End = t
-	}
-	c.Start = c.End.Add(-24 * time.Hour)
-	if *start != "" {
-		t, err := time.Parse(time.RFC3339Nano, *start)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--start: %w", err))
-		}
-		c.Start = t
+	var err error
+	if c.Start, c.End, err = timeRange(*start, *end, now.UTC().Truncate(time.Second)); err != nil {
+		errs = append(errs, err)
 	}
 	for _, g := range strings.Split(*groupBy, ",") {
 		if g = strings.TrimSpace(g); g != "" {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,6 +136,20 @@ func TestUsageErrors(t *testing.T) {
 	} {
 		if _, _, err := runArgs(t, nil, append([]string{"usage", "--validate", "--key", "k"}, args...)...); err == nil {
 			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+// Times take RFC 3339 or a plain date, and a bad one is explained with an
+// example instead of Go's layout string.
+func TestTimeFlags(t *testing.T) {
+	for _, cmd := range []string{"usage", "latency", "cost"} {
+		if _, _, err := runArgs(t, nil, cmd, "--validate", "--key", "k", "--start", "2026-11-20", "--end", "2026-11-23"); err != nil {
+			t.Errorf("%s with plain dates: %v", cmd, err)
+		}
+		_, _, err := runArgs(t, nil, cmd, "--validate", "--key", "k", "--start", "2026-11-23T10:00")
+		if err == nil || strings.Contains(err.Error(), "2006") || !strings.Contains(err.Error(), "2026-11-23T00:00:00Z") {
+			t.Errorf("%s --start 2026-11-23T10:00: got %v, want an example of RFC 3339 and no Go layout", cmd, err)
 		}
 	}
 }
