@@ -7,8 +7,9 @@ DATA  ?= $(CURDIR)/data
 export PATH := $(TOOLS):$(PATH):/usr/sbin
 
 .PHONY: help
-help: ## list the targets
-	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+help: ## list the targets (coloured only on a terminal)
+	@if [ -t 1 ]; then on='\033[36m'; off='\033[0m'; fi; \
+	awk -v on="$$on" -v off="$$off" 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  %s%-16s%s %s\n", on, $$1, off, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## build meterd, meterctl, gpu-agent and meterbench into bin/

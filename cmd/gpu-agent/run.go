@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,6 +25,9 @@ import (
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, err := parseConfig(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // -h: the flag package printed the usage
+	}
 	if err != nil {
 		return err
 	}

@@ -47,6 +47,14 @@ type config struct {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	err := dispatch(ctx, args, getenv, stdout, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // -h: the flag package printed the usage
+	}
+	return err
+}
+
+func dispatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "queries" {
 		return runQueries(ctx, args[1:], stdout, stderr)
 	}
