@@ -35,6 +35,8 @@ type replayConfig struct {
 	Duration     time.Duration
 	ShiftToNow   bool
 	Retries      int
+	Wait         time.Duration
+	WaitKey      string
 	ValidateOnly bool
 }
 
@@ -73,6 +75,9 @@ func (c replayConfig) Validate() error {
 	if c.Retries < 0 {
 		errs = append(errs, fmt.Errorf("--retries %d: must not be negative", c.Retries))
 	}
+	if c.Wait < 0 {
+		errs = append(errs, fmt.Errorf("--wait %s: must not be negative", c.Wait))
+	}
 	return errors.Join(errs...)
 }
 
@@ -96,6 +101,8 @@ func parseReplay(args []string, getenv func(string) string, stderr io.Writer) (r
 	fs.DurationVar(&c.Duration, "duration", 24*time.Hour, "time span of the synthetic traffic, ending now")
 	fs.BoolVar(&c.ShiftToNow, "shift-to-now", true, "with --azure: move the trace in time so that it ends now")
 	fs.IntVar(&c.Retries, "retries", 10, "retries of one batch after 5xx-unavailable or network errors")
+	fs.DurationVar(&c.Wait, "wait", 0, "after replaying, wait up to this long until the accepted events are ingested and rolled up (0: do not wait)")
+	fs.StringVar(&c.WaitKey, "wait-key", "", "API key that may read usage and traffic, for --wait (default: --key)")
 	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the flags and exit")
 	if err := parseFlags(fs, args); err != nil {
 		return c, err
@@ -109,6 +116,8 @@ func parseReplay(args []string, getenv func(string) string, stderr io.Writer) (r
 
 // source yields the events to replay.
 type source interface {
+	// span is the earliest and latest completed_at of the events.
+	span() (first, last time.Time)
 	// next overwrites ev with the next event; io.EOF after the last.
 	next(ev *meterv1.InferenceEvent) error
 	// total is the number of events, for progress.
@@ -119,8 +128,9 @@ type source interface {
 }
 
 type syntheticSource struct {
-	g *workload.Generator
-	i int
+	g           *workload.Generator
+	i           int
+	first, last time.Time
 }
 
 func (s *syntheticSource) next(ev *meterv1.InferenceEvent) error {
@@ -131,18 +141,21 @@ func (s *syntheticSource) next(ev *meterv1.InferenceEvent) error {
 	s.i++
 	return nil
 }
-func (s *syntheticSource) total() int       { return s.g.Len() }
-func (s *syntheticSource) describe() string { return "synthetic events" }
-func (s *syntheticSource) close() error     { return nil }
+func (s *syntheticSource) span() (time.Time, time.Time) { return s.first, s.last }
+func (s *syntheticSource) total() int                   { return s.g.Len() }
+func (s *syntheticSource) describe() string             { return "synthetic events" }
+func (s *syntheticSource) close() error                 { return nil }
 
 type azureSource struct {
-	f    *os.File
-	r    *workload.AzureReader
-	n    int
-	name string
+	f           *os.File
+	r           *workload.AzureReader
+	n           int
+	name        string
+	first, last time.Time
 }
 
 func (s *azureSource) next(ev *meterv1.InferenceEvent) error { return s.r.Read(ev) }
+func (s *azureSource) span() (time.Time, time.Time)          { return s.first, s.last }
 func (s *azureSource) total() int                            { return s.n }
 func (s *azureSource) describe() string                      { return "events of " + s.name }
 func (s *azureSource) close() error                          { return s.f.Close() }
@@ -158,7 +171,7 @@ func openSource(cfg replayConfig, now time.Time) (source, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &syntheticSource{g: g}, nil
+		return &syntheticSource{g: g, first: now.Add(-cfg.Duration), last: now}, nil
 	}
 	f, err := os.Open(cfg.Azure)
 	if err != nil {
@@ -184,7 +197,7 @@ func openSource(cfg replayConfig, now time.Time) (source, error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", cfg.Azure, err)
 	}
-	return &azureSource{f: f, r: r, n: span.Events, name: cfg.Azure}, nil
+	return &azureSource{f: f, r: r, n: span.Events, name: cfg.Azure, first: span.First.Add(acfg.Shift), last: span.Last.Add(acfg.Shift)}, nil
 }
 
 func runReplay(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -212,9 +225,27 @@ func runReplay(ctx context.Context, args []string, getenv func(string) string, s
 		stderr:      stderr,
 		tty:         isTerminal(stderr),
 	}
+	var cv *coverage
+	var before uint64
+	if cfg.Wait > 0 {
+		// The span's requests before the replay: earlier runs may have
+		// sent events into the same hours.
+		wc := cfg.connConfig
+		if cfg.WaitKey != "" {
+			wc.Key = cfg.WaitKey
+		}
+		first, last := src.span()
+		cv = newCoverage(newClient(wc, 1), first, last)
+		if before, _, err = cv.requests(ctx); err != nil {
+			return fmt.Errorf("--wait: read the usage before replaying: %w", err)
+		}
+	}
 	st, err := rp.run(ctx, src)
 	st.print(stdout, src.describe(), cfg.baseURL())
-	return err
+	if err != nil || cv == nil {
+		return err
+	}
+	return cv.wait(ctx, before+uint64(st.accepted.Load()), cfg.Wait, stdout)
 }
 
 // replayer sends the events of a source in batches from several workers.
