@@ -27,8 +27,11 @@ import (
 // rows stream to ClickHouse, in that order, while the next are counted.
 // Every level (minute, hour, tenant hour, all-tenant hour)
 // comes from the same pass, the coarser histograms merged exactly from the
-// finer ones, so the levels always agree. Memory: about 90 bytes per event
-// of the hour.
+// finer ones, so the levels always agree. Each hour row also keeps its
+// requests and output tokens per minute, summed from the minute rows, and
+// its busiest minute: a tenant's is the busiest minute of its groups' sum,
+// not the largest of their own. Memory: about 90 bytes per event of the
+// hour, and 1 KB per group for its per-minute counts.
 
 // HourStore is what rolling up an hour needs of ClickHouse; *chstore.Store
 // implements it.
