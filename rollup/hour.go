@@ -134,8 +134,8 @@ func addTotals(r, o *chstore.RollupRecord) {
 // addMinute adds requests and output tokens to minute m of the hour row r.
 func addMinute(r *chstore.RollupRecord, m int, requests, output uint64) {
 	if r.MinuteRequests == nil {
-		r.MinuteRequests = make([]uint64, chstore.MinutesPerHour)
-		r.MinuteOutput = make([]uint64, chstore.MinutesPerHour)
+		both := make([]uint64, 2*chstore.MinutesPerHour)
+		r.MinuteRequests, r.MinuteOutput = both[:chstore.MinutesPerHour:chstore.MinutesPerHour], both[chstore.MinutesPerHour:]
 	}
 	r.MinuteRequests[m] += requests
 	r.MinuteOutput[m] += output
