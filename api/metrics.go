@@ -21,6 +21,7 @@ import (
 type RollupReader interface {
 	Rollups(ctx context.Context, q chstore.RollupQuery) ([]chstore.RollupRow, error)
 	RawLatency(ctx context.Context, q chstore.RollupQuery) ([]chstore.RawLatencyRow, error)
+	Traffic(ctx context.Context, q chstore.RollupQuery) ([]chstore.TrafficRow, error)
 }
 
 var _ RollupReader = (*chstore.Store)(nil)
@@ -392,68 +393,50 @@ func (s *metricsService) GetGoodput(ctx context.Context, req *meterv1.GetGoodput
 	return resp, nil
 }
 
+// GetTraffic maps the store's traffic rows (each step's counters and
+// busiest minute, see chstore.Store.Traffic) to rates: per second over the
+// step, and over the busiest minute.
 func (s *metricsService) GetTraffic(ctx context.Context, req *meterv1.GetTrafficRequest) (*meterv1.GetTrafficResponse, error) {
 	sel, err := s.selection(ctx, req.GetSelector())
 	if err != nil {
 		return nil, err
 	}
-	// Minute rows, so that each step knows its busiest minute.
-	mq := sel.q
-	mq.Step = "minute"
-	mq.Columns = chstore.CounterColumns
-	rows, err := s.store.Rollups(ctx, mq)
+	rows, err := s.store.Traffic(ctx, sel.q)
 	if err != nil {
 		return nil, err
 	}
-	keys, series, next := page(sel.pager, rows, func(r chstore.RollupRow) map[string]string { return r.Group })
+	keys, series, next := page(sel.pager, rows, func(r chstore.TrafficRow) map[string]string { return r.Group })
 	resp := &meterv1.GetTrafficResponse{NextPageToken: next}
 	for _, k := range keys {
 		out := &meterv1.TrafficSeries{Group: series[k][0].Group}
-		type acc struct {
-			start                            time.Time
-			requests, errors, prompt, output uint64
-			peakReq, peakOut                 float64
-			byClass                          map[string]uint64
-		}
-		newAcc := func(start time.Time) *acc { return &acc{start: start, byClass: map[string]uint64{}} }
-		total := newAcc(sel.q.Start)
-		var steps []*acc
+		total := chstore.TrafficRow{Start: sel.q.Start}
 		for _, r := range series[k] {
-			start := chstore.StepStart(sel.q.Step, r.Start, sel.q.Start)
-			if len(steps) == 0 || !steps[len(steps)-1].start.Equal(start) {
-				steps = append(steps, newAcc(start))
-			}
-			for _, a := range []*acc{steps[len(steps)-1], total} {
-				a.requests += r.Requests
-				a.errors += r.Errors
-				a.prompt += r.PromptTokens
-				a.output += r.OutputTokens
-				a.peakReq = math.Max(a.peakReq, float64(r.Requests)/60)
-				a.peakOut = math.Max(a.peakOut, float64(r.OutputTokens)/60)
-				for c, n := range r.ErrorsBy {
-					if n > 0 {
-						a.byClass[c] += n
-					}
-				}
-			}
+			out.Points = append(out.Points, trafficPoint(r, stepSeconds(sel.q, r.Start)))
+			total.Add(r)
 		}
-		point := func(a *acc, seconds float64) *meterv1.TrafficPoint {
-			return &meterv1.TrafficPoint{
-				Start: timestamppb.New(a.start), Requests: a.requests,
-				RequestsPerSecond:         ratio(float64(a.requests), seconds),
-				PeakRequestsPerSecond:     a.peakReq,
-				InputTokensPerSecond:      ratio(float64(a.prompt), seconds),
-				OutputTokensPerSecond:     ratio(float64(a.output), seconds),
-				PeakOutputTokensPerSecond: a.peakOut,
-				ErrorRate:                 ratio(float64(a.errors), float64(a.requests)),
-				ErrorsByClass:             a.byClass,
-			}
-		}
-		for _, a := range steps {
-			out.Points = append(out.Points, point(a, stepSeconds(sel.q, a.start)))
-		}
-		out.Summary = point(total, sel.q.End.Sub(sel.q.Start).Seconds())
+		out.Summary = trafficPoint(total, sel.q.End.Sub(sel.q.Start).Seconds())
 		resp.Series = append(resp.Series, out)
 	}
 	return resp, nil
+}
+
+// trafficPoint is r as rates over seconds; its peaks are per second of its
+// busiest minute.
+func trafficPoint(r chstore.TrafficRow, seconds float64) *meterv1.TrafficPoint {
+	byClass := map[string]uint64{}
+	for c, n := range r.ErrorsBy {
+		if n > 0 {
+			byClass[c] = n
+		}
+	}
+	return &meterv1.TrafficPoint{
+		Start: timestamppb.New(r.Start), Requests: r.Requests,
+		RequestsPerSecond:         ratio(float64(r.Requests), seconds),
+		PeakRequestsPerSecond:     float64(r.PeakMinuteRequests) / 60,
+		InputTokensPerSecond:      ratio(float64(r.PromptTokens), seconds),
+		OutputTokensPerSecond:     ratio(float64(r.OutputTokens), seconds),
+		PeakOutputTokensPerSecond: float64(r.PeakMinuteOutputTokens) / 60,
+		ErrorRate:                 ratio(float64(r.Errors), float64(r.Requests)),
+		ErrorsByClass:             byClass,
+	}
 }

@@ -193,6 +193,55 @@ func TestMetricsEndpoints(t *testing.T) {
 		t.Errorf("traffic summary: %+v", sum)
 	}
 
+	// Traffic over 90 days (129,600 minutes: refused at every step while
+	// traffic read minute rows) at day, month and total steps: each
+	// series' busiest minute is the busiest of the minute steps of the
+	// short range holding every event, for every form of group_by.
+	end := now.Truncate(time.Hour).Add(time.Hour)
+	for _, group := range [][]string{nil, {"tenant_id"}, chstore.RollupGroupFields, {"model"}} {
+		minutes, err := mc.GetTraffic(finance, &meterv1.GetTrafficRequest{Selector: selector("", "minute", group...)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		type busiest struct {
+			Requests             uint64
+			PeakReqs, PeakOutput float64
+		}
+		want := map[string]busiest{}
+		for _, s := range minutes.Series {
+			var b busiest
+			for _, p := range s.Points {
+				b.Requests += p.Requests
+				b.PeakReqs, b.PeakOutput = max(b.PeakReqs, p.RequestsPerSecond), max(b.PeakOutput, p.OutputTokensPerSecond)
+			}
+			want[fmt.Sprint(s.Group)] = b
+		}
+		for _, step := range []string{"day", "month", "total"} {
+			sel := &meterv1.SeriesSelector{Step: step, GroupBy: group, Start: timestamppb.New(end.Add(-90 * 24 * time.Hour)), End: timestamppb.New(end)}
+			long, err := mc.GetTraffic(finance, &meterv1.GetTrafficRequest{Selector: sel})
+			if err != nil {
+				t.Errorf("traffic over 90 days at step %s, group_by %v: %v", step, group, err)
+				continue
+			}
+			got := map[string]busiest{}
+			for _, s := range long.Series {
+				var b busiest
+				for _, p := range s.Points {
+					b.PeakReqs, b.PeakOutput = max(b.PeakReqs, p.PeakRequestsPerSecond), max(b.PeakOutput, p.PeakOutputTokensPerSecond)
+				}
+				if sum := s.Summary; sum.PeakRequestsPerSecond != b.PeakReqs || sum.PeakOutputTokensPerSecond != b.PeakOutput {
+					t.Errorf("step %s, group_by %v, series %v: summary peaks %g, %g; want the steps' largest %g, %g",
+						step, group, s.Group, sum.PeakRequestsPerSecond, sum.PeakOutputTokensPerSecond, b.PeakReqs, b.PeakOutput)
+				}
+				b.Requests = s.Summary.Requests
+				got[fmt.Sprint(s.Group)] = b
+			}
+			if diff := cmp.Diff(want, got); diff != "" || len(want) == 0 {
+				t.Errorf("traffic over 90 days at step %s, group_by %v: (-minute steps +long range):\n%s", step, group, diff)
+			}
+		}
+	}
+
 	// Tenant isolation on every endpoint.
 	tenant := withKey(testKeys["tenant"])
 	own, err := mc.GetLatency(tenant, &meterv1.GetLatencyRequest{Selector: selector("", "total", "tenant_id")})

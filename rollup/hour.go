@@ -27,8 +27,11 @@ import (
 // rows stream to ClickHouse, in that order, while the next are counted.
 // Every level (minute, hour, tenant hour, all-tenant hour)
 // comes from the same pass, the coarser histograms merged exactly from the
-// finer ones, so the levels always agree. Memory: about 90 bytes per event
-// of the hour.
+// finer ones, so the levels always agree. Each hour row also keeps its
+// requests and output tokens per minute, summed from the minute rows, and
+// its busiest minute: a tenant's is the busiest minute of its groups' sum,
+// not the largest of their own. Memory: about 90 bytes per event of the
+// hour, and 1 KB per group for its per-minute counts.
 
 // HourStore is what rolling up an hour needs of ClickHouse; *chstore.Store
 // implements it.
@@ -121,6 +124,32 @@ func addTotals(r, o *chstore.RollupRecord) {
 	}
 	r.Good += o.Good
 	r.GoodOutput += o.GoodOutput
+	if o.MinuteRequests != nil {
+		for m := range chstore.MinutesPerHour {
+			addMinute(r, m, o.MinuteRequests[m], o.MinuteOutput[m])
+		}
+	}
+}
+
+// addMinute adds requests and output tokens to minute m of the hour row r.
+func addMinute(r *chstore.RollupRecord, m int, requests, output uint64) {
+	if r.MinuteRequests == nil {
+		both := make([]uint64, 2*chstore.MinutesPerHour)
+		r.MinuteRequests, r.MinuteOutput = both[:chstore.MinutesPerHour:chstore.MinutesPerHour], both[chstore.MinutesPerHour:]
+	}
+	r.MinuteRequests[m] += requests
+	r.MinuteOutput[m] += output
+}
+
+// setPeaks sets the busiest minute of the hour row r from its minutes: each
+// level's own (a tenant's is the busiest minute of its groups' sum, not the
+// largest of their peaks).
+func setPeaks(r *chstore.RollupRecord) {
+	r.PeakRequests, r.PeakOutput = 0, 0
+	for m := range r.MinuteRequests {
+		r.PeakRequests = max(r.PeakRequests, r.MinuteRequests[m])
+		r.PeakOutput = max(r.PeakOutput, r.MinuteOutput[m])
+	}
 }
 
 // hourGroup is one (tenant, model, model_version, deployment, gpu_type,
@@ -374,6 +403,7 @@ func (h *hourRollup) endMinute() error {
 		h.groupHist[m].Add(mh)
 	}
 	addTotals(&h.cur.acc, &h.row)
+	addMinute(&h.cur.acc, int(h.minute), h.row.Requests, h.row.Output)
 	h.pending = append(h.pending, h.row)
 	return nil
 }
@@ -438,7 +468,8 @@ func (h *hourRollup) finish() error {
 
 // levels returns the rows of the hour tables, with their histograms: those
 // of the groups (merged from their minutes when counted), merged from the
-// groups for the tenants, and from the tenants for the total.
+// groups for the tenants, and from the tenants for the total; and with
+// their per-minute counts (summed the same way) and busiest minute.
 func (h *hourRollup) levels() map[string][]chstore.RollupRecord {
 	out := map[string][]chstore.RollupRecord{}
 	var merge sketch.Merger
@@ -450,6 +481,7 @@ func (h *hourRollup) levels() map[string][]chstore.RollupRecord {
 	byTenant := map[string][]*hourGroup{}
 	for _, g := range h.order {
 		if g.acc.Requests > 0 {
+			setPeaks(&g.acc)
 			byTenant[g.acc.Dims[0]] = append(byTenant[g.acc.Dims[0]], g)
 			out["rollup_hour"] = append(out["rollup_hour"], g.acc)
 		}
@@ -470,10 +502,12 @@ func (h *hourRollup) levels() map[string][]chstore.RollupRecord {
 	}
 	for _, t := range tenants {
 		if h.tenants[t].Requests > 0 {
+			setPeaks(h.tenants[t])
 			out["rollup_tenant_hour"] = append(out["rollup_tenant_hour"], *h.tenants[t])
 		}
 	}
 	if h.total.Requests > 0 {
+		setPeaks(&h.total)
 		out["rollup_total_hour"] = []chstore.RollupRecord{h.total}
 	}
 	return out

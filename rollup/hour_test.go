@@ -107,6 +107,60 @@ func TestHourRollupOrder(t *testing.T) {
 	}
 }
 
+// TestHourRollupPeaks checks the busiest minute of each level's rows: a
+// tenant's is the busiest minute of the sum of its groups, not the largest
+// of their own; the total's, of everything; and each row keeps its
+// per-minute counts.
+func TestHourRollupPeaks(t *testing.T) {
+	hour := time.Date(2026, 11, 20, 5, 0, 0, 0, time.UTC)
+	h := newHourRollup(hour, GoodputSpec{}, func([]chstore.RollupRecord) error { return nil }, func() []chstore.RollupRecord { return nil })
+	h.addGroup(1, [6]string{"acme", "m1"}, 0)
+	h.addGroup(2, [6]string{"acme", "m2"}, 0)
+	h.addGroup(3, [6]string{"globex", "m1"}, 0)
+	add := func(group uint64, minute, n int, output uint64) {
+		for i := range n {
+			e := chstore.HourEvent{CompletedAt: uint32(hour.Unix()) + uint32(minute*60+i), Group: group, Status: 1, Output: output,
+				Latency: [4]float64{math.NaN(), math.NaN(), math.NaN(), math.NaN()}}
+			if err := h.gather(&e); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	add(1, 3, 5, 100) // acme/m1: 5 requests and 500 tokens in minute 3
+	add(1, 5, 4, 10)
+	add(2, 7, 5, 10) // acme/m2: 5 requests in minute 7
+	add(2, 5, 4, 10) // acme: 8 requests in minute 5
+	add(3, 5, 3, 1)  // everything: 11 requests in minute 5
+	add(3, 9, 6, 30)
+	if err := h.countAll(); err != nil {
+		t.Fatal(err)
+	}
+	type peak struct {
+		Requests, Output uint64
+		Minute5          uint64 // requests in minute 5
+	}
+	got := map[string]peak{}
+	for table, rows := range h.levels() {
+		for _, r := range rows {
+			if len(r.MinuteRequests) != chstore.MinutesPerHour || len(r.MinuteOutput) != chstore.MinutesPerHour {
+				t.Fatalf("%s %v: %d and %d minutes, want %d", table, r.Dims, len(r.MinuteRequests), len(r.MinuteOutput), chstore.MinutesPerHour)
+			}
+			got[table+" "+strings.Join(r.Dims[:2], "/")] = peak{r.PeakRequests, r.PeakOutput, r.MinuteRequests[5]}
+		}
+	}
+	want := map[string]peak{
+		"rollup_hour acme/m1":        {5, 500, 4},
+		"rollup_hour acme/m2":        {5, 50, 4},
+		"rollup_hour globex/m1":      {6, 180, 3},
+		"rollup_tenant_hour acme/":   {8, 500, 8},
+		"rollup_tenant_hour globex/": {6, 180, 3},
+		"rollup_total_hour /":        {11, 500, 11},
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("busiest minutes:\n got %v\nwant %v", got, want)
+	}
+}
+
 // fakeHourStore serves an hour of events from memory and fails where told,
 // as the real store does: a minute INSERT lands only when its blocks
 // channel is closed, and gives up when the context ends.

@@ -21,6 +21,7 @@ type Store interface {
 	ServerNow(ctx context.Context) (time.Time, error)
 	DirtyHours(ctx context.Context, since, until time.Time) ([]time.Time, error)
 	StaleSLOHours(ctx context.Context, current uint32) ([]time.Time, error)
+	HoursWithoutPeaks(ctx context.Context, from, to time.Time) ([]time.Time, error)
 	Watermark(ctx context.Context, job string) (time.Time, bool, error)
 	SetWatermark(ctx context.Context, job string, t time.Time) error
 	HourStore
@@ -63,7 +64,8 @@ func (c Config) withDefaults() Config {
 
 // Job recomputes the rollups of the hours that changed: hours touched by
 // inserts since the watermark (late events included) and hours counted with
-// an old SLO version. Every run is idempotent: a recomputed hour replaces its
+// an old SLO version; and, a few per run, the hours rolled up before hour
+// rows kept their busiest minute. Every run is idempotent: a recomputed hour replaces its
 // rows, so running twice, or on two replicas, gives the same rollups.
 type Job struct {
 	cfg     Config
@@ -82,6 +84,11 @@ type Job struct {
 	// daysBefore is the end of the days this job has brought every day
 	// rollup up to, as of its last successful run (zero before the first).
 	daysBefore time.Time
+	// peakless are the hours rolled up before the hour rows kept their
+	// busiest minute (chstore migration 0009) still to recompute, listed
+	// at the first run (peaklessListed), in order.
+	peakless       []time.Time
+	peaklessListed bool
 
 	runs         prometheus.Counter
 	failures     prometheus.Counter
@@ -188,7 +195,16 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 			return nil, err
 		}
 	}
-	hours := mergeHours(dirty, stale)
+	if !j.peaklessListed {
+		if j.peakless, err = j.store.HoursWithoutPeaks(ctx, time.Time{}, until); err != nil {
+			return nil, err
+		}
+		j.peaklessListed = true
+	}
+	// Their usage is unchanged: recomputed for their peaks, not recosted.
+	refill := j.peakless[max(0, len(j.peakless)-peakHoursPerRun):]
+	changed := mergeHours(dirty, stale)
+	hours := mergeHours(changed, refill)
 	spec := set.Spec(sloVersion)
 	err = j.eachHour(ctx, hours, func(ctx context.Context, h time.Time, version uint64) error {
 		start := time.Now()
@@ -234,7 +250,7 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 			return nil, err
 		}
 	}
-	costHours := mergeHours(hours, gpuDirty, stalePrice)
+	costHours := mergeHours(changed, gpuDirty, stalePrice)
 	err = j.eachHour(ctx, costHours, func(ctx context.Context, h time.Time, version uint64) error {
 		start := time.Now()
 		if err := j.costHour(ctx, h, book, version); err != nil {
@@ -248,6 +264,7 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	}
 	j.pricedVersion = book.Version()
 	j.sloChecked, j.sloVersion = true, sloVersion
+	j.peakless = j.peakless[:len(j.peakless)-len(refill)]
 	if daysDone {
 		j.daysBefore = chstore.DayOf(until)
 	}
@@ -256,10 +273,17 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	}
 	if len(hours) > 0 || len(costHours) > 0 || len(days) > 0 {
 		j.logger.Info("rolled up", "hours", len(hours), "days", len(days), "costed_hours", len(costHours), "slo_version", sloVersion,
-			"price_version", book.Version(), "watermark", until)
+			"price_version", book.Version(), "watermark", until, "hours_without_peaks_left", len(j.peakless))
 	}
 	return mergeHours(hours, costHours), nil
 }
+
+// peakHoursPerRun bounds the hours rolled up before the hour rows kept their
+// busiest minute that one run recomputes (after the upgrade, every past
+// hour): the newest go first, and the hours that changed stay on schedule.
+// Until an hour is recomputed, traffic queries read its peaks from the
+// minute rows.
+const peakHoursPerRun = 24
 
 // daysPerRun bounds the stale days one run rolls up (the first run after
 // an upgrade that added day rollups finds every past day stale): the newest

@@ -367,3 +367,66 @@ func (f *fixture) checkUsage(t *testing.T, events []*meterv1.InferenceEvent) {
 		t.Errorf("usage (-want +got):\n%s", diff)
 	}
 }
+
+// peaklessStore writes the hour tables as they were before the hour rows
+// kept their busiest minute (chstore migration 0009).
+type peaklessStore struct{ *chstore.Store }
+
+func (p peaklessStore) InsertRollupRecords(ctx context.Context, table string, rows []chstore.RollupRecord, sloVersion uint32, version uint64) error {
+	old := append([]chstore.RollupRecord(nil), rows...)
+	for i := range old {
+		old[i].MinuteRequests, old[i].MinuteOutput, old[i].PeakRequests, old[i].PeakOutput = nil, nil, 0, 0
+	}
+	return p.Store.InsertRollupRecords(ctx, table, old, sloVersion, version)
+}
+
+// TestJobRecomputesHoursWithoutPeaks checks the upgrade to hour rows with
+// a busiest minute: a job started over hours rolled up before recomputes
+// them, the newest peakHoursPerRun per run, with nothing else to do, and
+// then none.
+func TestJobRecomputesHoursWithoutPeaks(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	const n = peakHoursPerRun + 2
+	var events []*meterv1.InferenceEvent
+	var hours []time.Time
+	for i := range 10 * n { // ten events an hour
+		events = append(events, genEvent(i, h0.Add(time.Duration(i)*6*time.Minute)))
+		if i%10 == 0 {
+			hours = append(hours, h0.Add(time.Duration(i/10)*time.Hour))
+		}
+	}
+	f.insert(t, events)
+	if _, err := f.job.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	version := uint64(time.Now().UnixMilli()) << versionReplicaBits
+	for _, h := range hours {
+		if _, err := RollupHour(ctx, peaklessStore{f.store}, h, DefaultSLOSet().Spec(0), version); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2 * time.Millisecond) // the next job's versions are later
+	peakless, err := f.store.HoursWithoutPeaks(ctx, time.Time{}, time.Now())
+	if err != nil || !cmp.Equal(peakless, hours) {
+		t.Fatalf("hours without peaks: %v, %v; want %v", peakless, err, hours)
+	}
+
+	job := newJob(t, f.store) // a restart after the upgrade
+	for i, want := range [][]time.Time{hours[2:], hours[:2], nil} {
+		got, err := job.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("run %d: hours recomputed (-want +got):\n%s", i+1, diff)
+		}
+	}
+	if peakless, err := f.store.HoursWithoutPeaks(ctx, time.Time{}, time.Now()); err != nil || len(peakless) != 0 {
+		t.Errorf("hours without peaks after the runs: %v, %v; want none", peakless, err)
+	}
+	got, _ := f.totals(t)
+	if diff := cmp.Diff(brute(events, DefaultSLOSet()), got); diff != "" {
+		t.Errorf("rollup totals (-want +got):\n%s", diff)
+	}
+}

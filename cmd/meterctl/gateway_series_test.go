@@ -155,6 +155,37 @@ func (f *fakeRollups) RawLatency(_ context.Context, q chstore.RollupQuery) ([]ch
 	return rows, nil
 }
 
+// Traffic merges the minutes per step and group as chstore does, each
+// step's busiest minute being the busiest of its minutes summed over its
+// groups.
+func (f *fakeRollups) Traffic(_ context.Context, q chstore.RollupQuery) ([]chstore.TrafficRow, error) {
+	type minute struct {
+		cell int
+		at   time.Time
+	}
+	var rows []chstore.TrafficRow
+	sums := map[minute][2]uint64{} // requests, output tokens
+	f.merge(q, func(i int, start time.Time, group map[string]string, m rawMinute) {
+		if i == len(rows) {
+			rows = append(rows, chstore.TrafficRow{Start: start, Group: group, ErrorsBy: map[string]uint64{}})
+		}
+		r := &rows[i]
+		r.Requests += m.requests
+		for c, n := range m.errorsBy {
+			r.Errors += n
+			r.ErrorsBy[c] += n
+		}
+		r.PromptTokens += m.prompt
+		r.OutputTokens += m.output
+		k := minute{i, m.start}
+		sum := sums[k]
+		sum[0], sum[1] = sum[0]+m.requests, sum[1]+m.output
+		sums[k] = sum
+		r.PeakMinuteRequests, r.PeakMinuteOutputTokens = max(r.PeakMinuteRequests, sum[0]), max(r.PeakMinuteOutputTokens, sum[1])
+	})
+	return rows, nil
+}
+
 // gatewayMinutes are two tenants' requests around 2026-11-21 10:00–12:00.
 func gatewayMinutes() []rawMinute {
 	acme := map[string]string{"tenant_id": "acme", "model": "m1", "model_version": "v1", "deployment": "d1", "gpu_type": "h100", "slo_class": "interactive"}
@@ -338,7 +369,7 @@ m1,h100,summary,7,0.0009722222222222222,0.06666666666666667,0.9722222222222222,0
 		})
 	}
 	qs := rollups.got()
-	if got, want := qs[len(qs)-1], (chstore.RollupQuery{TenantID: "acme", Start: start, End: end, Step: "minute", GroupBy: []string{"model", "gpu_type"}, Columns: chstore.CounterColumns}); !cmp.Equal(want, got) {
+	if got, want := qs[len(qs)-1], (chstore.RollupQuery{TenantID: "acme", Start: start, End: end, Step: "total", GroupBy: []string{"model", "gpu_type"}}); !cmp.Equal(want, got) {
 		t.Errorf("tenant key's traffic query %+v, want %+v", got, want)
 	}
 

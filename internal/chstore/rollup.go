@@ -3,6 +3,7 @@ package chstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -32,6 +33,23 @@ func rollupColumns() []string {
 }
 
 var rollupColumnList = strings.Join(rollupColumns(), ", ")
+
+// peakColumns are the busiest minute of an hour or day row (migration
+// 0009); rollup_minute has no such columns: a minute row is its own minute.
+var peakColumns = []string{"peak_minute_requests", "peak_minute_output_tokens"}
+
+// minuteColumns are the per-minute requests and output tokens of an hour
+// row (migration 0009).
+var minuteColumns = []string{"minute_requests", "minute_output_tokens"}
+
+// columnsOf is the column list of table's rows as written: the hour tables
+// add the peak and per-minute columns to every rollup table's columns.
+func columnsOf(table string) []string {
+	if table == "rollup_minute" {
+		return rollupColumns()
+	}
+	return slices.Concat(rollupColumns(), peakColumns, minuteColumns)
+}
 
 // ServerNow is ClickHouse's clock, which stamps dirty_hours.
 func (s *Store) ServerNow(ctx context.Context) (time.Time, error) {

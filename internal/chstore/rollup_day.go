@@ -171,13 +171,18 @@ func (s *Store) RollupDay(ctx context.Context, day time.Time, version uint64) (b
 		sel = append(sel, "sum("+m+"_count)", "sum("+m+"_sum)",
 			fmt.Sprintf("(sumMap(%[1]s_keys, %[1]s_counts) AS day_%[1]s).1", m), "day_"+m+".2")
 	}
-	sel = append(sel, "any(slo_version)", "sum(good_requests)", "sum(good_output_tokens)", "toUInt64(?)", "toUInt64(?)")
-	query := fmt.Sprintf(`INSERT INTO rollup_tenant_day (%s, hour_versions)
+	sel = append(sel, "any(slo_version)", "sum(good_requests)", "sum(good_output_tokens)", "toUInt64(?)")
+	// A tenant's busiest minute of the day is the busiest of its hours'.
+	for _, c := range peakColumns {
+		sel = append(sel, "max("+c+")")
+	}
+	sel = append(sel, "toUInt64(?)")
+	query := fmt.Sprintf(`INSERT INTO rollup_tenant_day (%s, %s, hour_versions)
 SELECT %s
 FROM rollup_tenant_hour
 WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?)
   AND (toUInt32(bucket), version) IN (%s)
-GROUP BY tenant_id`, rollupColumnList, strings.Join(sel, ", "), strings.Join(pairs, ", "))
+GROUP BY tenant_id`, rollupColumnList, strings.Join(peakColumns, ", "), strings.Join(sel, ", "), strings.Join(pairs, ", "))
 	if err := s.conn.Exec(ctx, query, day.Unix(), version, sum, day.Unix(), day.Add(Day).Unix()); err != nil {
 		return false, fmt.Errorf("roll up day %s: %w", day.Format(time.DateOnly), classify(err))
 	}

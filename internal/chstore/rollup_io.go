@@ -160,7 +160,17 @@ type RollupRecord struct {
 	Counts     [4][]uint64
 	Good       uint64
 	GoodOutput uint64
+	// Hour rows only (ignored in minute rows): the requests and output
+	// tokens of each minute of the hour (MinutesPerHour values, minute 0
+	// first; nil: none), and the largest of each, the row's busiest
+	// minute.
+	MinuteRequests, MinuteOutput []uint64
+	PeakRequests, PeakOutput     uint64
 }
+
+// MinutesPerHour is the length of RollupRecord.MinuteRequests and
+// MinuteOutput.
+const MinutesPerHour = 60
 
 // RollupTables are the tables an hour's rollup writes.
 var RollupTables = []string{"rollup_minute", "rollup_hour", "rollup_tenant_hour", "rollup_total_hour"}
@@ -179,10 +189,13 @@ type rollupBlock struct {
 	hcounts                [4][][]uint64
 	slo                    []uint32
 	good, goodOut, ver     []uint64
+	peakReq, peakOut       []uint64
+	minReq, minOut         [][]uint64
 }
 
-// fill lays rows out as the columns of rollupColumns.
-func (b *rollupBlock) fill(rows []RollupRecord, sloVersion uint32, version uint64) []any {
+// fill lays rows out as the columns of rollupColumns, followed, with
+// hourCols, by those of peakColumns and minuteColumns.
+func (b *rollupBlock) fill(rows []RollupRecord, sloVersion uint32, version uint64, hourCols bool) []any {
 	n := len(rows)
 	b.bucket = reuse(b.bucket, n)
 	for d := range b.dims {
@@ -215,6 +228,14 @@ func (b *rollupBlock) fill(rows []RollupRecord, sloVersion uint32, version uint6
 		b.slo, b.good = append(b.slo, sloVersion), append(b.good, r.Good)
 		b.goodOut, b.ver = append(b.goodOut, r.GoodOutput), append(b.ver, version)
 	}
+	if hourCols {
+		b.peakReq, b.peakOut, b.minReq, b.minOut = reuse(b.peakReq, n), reuse(b.peakOut, n), reuse(b.minReq, n), reuse(b.minOut, n)
+		for i := range rows {
+			r := &rows[i]
+			b.peakReq, b.peakOut = append(b.peakReq, r.PeakRequests), append(b.peakOut, r.PeakOutput)
+			b.minReq, b.minOut = append(b.minReq, r.MinuteRequests), append(b.minOut, r.MinuteOutput)
+		}
+	}
 	cols := []any{b.bucket}
 	for _, d := range b.dims {
 		cols = append(cols, d)
@@ -227,7 +248,11 @@ func (b *rollupBlock) fill(rows []RollupRecord, sloVersion uint32, version uint6
 	for m := range 4 {
 		cols = append(cols, b.counts[m], b.sums[m], b.hkeys[m], b.hcounts[m])
 	}
-	return append(cols, b.slo, b.good, b.goodOut, b.ver)
+	cols = append(cols, b.slo, b.good, b.goodOut, b.ver)
+	if hourCols {
+		cols = append(cols, b.peakReq, b.peakOut, b.minReq, b.minOut)
+	}
+	return cols
 }
 
 // reuse returns s emptied, with room for n elements.
@@ -292,7 +317,9 @@ func (s *Store) insertRollupRows(ctx context.Context, table string, next func() 
 		return err
 	}
 	var b rollupBlock
-	return s.sendBlocks(ctx, "insert rows into "+table, "INSERT INTO "+table+" ("+rollupColumnList+")", rollupColumns(), func() ([]any, error) {
+	cols := columnsOf(table)
+	hourCols := table != "rollup_minute"
+	return s.sendBlocks(ctx, "insert rows into "+table, "INSERT INTO "+table+" ("+strings.Join(cols, ", ")+")", cols, func() ([]any, error) {
 		rows := first
 		first = nil
 		if rows == nil {
@@ -301,6 +328,6 @@ func (s *Store) insertRollupRows(ctx context.Context, table string, next func() 
 				return nil, err
 			}
 		}
-		return b.fill(rows, sloVersion, version), nil
+		return b.fill(rows, sloVersion, version, hourCols), nil
 	})
 }

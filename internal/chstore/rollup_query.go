@@ -199,7 +199,7 @@ func (q RollupQuery) sql(merged bool, days []time.Time) (string, []any) {
 	}
 	from, fromArgs := newestRows(q.table(), "bucket", where, whereArgs, "")
 	if len(days) > 0 {
-		from, fromArgs = withDays(days, where, whereArgs)
+		from, fromArgs = withDays(rollupColumnList, days, where, whereArgs)
 	}
 	args = append(args, fromArgs...)
 	query := fmt.Sprintf("SELECT %s\nFROM %s", strings.Join(sel, ", "), from)
@@ -214,14 +214,15 @@ func (q RollupQuery) sql(merged bool, days []time.Time) (string, []any) {
 	return query, args
 }
 
-// withDays is the FROM clause of a read of rollup_tenant_hour in the range
-// and scope of where in which days are read from rollup_tenant_day: the
-// newest rows of those days, and of the other hours.
-func withDays(days []time.Time, where string, whereArgs []any) (string, []any) {
+// withDays is the FROM clause of a read of the columns cols (a list) of
+// rollup_tenant_hour in the range and scope of where in which days are read
+// from rollup_tenant_day: the newest rows of those days, and of the other
+// hours.
+func withDays(cols string, days []time.Time, where string, whereArgs []any) (string, []any) {
 	list := hourList(days)
 	dayFrom, dayArgs := newestRows("rollup_tenant_day", "bucket", where, whereArgs, "toUInt32(bucket) IN "+list)
 	hourFrom, hourArgs := newestRows("rollup_tenant_hour", "bucket", where, whereArgs, "intDiv(toUInt32(bucket), 86400) * 86400 NOT IN "+list)
-	return fmt.Sprintf("(\n  SELECT %[1]s\n  FROM %[2]s\n  UNION ALL\n  SELECT %[1]s\n  FROM %[3]s\n)", rollupColumnList, dayFrom, hourFrom),
+	return fmt.Sprintf("(\n  SELECT %[1]s\n  FROM %[2]s\n  UNION ALL\n  SELECT %[1]s\n  FROM %[3]s\n)", cols, dayFrom, hourFrom),
 		slices.Concat(dayArgs, hourArgs)
 }
 
