@@ -70,7 +70,11 @@ func (e *emptyRollups) Rollups(_ context.Context, q chstore.RollupQuery) ([]chst
 	return nil, nil
 }
 
-func (e *emptyRollups) RawLatency(_ context.Context, q chstore.RollupQuery) ([]chstore.RawLatencyRow, error) {
+func (e *emptyRollups) RawLatency(context.Context, chstore.RollupQuery) ([]chstore.RawLatencyRow, error) {
+	return nil, nil
+}
+
+func (e *emptyRollups) Traffic(context.Context, chstore.RollupQuery) ([]chstore.TrafficRow, error) {
 	return nil, nil
 }
 
