@@ -12,7 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
+
+	"tokenmeter/internal/ident"
 )
 
 // DefaultCurrency is the currency of a price book that names none.
@@ -208,21 +209,27 @@ func isCurrency(s string) bool {
 	return true
 }
 
-// checkName checks a gpu_type, pool, region or model: no control characters,
-// no surrounding spaces, no '|' (the separator of price ids), and not "*"
-// (the wildcard of price ids).
+// checkName checks a gpu_type, pool, region or model: an identifier by the
+// rule of the events and GPU samples it prices (ident.Check: no control or
+// invisible characters, no surrounding spaces), with no '|' (the separator
+// of price ids), and not "*" (the wildcard of price ids).
 func checkName(add func(string, error), path, s string, required bool) {
-	switch {
-	case s == "":
+	if s == "" {
 		if required {
 			add(path, ErrMissingField)
 		}
-	case s == "*":
+		return
+	}
+	if s == "*" {
 		add(path, fmt.Errorf("%w: \"*\" is not a wildcard here; leave the field empty to match any", ErrInvalidField))
-	case strings.TrimSpace(s) != s:
-		add(path, fmt.Errorf("%w: %q has leading or trailing spaces", ErrInvalidField, s))
-	case strings.ContainsFunc(s, func(r rune) bool { return r == '|' || unicode.IsControl(r) }):
-		add(path, fmt.Errorf("%w: %q contains '|' or a control character", ErrInvalidField, s))
+		return
+	}
+	if err := ident.Check("", s); err != nil {
+		add(path, fmt.Errorf("%w: %w", ErrInvalidField, err))
+		return
+	}
+	if strings.Contains(s, "|") {
+		add(path, fmt.Errorf("%w: %q contains '|'", ErrInvalidField, s))
 	}
 }
 

@@ -1,6 +1,7 @@
 package rollup
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -210,7 +211,8 @@ func gpuHourRows(hour time.Time, dep string, book *billing.PriceBook, samples []
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b gpuGroupKey) int {
-		return strings.Compare(a.gpuType+"\x00"+a.pool+"\x00"+a.region+"\x00"+a.profile, b.gpuType+"\x00"+b.pool+"\x00"+b.region+"\x00"+b.profile)
+		return cmp.Or(strings.Compare(a.gpuType, b.gpuType), strings.Compare(a.pool, b.pool),
+			strings.Compare(a.region, b.region), strings.Compare(a.profile, b.profile))
 	})
 	total := billing.GPUCost{Currency: book.Currency, PriceVersion: book.Version()}
 	var rows []chstore.GPUHourRow
