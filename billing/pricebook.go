@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"slices"
 	"strings"
@@ -147,9 +148,7 @@ func (b *PriceBook) problems() []*FieldError {
 		checkName(add, path+".gpu_type", p.GPUType, true)
 		checkName(add, path+".pool", p.Pool, false)
 		checkName(add, path+".region", p.Region, false)
-		if p.EffectiveFrom.IsZero() {
-			add(path+".effective_from", ErrMissingField)
-		}
+		checkEffectiveFrom(add, path+".effective_from", p.EffectiveFrom)
 		if p.PerHour < 0 {
 			add(path+".per_hour", fmt.Errorf("%w: %s", ErrNegativePrice, p.PerHour))
 		}
@@ -166,9 +165,7 @@ func (b *PriceBook) problems() []*FieldError {
 	for i, p := range b.TokenPrices {
 		path := fmt.Sprintf("token_prices[%d]", i)
 		checkName(add, path+".model", p.Model, true)
-		if p.EffectiveFrom.IsZero() {
-			add(path+".effective_from", ErrMissingField)
-		}
+		checkEffectiveFrom(add, path+".effective_from", p.EffectiveFrom)
 		for _, f := range []struct {
 			name string
 			v    Money
@@ -207,6 +204,20 @@ func isCurrency(s string) bool {
 		}
 	}
 	return true
+}
+
+// checkEffectiveFrom checks that t is set and that its canonical (UTC)
+// form is an RFC 3339 time, years 0001 to 9999: "9999-12-31T23:59:59-01:00"
+// is year 10000 in UTC, and a book holding it would be stored in a form
+// that no longer parses.
+func checkEffectiveFrom(add func(string, error), path string, t time.Time) {
+	if t.IsZero() {
+		add(path, ErrMissingField)
+		return
+	}
+	if y := t.UTC().Year(); y < 1 || y > 9999 {
+		add(path, fmt.Errorf("%w: %s is outside the years 0001 to 9999 in UTC", ErrInvalidField, t.Format(time.RFC3339Nano)))
+	}
 }
 
 // checkName checks a gpu_type, pool, region or model: an identifier by the
@@ -401,7 +412,7 @@ func decodePriceBook(data []byte) (*PriceBook, []*FieldError, error) {
 	if err := dec.Decode(&raw); err != nil {
 		return nil, nil, fmt.Errorf("%w: decode: %w", ErrInvalidPriceBook, err)
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, nil, fmt.Errorf("%w: decode: data after the top-level object", ErrInvalidPriceBook)
 	}
 	var bad []*FieldError

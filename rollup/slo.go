@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"slices"
@@ -96,6 +97,9 @@ func ParseSLOSet(data []byte) (SLOSet, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
 		return SLOSet{}, fmt.Errorf("parse SLO set: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return SLOSet{}, errors.New("parse SLO set: data after the top-level object")
 	}
 	if err := s.Validate(); err != nil {
 		return SLOSet{}, fmt.Errorf("SLO set: %w", err)
