@@ -173,7 +173,7 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 				return nil, fmt.Errorf("register admin gateway: %w", err)
 			}
 		}
-		mux.Handle("/v1/", limitBody(gw, int64(cfg.MaxRequestBytes)))
+		mux.Handle("/v1/", validQuery(limitBody(gw, int64(cfg.MaxRequestBytes))))
 	}
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return s, nil
