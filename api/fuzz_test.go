@@ -136,7 +136,9 @@ func (s *queryStore) CurrentPriceBook(context.Context) (string, string, time.Tim
 	return "", "", time.Time{}, false, nil
 }
 
-func (s *queryStore) PutPriceBook(context.Context, string, string, string, time.Time) error { return nil }
+func (s *queryStore) PutPriceBook(context.Context, string, string, string, time.Time) error {
+	return nil
+}
 
 // requestTarget percent-encodes the bytes of a fuzzed query that cannot
 // appear in an HTTP request line (controls, space, non-ASCII) and '#', and
