@@ -10,6 +10,7 @@ import (
 
 	"tokenmeter/billing"
 	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/ident"
 )
 
 // CostStore is what the cost step needs of ClickHouse; *chstore.Store implements it.
@@ -54,9 +55,6 @@ func costPolicies(book *billing.PriceBook) [3][3]billing.Policy {
 
 // gpuGroupKey is one row of gpu_hour within a deployment.
 type gpuGroupKey struct{ gpuType, pool, region, profile string }
-
-// usageKey separates tenant and model in billing's tenant name.
-const usageKeySep = "\x1f"
 
 // ComputeCost computes an hour's gpu_hour and cost_hour rows from its
 // deduplicated GPU samples and its per-deployment usage. It is a pure
@@ -115,7 +113,9 @@ func ComputeCost(hour time.Time, book *billing.PriceBook, samples []chstore.GPUS
 		tenants := make([]billing.TenantUsage, len(us))
 		byKey := map[string]chstore.DeploymentUsageRow{}
 		for i, u := range us {
-			key := u.TenantID + usageKeySep + u.Model
+			// billing's tenant name of the pair: no two pairs share one,
+			// whatever bytes the ids hold (billing refuses repeated names).
+			key := ident.Key(u.TenantID, u.Model)
 			byKey[key] = u
 			tenants[i] = billing.TenantUsage{
 				Tenant: key, InputTokens: int64(u.InputTokens), CachedInputTokens: int64(u.CachedInputTokens),
