@@ -116,7 +116,7 @@ func TestKeyUnambiguousAndOrdered(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	alphabet := []string{"", "\x00", "\x01", "\xff", "a", "b", "\x00\xff", "\x00\x01"}
-	for range 3000 {
+	for range 800 {
 		parts := make([]string, 1+rng.IntN(3))
 		for i := range parts {
 			for range rng.IntN(4) {
@@ -125,17 +125,22 @@ func TestKeyUnambiguousAndOrdered(t *testing.T) {
 		}
 		crafted = append(crafted, parts)
 	}
+	keys := make([]string, len(crafted))
+	for i, parts := range crafted {
+		keys[i] = Key(parts...)
+	}
 	for i, a := range crafted {
-		for _, b := range crafted[i+1:] {
+		for j, b := range crafted[i+1:] {
+			ka, kb := keys[i], keys[i+1+j]
 			if len(a) != len(b) {
 				// Keys of one query always have as many parts; a shorter
 				// tuple must still differ.
-				if Key(a...) == Key(b...) {
+				if ka == kb {
 					t.Fatalf("Key(%q) == Key(%q)", a, b)
 				}
 				continue
 			}
-			got, want := strings.Compare(Key(a...), Key(b...)), slices.Compare(a, b)
+			got, want := strings.Compare(ka, kb), slices.Compare(a, b)
 			if got != want {
 				t.Fatalf("compare Key(%q), Key(%q): got %d, want %d (tuple order)", a, b, got, want)
 			}
