@@ -20,8 +20,22 @@ run: build ## start meterd --dev (data in ./data), replay demo traffic and GPU s
 	@scripts/run-demo.sh
 
 .PHONY: test
-test: lint check-generated ## lint, check generated code, run every test with -race
+test: lint check-generated ## lint, check generated code, run every test with -race, then fuzz briefly
 	$(GO) test -race -count=1 -timeout 20m ./...
+	@$(MAKE) --no-print-directory fuzz
+
+# Fuzz targets as package:FuzzName. Their seed corpora (testdata/fuzz/) also
+# run as plain tests in every `go test`.
+FUZZ_TARGETS := ./ingest:FuzzDecodeEvent ./ingest:FuzzDecodeGPUSample ./billing:FuzzParsePriceBook \
+	./rollup:FuzzParseSLOSet ./api:FuzzQueryParams
+FUZZTIME ?= 10s
+
+.PHONY: fuzz
+fuzz: ## run each fuzz target for FUZZTIME (default 10s); a failing input is written under the package's testdata/fuzz/
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
+	done
 
 .PHONY: test-short
 test-short: ## go tests only, no lint or generation check

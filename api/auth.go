@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"google.golang.org/grpc/metadata"
+
+	"tokenmeter/internal/ident"
 )
 
 // Role is what an API key may do.
@@ -100,6 +102,8 @@ func NewKeys(f KeysFile) (*Keys, error) {
 		case RoleTenant:
 			if e.TenantID == "" {
 				errs = append(errs, fmt.Errorf("%s: role tenant needs tenant_id", where))
+			} else if err := ident.Check("tenant_id", e.TenantID); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", where, err))
 			}
 		case RoleIngest, RoleFinance, RoleAdmin:
 		default:

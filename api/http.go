@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
@@ -222,7 +223,10 @@ func (g *httpGuard) fail(w http.ResponseWriter, r *http.Request, httpStatus int,
 // request from. Unknown parameters (all of them named), a parameter given
 // in two spellings, and times that do not parse are InvalidArgument errors.
 func (r *httpRoute) normalizeQuery(u *url.URL) error {
-	query := u.Query()
+	query, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "malformed query string: %v", err)
+	}
 	if len(query) == 0 {
 		return nil
 	}
@@ -244,6 +248,11 @@ func (r *httpRoute) normalizeQuery(u *url.URL) error {
 		}
 		given[canonical+mapKey] = k
 		for _, v := range query[k] {
+			// The gateway copies values into string fields, which gRPC
+			// refuses to marshal unless they are UTF-8 (a 500 otherwise).
+			if !utf8.ValidString(v) {
+				return status.Errorf(codes.InvalidArgument, "query parameter %s: the value %q is not valid UTF-8", k, v)
+			}
 			if r.times[canonical] {
 				t, err := timearg.Parse(k, v)
 				if err != nil {

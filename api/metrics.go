@@ -6,13 +6,13 @@ import (
 	"math"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/ident"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/rollup/sketch"
 )
@@ -90,13 +90,15 @@ func newPager(groupBy []string, size int32, token string) (pager, error) {
 	return p, nil
 }
 
-// groupKey orders and identifies a series by its group values.
+// groupKey orders and identifies a series by its group values: different
+// groups have different keys whatever bytes their values hold, and keys sort
+// as the groups do, value by value in group_by order.
 func groupKey(fields []string, g map[string]string) string {
 	parts := make([]string, len(fields))
 	for i, f := range fields {
 		parts[i] = g[f]
 	}
-	return strings.Join(parts, "\x00")
+	return ident.Key(parts...)
 }
 
 // page splits rows (sorted by step) into series ordered by group, and

@@ -15,6 +15,7 @@ import (
 
 	"tokenmeter/ingest"
 	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/ident"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -176,6 +177,9 @@ func scopeTenant(ctx context.Context, asked string) (string, error) {
 	p, ok := principalFrom(ctx)
 	if !ok {
 		return "", fmt.Errorf("%w: no principal", errUnauthenticated)
+	}
+	if err := ident.Check("tenant_id", asked); err != nil {
+		return "", fmt.Errorf("%w: %w", chstore.ErrInvalidQuery, err)
 	}
 	if p.Role != RoleTenant {
 		return asked, nil

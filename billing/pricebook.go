@@ -8,11 +8,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"slices"
 	"strings"
 	"time"
-	"unicode"
+
+	"tokenmeter/internal/ident"
 )
 
 // DefaultCurrency is the currency of a price book that names none.
@@ -146,9 +148,7 @@ func (b *PriceBook) problems() []*FieldError {
 		checkName(add, path+".gpu_type", p.GPUType, true)
 		checkName(add, path+".pool", p.Pool, false)
 		checkName(add, path+".region", p.Region, false)
-		if p.EffectiveFrom.IsZero() {
-			add(path+".effective_from", ErrMissingField)
-		}
+		checkEffectiveFrom(add, path+".effective_from", p.EffectiveFrom)
 		if p.PerHour < 0 {
 			add(path+".per_hour", fmt.Errorf("%w: %s", ErrNegativePrice, p.PerHour))
 		}
@@ -165,9 +165,7 @@ func (b *PriceBook) problems() []*FieldError {
 	for i, p := range b.TokenPrices {
 		path := fmt.Sprintf("token_prices[%d]", i)
 		checkName(add, path+".model", p.Model, true)
-		if p.EffectiveFrom.IsZero() {
-			add(path+".effective_from", ErrMissingField)
-		}
+		checkEffectiveFrom(add, path+".effective_from", p.EffectiveFrom)
 		for _, f := range []struct {
 			name string
 			v    Money
@@ -208,21 +206,41 @@ func isCurrency(s string) bool {
 	return true
 }
 
-// checkName checks a gpu_type, pool, region or model: no control characters,
-// no surrounding spaces, no '|' (the separator of price ids), and not "*"
-// (the wildcard of price ids).
+// checkEffectiveFrom checks that t is set and that its canonical (UTC)
+// form is an RFC 3339 time, years 0001 to 9999: "9999-12-31T23:59:59-01:00"
+// is year 10000 in UTC, and a book holding it would be stored in a form
+// that no longer parses.
+func checkEffectiveFrom(add func(string, error), path string, t time.Time) {
+	if t.IsZero() {
+		add(path, ErrMissingField)
+		return
+	}
+	if y := t.UTC().Year(); y < 1 || y > 9999 {
+		add(path, fmt.Errorf("%w: %s is outside the years 0001 to 9999 in UTC", ErrInvalidField, t.Format(time.RFC3339Nano)))
+	}
+}
+
+// checkName checks a gpu_type, pool, region or model: an identifier by the
+// rule of the events and GPU samples it prices (ident.Check: no control or
+// invisible characters, no surrounding spaces), with no '|' (the separator
+// of price ids), and not "*" (the wildcard of price ids).
 func checkName(add func(string, error), path, s string, required bool) {
-	switch {
-	case s == "":
+	if s == "" {
 		if required {
 			add(path, ErrMissingField)
 		}
-	case s == "*":
+		return
+	}
+	if s == "*" {
 		add(path, fmt.Errorf("%w: \"*\" is not a wildcard here; leave the field empty to match any", ErrInvalidField))
-	case strings.TrimSpace(s) != s:
-		add(path, fmt.Errorf("%w: %q has leading or trailing spaces", ErrInvalidField, s))
-	case strings.ContainsFunc(s, func(r rune) bool { return r == '|' || unicode.IsControl(r) }):
-		add(path, fmt.Errorf("%w: %q contains '|' or a control character", ErrInvalidField, s))
+		return
+	}
+	if err := ident.Check("", s); err != nil {
+		add(path, fmt.Errorf("%w: %w", ErrInvalidField, err))
+		return
+	}
+	if strings.Contains(s, "|") {
+		add(path, fmt.Errorf("%w: %q contains '|'", ErrInvalidField, s))
 	}
 }
 
@@ -394,7 +412,7 @@ func decodePriceBook(data []byte) (*PriceBook, []*FieldError, error) {
 	if err := dec.Decode(&raw); err != nil {
 		return nil, nil, fmt.Errorf("%w: decode: %w", ErrInvalidPriceBook, err)
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, nil, fmt.Errorf("%w: decode: data after the top-level object", ErrInvalidPriceBook)
 	}
 	var bad []*FieldError

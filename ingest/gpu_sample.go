@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"tokenmeter/internal/ident"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -58,6 +59,9 @@ func (l Limits) ValidateGPUSample(s *meterv1.GpuSample, now time.Time) error {
 	} {
 		if len(f.v) > l.MaxStringLen {
 			return invalid(ReasonOutOfRange, "%s is %d bytes, limit is %d", f.name, len(f.v), l.MaxStringLen)
+		}
+		if err := ident.Check(f.name, f.v); err != nil {
+			return invalid(ReasonInvalidValue, "%v", err)
 		}
 	}
 	if s.GetSampledAt() == nil {

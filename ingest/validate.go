@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"tokenmeter/internal/ident"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -53,6 +54,8 @@ type Limits struct {
 	// MinTime is the earliest acceptable completed_at.
 	MinTime time.Time
 	// MaxStringLen bounds every string field, label keys and values included.
+	// Every identifier field and label key must also pass ident.Check, and
+	// label values ident.CheckText.
 	MaxStringLen int
 	// MaxLabels bounds the number of labels.
 	MaxLabels int
@@ -102,6 +105,9 @@ func (l Limits) Validate(ev *meterv1.InferenceEvent, now time.Time) error {
 	} {
 		if len(f.v) > l.MaxStringLen {
 			return invalid(ReasonOutOfRange, "%s is %d bytes long, limit is %d", f.name, len(f.v), l.MaxStringLen)
+		}
+		if err := ident.Check(f.name, f.v); err != nil {
+			return invalid(ReasonInvalidValue, "%v", err)
 		}
 	}
 	if ev.GetCompletedAt() == nil {
@@ -195,6 +201,13 @@ func (l Limits) Validate(ev *meterv1.InferenceEvent, now time.Time) error {
 		}
 		if len(k) > l.MaxStringLen || len(v) > l.MaxStringLen {
 			return invalid(ReasonOutOfRange, "label %.32q is longer than %d bytes", k, l.MaxStringLen)
+		}
+		if err := ident.Check("label key", k); err != nil {
+			return invalid(ReasonInvalidValue, "%v", err)
+		}
+		// Values are free text: spaces anywhere, but nothing invisible.
+		if err := ident.CheckText(fmt.Sprintf("label %.32q value", k), v); err != nil {
+			return invalid(ReasonInvalidValue, "%v", err)
 		}
 	}
 	return nil

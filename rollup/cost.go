@@ -1,6 +1,7 @@
 package rollup
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -9,6 +10,7 @@ import (
 
 	"tokenmeter/billing"
 	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/ident"
 )
 
 // CostStore is what the cost step needs of ClickHouse; *chstore.Store implements it.
@@ -53,9 +55,6 @@ func costPolicies(book *billing.PriceBook) [3][3]billing.Policy {
 
 // gpuGroupKey is one row of gpu_hour within a deployment.
 type gpuGroupKey struct{ gpuType, pool, region, profile string }
-
-// usageKey separates tenant and model in billing's tenant name.
-const usageKeySep = "\x1f"
 
 // ComputeCost computes an hour's gpu_hour and cost_hour rows from its
 // deduplicated GPU samples and its per-deployment usage. It is a pure
@@ -114,7 +113,9 @@ func ComputeCost(hour time.Time, book *billing.PriceBook, samples []chstore.GPUS
 		tenants := make([]billing.TenantUsage, len(us))
 		byKey := map[string]chstore.DeploymentUsageRow{}
 		for i, u := range us {
-			key := u.TenantID + usageKeySep + u.Model
+			// billing's tenant name of the pair: no two pairs share one,
+			// whatever bytes the ids hold (billing refuses repeated names).
+			key := ident.Key(u.TenantID, u.Model)
 			byKey[key] = u
 			tenants[i] = billing.TenantUsage{
 				Tenant: key, InputTokens: int64(u.InputTokens), CachedInputTokens: int64(u.CachedInputTokens),
@@ -210,7 +211,8 @@ func gpuHourRows(hour time.Time, dep string, book *billing.PriceBook, samples []
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b gpuGroupKey) int {
-		return strings.Compare(a.gpuType+"\x00"+a.pool+"\x00"+a.region+"\x00"+a.profile, b.gpuType+"\x00"+b.pool+"\x00"+b.region+"\x00"+b.profile)
+		return cmp.Or(strings.Compare(a.gpuType, b.gpuType), strings.Compare(a.pool, b.pool),
+			strings.Compare(a.region, b.region), strings.Compare(a.profile, b.profile))
 	})
 	total := billing.GPUCost{Currency: book.Currency, PriceVersion: book.Version()}
 	var rows []chstore.GPUHourRow

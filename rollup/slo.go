@@ -2,12 +2,18 @@ package rollup
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
+	"strings"
+
+	"tokenmeter/internal/ident"
 )
 
 // Rule is one SLO rule: thresholds for the requests of a tenant, model and
@@ -43,8 +49,16 @@ func DefaultSLOSet() SLOSet {
 // Validate reports every problem at once.
 func (s SLOSet) Validate() error {
 	var errs []error
+	if err := ident.Check("default_class", s.DefaultClass); err != nil {
+		errs = append(errs, err)
+	}
 	seen := map[[3]string]bool{}
 	for i, r := range s.Rules {
+		for _, f := range []struct{ name, v string }{{"tenant_id", r.TenantID}, {"model", r.Model}, {"slo_class", r.SLOClass}} {
+			if err := ident.Check(f.name, f.v); err != nil {
+				errs = append(errs, fmt.Errorf("rule %d: %w", i, err))
+			}
+		}
 		key := [3]string{r.TenantID, r.Model, r.SLOClass}
 		if seen[key] {
 			errs = append(errs, fmt.Errorf("rule %d: another rule has the same tenant_id, model and slo_class", i))
@@ -69,9 +83,8 @@ func (s SLOSet) Canonical() ([]byte, error) {
 		s.DefaultClass = "interactive"
 	}
 	rules := append([]Rule(nil), s.Rules...)
-	sort.Slice(rules, func(i, j int) bool {
-		a, b := rules[i], rules[j]
-		return a.TenantID+"\x00"+a.Model+"\x00"+a.SLOClass < b.TenantID+"\x00"+b.Model+"\x00"+b.SLOClass
+	slices.SortFunc(rules, func(a, b Rule) int {
+		return cmp.Or(strings.Compare(a.TenantID, b.TenantID), strings.Compare(a.Model, b.Model), strings.Compare(a.SLOClass, b.SLOClass))
 	})
 	s.Rules = rules
 	return json.Marshal(s)
@@ -84,6 +97,9 @@ func ParseSLOSet(data []byte) (SLOSet, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
 		return SLOSet{}, fmt.Errorf("parse SLO set: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return SLOSet{}, errors.New("parse SLO set: data after the top-level object")
 	}
 	if err := s.Validate(); err != nil {
 		return SLOSet{}, fmt.Errorf("SLO set: %w", err)

@@ -270,7 +270,7 @@ func (s *Store) GPUUsage(ctx context.Context, q GPUUsageQuery) ([]GPUUsageRow, e
 		r.Start = k.start()
 		r.Group = groupMap(q.GroupBy, k.groups)
 		slices.Sort(r.PriceVersions)
-		index[fmt.Sprint(k.b, "\x00", strings.Join(k.groups, "\x00"))] = len(out)
+		index[k.id()] = len(out)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -294,7 +294,7 @@ func (s *Store) GPUUsage(ctx context.Context, q GPUUsageQuery) ([]GPUUsageRow, e
 		if err := trows.Scan(k.dest(&in, &outT)...); err != nil {
 			return nil, fmt.Errorf("scan tokens per GPU group: %w", err)
 		}
-		if i, ok := index[fmt.Sprint(k.b, "\x00", strings.Join(k.groups, "\x00"))]; ok {
+		if i, ok := index[k.id()]; ok {
 			out[i].InputTokens, out[i].OutputTokens = in, outT
 		}
 	}
