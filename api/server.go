@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -32,6 +32,10 @@ type Config struct {
 	MaxRequestBytes int
 	// Pprof serves net/http/pprof under /debug/pprof/ (off by default).
 	Pprof bool
+	// TLS, when set, serves both listeners with TLS only: the certificate
+	// (tlsfiles reloads it when its files change) and, for mutual TLS, the
+	// client verification. Nil serves plaintext.
+	TLS *tls.Config
 }
 
 // Validate reports every problem of the configuration at once.
@@ -70,6 +74,7 @@ type Server struct {
 	http   *http.Server
 	grpcLn net.Listener
 	httpLn net.Listener
+	local  *inProcess // the gateway's way to the gRPC server
 	conn   *grpc.ClientConn
 	logger *slog.Logger
 }
@@ -96,6 +101,10 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 		s.grpcLn.Close()
 		return nil, fmt.Errorf("listen HTTP: %w", err)
 	}
+	if cfg.TLS != nil {
+		s.httpLn = tls.NewListener(s.httpLn, httpTLS(cfg.TLS))
+	}
+	s.local = newInProcess()
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	if cfg.Pprof {
@@ -118,6 +127,7 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 	})
 
 	s.grpc = grpc.NewServer(
+		grpc.Creds(serverCreds(cfg.TLS)),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
 		grpc.ChainUnaryInterceptor(errorInterceptor(logger), authInterceptorFor(svc)),
 	)
@@ -134,11 +144,10 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 			meterv1.RegisterAdminServiceServer(s.grpc, &adminService{store: svc.Admin})
 		}
 
-		// The gateway calls our own gRPC server over loopback, so that REST
-		// and gRPC share authentication, limits and error mapping.
-		s.conn, err = grpc.NewClient(s.grpcLn.Addr().String(),
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(cfg.MaxRequestBytes), grpc.MaxCallRecvMsgSize(64<<20)))
+		// The gateway calls our own gRPC server, in process (see tls.go), so
+		// that REST and gRPC share authentication, limits and error mapping.
+		s.conn, err = grpc.NewClient(gatewayTarget, append(s.local.gatewayDialOptions(),
+			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(cfg.MaxRequestBytes), grpc.MaxCallRecvMsgSize(64<<20)))...)
 		if err != nil {
 			s.close()
 			return nil, fmt.Errorf("dial own gRPC server: %w", err)
@@ -176,6 +185,7 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 		mux.Handle("/v1/", limitBody(gw, int64(cfg.MaxRequestBytes)))
 	}
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.http.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn) // TLS handshake errors among others
 	return s, nil
 }
 
@@ -218,6 +228,12 @@ func (s *Server) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error {
+		if err := s.grpc.Serve(s.local); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("serve gRPC in process: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
 		if err := s.http.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve HTTP: %w", err)
 		}
@@ -246,6 +262,7 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) close() {
 	s.grpcLn.Close()
 	s.httpLn.Close()
+	s.local.Close()
 	if s.conn != nil {
 		s.conn.Close()
 	}
