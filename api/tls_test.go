@@ -208,4 +208,3 @@ func TestMutualTLS(t *testing.T) {
 		})
 	}
 }
-
