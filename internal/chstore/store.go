@@ -9,6 +9,7 @@ package chstore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +28,9 @@ type Config struct {
 	// Username and Password authenticate; empty means the "default" user.
 	Username string
 	Password string
+	// TLS, when set, speaks the native protocol over TLS (the server's
+	// tcp_port_secure, 9440 by default).
+	TLS *tls.Config
 	// DialTimeout bounds connection attempts. Default 5s.
 	DialTimeout time.Duration
 	// MaxOpenConns bounds the connection pool. Default 16: an hour's rollup
@@ -110,6 +114,7 @@ func Open(cfg Config, logger *slog.Logger) (*Store, error) {
 		MaxIdleConns: cfg.MaxOpenConns,
 		Compression:  compression(cfg.Compression),
 		Settings:     clickhouse.Settings{"max_read_buffer_size": readBufferBytes},
+		TLS:          cfg.TLS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open clickhouse: %w", err)
@@ -138,6 +143,7 @@ func (s *Store) ensureDatabase(ctx context.Context) error {
 		Addr:        s.cfg.Addr,
 		Auth:        clickhouse.Auth{Database: "default", Username: s.cfg.Username, Password: s.cfg.Password},
 		DialTimeout: s.cfg.DialTimeout,
+		TLS:         s.cfg.TLS,
 	})
 	if err != nil {
 		return fmt.Errorf("open clickhouse: %w", err)
