@@ -70,6 +70,9 @@ func TestUserPasswordAndTLS(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
 			_, err = s.Migrate(ctx)
+			if refused := chstore.Refused(err); refused != (tt.wantCode != 0 && tt.name != "TLS port without TLS") {
+				t.Errorf("Refused(%v) = %v", err, refused)
+			}
 			switch {
 			case tt.wantCode == 0:
 				if err != nil {

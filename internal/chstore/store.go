@@ -17,6 +17,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"tokenmeter/internal/tlsfiles"
 )
 
 // Config locates the ClickHouse server and database.
@@ -120,6 +122,27 @@ func Open(cfg Config, logger *slog.Logger) (*Store, error) {
 		return nil, fmt.Errorf("open clickhouse: %w", err)
 	}
 	return &Store{conn: conn, cfg: cfg, logger: logger}, nil
+}
+
+// ClickHouse's error codes for a refused login.
+const (
+	codeUnknownUser          = 192
+	codeWrongPassword        = 193
+	codeRequiredPassword     = 194
+	codeAuthenticationFailed = 516 // releases after 18.x
+)
+
+// Refused tells whether err is ClickHouse refusing the user or password,
+// or a TLS handshake that failed on a certificate: retrying cannot help.
+func Refused(err error) bool {
+	var ex *clickhouse.Exception
+	if errors.As(err, &ex) {
+		switch ex.Code {
+		case codeUnknownUser, codeWrongPassword, codeRequiredPassword, codeAuthenticationFailed:
+			return true
+		}
+	}
+	return tlsfiles.IsCertificateError(err)
 }
 
 // Close closes the connection pool.

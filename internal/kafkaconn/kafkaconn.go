@@ -11,7 +11,6 @@ package kafkaconn
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"slices"
@@ -188,14 +187,5 @@ func refused(err error) bool {
 			return true
 		}
 	}
-	var (
-		verr   *tls.CertificateVerificationError
-		alert  tls.AlertError
-		record tls.RecordHeaderError
-		unk    x509.UnknownAuthorityError
-		host   x509.HostnameError
-		inval  x509.CertificateInvalidError
-	)
-	return errors.As(err, &verr) || errors.As(err, &alert) || errors.As(err, &record) ||
-		errors.As(err, &unk) || errors.As(err, &host) || errors.As(err, &inval)
+	return tlsfiles.IsCertificateError(err)
 }

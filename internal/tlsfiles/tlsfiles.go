@@ -354,3 +354,19 @@ func (c Client) Config(opts Options) (*tls.Config, error) {
 	}
 	return cfg, nil
 }
+
+// IsCertificateError tells whether err is a TLS handshake that failed on a
+// certificate (not trusted, another name, expired, refused by the peer) or
+// on a peer that does not speak TLS: retrying cannot mend it.
+func IsCertificateError(err error) bool {
+	var (
+		verr   *tls.CertificateVerificationError
+		alert  tls.AlertError
+		record tls.RecordHeaderError
+		unk    x509.UnknownAuthorityError
+		host   x509.HostnameError
+		inval  x509.CertificateInvalidError
+	)
+	return errors.As(err, &verr) || errors.As(err, &alert) || errors.As(err, &record) ||
+		errors.As(err, &unk) || errors.As(err, &host) || errors.As(err, &inval)
+}
