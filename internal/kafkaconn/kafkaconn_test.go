@@ -163,3 +163,39 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestClientCertificate connects to a broker that requires a client
+// certificate (mutual TLS, no SASL).
+func TestClientCertificate(t *testing.T) {
+	ca := certtest.NewCA(t, "kafka")
+	certFile, keyFile := ca.Issue(t, "broker", "127.0.0.1").Files(t)
+	srvTLS, err := tlsfiles.Server{CertFile: certFile, KeyFile: keyFile, ClientCAFile: ca.CertFile}.Config(tlsfiles.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", Topics: []string{"t"}, Partitions: 1, TLS: srvTLS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broker.Close()
+	clientCert, clientKey := ca.Issue(t, "meterd").Files(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+
+	with, err := kafkaconn.New(kafkaconn.Config{TLS: tlsfiles.Client{CAFile: ca.CertFile, CertFile: clientCert, KeyFile: clientKey}}, tlsfiles.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer with.Close()
+	if err := roundTrip(ctx, with, broker.Addr(), "t", "signed"); err != nil {
+		t.Fatalf("with a client certificate: %v", err)
+	}
+	without, err := kafkaconn.New(kafkaconn.Config{TLS: tlsfiles.Client{CAFile: ca.CertFile}}, tlsfiles.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer without.Close()
+	if err := without.Check(ctx, []string{broker.Addr()}); !errors.Is(err, kafkaconn.ErrRefused) {
+		t.Errorf("without a client certificate: got %v, want an error wrapping ErrRefused", err)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -367,6 +368,12 @@ func IsCertificateError(err error) bool {
 		host   x509.HostnameError
 		inval  x509.CertificateInvalidError
 	)
-	return errors.As(err, &verr) || errors.As(err, &alert) || errors.As(err, &record) ||
-		errors.As(err, &unk) || errors.As(err, &host) || errors.As(err, &inval)
+	if errors.As(err, &verr) || errors.As(err, &alert) || errors.As(err, &record) ||
+		errors.As(err, &unk) || errors.As(err, &host) || errors.As(err, &inval) {
+		return true
+	}
+	// An alert from the peer (certificate required, bad certificate,
+	// unknown CA) comes as a net.OpError "remote error".
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error"
 }
