@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -38,6 +38,10 @@ type Config struct {
 	// to the end of the response (default 2m); IdleTimeout closes a keep-alive
 	// connection idle this long (default 2m).
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// TLS, when set, serves both listeners with TLS only: the certificate
+	// (tlsfiles reloads it when its files change) and, for mutual TLS, the
+	// client verification. Nil serves plaintext.
+	TLS *tls.Config
 }
 
 // Validate reports every problem of the configuration at once.
@@ -79,6 +83,7 @@ type Server struct {
 	http   *http.Server
 	grpcLn net.Listener
 	httpLn net.Listener
+	local  *inProcess // the gateway's way to the gRPC server
 	conn   *grpc.ClientConn
 	logger *slog.Logger
 }
@@ -118,6 +123,10 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 		s.grpcLn.Close()
 		return nil, fmt.Errorf("listen HTTP: %w", err)
 	}
+	if cfg.TLS != nil {
+		s.httpLn = tls.NewListener(s.httpLn, httpTLS(cfg.TLS))
+	}
+	s.local = newInProcess()
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	if cfg.Pprof {
@@ -132,6 +141,7 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 	mux.Handle("GET /healthz/ready", readiness(ready, logger))
 
 	s.grpc = grpc.NewServer(
+		grpc.Creds(serverCreds(cfg.TLS)),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
 		grpc.InTapHandle(authTap(keys)),
 		grpc.ChainUnaryInterceptor(errorInterceptor(logger), authInterceptor(keys)),
@@ -149,11 +159,10 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 			meterv1.RegisterAdminServiceServer(s.grpc, &adminService{store: svc.Admin})
 		}
 
-		// The gateway calls our own gRPC server over loopback, so that REST
-		// and gRPC share authentication, limits and error mapping.
-		s.conn, err = grpc.NewClient(s.grpcLn.Addr().String(),
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(cfg.MaxRequestBytes), grpc.MaxCallRecvMsgSize(64<<20)))
+		// The gateway calls our own gRPC server, in process (see tls.go), so
+		// that REST and gRPC share authentication, limits and error mapping.
+		s.conn, err = grpc.NewClient(gatewayTarget, append(s.local.gatewayDialOptions(),
+			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(cfg.MaxRequestBytes), grpc.MaxCallRecvMsgSize(64<<20)))...)
 		if err != nil {
 			s.close()
 			return nil, fmt.Errorf("dial own gRPC server: %w", err)
@@ -214,6 +223,7 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 	}
+	s.http.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn) // TLS handshake errors among others
 	return s, nil
 }
 
@@ -266,6 +276,12 @@ func (s *Server) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error {
+		if err := s.grpc.Serve(s.local); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("serve gRPC in process: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
 		if err := s.http.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve HTTP: %w", err)
 		}
@@ -294,6 +310,7 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) close() {
 	s.grpcLn.Close()
 	s.httpLn.Close()
+	s.local.Close()
 	if s.conn != nil {
 		s.conn.Close()
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/kafkaconn"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -122,6 +123,8 @@ type ConsumerConfig struct {
 	Topic    string // default DefaultEventsTopic (DefaultGPUTopic for GPU samples)
 	GroupID  string // default DefaultGroupID (DefaultGPUGroupID for GPU samples)
 	DLQTopic string // default DefaultDLQTopic
+	// Kafka is how to connect (TLS, SASL); nil is plaintext.
+	Kafka *kafkaconn.Conn
 	// BatchSize flushes a batch when it holds this many records. Default 20,000.
 	BatchSize int
 	// BatchTimeout flushes a non-empty batch this long after its first record. Default 500ms.
@@ -280,10 +283,12 @@ func newConsumer(cfg ConsumerConfig, newRows func() rows, reg prometheus.Registe
 		CommitInterval: 0, // synchronous commits, only after the insert
 		StartOffset:    kafka.FirstOffset,
 		ErrorLogger:    kafka.LoggerFunc(func(msg string, args ...any) { logger.Warn("kafka reader", "detail", fmt.Sprintf(msg, args...)) }),
+		Dialer:         cfg.Kafka.Dialer(),
 	})
 	c.dlq = &kafka.Writer{
 		Addr:         kafka.TCP(cfg.Brokers...),
 		Topic:        cfg.DLQTopic,
+		Transport:    cfg.Kafka.Transport(),
 		Balancer:     &kafka.Hash{},
 		RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 5 * time.Millisecond,

@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"google.golang.org/protobuf/proto"
 
+	"tokenmeter/internal/kafkaconn"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -22,6 +23,8 @@ var ErrUnavailable = errors.New("event log unavailable")
 type PublisherConfig struct {
 	Brokers []string
 	Topic   string // default DefaultEventsTopic
+	// Kafka is how to connect (TLS, SASL); nil is plaintext.
+	Kafka *kafkaconn.Conn
 	// WriteTimeout bounds one publish, retries included. Default 10s.
 	WriteTimeout time.Duration
 	Limits       Limits
@@ -65,6 +68,7 @@ func NewPublisher(cfg PublisherConfig, reg prometheus.Registerer, logger *slog.L
 		writer: &kafka.Writer{
 			Addr:         kafka.TCP(cfg.Brokers...),
 			Topic:        cfg.Topic,
+			Transport:    cfg.Kafka.Transport(),
 			Balancer:     &kafka.Hash{},
 			RequiredAcks: kafka.RequireAll,
 			BatchSize:    100_000,

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"tokenmeter/internal/kafkaconn"
 )
 
 // Lease defaults: a one-partition topic whose single partition is the lease,
@@ -21,11 +23,13 @@ const (
 // The lease is Kafka's: the members of the consumer group share the topic's
 // one partition, so exactly one is assigned it; fn's context ends when a
 // rebalance takes the lease away (or the session expires), and fn runs again
-// when it comes back. The other members wait, ready to take over.
-func HoldLease(ctx context.Context, brokers []string, topic, group string, logger *slog.Logger, fn func(context.Context)) error {
+// when it comes back. The other members wait, ready to take over. conn is
+// how to connect to the brokers (TLS, SASL); nil is plaintext.
+func HoldLease(ctx context.Context, brokers []string, conn *kafkaconn.Conn, topic, group string, logger *slog.Logger, fn func(context.Context)) error {
 	g, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                group,
 		Brokers:           brokers,
+		Dialer:            conn.Dialer(),
 		Topics:            []string{topic},
 		HeartbeatInterval: time.Second,
 		SessionTimeout:    10 * time.Second,

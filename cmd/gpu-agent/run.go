@@ -20,6 +20,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"tokenmeter/ingest/gpu"
+	"tokenmeter/internal/kafkaconn"
+	"tokenmeter/internal/tlsfiles"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -76,7 +78,28 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return agent.Flush(ctx)
 	}
 
-	pub, err := gpu.NewKafkaPublisher(gpu.KafkaConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.Topic})
+	kcfg, err := cfg.KafkaConfig()
+	if err != nil {
+		return err
+	}
+	kafkaConn, err := kafkaconn.New(kcfg, tlsfiles.Options{Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer kafkaConn.Close() // after the writer's Close, deferred below
+	if kafkaConn != nil {
+		// A refused password or certificate will not mend: stop now.
+		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		err := kafkaConn.Check(cctx, cfg.KafkaBrokers)
+		cancel()
+		if errors.Is(err, kafkaconn.ErrRefused) {
+			return err
+		}
+		if err != nil {
+			logger.Warn("Kafka does not answer yet; will retry", "error", err)
+		}
+	}
+	pub, err := gpu.NewKafkaPublisher(gpu.KafkaConfig{Brokers: cfg.KafkaBrokers, Kafka: kafkaConn, Topic: cfg.Topic})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,15 @@ import (
 
 	"tokenmeter/ingest"
 	"tokenmeter/internal/envflag"
+	"tokenmeter/internal/kafkaconn"
+	"tokenmeter/internal/tlsfiles"
+)
+
+// Environment variables of the passwords, the other way to give them than
+// a file.
+const (
+	envKafkaPassword      = "METER_KAFKA_SASL_PASSWORD"
+	envClickHousePassword = "METER_CLICKHOUSE_PASSWORD"
 )
 
 // Config is meterd's whole configuration, read from flags with METER_*
@@ -42,6 +51,68 @@ type Config struct {
 	Pprof        bool
 	MemoryMiB    int
 	ValidateOnly bool
+	Security     Security
+}
+
+// Security is the transport security and credentials of meterd's
+// listeners, Kafka clients and ClickHouse connections. Passwords come from
+// files or the environment, never from flag values.
+type Security struct {
+	// TLS of the gRPC and HTTP listeners.
+	TLS tlsfiles.Server
+	// Kafka's TLS and SASL; Kafka.Password stays empty here: see
+	// KafkaPasswordFile.
+	Kafka             kafkaconn.Config
+	KafkaPasswordFile string
+	kafkaPasswordEnv  string
+	ClickHouseUser    string
+	// ClickHousePasswordFile or METER_CLICKHOUSE_PASSWORD.
+	ClickHousePasswordFile string
+	clickHousePasswordEnv  string
+	ClickHouseTLS          tlsfiles.Client
+}
+
+// KafkaConfig is Kafka's connection configuration with the password read.
+func (s Security) KafkaConfig() (kafkaconn.Config, error) {
+	k := s.Kafka
+	var err error
+	k.Password, err = envflag.Secret("kafka-sasl-password-file", s.KafkaPasswordFile, envKafkaPassword, s.kafkaPasswordEnv)
+	return k, err
+}
+
+// ClickHousePassword reads ClickHouse's password.
+func (s Security) ClickHousePassword() (string, error) {
+	return envflag.Secret("clickhouse-password-file", s.ClickHousePasswordFile, envClickHousePassword, s.clickHousePasswordEnv)
+}
+
+// validate reports every problem at once, reading the files.
+func (s Security) validate(dev, privateClickHouse bool) error {
+	var errs []error
+	if err := s.TLS.Validate("--tls"); err != nil {
+		errs = append(errs, err)
+	}
+	k, err := s.KafkaConfig()
+	if err != nil {
+		errs = append(errs, err)
+		k.Password = "unread" // reported just above, not as missing
+	}
+	if err := k.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if dev && (k.TLS.Enabled() || k.SASLMechanism != "") {
+		errs = append(errs, errors.New("--kafka-tls* and --kafka-sasl-* do not apply to --dev's embedded broker"))
+	}
+	pw, err := s.ClickHousePassword()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.ClickHouseTLS.Validate("--clickhouse-tls"); err != nil {
+		errs = append(errs, err)
+	}
+	if privateClickHouse && (s.ClickHouseUser != "" || pw != "" || s.ClickHouseTLS.Enabled()) {
+		errs = append(errs, errors.New("--clickhouse-user, a ClickHouse password and --clickhouse-tls* need --clickhouse (--dev's private server has none)"))
+	}
+	return errors.Join(errs...)
 }
 
 var knownRoles = []string{"ingest", "rollup", "api"}
@@ -110,6 +181,9 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel))
 	}
+	if err := c.Security.validate(c.Dev, c.Dev && c.ClickHouse == ""); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -146,9 +220,30 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.IntVar(&c.MemoryMiB, "memory-limit-mib", 256, "soft limit of the Go heap in MiB (runtime/debug.SetMemoryLimit; GOMEMLIMIT overrides; 0 = none)")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --http-addr")
 	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the configuration and exit")
+	sec := &c.Security
+	fs.StringVar(&sec.TLS.CertFile, "tls-cert", "", "serve gRPC and HTTP over TLS with this certificate (PEM, chain first); read again when it changes")
+	fs.StringVar(&sec.TLS.KeyFile, "tls-key", "", "private key of --tls-cert (PEM)")
+	fs.StringVar(&sec.TLS.ClientCAFile, "tls-client-ca", "", "require client certificates signed by these CAs (PEM) on both listeners (mutual TLS)")
+	fs.BoolVar(&sec.Kafka.TLS.On, "kafka-tls", false, "connect to Kafka over TLS (implied by the other --kafka-tls-* flags)")
+	fs.StringVar(&sec.Kafka.TLS.CAFile, "kafka-tls-ca", "", "CAs (PEM) that sign the brokers' certificates (default: the system's)")
+	fs.StringVar(&sec.Kafka.TLS.CertFile, "kafka-tls-cert", "", "client certificate (PEM) for brokers that require one")
+	fs.StringVar(&sec.Kafka.TLS.KeyFile, "kafka-tls-key", "", "private key of --kafka-tls-cert (PEM)")
+	fs.StringVar(&sec.Kafka.TLS.ServerName, "kafka-tls-server-name", "", "name expected in the brokers' certificates (default: the host dialed)")
+	fs.StringVar(&sec.Kafka.SASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (default: no SASL)")
+	fs.StringVar(&sec.Kafka.Username, "kafka-sasl-user", "", "SASL user name")
+	fs.StringVar(&sec.KafkaPasswordFile, "kafka-sasl-password-file", "", "file holding the SASL password (or set "+envKafkaPassword+")")
+	fs.StringVar(&sec.ClickHouseUser, "clickhouse-user", "", "ClickHouse user (default: default)")
+	fs.StringVar(&sec.ClickHousePasswordFile, "clickhouse-password-file", "", "file holding the ClickHouse password (or set "+envClickHousePassword+")")
+	fs.BoolVar(&sec.ClickHouseTLS.On, "clickhouse-tls", false, "connect to ClickHouse over TLS, to its tcp_port_secure (implied by the other --clickhouse-tls-* flags)")
+	fs.StringVar(&sec.ClickHouseTLS.CAFile, "clickhouse-tls-ca", "", "CAs (PEM) that sign ClickHouse's certificate (default: the system's)")
+	fs.StringVar(&sec.ClickHouseTLS.CertFile, "clickhouse-tls-cert", "", "client certificate (PEM) for a ClickHouse that requires one")
+	fs.StringVar(&sec.ClickHouseTLS.KeyFile, "clickhouse-tls-key", "", "private key of --clickhouse-tls-cert (PEM)")
+	fs.StringVar(&sec.ClickHouseTLS.ServerName, "clickhouse-tls-server-name", "", "name expected in ClickHouse's certificate (default: the host dialed)")
 	if err := envflag.Parse(fs, args, getenv); err != nil {
 		return c, err
 	}
+	sec.kafkaPasswordEnv = getenv(envKafkaPassword)
+	sec.clickHousePasswordEnv = getenv(envClickHousePassword)
 	if *roles == "all" {
 		c.Roles = knownRoles
 	} else {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -24,6 +25,8 @@ import (
 	"tokenmeter/internal/chserver"
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/devkafka"
+	"tokenmeter/internal/kafkaconn"
+	"tokenmeter/internal/tlsfiles"
 	"tokenmeter/rollup"
 )
 
@@ -92,7 +95,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 
-	store, err := chstore.Open(chstore.Config{Addr: []string{cfg.ClickHouse}, Database: cfg.Database, Compression: cfg.Compression}, logger)
+	kafkaConn, chCfg, apiTLS, err := security(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer kafkaConn.Close() // after the writers, deferred below
+	store, err := chstore.Open(chCfg, logger)
 	if err != nil {
 		return err
 	}
@@ -120,7 +128,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var consumer, gpuConsumer *ingest.Consumer
 	if cfg.HasRole("ingest") && cfg.GPUTopic != "" {
 		gpuConsumer, err = ingest.NewGPUConsumer(ingest.ConsumerConfig{
-			Brokers: cfg.KafkaBrokers, Topic: cfg.GPUTopic, GroupID: cfg.GroupID + "-gpu", DLQTopic: cfg.DLQTopic,
+			Brokers: cfg.KafkaBrokers, Kafka: kafkaConn, Topic: cfg.GPUTopic, GroupID: cfg.GroupID + "-gpu", DLQTopic: cfg.DLQTopic,
 			BatchSize: cfg.BatchSize, BatchTimeout: cfg.BatchTimeout,
 		}, store, reg, logger, now)
 		if err != nil {
@@ -129,7 +137,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if cfg.HasRole("ingest") {
 		consumer, err = ingest.NewConsumer(ingest.ConsumerConfig{
-			Brokers: cfg.KafkaBrokers, Topic: cfg.EventsTopic, GroupID: cfg.GroupID, DLQTopic: cfg.DLQTopic,
+			Brokers: cfg.KafkaBrokers, Kafka: kafkaConn, Topic: cfg.EventsTopic, GroupID: cfg.GroupID, DLQTopic: cfg.DLQTopic,
 			BatchSize: cfg.BatchSize, BatchTimeout: cfg.BatchTimeout,
 		}, store, reg, logger, now)
 		if err != nil {
@@ -163,7 +171,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
-		pub, err := ingest.NewPublisher(ingest.PublisherConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.EventsTopic}, reg, logger, now)
+		pub, err := ingest.NewPublisher(ingest.PublisherConfig{Brokers: cfg.KafkaBrokers, Kafka: kafkaConn, Topic: cfg.EventsTopic}, reg, logger, now)
 		if err != nil {
 			return err
 		}
@@ -182,6 +190,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	server, err := api.New(ctx, api.Config{
 		GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, MaxBatchEvents: cfg.MaxBatch, MaxRequestBytes: cfg.MaxBody, Pprof: cfg.Pprof,
 		ReadTimeout: cfg.HTTPTimeouts[0], WriteTimeout: cfg.HTTPTimeouts[1], IdleTimeout: cfg.HTTPTimeouts[2],
+		TLS: apiTLS,
 	}, svc, ready, reg, logger)
 	if err != nil {
 		return err
@@ -203,7 +212,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if job != nil {
 		g.Go(func() error {
-			return rollup.HoldLease(gctx, cfg.KafkaBrokers, rollup.DefaultLeaseTopic, rollup.DefaultLeaseGroup, logger, func(ctx context.Context) {
+			return rollup.HoldLease(gctx, cfg.KafkaBrokers, kafkaConn, rollup.DefaultLeaseTopic, rollup.DefaultLeaseGroup, logger, func(ctx context.Context) {
 				if err := job.Run(ctx); err != nil {
 					logger.Warn("rollup job stopped", "error", err)
 				}
@@ -213,6 +222,45 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	err = g.Wait()
 	logger.Info("meterd stopped")
 	return err
+}
+
+// security builds the Kafka clients' connection, the ClickHouse
+// configuration and the listeners' TLS. With Kafka TLS or SASL configured it
+// checks the brokers at once: a refused password or certificate is an error,
+// a broker that does not answer is only logged (the clients retry).
+func security(ctx context.Context, cfg Config, logger *slog.Logger) (*kafkaconn.Conn, chstore.Config, *tls.Config, error) {
+	opts := tlsfiles.Options{Logger: logger}
+	chCfg := chstore.Config{Addr: []string{cfg.ClickHouse}, Database: cfg.Database, Compression: cfg.Compression, Username: cfg.Security.ClickHouseUser}
+	kcfg, err := cfg.Security.KafkaConfig()
+	if err != nil {
+		return nil, chCfg, nil, err
+	}
+	kafkaConn, err := kafkaconn.New(kcfg, opts)
+	if err != nil {
+		return nil, chCfg, nil, err
+	}
+	if chCfg.Password, err = cfg.Security.ClickHousePassword(); err != nil {
+		return nil, chCfg, nil, err
+	}
+	if chCfg.TLS, err = cfg.Security.ClickHouseTLS.Config(opts); err != nil {
+		return nil, chCfg, nil, fmt.Errorf("ClickHouse TLS: %w", err)
+	}
+	apiTLS, err := cfg.Security.TLS.Config(opts)
+	if err != nil {
+		return nil, chCfg, nil, fmt.Errorf("listeners' TLS: %w", err)
+	}
+	if kafkaConn != nil {
+		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		err := kafkaConn.Check(cctx, cfg.KafkaBrokers)
+		cancel()
+		if errors.Is(err, kafkaconn.ErrRefused) {
+			return nil, chCfg, nil, err
+		}
+		if err != nil {
+			logger.Warn("Kafka does not answer yet; the clients will retry", "error", err)
+		}
+	}
+	return kafkaConn, chCfg, apiTLS, nil
 }
 
 // devTopics are the topics the dev broker creates.
@@ -234,6 +282,9 @@ func migrate(ctx context.Context, store *chstore.Store, logger *slog.Logger) err
 				logger.Info("schema migrated", "applied", applied)
 			}
 			return nil
+		}
+		if chstore.Refused(err) {
+			return fmt.Errorf("migrate schema: %w", err) // a wrong password or certificate: no retry mends it
 		}
 		logger.Warn("migrate schema, will retry", "error", err, "backoff", backoff)
 		select {
@@ -298,7 +349,11 @@ func ensureDevKeys(dir string) ([]devKey, error) {
 
 func printDevBanner(w io.Writer, cfg Config, s *api.Server, keys []devKey) {
 	fmt.Fprintf(w, "tokenmeter dev mode (data in %s)\n", cfg.DataDir)
-	fmt.Fprintf(w, "  REST        http://%s   (POST /v1/events, GET /v1/usage|latency|goodput|traffic|cost|gpu-usage, /metrics, /healthz/ready)\n", s.HTTPAddr())
+	scheme := "http"
+	if cfg.Security.TLS.Enabled() {
+		scheme = "https"
+	}
+	fmt.Fprintf(w, "  REST        %s://%s   (POST /v1/events, GET /v1/usage|latency|goodput|traffic|cost|gpu-usage, /metrics, /healthz/ready)\n", scheme, s.HTTPAddr())
 	fmt.Fprintf(w, "  gRPC        %s\n", s.GRPCAddr())
 	fmt.Fprintf(w, "  Kafka       %s   (topics %s)\n", cfg.KafkaBrokers[0], strings.Join(devTopics(cfg), ", "))
 	fmt.Fprintf(w, "  ClickHouse  %s   (database %s)\n", cfg.ClickHouse, cfg.Database)

@@ -10,12 +10,15 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"tokenmeter/ingest"
+	"tokenmeter/internal/kafkaconn"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
 // KafkaConfig configures a KafkaPublisher.
 type KafkaConfig struct {
 	Brokers []string
+	// Kafka is how to connect (TLS, SASL); nil is plaintext.
+	Kafka *kafkaconn.Conn
 	// Topic defaults to ingest.DefaultGPUTopic (meter.gpu.v1); it must exist.
 	Topic string
 	// WriteTimeout bounds one Publish, retries included. Default 10s.
@@ -47,6 +50,7 @@ func NewKafkaPublisher(cfg KafkaConfig) (*KafkaPublisher, error) {
 	return &KafkaPublisher{cfg: cfg, writer: &kafka.Writer{
 		Addr:         kafka.TCP(cfg.Brokers...),
 		Topic:        cfg.Topic,
+		Transport:    cfg.Kafka.Transport(),
 		Balancer:     &kafka.Hash{},
 		RequiredAcks: kafka.RequireAll,
 		BatchSize:    5_000,

@@ -64,6 +64,11 @@ type Config struct {
 	// StartTimeout bounds how long Start waits for the server to answer.
 	// Zero means 60s.
 	StartTimeout time.Duration
+	// Users are users with passwords, besides the password-less "default".
+	Users []User
+	// TLS, when set, opens a native protocol port with TLS too (SecureAddr),
+	// on a free port picked at each Start.
+	TLS *TLS
 }
 
 // Server is a private ClickHouse server process. Its methods are safe for
@@ -114,6 +119,17 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = defaultStartTimeout
 	}
+	if cfg.TLS != nil {
+		// The server runs in its directory: make the paths absolute.
+		t := *cfg.TLS
+		if t.CertFile, err = filepath.Abs(t.CertFile); err != nil {
+			return nil, fmt.Errorf("start clickhouse: %w", err)
+		}
+		if t.KeyFile, err = filepath.Abs(t.KeyFile); err != nil {
+			return nil, fmt.Errorf("start clickhouse: %w", err)
+		}
+		cfg.TLS = &t
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -127,6 +143,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start clickhouse: %w", err)
 	}
+	if cfg.TLS != nil {
+		if p.TCPSecure, err = freePort(p.TCP, p.HTTP); err != nil {
+			return nil, fmt.Errorf("start clickhouse: %w", err)
+		}
+	}
 	s := &Server{cfg: cfg, layout: l, ports: p, logger: logger.With("component", "clickhouse")}
 	for attempt := 1; ; attempt++ {
 		err = s.Start(ctx)
@@ -134,9 +155,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			break
 		}
 		s.logger.Warn("freshly picked port taken; picking others", "tcp_port", s.ports.TCP, "http_port", s.ports.HTTP)
+		secure := s.ports.TCPSecure
 		if s.ports, err = repickPorts(l, want, s.ports); err != nil {
 			return nil, fmt.Errorf("start clickhouse: %w", err)
 		}
+		s.ports.TCPSecure = secure
 	}
 	if err != nil {
 		return nil, err
@@ -238,6 +261,15 @@ func (s *Server) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ports.TCP))
 }
 
+// SecureAddr returns the address of the native protocol over TLS,
+// "127.0.0.1:PORT", or "" without Config.TLS.
+func (s *Server) SecureAddr() string {
+	if s.ports.TCPSecure == 0 {
+		return ""
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ports.TCPSecure))
+}
+
 // HTTPAddr returns the HTTP interface address, "127.0.0.1:PORT".
 func (s *Server) HTTPAddr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.ports.HTTP))
@@ -262,7 +294,7 @@ func (s *Server) writeConfig() error {
 			return fmt.Errorf("create server dirs: %w", err)
 		}
 	}
-	b, err := configXML(s.cfg.Dir, s.ports)
+	b, err := configXML(s.cfg.Dir, s.ports, security{users: s.cfg.Users, tls: s.cfg.TLS})
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,8 @@ package chserver
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -48,6 +50,9 @@ func (l layout) dirs() []string {
 type ports struct {
 	TCP  int `json:"tcp_port"`
 	HTTP int `json:"http_port"`
+	// TCPSecure is the native protocol over TLS; 0 when off. It is picked
+	// at each Start, not persisted.
+	TCPSecure int `json:"-"`
 }
 
 // resolvePorts returns the ports to use: those asked for, else those
@@ -139,15 +144,85 @@ func freePort(avoid ...int) (int, error) {
 	return 0, errors.New("pick free port: kernel keeps returning ports in use")
 }
 
+// User is a ClickHouse user with a password, besides "default" (which has
+// none and is limited to loopback like every user here).
+type User struct {
+	// Name is letters, digits and _, not starting with a digit.
+	Name     string
+	Password string
+}
+
+// TLS is the certificate of the native protocol's TLS port (PEM files).
+type TLS struct {
+	CertFile, KeyFile string
+}
+
+// security is what configXML adds for Config.Users and Config.TLS.
+type security struct {
+	users []User
+	tls   *TLS
+}
+
+// validUserName is what a user name must look like to be an XML element
+// name in the config.
+func validUserName(name string) bool {
+	if name == "" || name == "default" || name[0] >= '0' && name[0] <= '9' {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
 // configXML renders the server config for directory dir. The root element
 // is <yandex>, which 18.x requires and current releases still accept. Users,
-// profiles and quotas are inline, so no users.xml is needed.
-func configXML(dir string, p ports) ([]byte, error) {
-	var esc strings.Builder
-	if err := xml.EscapeText(&esc, []byte(dir)); err != nil {
-		return nil, fmt.Errorf("escape dir: %w", err)
+// profiles and quotas are inline, so no users.xml is needed. Passwords are
+// written as their SHA-256 only.
+func configXML(dir string, p ports, sec security) ([]byte, error) {
+	d, err := escape(dir)
+	if err != nil {
+		return nil, err
 	}
-	d := esc.String()
+	var users, secure strings.Builder
+	for _, u := range sec.users {
+		if !validUserName(u.Name) {
+			return nil, fmt.Errorf("user name %q: want letters, digits and _, not default", u.Name)
+		}
+		sum := sha256.Sum256([]byte(u.Password))
+		fmt.Fprintf(&users, `    <%[1]s>
+      <password_sha256_hex>%[2]s</password_sha256_hex>
+      <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
+      <profile>default</profile>
+      <quota>default</quota>
+    </%[1]s>
+`, u.Name, hex.EncodeToString(sum[:]))
+	}
+	if sec.tls != nil {
+		cert, err := escape(sec.tls.CertFile)
+		if err != nil {
+			return nil, err
+		}
+		key, err := escape(sec.tls.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&secure, `  <tcp_port_secure>%d</tcp_port_secure>
+  <openSSL>
+    <server>
+      <certificateFile>%s</certificateFile>
+      <privateKeyFile>%s</privateKeyFile>
+      <verificationMode>none</verificationMode>
+      <loadDefaultCAFile>false</loadDefaultCAFile>
+      <cacheSessions>true</cacheSessions>
+      <disableProtocols>sslv2,sslv3,tlsv1,tlsv1_1</disableProtocols>
+      <preferServerCiphers>true</preferServerCiphers>
+    </server>
+  </openSSL>
+`, p.TCPSecure, cert, key)
+	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `<?xml version="1.0"?>
 <!-- Written by tokenmeter's chserver on every start; edits are lost. -->
@@ -163,7 +238,7 @@ func configXML(dir string, p ports) ([]byte, error) {
   <listen_host>127.0.0.1</listen_host>
   <tcp_port>%[2]d</tcp_port>
   <http_port>%[3]d</http_port>
-  <path>%[1]s/data/</path>
+%[4]s  <path>%[1]s/data/</path>
   <tmp_path>%[1]s/tmp/</tmp_path>
   <user_files_path>%[1]s/user_files/</user_files_path>
   <format_schema_path>%[1]s/format_schemas/</format_schema_path>
@@ -176,14 +251,22 @@ func configXML(dir string, p ports) ([]byte, error) {
       <profile>default</profile>
       <quota>default</quota>
     </default>
-  </users>
+%[5]s  </users>
   <profiles><default></default></profiles>
   <quotas><default></default></quotas>
   <default_profile>default</default_profile>
   <default_database>default</default_database>
 </yandex>
-`, d, p.TCP, p.HTTP)
+`, d, p.TCP, p.HTTP, secure.String(), users.String())
 	return b.Bytes(), nil
+}
+
+func escape(s string) (string, error) {
+	var esc strings.Builder
+	if err := xml.EscapeText(&esc, []byte(s)); err != nil {
+		return "", fmt.Errorf("escape %q: %w", s, err)
+	}
+	return esc.String(), nil
 }
 
 // writeFileAtomic replaces path with data so that a crash never leaves a

@@ -46,7 +46,7 @@ func TestConfigXML(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := configXML(tt.dir, tt.p)
+			b, err := configXML(tt.dir, tt.p, security{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -251,5 +251,50 @@ func TestMallocConfAccepted(t *testing.T) {
 	}
 	if out := run(mallocConf); strings.Contains(out, "<jemalloc>") {
 		t.Errorf("jemalloc refused part of %q:\n%s", mallocConf, out)
+	}
+}
+
+func TestConfigXMLSecurity(t *testing.T) {
+	type user struct {
+		XMLName  xml.Name
+		Password string `xml:"password"`
+		SHA256   string `xml:"password_sha256_hex"`
+	}
+	type parsed struct {
+		TCPSecure int    `xml:"tcp_port_secure"`
+		Cert      string `xml:"openSSL>server>certificateFile"`
+		Key       string `xml:"openSSL>server>privateKeyFile"`
+		Users     struct {
+			Any []user `xml:",any"`
+		} `xml:"users"`
+	}
+	b, err := configXML("/tmp/ch", ports{TCP: 1, HTTP: 2, TCPSecure: 3}, security{
+		users: []User{{Name: "meterd", Password: "s3cret"}},
+		tls:   &TLS{CertFile: "/etc/c&.pem", KeyFile: "/etc/k.pem"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "s3cret") {
+		t.Errorf("the config holds the password in clear:\n%s", b)
+	}
+	var got parsed
+	if err := xml.Unmarshal(b, &got); err != nil {
+		t.Fatalf("config does not parse: %v\n%s", err, b)
+	}
+	want := parsed{TCPSecure: 3, Cert: "/etc/c&.pem", Key: "/etc/k.pem"}
+	want.Users.Any = []user{
+		{XMLName: xml.Name{Local: "default"}},
+		// printf s3cret | sha256sum
+		{XMLName: xml.Name{Local: "meterd"}, SHA256: "1ec1c26b50d5d3c58d9583181af8076655fe00756bf7285940ba3670f99fcba0"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("config mismatch (-want +got):\n%s", diff)
+	}
+
+	for _, name := range []string{"", "default", "9lives", "a-b", "<x>"} {
+		if _, err := configXML("/tmp/ch", ports{TCP: 1, HTTP: 2}, security{users: []User{{Name: name, Password: "p"}}}); err == nil {
+			t.Errorf("user name %q: got no error", name)
+		}
 	}
 }

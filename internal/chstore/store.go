@@ -9,6 +9,7 @@ package chstore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"tokenmeter/internal/tlsfiles"
 )
 
 // Config locates the ClickHouse server and database.
@@ -27,6 +30,9 @@ type Config struct {
 	// Username and Password authenticate; empty means the "default" user.
 	Username string
 	Password string
+	// TLS, when set, speaks the native protocol over TLS (the server's
+	// tcp_port_secure, 9440 by default).
+	TLS *tls.Config
 	// DialTimeout bounds connection attempts. Default 5s.
 	DialTimeout time.Duration
 	// MaxOpenConns bounds the connection pool. Default 16: an hour's rollup
@@ -110,11 +116,33 @@ func Open(cfg Config, logger *slog.Logger) (*Store, error) {
 		MaxIdleConns: cfg.MaxOpenConns,
 		Compression:  compression(cfg.Compression),
 		Settings:     clickhouse.Settings{"max_read_buffer_size": readBufferBytes},
+		TLS:          cfg.TLS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open clickhouse: %w", err)
 	}
 	return &Store{conn: conn, cfg: cfg, logger: logger}, nil
+}
+
+// ClickHouse's error codes for a refused login.
+const (
+	codeUnknownUser          = 192
+	codeWrongPassword        = 193
+	codeRequiredPassword     = 194
+	codeAuthenticationFailed = 516 // releases after 18.x
+)
+
+// Refused tells whether err is ClickHouse refusing the user or password,
+// or a TLS handshake that failed on a certificate: retrying cannot help.
+func Refused(err error) bool {
+	var ex *clickhouse.Exception
+	if errors.As(err, &ex) {
+		switch ex.Code {
+		case codeUnknownUser, codeWrongPassword, codeRequiredPassword, codeAuthenticationFailed:
+			return true
+		}
+	}
+	return tlsfiles.IsCertificateError(err)
 }
 
 // Close closes the connection pool.
@@ -138,6 +166,7 @@ func (s *Store) ensureDatabase(ctx context.Context) error {
 		Addr:        s.cfg.Addr,
 		Auth:        clickhouse.Auth{Database: "default", Username: s.cfg.Username, Password: s.cfg.Password},
 		DialTimeout: s.cfg.DialTimeout,
+		TLS:         s.cfg.TLS,
 	})
 	if err != nil {
 		return fmt.Errorf("open clickhouse: %w", err)

@@ -167,6 +167,32 @@ func StartPrivate(t testing.TB) *chserver.Server {
 	return srv
 }
 
+// StartPrivateWith is StartPrivate for a server configured by cfg (users
+// with passwords, a TLS port); Dir and Logger are the test's when empty.
+func StartPrivateWith(t testing.TB, cfg chserver.Config) *chserver.Server {
+	t.Helper()
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logger()
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), startTimeout)
+	defer cancel()
+	srv, err := chserver.Start(ctx, cfg)
+	if err != nil {
+		failStart(t, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+		defer cancel()
+		if err := srv.Stop(ctx); err != nil {
+			t.Errorf("chtest: %v", err)
+		}
+	})
+	return srv
+}
+
 // failStart skips the test when ClickHouse is not installed, unless
 // CI=true, and fails it otherwise.
 func failStart(t testing.TB, err error) {

@@ -7,6 +7,7 @@
 package devkafka
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,6 +31,18 @@ type Config struct {
 	// SinglePartitionTopics are created with one partition (leases).
 	SinglePartitionTopics []string
 	Logger                *slog.Logger
+	// TLS, when set, makes the listener speak TLS only (tests of clients'
+	// TLS).
+	TLS *tls.Config
+	// Users, when given, require every client to authenticate with SASL as
+	// one of them (tests of clients' SASL).
+	Users []User
+}
+
+// User is a SASL user of the broker.
+type User struct {
+	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+	Mechanism, Name, Password string
 }
 
 // Broker is a running in-process broker.
@@ -61,6 +74,15 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	if cfg.DataDir != "" {
 		opts = append(opts, kfake.DataDir(cfg.DataDir))
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, kfake.TLS(cfg.TLS))
+	}
+	if len(cfg.Users) > 0 {
+		opts = append(opts, kfake.EnableSASL())
+		for _, u := range cfg.Users {
+			opts = append(opts, kfake.Superuser(u.Mechanism, u.Name, u.Password))
+		}
 	}
 	cluster, err := kfake.NewCluster(opts...)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 )
 
@@ -48,4 +49,26 @@ func List(s string) []string {
 		}
 	}
 	return out
+}
+
+// Secret returns a secret (a password) given either in a file, named by the
+// flag fileFlag, so that it never shows in a process listing, or in the
+// environment variable envName, whose value is envValue; giving both is an
+// error. The file's trailing newline is dropped. Neither given is "".
+func Secret(fileFlag, file, envName, envValue string) (string, error) {
+	switch {
+	case file != "" && envValue != "":
+		return "", fmt.Errorf("--%s and %s are both set: give one", fileFlag, envName)
+	case file == "":
+		return envValue, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--%s: %w", fileFlag, err)
+	}
+	s := strings.TrimRight(string(b), "\r\n")
+	if s == "" {
+		return "", fmt.Errorf("--%s %s: the file is empty", fileFlag, file)
+	}
+	return s, nil
 }

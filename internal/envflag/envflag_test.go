@@ -3,6 +3,8 @@ package envflag
 import (
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -40,5 +42,38 @@ func TestParse(t *testing.T) {
 	}
 	if got := List(" a, b,,c ,"); !cmp.Equal(got, []string{"a", "b", "c"}) {
 		t.Errorf("List: %q", got)
+	}
+}
+
+func TestSecret(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	withNewline, empty := file("pw", "s3cret \n"), file("empty", "\n")
+	tests := []struct {
+		name      string
+		file, env string
+		want      string
+		wantErr   bool
+	}{
+		{"neither", "", "", "", false},
+		{"environment", "", "from-env", "from-env", false},
+		{"file, newline dropped, spaces kept", withNewline, "", "s3cret ", false},
+		{"both", withNewline, "from-env", "", true},
+		{"unreadable file", filepath.Join(dir, "missing"), "", "", true},
+		{"empty file", empty, "", "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Secret("db-password-file", tt.file, "METER_DB_PASSWORD", tt.env)
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Errorf("got %q, %v; want %q, error: %v", got, err, tt.want, tt.wantErr)
+			}
+		})
 	}
 }
