@@ -59,6 +59,16 @@ var (
 // DefaultGPUGroupID is the consumer group of the GPU sample consumer.
 const DefaultGPUGroupID = "tokenmeter-ingest-gpu"
 
+// fetchMaxWait is the reader's MaxWait: how long the broker may hold a
+// fetch while no record is there, and also (kafka-go) the time allowed for
+// the start of every fetch answer to arrive. An answer whose start takes
+// longer, such as one holding a record of many MiB, times out, and kafka-go
+// asks for the same offset again, for ever: with 100 ms one 9 MiB record
+// stopped its partition (kfake, -race); 300 ms was borderline. Records
+// arrive no later for a longer wait (the broker answers as soon as one is
+// there); closing the reader takes up to this long.
+const fetchMaxWait = 2 * time.Second
+
 // rows is one batch of one record kind: add decodes and validates a record
 // into it, insert writes it in one INSERT.
 type rows interface {
@@ -313,7 +323,7 @@ func newConsumer(cfg ConsumerConfig, newRows func() rows, deadStore DeadLetterWr
 		Topic:          cfg.Topic,
 		MinBytes:       1,
 		MaxBytes:       8 << 20,
-		MaxWait:        100 * time.Millisecond,
+		MaxWait:        fetchMaxWait,
 		QueueCapacity:  min(cfg.BatchSize, 20_000),
 		CommitInterval: 0, // synchronous commits, only after the insert
 		StartOffset:    kafka.FirstOffset,
