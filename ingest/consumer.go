@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -33,14 +32,24 @@ const (
 	HeaderDLQOffset     = "dlq-source-offset"
 )
 
-// EventWriter stores a batch of validated events; *chstore.Store implements it.
-type EventWriter interface {
-	InsertEvents(ctx context.Context, b *chstore.EventBatch) error
+// DeadLetterWriter records rejected records that the DLQ topic refused;
+// *chstore.Store implements it.
+type DeadLetterWriter interface {
+	InsertDeadLetters(ctx context.Context, dead []chstore.DeadLetter) error
 }
 
-// GPUSampleWriter stores a batch of validated GPU samples; *chstore.Store implements it.
+// EventWriter stores a batch of validated events, and the dead letters the
+// DLQ topic refuses; *chstore.Store implements it.
+type EventWriter interface {
+	InsertEvents(ctx context.Context, b *chstore.EventBatch) error
+	DeadLetterWriter
+}
+
+// GPUSampleWriter stores a batch of validated GPU samples, and the dead
+// letters the DLQ topic refuses; *chstore.Store implements it.
 type GPUSampleWriter interface {
 	InsertGPUSamples(ctx context.Context, b *chstore.GPUBatch) error
+	DeadLetterWriter
 }
 
 var (
@@ -50,6 +59,16 @@ var (
 
 // DefaultGPUGroupID is the consumer group of the GPU sample consumer.
 const DefaultGPUGroupID = "tokenmeter-ingest-gpu"
+
+// fetchMaxWait is the reader's MaxWait: how long the broker may hold a
+// fetch while no record is there, and also (kafka-go) the time allowed for
+// the start of every fetch answer to arrive. An answer whose start takes
+// longer, such as one holding a record of many MiB, times out, and kafka-go
+// asks for the same offset again, for ever: with 100 ms one 9 MiB record
+// stopped its partition (kfake, -race); 300 ms was borderline. Records
+// arrive no later for a longer wait (the broker answers as soon as one is
+// there); closing the reader takes up to this long.
+const fetchMaxWait = 2 * time.Second
 
 // rows is one batch of one record kind: add decodes and validates a record
 // into it, insert writes it in one INSERT.
@@ -134,7 +153,17 @@ type ConsumerConfig struct {
 	MinBackoff, MaxBackoff time.Duration
 	// ShutdownTimeout bounds the final flush after the context is cancelled. Default 30s.
 	ShutdownTimeout time.Duration
-	Limits          Limits
+	// DLQMaxValueBytes bounds the value a dead letter keeps: a longer value
+	// is cut to its first DLQMaxValueBytes bytes (its size and SHA-256 are
+	// in headers). Default 64 KiB, well under any broker's message limit.
+	DLQMaxValueBytes int
+	// DLQMaxHeaderBytes bounds the original headers a dead letter keeps;
+	// those that do not fit are left out. Default 16 KiB.
+	DLQMaxHeaderBytes int
+	// DLQRetryFor bounds how long transient DLQ write errors are retried
+	// before the dead letters are recorded in ClickHouse instead. Default 30s.
+	DLQRetryFor time.Duration
+	Limits      Limits
 }
 
 // Validate reports every problem of the configuration at once.
@@ -148,6 +177,10 @@ func (c ConsumerConfig) Validate() error {
 	}
 	if c.BatchTimeout < 0 {
 		errs = append(errs, fmt.Errorf("ingest: batch timeout %s is negative", c.BatchTimeout))
+	}
+	if c.DLQMaxValueBytes < 0 || c.DLQMaxHeaderBytes < 0 || c.DLQRetryFor < 0 {
+		errs = append(errs, fmt.Errorf("ingest: DLQ limits (value %d bytes, headers %d bytes, retry for %s) must not be negative",
+			c.DLQMaxValueBytes, c.DLQMaxHeaderBytes, c.DLQRetryFor))
 	}
 	if c.Topic != "" && c.Topic == c.DLQTopic {
 		errs = append(errs, fmt.Errorf("ingest: events topic and DLQ topic are both %q", c.Topic))
@@ -180,6 +213,15 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
 	}
+	if c.DLQMaxValueBytes == 0 {
+		c.DLQMaxValueBytes = 64 << 10
+	}
+	if c.DLQMaxHeaderBytes == 0 {
+		c.DLQMaxHeaderBytes = 16 << 10
+	}
+	if c.DLQRetryFor == 0 {
+		c.DLQRetryFor = 30 * time.Second
+	}
 	if c.Limits == (Limits{}) {
 		c.Limits = DefaultLimits()
 	}
@@ -188,20 +230,23 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 
 // Consumer reads event (or GPU sample) records from Kafka in a consumer group and writes them
 // to ClickHouse exactly once in effect: offsets are committed only after the
-// batch's insert (and its DLQ records) succeeded, and every aggregate
-// deduplicates the redelivered rows.
+// batch's insert and its dead letters are durable, and every aggregate
+// deduplicates the redelivered rows. No record can stop a partition: a dead
+// letter the DLQ topic refuses for good is recorded smaller, or in
+// ClickHouse (see writeDeadLetters).
 //
 // Two goroutines share the work: the fetch loop decodes and validates records
 // into a batch while the writer inserts and commits the previous one, in
 // order. At most two batches are in memory besides the one being filled.
 type Consumer struct {
-	cfg     ConsumerConfig
-	reader  *kafka.Reader
-	dlq     *kafka.Writer
-	newRows func() rows
-	metrics *consumerMetrics
-	logger  *slog.Logger
-	now     func() time.Time
+	cfg       ConsumerConfig
+	reader    *kafka.Reader
+	dlq       *kafka.Writer
+	deadStore DeadLetterWriter
+	newRows   func() rows
+	metrics   *consumerMetrics
+	logger    *slog.Logger
+	now       func() time.Time
 
 	healthy atomic.Bool
 	free    chan *pending // flushed batches, for reuse
@@ -214,16 +259,18 @@ type Consumer struct {
 // pending is one batch: the rows to insert, the records for the DLQ, and the
 // last message of each partition, whose offsets are committed after the writes.
 type pending struct {
-	rows    rows
-	dead    []kafka.Message
-	last    map[int]kafka.Message // value dropped
-	records int
+	rows      rows
+	dead      []deadLetter
+	deadBytes int
+	last      map[int]kafka.Message // value dropped
+	records   int
 }
 
 func (p *pending) reset() {
 	p.rows.reset()
 	clear(p.dead)
 	p.dead = p.dead[:0]
+	p.deadBytes = 0
 	clear(p.last)
 	p.records = 0
 }
@@ -239,7 +286,7 @@ func NewConsumer(cfg ConsumerConfig, store EventWriter, reg prometheus.Registere
 	}
 	cfg = cfg.withDefaults()
 	decoder := NewDecoder(cfg.Limits)
-	return newConsumer(cfg, func() rows { return &eventRows{decoder: decoder, limits: cfg.Limits, store: store} }, reg, logger, now)
+	return newConsumer(cfg, func() rows { return &eventRows{decoder: decoder, limits: cfg.Limits, store: store} }, store, reg, logger, now)
 }
 
 // NewGPUConsumer creates the consumer of GPU samples (topic DefaultGPUTopic,
@@ -256,21 +303,22 @@ func NewGPUConsumer(cfg ConsumerConfig, store GPUSampleWriter, reg prometheus.Re
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return newConsumer(cfg, func() rows { return &gpuRows{limits: cfg.Limits, store: store} }, reg, logger, now)
+	return newConsumer(cfg, func() rows { return &gpuRows{limits: cfg.Limits, store: store} }, store, reg, logger, now)
 }
 
-func newConsumer(cfg ConsumerConfig, newRows func() rows, reg prometheus.Registerer, logger *slog.Logger, now func() time.Time) (*Consumer, error) {
+func newConsumer(cfg ConsumerConfig, newRows func() rows, deadStore DeadLetterWriter, reg prometheus.Registerer, logger *slog.Logger, now func() time.Time) (*Consumer, error) {
 	metrics, err := newConsumerMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"topic": cfg.Topic}, reg))
 	if err != nil {
 		return nil, fmt.Errorf("register ingest metrics: %w", err)
 	}
 	c := &Consumer{
-		cfg:     cfg,
-		newRows: newRows,
-		metrics: metrics,
-		logger:  logger.With("topic", cfg.Topic),
-		now:     now,
-		free:    make(chan *pending, 3),
+		cfg:       cfg,
+		newRows:   newRows,
+		deadStore: deadStore,
+		metrics:   metrics,
+		logger:    logger.With("topic", cfg.Topic),
+		now:       now,
+		free:      make(chan *pending, 3),
 	}
 	c.reader = kafka.NewReader(kafka.ReaderConfig{
 		Brokers:        cfg.Brokers,
@@ -278,7 +326,7 @@ func newConsumer(cfg ConsumerConfig, newRows func() rows, reg prometheus.Registe
 		Topic:          cfg.Topic,
 		MinBytes:       1,
 		MaxBytes:       8 << 20,
-		MaxWait:        100 * time.Millisecond,
+		MaxWait:        fetchMaxWait,
 		QueueCapacity:  min(cfg.BatchSize, 20_000),
 		CommitInterval: 0, // synchronous commits, only after the insert
 		StartOffset:    kafka.FirstOffset,
@@ -292,14 +340,17 @@ func newConsumer(cfg ConsumerConfig, newRows func() rows, reg prometheus.Registe
 		Balancer:     &kafka.Hash{},
 		RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 5 * time.Millisecond,
-		BatchBytes:   64 << 20,
+		BatchBytes:   dlqBatchBytes,
 		WriteTimeout: 10 * time.Second,
+		// One attempt per call: writeDeadLetters retries what failed
+		// transiently, within DLQRetryFor, and nothing else.
+		MaxAttempts: 1,
 	}
 	c.healthy.Store(true)
 	return c, nil
 }
 
-// Healthy is false while inserts or DLQ writes are failing.
+// Healthy is false while inserts or DLQ writes are failing and being retried.
 func (c *Consumer) Healthy() bool { return c.healthy.Load() }
 
 // Run consumes until ctx is cancelled, then writes and commits the batches in
@@ -389,7 +440,7 @@ func (c *Consumer) loop(ctx context.Context, work chan<- *pending, writerDone <-
 		if c.shouldCrash("after-fetch") {
 			return cur, errCrashed
 		}
-		if cur.records >= c.cfg.BatchSize || !time.Now().Before(deadline) {
+		if cur.records >= c.cfg.BatchSize || cur.deadBytes >= maxPendingDeadBytes || !time.Now().Before(deadline) {
 			if err := handOff(); err != nil {
 				return cur, err
 			}
@@ -434,34 +485,22 @@ func (c *Consumer) add(p *pending, m kafka.Message) {
 	c.metrics.consumed.Inc()
 	if verr := p.rows.add(m, c.now()); verr != nil {
 		c.metrics.rejected.WithLabelValues(verr.Reason).Inc()
-		p.dead = append(p.dead, c.deadLetter(m, verr))
+		d := c.deadLetter(m, verr)
+		p.dead = append(p.dead, d)
+		p.deadBytes += d.bytes()
 	}
 	m.Value, m.Key, m.Headers = nil, nil, nil
 	p.last[m.Partition] = m
 }
 
-func (c *Consumer) deadLetter(m kafka.Message, verr *ValidationError) kafka.Message {
-	headers := make([]kafka.Header, 0, len(m.Headers)+5)
-	headers = append(headers, m.Headers...)
-	headers = append(headers,
-		kafka.Header{Key: HeaderDLQReason, Value: []byte(verr.Message)},
-		kafka.Header{Key: HeaderDLQReasonCode, Value: []byte(verr.Reason)},
-		kafka.Header{Key: HeaderDLQTopic, Value: []byte(m.Topic)},
-		kafka.Header{Key: HeaderDLQPartition, Value: []byte(strconv.Itoa(m.Partition))},
-		kafka.Header{Key: HeaderDLQOffset, Value: []byte(strconv.FormatInt(m.Offset, 10))},
-	)
-	return kafka.Message{Key: m.Key, Value: m.Value, Headers: headers}
-}
-
-// write sends the DLQ records, inserts the batch and commits its offsets,
-// retrying each write until it succeeds or ctx ends. Nothing is committed
-// unless both writes succeeded.
+// write makes the batch's dead letters durable, inserts the batch and
+// commits its offsets, retrying until each step succeeds or ctx ends.
+// Nothing is committed unless both writes succeeded.
 func (c *Consumer) write(ctx context.Context, p *pending) error {
 	if len(p.dead) > 0 {
-		if err := c.retry(ctx, "write dead letters", p.records, func() error { return c.dlq.WriteMessages(ctx, p.dead...) }); err != nil {
+		if err := c.writeDeadLetters(ctx, p.dead, p.records); err != nil {
 			return err
 		}
-		c.metrics.dlq.Add(float64(len(p.dead)))
 	}
 	if c.shouldCrash("after-dlq") {
 		return errCrashed

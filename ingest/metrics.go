@@ -10,6 +10,7 @@ type consumerMetrics struct {
 	inserted       prometheus.Counter
 	rejected       *prometheus.CounterVec
 	dlq            prometheus.Counter
+	deadLetters    *prometheus.CounterVec
 	batchSize      prometheus.Histogram
 	insertDuration prometheus.Histogram
 	insertErrors   prometheus.Counter
@@ -29,8 +30,12 @@ func newConsumerMetrics(reg prometheus.Registerer) (*consumerMetrics, error) {
 			Name: "meter_ingest_events_rejected_total", Help: "Event records rejected, by reason code.",
 		}, []string{"reason"}),
 		dlq: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "meter_ingest_dlq_records_total", Help: "Records written to the dead-letter topic.",
+			Name: "meter_ingest_dlq_records_total", Help: "Records written to the dead-letter topic (bounded copies and minimal records).",
 		}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meter_ingest_dead_letters_total",
+			Help: "Rejected records made durable, by outcome: dlq (bounded copy in the DLQ topic), dlq_minimal (the topic refused that copy; a record without payload), table (the topic refused both or stayed unreachable; a row of ClickHouse table dead_letters).",
+		}, []string{"outcome"}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "meter_ingest_batch_size_events", Help: "Records per flushed batch.",
 			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
@@ -49,13 +54,16 @@ func newConsumerMetrics(reg prometheus.Registerer) (*consumerMetrics, error) {
 			Name: "meter_ingest_consumer_lag_messages", Help: "Messages between the consumer's position and the partition end, as last reported by the reader.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.consumed, m.inserted, m.rejected, m.dlq, m.batchSize, m.insertDuration, m.insertErrors, m.commitErrors, m.lag} {
+	for _, c := range []prometheus.Collector{m.consumed, m.inserted, m.rejected, m.dlq, m.deadLetters, m.batchSize, m.insertDuration, m.insertErrors, m.commitErrors, m.lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	for _, r := range []string{ReasonMissingField, ReasonInvalidValue, ReasonOutOfRange, ReasonDecode, ReasonOversized} {
 		m.rejected.WithLabelValues(r)
+	}
+	for _, o := range []string{OutcomeDLQ, OutcomeDLQMinimal, OutcomeTable} {
+		m.deadLetters.WithLabelValues(o)
 	}
 	return m, nil
 }

@@ -85,6 +85,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 					logger.Warn("stop ClickHouse", "error", err)
 				}
 			}()
+			// Restart the server if it dies while meterd runs. Deferred after
+			// the Stop above, so that supervision ends before the server stops.
+			superviseCtx, stopSupervising := context.WithCancel(ctx)
+			supervised := make(chan struct{})
+			go func() {
+				defer close(supervised)
+				srv.Supervise(superviseCtx, chserver.Backoff{})
+			}()
+			defer func() { stopSupervising(); <-supervised }()
 			cfg.ClickHouse = srv.Addr()
 		}
 		if cfg.AuthKeys == "" {

@@ -79,15 +79,18 @@ type Server struct {
 	ports  ports
 	logger *slog.Logger
 
-	mu   sync.Mutex
-	proc *process // nil when not started, stopped or killed
+	mu      sync.Mutex
+	proc    *process      // nil when not started, stopped or killed
+	started chan struct{} // closed, and replaced, when a start succeeds
 }
 
 // process is one run of the server binary.
 type process struct {
-	pid  int
-	done chan struct{} // closed once the process has exited and been reaped
-	err  error         // exit status; read only after done is closed
+	pid     int
+	done    chan struct{} // closed once the process has exited and been reaped
+	err     error         // exit status; read only after done is closed
+	marks   logMarks      // the logs' sizes before this run
+	readyAt time.Time     // when it first answered
 }
 
 // exited reports whether the process has exited.
@@ -148,7 +151,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("start clickhouse: %w", err)
 		}
 	}
-	s := &Server{cfg: cfg, layout: l, ports: p, logger: logger.With("component", "clickhouse")}
+	s := &Server{cfg: cfg, layout: l, ports: p, logger: logger.With("component", "clickhouse"), started: make(chan struct{})}
 	for attempt := 1; ; attempt++ {
 		err = s.Start(ctx)
 		if err == nil || !fresh || attempt == portAttempts || !clashOnPicked(err, want, s.ports) {
@@ -173,7 +176,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.proc != nil && !s.proc.exited() {
-		return fmt.Errorf("start clickhouse in %s: already running as pid %d", s.cfg.Dir, s.proc.pid)
+		return fmt.Errorf("start clickhouse in %s: %w as pid %d", s.cfg.Dir, errRunning, s.proc.pid)
 	}
 	s.proc = nil
 	if err := stopLeftover(ctx, s.logger, s.layout, stopGrace); err != nil {
@@ -192,7 +195,10 @@ func (s *Server) Start(ctx context.Context) error {
 		removePIDFile(s.layout.pidFile(), p.pid)
 		return fmt.Errorf("start clickhouse in %s: %w", s.cfg.Dir, err)
 	}
+	p.marks, p.readyAt = marks, time.Now()
 	s.proc = p
+	close(s.started)
+	s.started = make(chan struct{})
 	s.logger.Info("ClickHouse started", "addr", s.Addr(), "http_addr", s.HTTPAddr(), "pid", p.pid, "dir", s.cfg.Dir)
 	return nil
 }
