@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -330,7 +331,7 @@ func newConsumer(cfg ConsumerConfig, newRows func() rows, deadStore DeadLetterWr
 		QueueCapacity:  min(cfg.BatchSize, 20_000),
 		CommitInterval: 0, // synchronous commits, only after the insert
 		StartOffset:    kafka.FirstOffset,
-		ErrorLogger:    kafka.LoggerFunc(func(msg string, args ...any) { logger.Warn("kafka reader", "detail", fmt.Sprintf(msg, args...)) }),
+		ErrorLogger:    kafka.LoggerFunc(readerLog(logger)),
 		Dialer:         cfg.Kafka.Dialer(),
 	})
 	c.dlq = &kafka.Writer{
@@ -562,5 +563,20 @@ func (c *Consumer) retry(ctx context.Context, what string, records int, op func(
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, c.cfg.MaxBackoff)
+	}
+}
+
+// readerLog logs kafka-go's reader errors. kafka-go reports them only as
+// formatted text; a fetch of an idle partition that times out is the
+// normal state of an idle consumer, not a warning (an idle dev meterd
+// logged about 275 such lines a minute), so timeouts go to debug.
+func readerLog(logger *slog.Logger) func(msg string, args ...any) {
+	return func(msg string, args ...any) {
+		detail := fmt.Sprintf(msg, args...)
+		if strings.Contains(detail, "i/o timeout") || strings.Contains(detail, "context deadline exceeded") {
+			logger.Debug("kafka reader", "detail", detail)
+			return
+		}
+		logger.Warn("kafka reader", "detail", detail)
 	}
 }
