@@ -35,7 +35,12 @@ import (
 )
 
 const (
-	defaultStartTimeout = 60 * time.Second
+	// defaultStartTimeout bounds a start. ClickHouse loads every part of
+	// its data directory before it answers: thousands of parts (a data
+	// directory that lived through merges falling behind) took over 60 s.
+	// While it loads, the wait logs its progress every startProgressEvery.
+	defaultStartTimeout = 5 * time.Minute
+	startProgressEvery  = 15 * time.Second
 	// stopGrace is how long Stop, and Start for a leftover server, wait after
 	// SIGTERM before sending SIGKILL.
 	stopGrace = 20 * time.Second
@@ -419,8 +424,15 @@ func (s *Server) waitReady(ctx context.Context, p *process, marks logMarks) erro
 	defer conn.Close()
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
+	began := time.Now()
+	progress := began.Add(startProgressEvery)
 	var lastErr error
 	for {
+		if time.Now().After(progress) {
+			s.logger.Info("ClickHouse still starting (it loads every data part before it answers)",
+				"waited", time.Since(began).Round(time.Second), "limit", s.cfg.StartTimeout, "pid", p.pid)
+			progress = progress.Add(startProgressEvery)
+		}
 		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
 		lastErr = conn.Ping(pctx)
 		pcancel()

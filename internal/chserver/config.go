@@ -243,6 +243,14 @@ func configXML(dir string, p ports, sec security) ([]byte, error) {
   <user_files_path>%[1]s/user_files/</user_files_path>
   <format_schema_path>%[1]s/format_schemas/</format_schema_path>
   <mark_cache_size>268435456</mark_cache_size>
+  <!-- Parts replaced by a merge or by the rollup job's rewrites are
+       deleted 30 s after they go inactive instead of 8 minutes: the job
+       rewrites changed hours every few seconds while events arrive, and
+       with the default a dev data directory held about 1,000 inactive
+       parts per rollup table (1.4 GB for 10 MB of active data). -->
+  <merge_tree>
+    <old_parts_lifetime>30</old_parts_lifetime>
+  </merge_tree>
   <max_concurrent_queries>100</max_concurrent_queries>
   <users>
     <default>
