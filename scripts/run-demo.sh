@@ -6,7 +6,7 @@
 # Settings (environment): DATA (data directory, default ./data),
 # METER_HTTP_ADDR (127.0.0.1:8080), METER_GRPC_ADDR (127.0.0.1:9090),
 # METER_KAFKA_BROKERS (the dev broker, 127.0.0.1:9092), DEMO_EVENTS (20000),
-# DEMO_WAIT (how long to wait for ingest and rollups, 3m).
+# DEMO_WAIT (how long to wait for ingest and rollups, 3m), BIN (the binaries, bin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${DATA:-$PWD/data}
@@ -15,6 +15,7 @@ GRPC=${METER_GRPC_ADDR:-127.0.0.1:9090}
 KAFKA=${METER_KAFKA_BROKERS:-127.0.0.1:9092}
 EVENTS=${DEMO_EVENTS:-20000}
 WAIT=${DEMO_WAIT:-3m}
+BIN=${BIN:-bin} # where make build put the binaries
 export PATH="$PATH:/usr/sbin"
 
 # Refuse to start when a port is taken: a request to another program
@@ -48,7 +49,7 @@ fi
 # The previous run's log is kept as $DATA.log.1.
 [ -f "$DATA.log" ] && mv -f "$DATA.log" "$DATA.log.1"
 mkdir -p "$DATA"
-bin/meterd --dev --data-dir "$DATA" --http-addr "$HTTP" --grpc-addr "$GRPC" --kafka-brokers "$KAFKA" --rollup-interval 2s \
+"$BIN"/meterd --dev --data-dir "$DATA" --http-addr "$HTTP" --grpc-addr "$GRPC" --kafka-brokers "$KAFKA" --rollup-interval 2s \
   --prices deploy/prices.example.json 2>"$DATA.log" &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; exit 0' INT TERM
@@ -73,21 +74,21 @@ FINANCE=$(cat "$DATA/keys/finance.key")
 echo
 echo "== replaying $EVENTS synthetic events through POST /v1/events"
 # --wait returns once the accepted events are in the usage and the rollups.
-bin/meterctl replay --addr "http://$HTTP" --key "$(cat "$DATA/keys/ingest.key")" --synthetic "$EVENTS" --duration 24h \
+"$BIN"/meterctl replay --addr "http://$HTTP" --key "$(cat "$DATA/keys/ingest.key")" --synthetic "$EVENTS" --duration 24h \
   --wait "$WAIT" --wait-key "$FINANCE"
 echo
 echo "== usage of the last 24 hours, from GET /v1/usage"
-bin/meterctl usage --addr "http://$HTTP" --key "$FINANCE" --group-by tenant_id,model
+"$BIN"/meterctl usage --addr "http://$HTTP" --key "$FINANCE" --group-by tenant_id,model
 echo
 echo "== latency by model over the last 24 hours, from GET /v1/latency (rollups)"
-bin/meterctl latency --addr "http://$HTTP" --key "$FINANCE" --group-by model --metric ttft,e2e
+"$BIN"/meterctl latency --addr "http://$HTTP" --key "$FINANCE" --group-by model --metric ttft,e2e
 echo
 echo "== goodput by model, from GET /v1/goodput"
-bin/meterctl goodput --addr "http://$HTTP" --key "$FINANCE" --group-by model
+"$BIN"/meterctl goodput --addr "http://$HTTP" --key "$FINANCE" --group-by model
 echo
 echo "== GPU samples of the demo fleet (60 s, last 24 h) through gpu-agent --source replay → $KAFKA"
-bin/meterctl gpu-samples --duration 24h --out "$DATA/gpu-demo.jsonl"
-bin/gpu-agent --source replay --file "$DATA/gpu-demo.jsonl" --interval 1ms --kafka-brokers "$KAFKA" \
+"$BIN"/meterctl gpu-samples --duration 24h --out "$DATA/gpu-demo.jsonl"
+"$BIN"/gpu-agent --source replay --file "$DATA/gpu-demo.jsonl" --interval 1ms --kafka-brokers "$KAFKA" \
   --http-addr "" --log-level warn
 # gpu-agent returned once Kafka acknowledged every sample; the consumer then
 # inserts them and the rollup job (every 2 s here) costs their hours. The
@@ -95,7 +96,7 @@ bin/gpu-agent --source replay --file "$DATA/gpu-demo.jsonl" --interval 1ms --kaf
 # the GPU usage to stop changing: the same answer three polls 2 s apart.
 START=$(date -u -d '-24 hours' +%Y-%m-%dT%H:00:00Z); END=$(date -u -d '+1 hour' +%Y-%m-%dT%H:00:00Z)
 gpu_usage() {
-  bin/meterctl gpu-usage --addr "http://$HTTP" --key "$FINANCE" --group-by deployment --start "$START" --end "$END" "$@"
+  "$BIN"/meterctl gpu-usage --addr "http://$HTTP" --key "$FINANCE" --group-by deployment --start "$START" --end "$END" "$@"
 }
 prev=""; same=0
 for i in $(seq 1 45); do
@@ -114,7 +115,7 @@ echo "== GPU usage and cost by deployment, from GET /v1/gpu-usage"
 gpu_usage
 echo
 echo "== GPU cost allocated to tenants (tokens policy, idle kept apart), from GET /v1/cost"
-bin/meterctl cost --addr "http://$HTTP" --key "$FINANCE" --group-by tenant_id --start "$START" --end "$END"
+"$BIN"/meterctl cost --addr "http://$HTTP" --key "$FINANCE" --group-by tenant_id --start "$START" --end "$END"
 echo
 echo "meterd keeps running (logs in $DATA.log); try the keys above with meterctl or curl. Ctrl-C stops it."
 wait $pid

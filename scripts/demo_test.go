@@ -1,0 +1,216 @@
+// Package scripts holds the tests of the repository's shell scripts.
+package scripts
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// requireTools skips without ClickHouse, except under CI=true, where the
+// test must run.
+func requireTools(t *testing.T) {
+	t.Helper()
+	for _, p := range []string{"/usr/sbin/clickhouse-server", "/usr/bin/clickhouse-server"} {
+		if _, err := os.Stat(p); err == nil {
+			return
+		}
+	}
+	if _, err := exec.LookPath("clickhouse-server"); err == nil {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("clickhouse-server is required under CI=true")
+	}
+	t.Skip("clickhouse-server not installed")
+}
+
+// buildBinaries builds the commands the demo runs into a temporary folder.
+func buildBinaries(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", bin+"/", "../cmd/meterd", "../cmd/meterctl", "../cmd/gpu-agent")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// demo is one `make run`: the script with its own ports and data.
+type demo struct {
+	bin, data, http, grpc, kafka string
+	events                       int
+}
+
+func (d demo) command(ctx context.Context) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "bash", "run-demo.sh")
+	cmd.Env = append(os.Environ(), "BIN="+d.bin, "DATA="+d.data, "METER_HTTP_ADDR="+d.http, "METER_GRPC_ADDR="+d.grpc,
+		"METER_KAFKA_BROKERS="+d.kafka, fmt.Sprintf("DEMO_EVENTS=%d", d.events), "DEMO_WAIT=3m")
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = time.Minute
+	return cmd
+}
+
+// run runs the demo until it says meterd keeps running, then stops it as
+// Ctrl-C would, and returns what it printed.
+func (d demo) run(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	cmd := d.command(ctx)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var stdout strings.Builder
+	sc := bufio.NewScanner(out)
+	done := false
+	for sc.Scan() {
+		stdout.WriteString(sc.Text() + "\n")
+		if strings.HasPrefix(sc.Text(), "meterd keeps running") {
+			done = true
+			break
+		}
+	}
+	stopped := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	werr := cmd.Wait()
+	if !done {
+		log, _ := os.ReadFile(d.data + ".log")
+		t.Fatalf("the demo ended before it finished (%v):\n%s\nstderr:\n%s\nmeterd log tail:\n%s", werr, stdout.String(), stderr.String(), tail(log, 3000))
+	}
+	t.Logf("demo stopped %s after SIGTERM", time.Since(stopped).Round(100*time.Millisecond))
+	return stdout.String()
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// tableRows returns the lines of the table printed after the heading that
+// starts with heading, up to the next blank line, header line excluded.
+func tableRows(out, heading string) []string {
+	var rows []string
+	in := false
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(line, heading):
+			in = true
+		case in && strings.TrimSpace(line) == "":
+			if len(rows) > 0 {
+				return rows[1:]
+			}
+		case in && !strings.HasPrefix(line, "==") && !strings.Contains(line, "stopped changing"):
+			rows = append(rows, line)
+		}
+	}
+	if len(rows) > 0 {
+		return rows[1:]
+	}
+	return nil
+}
+
+func checkTables(t *testing.T, out string) {
+	t.Helper()
+	for _, heading := range []string{
+		"== usage of the last 24 hours", "== latency by model", "== goodput by model",
+		"== GPU usage and cost by deployment", "== GPU cost allocated to tenants",
+	} {
+		if rows := tableRows(out, heading); len(rows) == 0 {
+			t.Errorf("%q printed no rows:\n%s", heading, out)
+		}
+	}
+}
+
+// TestDemoOnUsedDataDir runs `make run`'s script on a fresh data directory,
+// then after a meterd start killed halfway, then again: every run prints
+// non-empty tables, and the later runs say that earlier events are counted.
+func TestDemoOnUsedDataDir(t *testing.T) {
+	requireTools(t)
+	d := demo{bin: buildBinaries(t), data: filepath.Join(t.TempDir(), "data"),
+		http: freeAddr(t), grpc: freeAddr(t), kafka: freeAddr(t), events: 1500}
+
+	out := d.run(t)
+	checkTables(t, out)
+	if strings.Contains(out, "holds the events of earlier runs") {
+		t.Errorf("a fresh data directory was said to hold earlier events:\n%s", out)
+	}
+
+	// An aborted start: meterd killed while it starts its ClickHouse.
+	m := exec.Command(filepath.Join(d.bin, "meterd"), "--dev", "--data-dir", d.data, "--http-addr", d.http,
+		"--grpc-addr", d.grpc, "--kafka-brokers", d.kafka)
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	m.Process.Kill()
+	m.Wait()
+
+	out = d.run(t)
+	checkTables(t, out)
+	if !strings.Contains(out, "holds the events of earlier runs") {
+		t.Errorf("the second run did not say that earlier events are counted:\n%s", out)
+	}
+	if _, err := os.Stat(d.data + ".log.1"); err != nil {
+		t.Errorf("the previous run's log was not kept: %v", err)
+	}
+}
+
+// With a port taken by another program, the script says which and how to
+// choose another, and starts nothing.
+func TestDemoPortTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	d := demo{bin: t.TempDir(), data: filepath.Join(t.TempDir(), "data"),
+		http: ln.Addr().String(), grpc: freeAddr(t), kafka: freeAddr(t), events: 10}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := d.command(ctx)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the demo started with its HTTP port taken:\n%s", out)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	for _, want := range []string{"port " + port, "METER_HTTP_ADDR", "is taken"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output does not mention %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(d.data); err == nil {
+		t.Errorf("the data directory was created although nothing started")
+	}
+}
