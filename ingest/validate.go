@@ -206,8 +206,8 @@ func (l Limits) Validate(ev *meterv1.InferenceEvent, now time.Time) error {
 			return invalid(ReasonInvalidValue, "%v", err)
 		}
 		// Values are free text: spaces anywhere, but nothing invisible.
-		if err := ident.CheckText(fmt.Sprintf("label %.32q value", k), v); err != nil {
-			return invalid(ReasonInvalidValue, "%v", err)
+		if err := ident.CheckText("", v); err != nil {
+			return invalid(ReasonInvalidValue, "label %.32q value %v", k, err)
 		}
 	}
 	return nil

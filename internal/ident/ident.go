@@ -77,9 +77,11 @@ const (
 // required fields are the caller's to check), else an *Error naming field
 // and the first offending character.
 func Check(field, s string) error {
-	for i, r := range s {
-		if p := problem(s, i, r, false); p != "" {
-			return newError(field, s, i, r, p)
+	if !printableASCII(s) {
+		for i, r := range s {
+			if p := problem(s, i, r, false); p != "" {
+				return newError(field, s, i, r, p)
+			}
 		}
 	}
 	if s != "" {
@@ -97,12 +99,27 @@ func Check(field, s string) error {
 // with no control, invisible or other non-printable character, but any
 // space character anywhere, leading and trailing ones included.
 func CheckText(field, s string) error {
+	if printableASCII(s) {
+		return nil
+	}
 	for i, r := range s {
 		if p := problem(s, i, r, true); p != "" {
 			return newError(field, s, i, r, p)
 		}
 	}
 	return nil
+}
+
+// printableASCII reports whether s is only bytes 0x20 to 0x7E, which every
+// rule accepts (spaces at the ends aside): the common case, checked without
+// the Unicode tables (about 29 ns a byte with them, a few µs an event).
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7E {
+			return false
+		}
+	}
+	return true
 }
 
 // Valid reports whether Check accepts s.

@@ -147,3 +147,26 @@ func TestKeyUnambiguousAndOrdered(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCheck is the identifier rule over an event's usual ids (ASCII,
+// about 140 bytes) and over ids with non-ASCII letters.
+func BenchmarkCheck(b *testing.B) {
+	for _, tt := range []struct {
+		name string
+		ids  []string
+	}{
+		{"ascii", []string{"0f8fad5b-d9cb-469f-a165-70867728950e", "req-7c9e6679-7425-40de", "acme-corp", "llama-3.1-70b-instruct",
+			"2024-07-23", "llama70b-prod-us-east", "vllm", "H100-SXM5-80GB", "node-17", "us-east-1", "interactive"}},
+		{"unicode", []string{"Zürich-AG", "模型-70b", "café-prod", "région-ouest"}},
+	} {
+		b.Run(tt.name, func(b *testing.B) {
+			for b.Loop() {
+				for _, id := range tt.ids {
+					if err := Check("f", id); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
