@@ -286,6 +286,11 @@ func (c *Consumer) produce(ctx context.Context, msgs []kafka.Message, deadline t
 		var last error
 		for j, e := range perMessage(err, len(batch)) {
 			i := todo[j]
+			if e != nil && permanent(e) && len(batch) > 1 {
+				// The broker judges a partition's records as one batch:
+				// a record refused with others may fit alone.
+				e = c.dlq.WriteMessages(ctx, msgs[i])
+			}
 			errs[i] = e
 			if e != nil && !permanent(e) {
 				retry = append(retry, i)

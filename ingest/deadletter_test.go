@@ -495,3 +495,38 @@ func TestKcatOversizedRecord(t *testing.T) {
 	}
 	checkDeadLetter(t, e.broker.Addr(), e.store, DefaultEventsTopic, 200, big, OutcomeDLQ)
 }
+
+// TestDeadLettersRefusedTogetherFitAlone: three dead letters that the DLQ
+// topic refuses as one batch, though each fits alone, are written whole,
+// not cut down to minimal records.
+func TestDeadLettersRefusedTogetherFitAlone(t *testing.T) {
+	e := newFaultEnv(t, map[string]map[string]string{DefaultDLQTopic: {"max.message.bytes": "100000"}})
+	var events []*meterv1.InferenceEvent
+	for i := range 60 {
+		events = append(events, testEvent(i))
+	}
+	msgs := protoMessages(t, events)
+	for k := range 3 {
+		e.write(t, DefaultEventsTopic, msgs[k*20:(k+1)*20]...)
+		e.write(t, DefaultEventsTopic, kafka.Message{Key: []byte(fmt.Sprint("big", k)), Value: bigRecord(70_000),
+			Headers: []kafka.Header{{Key: HeaderContentType, Value: []byte(ContentTypeJSON)}}})
+	}
+	reg := prometheus.NewRegistry()
+	c, err := NewConsumer(ConsumerConfig{
+		Brokers: []string{e.addr}, BatchSize: 1000, BatchTimeout: time.Second,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+	}, e.store, reg, e.logger, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, c)
+	waitTotals(t, e.store, expect(events), 60*time.Second)
+	waitCommitted(t, e.addr, DefaultGroupID, DefaultEventsTopic, 63)
+	if err := stop(); err != nil {
+		t.Fatalf("consumer: %v", err)
+	}
+	want := map[string]float64{OutcomeDLQ: 3, OutcomeDLQMinimal: 0, OutcomeTable: 0}
+	if diff := cmp.Diff(want, deadLetterCounts(t, reg)); diff != "" {
+		t.Errorf("meter_ingest_dead_letters_total by outcome (-want +got):\n%s", diff)
+	}
+}
