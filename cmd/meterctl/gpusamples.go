@@ -1,8 +1,6 @@
 package main
 
 import (
-	"tokenmeter/internal/timearg"
-
 	"bufio"
 	"context"
 	"errors"
@@ -13,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"tokenmeter/internal/timearg"
 	"tokenmeter/internal/workload"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )

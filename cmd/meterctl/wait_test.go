@@ -59,7 +59,7 @@ func TestCoverageWait(t *testing.T) {
 			defer srv.Close()
 			cv := newCoverage(newClient(connConfig{Addr: srv.URL, Key: "k", Timeout: time.Second}, 1), first, last)
 			cv.poll = 10 * time.Millisecond
-			timeout := 300 * time.Millisecond // the failing cases see their final counts at once
+			timeout := 2 * time.Second // the failing cases see their final counts at their first poll
 			if tt.wantSuccess {
 				timeout = 10 * time.Second
 			}

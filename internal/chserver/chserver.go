@@ -67,7 +67,7 @@ type Config struct {
 	// Logger receives start and stop events. Nil discards them.
 	Logger *slog.Logger
 	// StartTimeout bounds how long Start waits for the server to answer.
-	// Zero means 60s.
+	// Zero means 5 minutes.
 	StartTimeout time.Duration
 	// Users are users with passwords, besides the password-less "default".
 	Users []User

@@ -151,20 +151,7 @@ func NewDB(t testing.TB) (addr, database string) {
 // ClickHouse even when METER_TEST_CLICKHOUSE is set.
 func StartPrivate(t testing.TB) *chserver.Server {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), startTimeout)
-	defer cancel()
-	srv, err := chserver.Start(ctx, chserver.Config{Dir: t.TempDir(), Logger: logger()})
-	if err != nil {
-		failStart(t, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
-		defer cancel()
-		if err := srv.Stop(ctx); err != nil {
-			t.Errorf("chtest: %v", err)
-		}
-	})
-	return srv
+	return StartPrivateWith(t, chserver.Config{})
 }
 
 // StartPrivateWith is StartPrivate for a server configured by cfg (users
