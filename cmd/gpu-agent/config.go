@@ -144,7 +144,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&c.DCGMMode, "dcgm-mode", string(gpu.DCGMEmbedded), "dcgm source: embedded (load libdcgm in this process) or standalone (connect to nv-hostengine)")
 	fs.StringVar(&c.DCGMAddress, "dcgm-address", gpu.DefaultDCGMAddress, "standalone nv-hostengine: host:port, a unix socket path, or a tcp:// or unix:// URL")
 	fs.StringVar(&c.ExporterURL, "exporter-url", gpu.DefaultExporterURL, "dcgm-exporter source: the /metrics URL (or a Prometheus /federate URL)")
-	fs.StringVar(&c.File, "file", "", "replay source: JSON-lines file of GpuSample (protojson), e.g. testdata/gpu/replay-demo.jsonl")
+	fs.StringVar(&c.File, "file", "", "replay source: JSON-lines file of GpuSample (protojson), as meterctl gpu-samples writes it")
 	fs.BoolVar(&c.Loop, "loop", false, "replay source: start over at the end of the file, shifting the timeline, instead of stopping")
 	fs.DurationVar(&c.Interval, "interval", 10*time.Second, "time between two readings")
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "comma-separated Kafka bootstrap brokers")

@@ -26,7 +26,7 @@ func runGPUSamples(_ context.Context, args []string, _ func(string) string, stdo
 			"line, for \"gpu-agent --source replay --file F\" to publish. The samples are\n"+
 			"deterministic: the same flags give the same sample ids, so a re-publish\n"+
 			"deduplicates.", stderr)
-	end := fs.String("end", "", "end of the samples, RFC 3339 (default: now, rounded down to the minute)")
+	end := fs.String("end", "", "end of the samples, RFC 3339 or a date (default: now, rounded down to the minute)")
 	duration := fs.Duration("duration", 24*time.Hour, "span of the samples before --end")
 	interval := fs.Duration("interval", time.Minute, "sampling interval of every GPU")
 	replicas := fs.Int("replicas", 2, "replicas per deployment")

@@ -29,13 +29,13 @@ Commands:
   help       show this text; "meterctl help <command>" shows a command's flags
 
 latency, goodput and traffic take the same selector flags: --tenant, --start
-and --end (RFC 3339 on whole minutes; default the last 24 h), --step
+and --end (RFC 3339 or a date, on whole minutes; default the last 24 h), --step
 (total, minute, hour, day, month), --group-by (tenant_id, model, model_version,
 deployment, gpu_type, slo_class), --page-size and --output (table, csv, json).
 They fetch every page of the answer.
 
 cost and gpu-usage take the same flags on whole hours: --start and --end
-(RFC 3339 on whole hours; default the last 24 h), --step (total, hour, day, month),
+(RFC 3339 or a date, on whole hours; default the last 24 h), --step (total, hour, day, month),
 --group-by (cost: tenant_id, model, deployment, gpu_type; gpu-usage:
 deployment, gpu_type, pool, region, mig_profile), --page-size and --output.
 cost also takes --tenant, --busy-policy (tokens, weighted_tokens,

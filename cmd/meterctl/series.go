@@ -91,8 +91,8 @@ func (c *selectorConfig) register(fs *flag.FlagSet, shape selectorShape) (finish
 		fs.StringVar(&c.Tenant, "tenant", "", "only this tenant (a tenant key always sees only its own)")
 	}
 	unit := shape.unitName
-	start := fs.String("start", "", "inclusive start on a whole "+unit+", RFC 3339 (default: 24h before --end)")
-	end := fs.String("end", "", "exclusive end on a whole "+unit+", RFC 3339 (default: now, rounded down to the "+unit+")")
+	start := fs.String("start", "", "inclusive start on a whole "+unit+", RFC 3339 or a date such as 2026-11-23 (default: 24h before --end)")
+	end := fs.String("end", "", "exclusive end on a whole "+unit+", RFC 3339 or a date (default: now, rounded down to the "+unit+")")
 	fs.StringVar(&c.Step, "step", shape.steps[0], "step: "+shape.steps[0]+" (the whole range), "+orList(shape.steps[1:]))
 	groupBy := fs.String("group-by", "", "comma-separated dimensions: "+strings.Join(shape.groupFields, ", "))
 	fs.IntVar(&c.PageSize, "page-size", maxPageSize, fmt.Sprintf("series per request, 1 to %d; every page is fetched", maxPageSize))

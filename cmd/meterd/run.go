@@ -222,7 +222,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if job != nil {
 		g.Go(func() error {
 			return rollup.HoldLease(gctx, cfg.KafkaBrokers, kafkaConn, rollup.DefaultLeaseTopic, rollup.DefaultLeaseGroup, logger, func(ctx context.Context) {
-				if err := job.Run(ctx); err != nil {
+				// Losing the lease or stopping meterd ends ctx: not a warning.
+				if err := job.Run(ctx); err != nil && ctx.Err() == nil {
 					logger.Warn("rollup job stopped", "error", err)
 				}
 			})
