@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -217,6 +218,13 @@ func TestGRPCRefusedWithoutKey(t *testing.T) {
 	if status.Code(err) != codes.Unauthenticated {
 		t.Errorf("got %v, want UNAUTHENTICATED", err)
 	}
+	// A message that does not decode: refused as unauthenticated, so it was
+	// never decoded (decoding first answers INTERNAL "error unmarshalling").
+	err = conn.Invoke(context.Background(), meterv1.IngestService_PublishEvents_FullMethodName, garbage{}, &meterv1.PublishEventsResponse{},
+		grpc.ForceCodecV2(garbageCodec{}))
+	if status.Code(err) != codes.Unauthenticated {
+		t.Errorf("undecodable message without a key: got %v, want UNAUTHENTICATED", err)
+	}
 	_, err = meterv1.NewIngestServiceClient(conn).PublishEvents(withKey(testKeys["tenant"]), &meterv1.PublishEventsRequest{})
 	if status.Code(err) != codes.PermissionDenied {
 		t.Errorf("tenant key: got %v, want PERMISSION_DENIED", err)
@@ -225,6 +233,18 @@ func TestGRPCRefusedWithoutKey(t *testing.T) {
 		t.Errorf("publisher called %d times, want 0", pub.calls)
 	}
 }
+
+// garbage is a request whose bytes are not protobuf.
+type garbage struct{}
+
+// garbageCodec sends garbage as bytes that no message decodes from.
+type garbageCodec struct{}
+
+func (garbageCodec) Marshal(any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer([]byte{0xff, 0xff, 0xff, 0xff})}, nil
+}
+func (garbageCodec) Unmarshal(mem.BufferSlice, any) error { return nil }
+func (garbageCodec) Name() string                         { return "proto" }
 
 // A client that drips its request is disconnected after the read timeout.
 func TestSlowDripIsDisconnected(t *testing.T) {

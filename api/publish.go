@@ -44,7 +44,7 @@ func (h *publishHandler) serve(w http.ResponseWriter, r *http.Request, _ map[str
 		return
 	}
 	if len(raw) > h.maxEvents {
-		runtime.HTTPError(ctx, h.mux, out, w, r, status.Errorf(codes.InvalidArgument, "batch has %d events, the limit is %d; split it", len(raw), h.maxEvents))
+		runtime.HTTPError(ctx, h.mux, out, w, r, toStatus(ctx, nil, batchTooLong(len(raw), h.maxEvents)))
 		return
 	}
 	req := &meterv1.PublishEventsRequest{Events: make([]*meterv1.InferenceEvent, 0, len(raw))}

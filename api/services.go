@@ -53,6 +53,11 @@ var methodRoles = map[string][]Role{
 // errTooLarge is a request beyond the batch length limit.
 var errTooLarge = errors.New("request too large")
 
+// batchTooLong is the error of a publish request of n events, over max.
+func batchTooLong(n, max int) error {
+	return fmt.Errorf("%w: batch has %d events, the limit is %d; split it", errTooLarge, n, max)
+}
+
 // authInterceptor authenticates every call and checks its role.
 func authInterceptor(keys *Keys) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -150,7 +155,7 @@ type ingestService struct {
 
 func (s *ingestService) PublishEvents(ctx context.Context, req *meterv1.PublishEventsRequest) (*meterv1.PublishEventsResponse, error) {
 	if n := len(req.GetEvents()); n > s.maxEvents {
-		return nil, fmt.Errorf("%w: batch has %d events, the limit is %d; split it", errTooLarge, n, s.maxEvents)
+		return nil, batchTooLong(n, s.maxEvents)
 	}
 	accepted, rejected, err := s.pub.Publish(ctx, req.GetEvents())
 	if err != nil {
