@@ -38,18 +38,55 @@ func (h *publishHandler) serve(w http.ResponseWriter, r *http.Request, _ map[str
 		runtime.HTTPError(r.Context(), h.mux, out, w, r, err)
 		return
 	}
-	raw, err := splitEvents(r.Body)
+	req, index, failed, err := decodeEvents(r.Body)
 	if err != nil {
 		runtime.HTTPError(ctx, h.mux, out, w, r, status.Error(codes.InvalidArgument, err.Error()))
 		return
 	}
-	if len(raw) > h.maxEvents {
-		runtime.HTTPError(ctx, h.mux, out, w, r, toStatus(ctx, nil, batchTooLong(len(raw), h.maxEvents)))
+	if n := len(req.Events) + len(failed); n > h.maxEvents {
+		runtime.HTTPError(ctx, h.mux, out, w, r, toStatus(ctx, nil, batchTooLong(n, h.maxEvents)))
 		return
 	}
-	req := &meterv1.PublishEventsRequest{Events: make([]*meterv1.InferenceEvent, 0, len(raw))}
-	var index []int // index[i] is the batch position of req.Events[i]
-	var failed []*meterv1.RejectedEvent
+	var md runtime.ServerMetadata
+	resp := &meterv1.PublishEventsResponse{}
+	if len(req.Events) > 0 {
+		resp, err = h.client.PublishEvents(ctx, req, grpc.Header(&md.HeaderMD), grpc.Trailer(&md.TrailerMD))
+		ctx = runtime.NewServerMetadataContext(ctx, md)
+		if err != nil {
+			runtime.HTTPError(ctx, h.mux, out, w, r, err)
+			return
+		}
+		if index != nil {
+			for _, rej := range resp.Rejected {
+				rej.Index = int32(index[rej.Index])
+			}
+		}
+	}
+	resp.Rejected = append(resp.Rejected, failed...)
+	sort.SliceStable(resp.Rejected, func(i, j int) bool { return resp.Rejected[i].Index < resp.Rejected[j].Index })
+	runtime.ForwardResponseMessage(ctx, h.mux, out, w, r, resp, h.mux.GetForwardResponseOptions()...)
+}
+
+// decodeEvents reads the body into a request. A body that decodes whole is
+// the common case and is decoded once; otherwise each event is decoded on
+// its own: those that do not decode are returned as rejections, and index
+// maps the request's events to their batch positions (nil when they are
+// the same). err is a body whose envelope is not {"events": [...]}.
+func decodeEvents(body io.Reader) (req *meterv1.PublishEventsRequest, index []int, failed []*meterv1.RejectedEvent, err error) {
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read request body: %w", err)
+	}
+	req = &meterv1.PublishEventsRequest{}
+	if protojson.Unmarshal(data, req) == nil {
+		return req, nil, nil, nil
+	}
+	raw, err := splitEvents(bytes.NewReader(data))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	req = &meterv1.PublishEventsRequest{Events: make([]*meterv1.InferenceEvent, 0, len(raw))}
+	index = []int{}
 	for i, b := range raw {
 		ev := &meterv1.InferenceEvent{}
 		if err := protojson.Unmarshal(b, ev); err != nil {
@@ -61,22 +98,7 @@ func (h *publishHandler) serve(w http.ResponseWriter, r *http.Request, _ map[str
 		req.Events = append(req.Events, ev)
 		index = append(index, i)
 	}
-	var md runtime.ServerMetadata
-	resp := &meterv1.PublishEventsResponse{}
-	if len(req.Events) > 0 {
-		resp, err = h.client.PublishEvents(ctx, req, grpc.Header(&md.HeaderMD), grpc.Trailer(&md.TrailerMD))
-		ctx = runtime.NewServerMetadataContext(ctx, md)
-		if err != nil {
-			runtime.HTTPError(ctx, h.mux, out, w, r, err)
-			return
-		}
-		for _, rej := range resp.Rejected {
-			rej.Index = int32(index[rej.Index])
-		}
-	}
-	resp.Rejected = append(resp.Rejected, failed...)
-	sort.SliceStable(resp.Rejected, func(i, j int) bool { return resp.Rejected[i].Index < resp.Rejected[j].Index })
-	runtime.ForwardResponseMessage(ctx, h.mux, out, w, r, resp, h.mux.GetForwardResponseOptions()...)
+	return req, index, failed, nil
 }
 
 // splitEvents reads a {"events": [...]} body and returns each event's JSON
