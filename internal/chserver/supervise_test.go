@@ -61,9 +61,14 @@ func crash(t *testing.T, srv *chserver.Server, logs *syncBuffer) {
 func TestSuperviseRestarts(t *testing.T) {
 	requireBinary(t)
 	logs := &syncBuffer{}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	srv, err := chserver.Start(ctx, chserver.Config{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	// Each step gets its own time: on a slow machine one deadline for the
+	// whole test ran out before its last start.
+	step := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	srv, err := chserver.Start(step(), chserver.Config{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +100,7 @@ func TestSuperviseRestarts(t *testing.T) {
 	}
 
 	// Stopped on purpose: it stays stopped.
-	if err := srv.Stop(ctx); err != nil {
+	if err := srv.Stop(step()); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Second)
@@ -103,7 +108,7 @@ func TestSuperviseRestarts(t *testing.T) {
 		t.Fatalf("server restarted (pid %d) after Stop", pid)
 	}
 	// Started again, it is watched again.
-	if err := srv.Start(ctx); err != nil {
+	if err := srv.Start(step()); err != nil {
 		t.Fatal(err)
 	}
 	crash(t, srv, logs)
