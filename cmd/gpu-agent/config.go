@@ -17,10 +17,6 @@ import (
 	"tokenmeter/internal/kafkaconn"
 )
 
-// envKafkaPassword is the environment variable of the Kafka SASL password,
-// the other way to give it than --kafka-sasl-password-file.
-const envKafkaPassword = "METER_KAFKA_SASL_PASSWORD"
-
 // Config is gpu-agent's whole configuration, read from flags with METER_*
 // environment fallbacks (--kafka-brokers: METER_KAFKA_BROKERS).
 type Config struct {
@@ -44,20 +40,8 @@ type Config struct {
 	LogLevel      string
 	BufferSamples int
 	ValidateOnly  bool
-	// Kafka's TLS and SASL; Kafka.Password stays empty here: see
-	// KafkaConfig.
-	Kafka             kafkaconn.Config
-	KafkaPasswordFile string
-	kafkaPasswordEnv  string
-}
-
-// KafkaConfig is Kafka's connection configuration with the password read
-// from its file or the environment.
-func (c Config) KafkaConfig() (kafkaconn.Config, error) {
-	k := c.Kafka
-	var err error
-	k.Password, err = envflag.Secret("kafka-sasl-password-file", c.KafkaPasswordFile, envKafkaPassword, c.kafkaPasswordEnv)
-	return k, err
+	// Kafka's TLS and SASL (the password is read by Kafka.Resolve).
+	Kafka kafkaconn.Flags
 }
 
 // Validate reports every problem at once.
@@ -100,7 +84,7 @@ func (c Config) Validate() error {
 		if c.Topic == "" {
 			errs = append(errs, errors.New("--topic is empty"))
 		}
-		k, err := c.KafkaConfig()
+		k, err := c.Kafka.Resolve()
 		if err != nil {
 			errs = append(errs, err)
 			k.Password = "unread" // reported just above, not as missing
@@ -159,18 +143,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.IntVar(&c.BufferSamples, "buffer-samples", 50_000, "most samples kept while Kafka does not acknowledge; the oldest are dropped beyond")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the configuration (and the deployment map) and exit")
-	fs.BoolVar(&c.Kafka.TLS.On, "kafka-tls", false, "connect to Kafka over TLS (implied by the other --kafka-tls-* flags)")
-	fs.StringVar(&c.Kafka.TLS.CAFile, "kafka-tls-ca", "", "CAs (PEM) that sign the brokers' certificates (default: the system's)")
-	fs.StringVar(&c.Kafka.TLS.CertFile, "kafka-tls-cert", "", "client certificate (PEM) for brokers that require one; read again when it changes")
-	fs.StringVar(&c.Kafka.TLS.KeyFile, "kafka-tls-key", "", "private key of --kafka-tls-cert (PEM)")
-	fs.StringVar(&c.Kafka.TLS.ServerName, "kafka-tls-server-name", "", "name expected in the brokers' certificates (default: the host dialed)")
-	fs.StringVar(&c.Kafka.SASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (default: no SASL)")
-	fs.StringVar(&c.Kafka.Username, "kafka-sasl-user", "", "SASL user name")
-	fs.StringVar(&c.KafkaPasswordFile, "kafka-sasl-password-file", "", "file holding the SASL password (or set "+envKafkaPassword+")")
+	c.Kafka.Register(fs)
 	if err := envflag.Parse(fs, args, getenv); err != nil {
 		return c, err
 	}
-	c.kafkaPasswordEnv = getenv(envKafkaPassword)
+	c.Kafka.ReadEnv(getenv)
 	c.KafkaBrokers = envflag.List(*brokers)
 	c.NodeSet = c.Node != ""
 	if !c.NodeSet {

@@ -78,7 +78,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return agent.Flush(ctx)
 	}
 
-	kcfg, err := cfg.KafkaConfig()
+	kcfg, err := cfg.Kafka.Resolve()
 	if err != nil {
 		return err
 	}

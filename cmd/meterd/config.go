@@ -15,12 +15,10 @@ import (
 	"tokenmeter/internal/tlsfiles"
 )
 
-// Environment variables of the passwords, the other way to give them than
-// a file.
-const (
-	envKafkaPassword      = "METER_KAFKA_SASL_PASSWORD"
-	envClickHousePassword = "METER_CLICKHOUSE_PASSWORD"
-)
+// envClickHousePassword is the environment variable of ClickHouse's
+// password, the other way to give it than --clickhouse-password-file
+// (Kafka's is kafkaconn.EnvPassword).
+const envClickHousePassword = "METER_CLICKHOUSE_PASSWORD"
 
 // Config is meterd's whole configuration, read from flags with METER_*
 // environment fallbacks.
@@ -60,24 +58,13 @@ type Config struct {
 type Security struct {
 	// TLS of the gRPC and HTTP listeners.
 	TLS tlsfiles.Server
-	// Kafka's TLS and SASL; Kafka.Password stays empty here: see
-	// KafkaPasswordFile.
-	Kafka             kafkaconn.Config
-	KafkaPasswordFile string
-	kafkaPasswordEnv  string
-	ClickHouseUser    string
+	// Kafka's TLS and SASL (the password is read by Kafka.Resolve).
+	Kafka          kafkaconn.Flags
+	ClickHouseUser string
 	// ClickHousePasswordFile or METER_CLICKHOUSE_PASSWORD.
 	ClickHousePasswordFile string
 	clickHousePasswordEnv  string
 	ClickHouseTLS          tlsfiles.Client
-}
-
-// KafkaConfig is Kafka's connection configuration with the password read.
-func (s Security) KafkaConfig() (kafkaconn.Config, error) {
-	k := s.Kafka
-	var err error
-	k.Password, err = envflag.Secret("kafka-sasl-password-file", s.KafkaPasswordFile, envKafkaPassword, s.kafkaPasswordEnv)
-	return k, err
 }
 
 // ClickHousePassword reads ClickHouse's password.
@@ -91,7 +78,7 @@ func (s Security) validate(dev, privateClickHouse bool) error {
 	if err := s.TLS.Validate("--tls"); err != nil {
 		errs = append(errs, err)
 	}
-	k, err := s.KafkaConfig()
+	k, err := s.Kafka.Resolve()
 	if err != nil {
 		errs = append(errs, err)
 		k.Password = "unread" // reported just above, not as missing
@@ -224,14 +211,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&sec.TLS.CertFile, "tls-cert", "", "serve gRPC and HTTP over TLS with this certificate (PEM, chain first); read again when it changes")
 	fs.StringVar(&sec.TLS.KeyFile, "tls-key", "", "private key of --tls-cert (PEM)")
 	fs.StringVar(&sec.TLS.ClientCAFile, "tls-client-ca", "", "require client certificates signed by these CAs (PEM) on both listeners (mutual TLS)")
-	fs.BoolVar(&sec.Kafka.TLS.On, "kafka-tls", false, "connect to Kafka over TLS (implied by the other --kafka-tls-* flags)")
-	fs.StringVar(&sec.Kafka.TLS.CAFile, "kafka-tls-ca", "", "CAs (PEM) that sign the brokers' certificates (default: the system's)")
-	fs.StringVar(&sec.Kafka.TLS.CertFile, "kafka-tls-cert", "", "client certificate (PEM) for brokers that require one")
-	fs.StringVar(&sec.Kafka.TLS.KeyFile, "kafka-tls-key", "", "private key of --kafka-tls-cert (PEM)")
-	fs.StringVar(&sec.Kafka.TLS.ServerName, "kafka-tls-server-name", "", "name expected in the brokers' certificates (default: the host dialed)")
-	fs.StringVar(&sec.Kafka.SASLMechanism, "kafka-sasl-mechanism", "", "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (default: no SASL)")
-	fs.StringVar(&sec.Kafka.Username, "kafka-sasl-user", "", "SASL user name")
-	fs.StringVar(&sec.KafkaPasswordFile, "kafka-sasl-password-file", "", "file holding the SASL password (or set "+envKafkaPassword+")")
+	sec.Kafka.Register(fs)
 	fs.StringVar(&sec.ClickHouseUser, "clickhouse-user", "", "ClickHouse user (default: default)")
 	fs.StringVar(&sec.ClickHousePasswordFile, "clickhouse-password-file", "", "file holding the ClickHouse password (or set "+envClickHousePassword+")")
 	fs.BoolVar(&sec.ClickHouseTLS.On, "clickhouse-tls", false, "connect to ClickHouse over TLS, to its tcp_port_secure (implied by the other --clickhouse-tls-* flags)")
@@ -242,7 +222,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	if err := envflag.Parse(fs, args, getenv); err != nil {
 		return c, err
 	}
-	sec.kafkaPasswordEnv = getenv(envKafkaPassword)
+	sec.Kafka.ReadEnv(getenv)
 	sec.clickHousePasswordEnv = getenv(envClickHousePassword)
 	if *roles == "all" {
 		c.Roles = knownRoles

@@ -241,7 +241,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 func security(ctx context.Context, cfg Config, logger *slog.Logger) (*kafkaconn.Conn, chstore.Config, *tls.Config, error) {
 	opts := tlsfiles.Options{Logger: logger}
 	chCfg := chstore.Config{Addr: []string{cfg.ClickHouse}, Database: cfg.Database, Compression: cfg.Compression, Username: cfg.Security.ClickHouseUser}
-	kcfg, err := cfg.Security.KafkaConfig()
+	kcfg, err := cfg.Security.Kafka.Resolve()
 	if err != nil {
 		return nil, chCfg, nil, err
 	}
