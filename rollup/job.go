@@ -268,15 +268,27 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	if daysDone {
 		j.daysBefore = chstore.DayOf(until)
 	}
-	if err := j.store.SetWatermark(ctx, JobName, until); err != nil {
-		return nil, err
+	// With nothing done, the watermark is written at most once a minute: at
+	// the job's interval every run wrote a part of rollup_state, nothing
+	// else (an idle dev ClickHouse kept ~20 such parts about). Usage reads
+	// the hours stamped after the watermark from raw rows; a minute behind
+	// is still exact and hardly slower.
+	worked := len(hours) > 0 || len(costHours) > 0 || len(days) > 0
+	if worked || !ok || until.Sub(wm) >= idleWatermarkEvery {
+		if err := j.store.SetWatermark(ctx, JobName, until); err != nil {
+			return nil, err
+		}
 	}
-	if len(hours) > 0 || len(costHours) > 0 || len(days) > 0 {
+	if worked {
 		j.logger.Info("rolled up", "hours", len(hours), "days", len(days), "costed_hours", len(costHours), "slo_version", sloVersion,
 			"price_version", book.Version(), "watermark", until, "hours_without_peaks_left", len(j.peakless))
 	}
 	return mergeHours(hours, costHours), nil
 }
+
+// idleWatermarkEvery is how often a run that found nothing to do advances
+// the watermark.
+const idleWatermarkEvery = time.Minute
 
 // peakHoursPerRun bounds the hours rolled up before the hour rows kept their
 // busiest minute that one run recomputes (after the upgrade, every past

@@ -430,3 +430,48 @@ func TestJobRecomputesHoursWithoutPeaks(t *testing.T) {
 		t.Errorf("rollup totals (-want +got):\n%s", diff)
 	}
 }
+
+// clockStore is the store with a server clock the test moves, counting
+// watermark writes.
+type clockStore struct {
+	Store
+	now  time.Time
+	sets int
+}
+
+func (c *clockStore) ServerNow(context.Context) (time.Time, error) { return c.now, nil }
+
+func (c *clockStore) SetWatermark(ctx context.Context, job string, t time.Time) error {
+	c.sets++
+	return c.Store.SetWatermark(ctx, job, t)
+}
+
+// An idle job writes its watermark at most once a minute, not every run.
+func TestIdleRunsWriteWatermarkOncePerMinute(t *testing.T) {
+	f := newFixture(t)
+	cs := &clockStore{Store: f.store, now: time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)}
+	j, err := NewJob(Config{Settle: -time.Second, Overlap: time.Nanosecond}, cs, prometheus.NewRegistry(),
+		slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i, tt := range []struct {
+		advance  time.Duration
+		wantSets int
+	}{
+		{0, 1},                // first run: no watermark yet
+		{10 * time.Second, 1}, // idle, written 10 s ago
+		{40 * time.Second, 1}, // idle, 50 s ago
+		{20 * time.Second, 2}, // idle, 70 s ago: written
+		{10 * time.Second, 2},
+	} {
+		cs.now = cs.now.Add(tt.advance)
+		if _, err := j.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if cs.sets != tt.wantSets {
+			t.Errorf("run %d: %d watermark writes, want %d", i, cs.sets, tt.wantSets)
+		}
+	}
+}
