@@ -101,7 +101,8 @@ func parseReplay(args []string, getenv func(string) string, stderr io.Writer) (r
 	fs.DurationVar(&c.Duration, "duration", 24*time.Hour, "time span of the synthetic traffic, ending now")
 	fs.BoolVar(&c.ShiftToNow, "shift-to-now", true, "with --azure: move the trace in time so that it ends now")
 	fs.IntVar(&c.Retries, "retries", 10, "retries of one batch after 5xx-unavailable or network errors")
-	fs.DurationVar(&c.Wait, "wait", 0, "after replaying, wait up to this long until the accepted events are ingested and rolled up (0: do not wait)")
+	fs.DurationVar(&c.Wait, "wait", 0, "after replaying, wait up to this long until the accepted events are ingested and rolled up (0: do not wait); "+
+		"it counts the span's requests before and after, so resent event ids (stored already) or other traffic in those hours make it wait to the end")
 	fs.StringVar(&c.WaitKey, "wait-key", "", "API key that may read usage and traffic, for --wait (default: --key)")
 	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the flags and exit")
 	if err := parseFlags(fs, args); err != nil {
