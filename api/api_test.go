@@ -118,21 +118,7 @@ func newStack(t *testing.T, brokerDown bool) *stack {
 
 func (s *stack) rest(t *testing.T, method, path, key string, body []byte) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+s.server.HTTPAddr()+path, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return restTo(t, s.server, method, path, key, string(body))
 }
 
 func withKey(key string) context.Context {

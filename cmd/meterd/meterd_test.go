@@ -19,7 +19,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"tokenmeter/internal/chserver"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -127,24 +126,7 @@ func (m *meterd) do(method, path, key string, body []byte) (int, []byte, error) 
 // acknowledged (as a client would) and checks exact totals; then stops it
 // gracefully and checks again after another restart.
 func TestDevRestartExact(t *testing.T) {
-	if _, err := chserver.FindBinary(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("ClickHouse is required under CI=true: %v", err)
-		}
-		t.Skip(err)
-	}
-	bin := filepath.Join(t.TempDir(), "meterd")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	m := &meterd{bin: bin, dir: t.TempDir(), http: freeAddr(t), grpc: freeAddr(t), kafka: freeAddr(t)}
-	m.start(t)
-	t.Cleanup(func() {
-		if m.cmd.ProcessState == nil {
-			m.cmd.Process.Signal(syscall.SIGTERM)
-			m.cmd.Wait()
-		}
-	})
+	m := startDev(t)
 	key := m.key(t, "ingest")
 
 	now := time.Now().UTC()
