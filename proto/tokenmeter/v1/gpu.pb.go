@@ -73,7 +73,7 @@ type GpuSample struct {
 	TemperatureC float64 `protobuf:"fixed64,21,opt,name=temperature_c,json=temperatureC,proto3" json:"temperature_c,omitempty"`
 	// sm_clock_mhz is the SM clock in MHz.
 	SmClockMhz float64 `protobuf:"fixed64,22,opt,name=sm_clock_mhz,json=smClockMhz,proto3" json:"sm_clock_mhz,omitempty"`
-	// source names where the sample came from: "dcgm", "dcgm-exporter" or "replay".
+	// source names where the sample came from: "dcgm", "nvml", "dcgm-exporter" or "replay".
 	Source        string `protobuf:"bytes,23,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
