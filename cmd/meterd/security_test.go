@@ -241,22 +241,7 @@ func TestSecurityConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			getenv := func(k string) string { return tt.env[k] }
-			_, err := parseConfig(tt.args, getenv, io.Discard)
-			if len(tt.wantErr) == 0 {
-				if err != nil {
-					t.Fatalf("parseConfig() = %v", err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("parseConfig() = nil, want errors %q", tt.wantErr)
-			}
-			for _, w := range tt.wantErr {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
-			}
+			checkParse(t, tt.args, tt.env, tt.wantErr)
 		})
 	}
 }
