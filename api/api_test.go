@@ -41,6 +41,24 @@ var testKeys = map[string]string{
 	"ingest": "key-ingest", "tenant": "key-tenant-acme", "finance": "key-finance", "admin": "key-admin",
 }
 
+// testKeySet is the key set of testKeys; the tenant key reads tenant "acme".
+func testKeySet(t testing.TB) *api.Keys {
+	t.Helper()
+	var kf api.KeysFile
+	for role, key := range testKeys {
+		e := api.KeyEntry{Name: role, SHA256: api.HashKey(key), Role: api.Role(role)}
+		if role == "tenant" {
+			e.TenantID = "acme"
+		}
+		kf.Keys = append(kf.Keys, e)
+	}
+	keys, err := api.NewKeys(kf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
 type stack struct {
 	server *api.Server
 	store  *chstore.Store
@@ -80,18 +98,7 @@ func newStack(t *testing.T, brokerDown bool) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kf api.KeysFile
-	for role, key := range testKeys {
-		e := api.KeyEntry{Name: role, SHA256: api.HashKey(key), Role: api.Role(role)}
-		if role == "tenant" {
-			e.TenantID = "acme"
-		}
-		kf.Keys = append(kf.Keys, e)
-	}
-	keys, err := api.NewKeys(kf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := testKeySet(t)
 	srv, err := api.New(ctx, api.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", MaxBatchEvents: 100, MaxRequestBytes: 1 << 20},
 		&api.Services{Keys: keys, Publisher: pub, Usage: store, Rollups: store, Cost: store, Admin: store}, store.Ping, reg, logger)
 	if err != nil {

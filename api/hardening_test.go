@@ -102,18 +102,7 @@ func newBareServer(t testing.TB, cfg api.Config, ready func(context.Context) err
 
 func newBareServerStores(t testing.TB, cfg api.Config, ready func(context.Context) error) (*api.Server, bareStores) {
 	t.Helper()
-	var kf api.KeysFile
-	for role, key := range testKeys {
-		e := api.KeyEntry{Name: role, SHA256: api.HashKey(key), Role: api.Role(role)}
-		if role == "tenant" {
-			e.TenantID = "acme"
-		}
-		kf.Keys = append(kf.Keys, e)
-	}
-	keys, err := api.NewKeys(kf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := testKeySet(t)
 	if cfg.GRPCAddr == "" {
 		cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -97,19 +96,9 @@ func newEnv(t *testing.T, chAddr, db string) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(broker.Close)
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
-	store, err := chstore.Open(chstore.Config{Addr: []string{chAddr}, Database: db, DialTimeout: time.Second}, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	if _, err := store.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return &env{broker: broker, store: store, logger: logger}
+	e := newEnvStore(t, chAddr, db)
+	e.broker = broker
+	return e
 }
 
 func (e *env) produce(t *testing.T, msgs ...kafka.Message) {
