@@ -167,11 +167,20 @@ func (g *httpGuard) middleware(next runtime.HandlerFunc) runtime.HandlerFunc {
 				g.fail(w, r, httpStatus, err)
 				return
 			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.Body = &guardedBody{Reader: bytes.NewReader(body), data: body}
 		}
 		next(w, r, pathParams)
 	}
 }
+
+// guardedBody is a body the guard has read whole: handlers that want the
+// bytes take data instead of copying them out again.
+type guardedBody struct {
+	*bytes.Reader
+	data []byte
+}
+
+func (*guardedBody) Close() error { return nil }
 
 func (g *httpGuard) route(r *http.Request) (*httpRoute, bool) {
 	pat, ok := runtime.HTTPPattern(r.Context())

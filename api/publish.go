@@ -73,8 +73,10 @@ func (h *publishHandler) serve(w http.ResponseWriter, r *http.Request, _ map[str
 // maps the request's events to their batch positions (nil when they are
 // the same). err is a body whose envelope is not {"events": [...]}.
 func decodeEvents(body io.Reader) (req *meterv1.PublishEventsRequest, index []int, failed []*meterv1.RejectedEvent, err error) {
-	data, err := io.ReadAll(body)
-	if err != nil {
+	var data []byte
+	if rb, ok := body.(*guardedBody); ok {
+		data = rb.data // read whole by the guard already
+	} else if data, err = io.ReadAll(body); err != nil {
 		return nil, nil, nil, fmt.Errorf("read request body: %w", err)
 	}
 	req = &meterv1.PublishEventsRequest{}
