@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"tokenmeter/billing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
@@ -142,7 +143,7 @@ func TestCostEndpoints(t *testing.T) {
 	var total, idle int64
 	for _, s := range viaGRPC.GetSeries() {
 		total += s.GetSummary().GetCost().GetNanos()
-		if s.GetGroup()["tenant_id"] == chstore.IdleTenant {
+		if s.GetGroup()["tenant_id"] == billing.IdleTenant {
 			idle = s.GetSummary().GetCost().GetNanos()
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"tokenmeter/rollup"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -82,7 +83,7 @@ func (s *queryStore) Rollups(_ context.Context, q chstore.RollupQuery) ([]chstor
 		return nil, err
 	}
 	_, args := q.SQL()
-	s.keep(reached{tenant: q.TenantID, groupBy: q.GroupBy, allowed: chstore.RollupGroupFields, start: q.Start, end: q.End, args: args})
+	s.keep(reached{tenant: q.TenantID, groupBy: q.GroupBy, allowed: rollup.RollupGroupFields, start: q.Start, end: q.End, args: args})
 	var rows []chstore.RollupRow
 	for _, g := range groups(q.GroupBy) {
 		rows = append(rows, chstore.RollupRow{Start: q.Start, Group: g, Requests: 2, Errors: 1, OutputTokens: 7,
@@ -97,7 +98,7 @@ func (s *queryStore) Traffic(_ context.Context, q chstore.RollupQuery) ([]chstor
 		return nil, err
 	}
 	_, args := q.SQL()
-	s.keep(reached{tenant: q.TenantID, groupBy: q.GroupBy, allowed: chstore.RollupGroupFields, start: q.Start, end: q.End, args: args})
+	s.keep(reached{tenant: q.TenantID, groupBy: q.GroupBy, allowed: rollup.RollupGroupFields, start: q.Start, end: q.End, args: args})
 	var rows []chstore.TrafficRow
 	for _, g := range groups(q.GroupBy) {
 		rows = append(rows, chstore.TrafficRow{Start: q.Start, Group: g, Requests: 2, Errors: 1, OutputTokens: 7,
@@ -111,7 +112,7 @@ func (s *queryStore) RawLatency(_ context.Context, q chstore.RollupQuery) ([]chs
 	if err != nil {
 		return nil, err
 	}
-	s.keep(reached{tenant: q.TenantID, groupBy: q.GroupBy, allowed: chstore.RollupGroupFields, start: q.Start, end: q.End, args: []any{q.TenantID}})
+	s.keep(reached{tenant: q.TenantID, groupBy: q.GroupBy, allowed: rollup.RollupGroupFields, start: q.Start, end: q.End, args: []any{q.TenantID}})
 	var rows []chstore.RawLatencyRow
 	for _, g := range groups(q.GroupBy) {
 		rows = append(rows, chstore.RawLatencyRow{Start: q.Start, Group: g, Values: map[string][]float64{"ttft": {1, 2, 3}, "e2e": {5}}})

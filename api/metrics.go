@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"tokenmeter/rollup"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -125,7 +126,7 @@ func page[R any](sel pager, rows []R, group func(R) map[string]string) (keys []s
 
 // stepSeconds is the length of a step starting at start, clipped to the range.
 func stepSeconds(q chstore.RollupQuery, start time.Time) float64 {
-	from, to := start, chstore.StepEnd(q.Step, start, q.End)
+	from, to := start, rollup.StepEnd(q.Step, start, q.End)
 	if from.Before(q.Start) {
 		from = q.Start
 	}
@@ -236,12 +237,12 @@ type latencyStep struct {
 func latencySeries(group map[string]string, rangeStart time.Time, steps []latencyStep, empty func() distribution) (*meterv1.LatencySeries, error) {
 	out := &meterv1.LatencySeries{Group: group, Summary: &meterv1.LatencyPoint{Start: timestamppb.New(rangeStart)}}
 	total := map[string]distribution{}
-	for _, m := range chstore.LatencyMetrics {
+	for _, m := range rollup.LatencyMetrics {
 		total[m] = empty()
 	}
 	for _, st := range steps {
 		p := &meterv1.LatencyPoint{Start: timestamppb.New(st.start)}
-		for _, m := range chstore.LatencyMetrics {
+		for _, m := range rollup.LatencyMetrics {
 			stats, err := st.dists[m].stats()
 			if err != nil {
 				return nil, err
@@ -251,7 +252,7 @@ func latencySeries(group map[string]string, rangeStart time.Time, steps []latenc
 		}
 		out.Points = append(out.Points, p)
 	}
-	for _, m := range chstore.LatencyMetrics {
+	for _, m := range rollup.LatencyMetrics {
 		stats, err := total[m].stats()
 		if err != nil {
 			return nil, err
@@ -308,7 +309,7 @@ func (s *metricsService) GetLatency(ctx context.Context, req *meterv1.GetLatency
 			groups[k] = series[k][0].Group
 			for _, r := range series[k] {
 				st := latencyStep{start: r.Start, dists: map[string]distribution{}}
-				for _, m := range chstore.LatencyMetrics {
+				for _, m := range rollup.LatencyMetrics {
 					st.dists[m] = &exactDist{values: r.Values[m]}
 				}
 				steps[k] = append(steps[k], st)
@@ -328,7 +329,7 @@ func (s *metricsService) GetLatency(ctx context.Context, req *meterv1.GetLatency
 			groups[k] = series[k][0].Group
 			for _, r := range series[k] {
 				st := latencyStep{start: r.Start, dists: map[string]distribution{}}
-				for _, m := range chstore.LatencyMetrics {
+				for _, m := range rollup.LatencyMetrics {
 					d := r.Latency[m]
 					h, err := sketch.FromArrays(d.Keys, d.Counts)
 					if err != nil {

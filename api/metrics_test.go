@@ -198,7 +198,7 @@ func TestMetricsEndpoints(t *testing.T) {
 	// series' busiest minute is the busiest of the minute steps of the
 	// short range holding every event, for every form of group_by.
 	end := now.Truncate(time.Hour).Add(time.Hour)
-	for _, group := range [][]string{nil, {"tenant_id"}, chstore.RollupGroupFields, {"model"}} {
+	for _, group := range [][]string{nil, {"tenant_id"}, rollup.RollupGroupFields, {"model"}} {
 		minutes, err := mc.GetTraffic(finance, &meterv1.GetTrafficRequest{Selector: selector("", "minute", group...)})
 		if err != nil {
 			t.Fatal(err)

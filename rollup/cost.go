@@ -9,21 +9,18 @@ import (
 	"time"
 
 	"tokenmeter/billing"
-	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/ident"
 )
 
 // CostStore is what the cost step needs of ClickHouse; *chstore.Store implements it.
 type CostStore interface {
-	GPUSamplesOfHour(ctx context.Context, hour time.Time) ([]chstore.GPUSampleRow, error)
-	DeploymentUsage(ctx context.Context, hour time.Time) ([]chstore.DeploymentUsageRow, error)
-	WriteCost(ctx context.Context, gpu []chstore.GPUHourRow, cost []chstore.CostRow, version uint64) error
+	GPUSamplesOfHour(ctx context.Context, hour time.Time) ([]GPUSampleRow, error)
+	DeploymentUsage(ctx context.Context, hour time.Time) ([]DeploymentUsageRow, error)
+	WriteCost(ctx context.Context, gpu []GPUHourRow, cost []CostRow, version uint64) error
 	GPUDirtyHours(ctx context.Context, since, until time.Time) ([]time.Time, error)
 	StalePriceHours(ctx context.Context, version string, from time.Time) ([]time.Time, error)
 	CurrentPriceBook(ctx context.Context) (version, book string, createdAt time.Time, ok bool, err error)
 }
-
-var _ CostStore = (*chstore.Store)(nil)
 
 // currentPrices reads the price book in force; without one, an empty book
 // (every GPU-second is then reported unpriced, never priced at zero).
@@ -42,7 +39,7 @@ func currentPrices(ctx context.Context, store CostStore) (*billing.PriceBook, er
 	return book, nil
 }
 
-// costPolicies are every (busy, idle) pair, in chstore.CostRow order.
+// costPolicies are every (busy, idle) pair, in CostRow order.
 func costPolicies(book *billing.PriceBook) [3][3]billing.Policy {
 	var out [3][3]billing.Policy
 	for b, bp := range billing.BusyPolicies() {
@@ -65,14 +62,14 @@ type gpuGroupKey struct{ gpuType, pool, region, profile string }
 // the lines of every policy pair add up to the GPU cost. Usage in a
 // deployment without GPU samples is marked unattributed; GPU time of
 // samples without a deployment goes entirely to the idle line.
-func ComputeCost(hour time.Time, book *billing.PriceBook, samples []chstore.GPUSampleRow, usage []chstore.DeploymentUsageRow) ([]chstore.GPUHourRow, []chstore.CostRow, error) {
+func ComputeCost(hour time.Time, book *billing.PriceBook, samples []GPUSampleRow, usage []DeploymentUsageRow) ([]GPUHourRow, []CostRow, error) {
 	hour = hour.UTC().Truncate(time.Hour)
 	version := book.Version()
-	byDep := map[string][]chstore.GPUSampleRow{}
+	byDep := map[string][]GPUSampleRow{}
 	for _, s := range samples {
 		byDep[s.Deployment] = append(byDep[s.Deployment], s)
 	}
-	usageByDep := map[string][]chstore.DeploymentUsageRow{}
+	usageByDep := map[string][]DeploymentUsageRow{}
 	for _, u := range usage {
 		usageByDep[u.Deployment] = append(usageByDep[u.Deployment], u)
 	}
@@ -88,8 +85,8 @@ func ComputeCost(hour time.Time, book *billing.PriceBook, samples []chstore.GPUS
 	slices.Sort(deps)
 	policies := costPolicies(book)
 
-	var gpuRows []chstore.GPUHourRow
-	var costRows []chstore.CostRow
+	var gpuRows []GPUHourRow
+	var costRows []CostRow
 	for _, dep := range deps {
 		ss, us := byDep[dep], usageByDep[dep]
 		if dep == "" {
@@ -111,7 +108,7 @@ func ComputeCost(hour time.Time, book *billing.PriceBook, samples []chstore.GPUS
 		gpuRows = append(gpuRows, rows...)
 
 		tenants := make([]billing.TenantUsage, len(us))
-		byKey := map[string]chstore.DeploymentUsageRow{}
+		byKey := map[string]DeploymentUsageRow{}
 		for i, u := range us {
 			// billing's tenant name of the pair: no two pairs share one,
 			// whatever bytes the ids hold (billing refuses repeated names).
@@ -122,7 +119,7 @@ func ComputeCost(hour time.Time, book *billing.PriceBook, samples []chstore.GPUS
 				OutputTokens: int64(u.OutputTokens), Requests: int64(u.Requests), E2EMillis: int64(u.E2EMs + 0.5),
 			}
 		}
-		lines := map[string]*chstore.CostRow{}
+		lines := map[string]*CostRow{}
 		var order []string
 		for b := range policies {
 			for i := range policies[b] {
@@ -133,9 +130,9 @@ func ComputeCost(hour time.Time, book *billing.PriceBook, samples []chstore.GPUS
 				for _, l := range alloc.Lines {
 					r, ok := lines[l.Tenant]
 					if !ok {
-						r = &chstore.CostRow{Hour: hour, Deployment: dep, GPUType: gpuTypes, PriceVersion: version}
+						r = &CostRow{Hour: hour, Deployment: dep, GPUType: gpuTypes, PriceVersion: version}
 						if l.Tenant == billing.IdleTenant {
-							r.TenantID = chstore.IdleTenant
+							r.TenantID = billing.IdleTenant
 						} else {
 							u := byKey[l.Tenant]
 							r.TenantID, r.Model = u.TenantID, u.Model
@@ -164,14 +161,14 @@ func ComputeCost(hour time.Time, book *billing.PriceBook, samples []chstore.GPUS
 
 // listCharge prices a usage row at its model's token list prices in force
 // at the start of the hour.
-func listCharge(book *billing.PriceBook, hour time.Time, u chstore.DeploymentUsageRow) (int64, bool) {
+func listCharge(book *billing.PriceBook, hour time.Time, u DeploymentUsageRow) (int64, bool) {
 	m, _, ok := book.ListCharge(u.Model, hour, int64(u.InputTokens), int64(u.CachedInputTokens), int64(u.OutputTokens))
 	return int64(m), ok
 }
 
-func unattributedRow(hour time.Time, book *billing.PriceBook, u chstore.DeploymentUsageRow) chstore.CostRow {
+func unattributedRow(hour time.Time, book *billing.PriceBook, u DeploymentUsageRow) CostRow {
 	charge, priced := listCharge(book, hour, u)
-	return chstore.CostRow{
+	return CostRow{
 		ListCharge: charge, ListPriced: priced,
 		Hour: hour, TenantID: u.TenantID, Deployment: u.Deployment, Model: u.Model, Unattributed: true,
 		Requests: u.Requests, InputTokens: u.InputTokens, CachedInputTokens: u.CachedInputTokens,
@@ -183,7 +180,7 @@ func unattributedRow(hour time.Time, book *billing.PriceBook, u chstore.Deployme
 // gpuHourRows aggregates one deployment's samples per GPU group and prices
 // each group; the deployment's cost is the sum of its groups' (each rounded
 // once), so that allocations reconcile with gpu_hour exactly.
-func gpuHourRows(hour time.Time, dep string, book *billing.PriceBook, samples []chstore.GPUSampleRow) ([]chstore.GPUHourRow, billing.GPUCost, string, error) {
+func gpuHourRows(hour time.Time, dep string, book *billing.PriceBook, samples []GPUSampleRow) ([]GPUHourRow, billing.GPUCost, string, error) {
 	type agg struct {
 		usage     []billing.GPUUsage
 		instances map[string]float64 // instance → Σ interval_s
@@ -215,7 +212,7 @@ func gpuHourRows(hour time.Time, dep string, book *billing.PriceBook, samples []
 			strings.Compare(a.region, b.region), strings.Compare(a.profile, b.profile))
 	})
 	total := billing.GPUCost{Currency: book.Currency, PriceVersion: book.Version()}
-	var rows []chstore.GPUHourRow
+	var rows []GPUHourRow
 	var types []string
 	for _, k := range keys {
 		g := groups[k]
@@ -227,7 +224,7 @@ func gpuHourRows(hour time.Time, dep string, book *billing.PriceBook, samples []
 		for _, secs := range g.instances {
 			covered += min(secs, 3600)
 		}
-		rows = append(rows, chstore.GPUHourRow{
+		rows = append(rows, GPUHourRow{
 			Hour: hour, Deployment: dep, GPUType: k.gpuType, Pool: k.pool, Region: k.region, MIGProfile: k.profile,
 			GPUs: uint32(len(g.instances)), Samples: g.samples,
 			GPUSeconds: c.GPUSeconds, BusySeconds: c.BusySeconds, CoveredSeconds: covered,

@@ -1,13 +1,13 @@
-package rollup
+package rollup_test
 
 import (
 	"testing"
 	"time"
+	"tokenmeter/rollup"
 
 	"github.com/google/go-cmp/cmp"
 
 	"tokenmeter/billing"
-	"tokenmeter/internal/chstore"
 )
 
 // TestComputeCostPairsDoNotCollide: (tenant, model) pairs whose joined
@@ -19,12 +19,12 @@ func TestComputeCostPairsDoNotCollide(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	samples := []chstore.GPUSampleRow{{Deployment: "d", GPUType: "H100", Instance: "GPU-1", MIGFraction: 1, SampledAt: hour.Add(time.Minute), IntervalS: 3600, Utilization: 1}}
-	usage := []chstore.DeploymentUsageRow{
+	samples := []rollup.GPUSampleRow{{Deployment: "d", GPUType: "H100", Instance: "GPU-1", MIGFraction: 1, SampledAt: hour.Add(time.Minute), IntervalS: 3600, Utilization: 1}}
+	usage := []rollup.DeploymentUsageRow{
 		{Deployment: "d", TenantID: "a\x1fb", Model: "c", Requests: 1, InputTokens: 100, OutputTokens: 100},
 		{Deployment: "d", TenantID: "a", Model: "b\x1fc", Requests: 1, InputTokens: 300, OutputTokens: 300},
 	}
-	_, rows, err := ComputeCost(hour, book, samples, usage)
+	_, rows, err := rollup.ComputeCost(hour, book, samples, usage)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestComputeCostPairsDoNotCollide(t *testing.T) {
 	}
 	var got []line
 	for _, r := range rows {
-		if r.TenantID != chstore.IdleTenant {
+		if r.TenantID != billing.IdleTenant {
 			got = append(got, line{r.TenantID, r.Model, r.InputTokens})
 		}
 	}

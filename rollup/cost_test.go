@@ -1,4 +1,4 @@
-package rollup
+package rollup_test
 
 import (
 	"context"
@@ -173,13 +173,13 @@ func TestCostRollupReconcilesAndMatchesHandComputedCost(t *testing.T) {
 			for _, r := range rows {
 				perDep[r.Group["deployment"]] += r.CostNanos
 				unattributed += r.UnattributedRequests
-				if r.Group["deployment"] == "didle" && (r.Group["tenant_id"] != chstore.IdleTenant || r.CostNanos != want["didle"]) {
-					t.Errorf("%s/%s: didle line %v %s, want all on %s", busy, idle, r.Group, billing.Money(r.CostNanos), chstore.IdleTenant)
+				if r.Group["deployment"] == "didle" && (r.Group["tenant_id"] != billing.IdleTenant || r.CostNanos != want["didle"]) {
+					t.Errorf("%s/%s: didle line %v %s, want all on %s", busy, idle, r.Group, billing.Money(r.CostNanos), billing.IdleTenant)
 				}
 				if r.CostNanos < 0 || r.BusyNanos < 0 || r.BusyNanos > r.CostNanos {
 					t.Errorf("%s/%s: line %v: cost %d busy %d", busy, idle, r.Group, r.CostNanos, r.BusyNanos)
 				}
-				if idle != "separate" && r.Group["tenant_id"] == chstore.IdleTenant && r.Group["deployment"] != "didle" {
+				if idle != "separate" && r.Group["tenant_id"] == billing.IdleTenant && r.Group["deployment"] != "didle" {
 					t.Errorf("%s/%s: idle line %v with %s although idle cost is shared", busy, idle, r.Group, billing.Money(r.CostNanos))
 				}
 			}

@@ -11,7 +11,6 @@ import (
 	"time"
 	"unsafe"
 
-	"tokenmeter/internal/chstore"
 	"tokenmeter/rollup/sketch"
 
 	"golang.org/x/sync/errgroup"
@@ -36,12 +35,10 @@ import (
 // HourStore is what rolling up an hour needs of ClickHouse; *chstore.Store
 // implements it.
 type HourStore interface {
-	ReadHour(ctx context.Context, hour time.Time, group func(chstore.HourGroup) error, event func(*chstore.HourEvent) error) error
-	InsertRollupRecords(ctx context.Context, table string, rows []chstore.RollupRecord, sloVersion uint32, version uint64) error
-	InsertRollupBlocks(ctx context.Context, table string, blocks <-chan []chstore.RollupRecord, free chan<- []chstore.RollupRecord, sloVersion uint32, version uint64) error
+	ReadHour(ctx context.Context, hour time.Time, group func(HourGroup) error, event func(*HourEvent) error) error
+	InsertRollupRecords(ctx context.Context, table string, rows []RollupRecord, sloVersion uint32, version uint64) error
+	InsertRollupBlocks(ctx context.Context, table string, blocks <-chan []RollupRecord, free chan<- []RollupRecord, sloVersion uint32, version uint64) error
 }
-
-var _ HourStore = (*chstore.Store)(nil)
 
 // GoodputRule is one SLO rule compiled for a rollup: empty Tenant, Model or
 // Class match anything; a threshold ≤ 0 is not checked. Rules are given most
@@ -85,7 +82,7 @@ func goodRequest(ok bool, ttft, itl, e2e float64, tTTFT, tITL, tE2E float64) boo
 }
 
 // addEvent counts one event in the row r (not in its histograms).
-func addEvent(r *chstore.RollupRecord, e *chstore.HourEvent, good bool) {
+func addEvent(r *RollupRecord, e *HourEvent, good bool) {
 	r.Requests++
 	if !e.OK() {
 		r.Errors++
@@ -109,7 +106,7 @@ func addEvent(r *chstore.RollupRecord, e *chstore.HourEvent, good bool) {
 }
 
 // addTotals adds the counters and sums of o (not its histograms) to r.
-func addTotals(r, o *chstore.RollupRecord) {
+func addTotals(r, o *RollupRecord) {
 	r.Requests += o.Requests
 	r.Errors += o.Errors
 	for c := range r.ErrorsBy {
@@ -125,17 +122,17 @@ func addTotals(r, o *chstore.RollupRecord) {
 	r.Good += o.Good
 	r.GoodOutput += o.GoodOutput
 	if o.MinuteRequests != nil {
-		for m := range chstore.MinutesPerHour {
+		for m := range MinutesPerHour {
 			addMinute(r, m, o.MinuteRequests[m], o.MinuteOutput[m])
 		}
 	}
 }
 
 // addMinute adds requests and output tokens to minute m of the hour row r.
-func addMinute(r *chstore.RollupRecord, m int, requests, output uint64) {
+func addMinute(r *RollupRecord, m int, requests, output uint64) {
 	if r.MinuteRequests == nil {
-		both := make([]uint64, 2*chstore.MinutesPerHour)
-		r.MinuteRequests, r.MinuteOutput = both[:chstore.MinutesPerHour:chstore.MinutesPerHour], both[chstore.MinutesPerHour:]
+		both := make([]uint64, 2*MinutesPerHour)
+		r.MinuteRequests, r.MinuteOutput = both[:MinutesPerHour:MinutesPerHour], both[MinutesPerHour:]
 	}
 	r.MinuteRequests[m] += requests
 	r.MinuteOutput[m] += output
@@ -144,7 +141,7 @@ func addMinute(r *chstore.RollupRecord, m int, requests, output uint64) {
 // setPeaks sets the busiest minute of the hour row r from its minutes: each
 // level's own (a tenant's is the busiest minute of its groups' sum, not the
 // largest of their peaks).
-func setPeaks(r *chstore.RollupRecord) {
+func setPeaks(r *RollupRecord) {
 	r.PeakRequests, r.PeakOutput = 0, 0
 	for m := range r.MinuteRequests {
 		r.PeakRequests = max(r.PeakRequests, r.MinuteRequests[m])
@@ -156,9 +153,9 @@ func setPeaks(r *chstore.RollupRecord) {
 // slo_class) of the hour, with its SLO thresholds and, until they are
 // counted, its events.
 type hourGroup struct {
-	acc            chstore.RollupRecord
-	tenant         *chstore.RollupRecord
-	events         []chstore.HourEvent
+	acc            RollupRecord
+	tenant         *RollupRecord
+	events         []HourEvent
 	listed         uint64  // its events when the groups were listed
 	ttft, itl, e2e float64 // thresholds; < 0: not checked
 	done           bool    // its events have all been counted
@@ -169,45 +166,45 @@ type hourGroup struct {
 type hourRollup struct {
 	// slab holds the gathered events: each group's are carved from it
 	// (eventSlab), in one allocation reused from hour to hour.
-	slab    []chstore.HourEvent
+	slab    []HourEvent
 	listed  uint64 // the events of the groups listed so far
 	hour    time.Time
 	spec    GoodputSpec
 	groups  map[uint64]*hourGroup
 	order   []*hourGroup
-	tenants map[string]*chstore.RollupRecord
-	total   chstore.RollupRecord
+	tenants map[string]*RollupRecord
+	total   RollupRecord
 
 	// The group and minute being counted, with the histograms of the
 	// minute row and of the group's finished minutes.
 	cur        *hourGroup
 	minute     int64
-	row        chstore.RollupRecord
+	row        RollupRecord
 	minuteHist [4]sketch.Merger
 	groupHist  [4]sketch.Merger
 	// The finished minute rows of the tenant being counted, put in the
 	// table's key order (bucket, then group) when it is done; they go out
-	// in blocks of chstore.RollupBlockRows.
-	pending      []chstore.RollupRecord
+	// in blocks of RollupBlockRows.
+	pending      []RollupRecord
 	pendingOrder []int32 // pending in minute order
 	eventOrder   []int32 // a group's events in minute order
-	block        []chstore.RollupRecord
-	emit         func([]chstore.RollupRecord) error
-	newRows      func() []chstore.RollupRecord
+	block        []RollupRecord
+	emit         func([]RollupRecord) error
+	newRows      func() []RollupRecord
 }
 
 // newHourRollup starts the rollup of an hour; emit receives each full
 // block of finished minute rows, and newRows gives the next empty block.
-func newHourRollup(hour time.Time, spec GoodputSpec, emit func([]chstore.RollupRecord) error, newRows func() []chstore.RollupRecord) *hourRollup {
-	return &hourRollup{hour: hour, spec: spec, groups: map[uint64]*hourGroup{}, tenants: map[string]*chstore.RollupRecord{},
-		total: chstore.RollupRecord{Bucket: hour}, emit: emit, newRows: newRows}
+func newHourRollup(hour time.Time, spec GoodputSpec, emit func([]RollupRecord) error, newRows func() []RollupRecord) *hourRollup {
+	return &hourRollup{hour: hour, spec: spec, groups: map[uint64]*hourGroup{}, tenants: map[string]*RollupRecord{},
+		total: RollupRecord{Bucket: hour}, emit: emit, newRows: newRows}
 }
 
 // addGroup registers a group of the hour under its hash, with the number
 // of its events when listed; their memory is carved out at its first event
 // (carve).
 func (h *hourRollup) addGroup(hash uint64, dims [6]string, rows uint64) {
-	g := &hourGroup{acc: chstore.RollupRecord{Bucket: h.hour, Dims: dims}, listed: rows}
+	g := &hourGroup{acc: RollupRecord{Bucket: h.hour, Dims: dims}, listed: rows}
 	h.listed += rows
 	tenant, model, class := dims[0], dims[1], dims[5]
 	if class == "" {
@@ -218,7 +215,7 @@ func (h *hourRollup) addGroup(hash uint64, dims [6]string, rows uint64) {
 	g.e2e = h.spec.threshold(tenant, model, class, func(r GoodputRule) float64 { return r.E2EMs })
 	g.tenant = h.tenants[tenant]
 	if g.tenant == nil {
-		g.tenant = &chstore.RollupRecord{Bucket: h.hour, Dims: [6]string{tenant}}
+		g.tenant = &RollupRecord{Bucket: h.hour, Dims: [6]string{tenant}}
 		h.tenants[tenant] = g.tenant
 	}
 	h.groups[hash] = g
@@ -234,14 +231,14 @@ func (h *hourRollup) addGroup(hash uint64, dims [6]string, rows uint64) {
 // idle grows by what the largest recent hour needed.
 var eventSlab struct {
 	sync.Mutex
-	events []chstore.HourEvent
+	events []HourEvent
 }
 
 // keptEvents bounds eventSlab's capacity (80 bytes an event).
 const keptEvents = 2_000_000
 
 // takeEventSlab returns the kept memory for events (nil if none), emptied.
-func takeEventSlab() []chstore.HourEvent {
+func takeEventSlab() []HourEvent {
 	eventSlab.Lock()
 	defer eventSlab.Unlock()
 	s := eventSlab.events
@@ -251,8 +248,8 @@ func takeEventSlab() []chstore.HourEvent {
 
 // keepEventSlab keeps s for the next rollup, unless it is too large or a
 // larger one is kept.
-func keepEventSlab(s []chstore.HourEvent) {
-	if cap(s) > keptEvents || int64(cap(s))*int64(unsafe.Sizeof(chstore.HourEvent{})) > debug.SetMemoryLimit(-1)/2 {
+func keepEventSlab(s []HourEvent) {
+	if cap(s) > keptEvents || int64(cap(s))*int64(unsafe.Sizeof(HourEvent{})) > debug.SetMemoryLimit(-1)/2 {
 		return
 	}
 	eventSlab.Lock()
@@ -271,7 +268,7 @@ var errOutOfOrder = errors.New("events of the hour are not ordered by group and 
 
 // gather keeps an event for its group, to be counted by countAll; its
 // group must have been added.
-func (h *hourRollup) gather(e *chstore.HourEvent) error {
+func (h *hourRollup) gather(e *HourEvent) error {
 	g := h.groups[e.Group]
 	if g == nil {
 		return errUnknownGroup
@@ -289,15 +286,15 @@ func (h *hourRollup) gather(e *chstore.HourEvent) error {
 // allocation that holds them all, with room for late inserts. Events beyond
 // a group's room make append move its events out, leaving its neighbours'
 // alone.
-func (h *hourRollup) carve(rows uint64) []chstore.HourEvent {
+func (h *hourRollup) carve(rows uint64) []HourEvent {
 	if len(h.slab) == 0 && uint64(cap(h.slab)) < h.listed {
-		h.slab = make([]chstore.HourEvent, 0, h.listed+h.listed/8)
+		h.slab = make([]HourEvent, 0, h.listed+h.listed/8)
 	}
 	if n := len(h.slab); uint64(cap(h.slab)-n) >= rows {
 		h.slab = h.slab[:n+int(rows)]
 		return h.slab[n : n : n+int(rows)]
 	}
-	return make([]chstore.HourEvent, 0, rows)
+	return make([]HourEvent, 0, rows)
 }
 
 // countAll counts the gathered events, group by group and minute by
@@ -312,7 +309,7 @@ func (h *hourRollup) countAll() error {
 	base := h.hour.Unix()
 	for _, g := range h.order {
 		// add needs the events of a minute together, no finer order.
-		var outside *chstore.HourEvent
+		var outside *HourEvent
 		h.eventOrder = byMinute(h.eventOrder, len(g.events), func(i int) int64 {
 			m := (int64(g.events[i].CompletedAt) - base) / 60
 			if m < 0 || m >= 60 {
@@ -335,7 +332,7 @@ func (h *hourRollup) countAll() error {
 
 // add counts one event; its group must have been added, and events must
 // come group by group, in minute order within a group.
-func (h *hourRollup) add(e *chstore.HourEvent) error {
+func (h *hourRollup) add(e *HourEvent) error {
 	g := h.groups[e.Group]
 	if g == nil {
 		return errUnknownGroup
@@ -361,7 +358,7 @@ func (h *hourRollup) add(e *chstore.HourEvent) error {
 			h.cur = g
 		}
 		h.minute = minute
-		h.row = chstore.RollupRecord{Bucket: h.hour.Add(time.Duration(minute) * time.Minute), Dims: g.acc.Dims}
+		h.row = RollupRecord{Bucket: h.hour.Add(time.Duration(minute) * time.Minute), Dims: g.acc.Dims}
 	}
 	for m, v := range e.Latency {
 		if !math.IsNaN(v) {
@@ -418,7 +415,7 @@ func (h *hourRollup) endTenant() error {
 			h.block = h.newRows()[:0]
 		}
 		h.block = append(h.block, h.pending[i])
-		if len(h.block) == chstore.RollupBlockRows {
+		if len(h.block) == RollupBlockRows {
 			block := h.block
 			h.block = nil
 			if err := h.emit(block); err != nil {
@@ -470,8 +467,8 @@ func (h *hourRollup) finish() error {
 // of the groups (merged from their minutes when counted), merged from the
 // groups for the tenants, and from the tenants for the total; and with
 // their per-minute counts (summed the same way) and busiest minute.
-func (h *hourRollup) levels() map[string][]chstore.RollupRecord {
-	out := map[string][]chstore.RollupRecord{}
+func (h *hourRollup) levels() map[string][]RollupRecord {
+	out := map[string][]RollupRecord{}
 	var merge sketch.Merger
 	var tenants []string
 	for t := range h.tenants {
@@ -486,7 +483,7 @@ func (h *hourRollup) levels() map[string][]chstore.RollupRecord {
 			out["rollup_hour"] = append(out["rollup_hour"], g.acc)
 		}
 	}
-	for m := range chstore.LatencyMetrics {
+	for m := range LatencyMetrics {
 		for _, t := range tenants {
 			for _, g := range byTenant[t] {
 				merge.Add(sketch.Histogram{Keys: g.acc.Keys[m], Counts: g.acc.Counts[m]})
@@ -508,7 +505,7 @@ func (h *hourRollup) levels() map[string][]chstore.RollupRecord {
 	}
 	if h.total.Requests > 0 {
 		setPeaks(&h.total)
-		out["rollup_total_hour"] = []chstore.RollupRecord{h.total}
+		out["rollup_total_hour"] = []RollupRecord{h.total}
 	}
 	return out
 }
@@ -538,8 +535,8 @@ func RollupHour(ctx context.Context, store HourStore, hour time.Time, spec Goodp
 	}
 	fail := func(err error) error { return fmt.Errorf("roll up %s: %w", hour.Format(time.RFC3339), err) }
 	g, gctx := errgroup.WithContext(ctx)
-	blocks := make(chan []chstore.RollupRecord, rollupInserts)
-	free := make(chan []chstore.RollupRecord, 2*rollupInserts)
+	blocks := make(chan []RollupRecord, rollupInserts)
+	free := make(chan []RollupRecord, 2*rollupInserts)
 	for range rollupInserts {
 		g.Go(func() error {
 			defer timed("rollup_minute", start)
@@ -549,26 +546,26 @@ func RollupHour(ctx context.Context, store HourStore, hour time.Time, spec Goodp
 			return nil
 		})
 	}
-	agg := newHourRollup(hour, spec, func(rows []chstore.RollupRecord) error {
+	agg := newHourRollup(hour, spec, func(rows []RollupRecord) error {
 		select {
 		case blocks <- rows:
 			return nil
 		case <-gctx.Done():
 			return gctx.Err()
 		}
-	}, func() []chstore.RollupRecord {
+	}, func() []RollupRecord {
 		select {
 		case rows := <-free:
 			return rows
 		default:
-			return make([]chstore.RollupRecord, 0, chstore.RollupBlockRows)
+			return make([]RollupRecord, 0, RollupBlockRows)
 		}
 	})
 	g.Go(func() error {
 		// On failure blocks stays open: the minute INSERTs end with the
 		// context, unfinished, rather than writing part of the hour.
 		agg.slab = takeEventSlab()
-		err := store.ReadHour(gctx, hour, func(g chstore.HourGroup) error {
+		err := store.ReadHour(gctx, hour, func(g HourGroup) error {
 			agg.addGroup(g.Hash, g.Dims, g.Rows)
 			return nil
 		}, agg.gather)

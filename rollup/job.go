@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"tokenmeter/billing"
-	"tokenmeter/internal/chstore"
 )
 
 // Store is what the job needs of ClickHouse; *chstore.Store implements it.
@@ -32,10 +31,13 @@ type Store interface {
 	CostStore
 }
 
-var _ Store = (*chstore.Store)(nil)
+// JobName keys the job's watermark in its store; usage queries read it too.
+const JobName = "rollup"
 
-// JobName keys the job's watermark; usage queries read it too.
-const JobName = chstore.RollupJob
+// Overlap is how far before its watermark the job re-reads dirty hours by
+// default: inserts stamped this long before it may have become visible only
+// after the job's last read. Usage queries treat those hours as dirty too.
+const Overlap = time.Minute
 
 // Config tunes the job.
 type Config struct {
@@ -45,7 +47,7 @@ type Config struct {
 	// inserts in flight are seen by the next run. Default 5s.
 	Settle time.Duration
 	// Overlap re-reads dirty hours this far before the watermark. Default
-	// chstore.RollupOverlap; usage queries assume no more than that.
+	// Overlap; usage queries assume no more than that.
 	Overlap time.Duration
 }
 
@@ -57,7 +59,7 @@ func (c Config) withDefaults() Config {
 		c.Settle = 5 * time.Second
 	}
 	if c.Overlap == 0 {
-		c.Overlap = chstore.RollupOverlap
+		c.Overlap = Overlap
 	}
 	return c
 }
@@ -266,7 +268,7 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	j.sloChecked, j.sloVersion = true, sloVersion
 	j.peakless = j.peakless[:len(j.peakless)-len(refill)]
 	if daysDone {
-		j.daysBefore = chstore.DayOf(until)
+		j.daysBefore = DayOf(until)
 	}
 	// With nothing done, the watermark is written at most once a minute: at
 	// the job's interval every run wrote a part of rollup_state, nothing
@@ -311,7 +313,7 @@ const daysPerRun = 24
 // that has just ended, even when none of its hours changed since). done is
 // false when stale days were left for the next run.
 func (j *Job) dueDays(ctx context.Context, hours []time.Time, until time.Time) (days []time.Time, done bool, err error) {
-	before := chstore.DayOf(until)
+	before := DayOf(until)
 	var stale []time.Time
 	if !j.daysBefore.Equal(before) {
 		if stale, err = j.store.StaleDays(ctx, j.daysBefore, before); err != nil {
@@ -324,7 +326,7 @@ func (j *Job) dueDays(ctx context.Context, hours []time.Time, until time.Time) (
 	}
 	var ended []time.Time
 	for _, h := range hours {
-		if d := chstore.DayOf(h); d.Before(before) {
+		if d := DayOf(h); d.Before(before) {
 			ended = append(ended, d)
 		}
 	}

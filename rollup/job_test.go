@@ -1,4 +1,4 @@
-package rollup
+package rollup_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"tokenmeter/rollup"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,7 +56,7 @@ func genEvent(i int, at time.Time) *meterv1.InferenceEvent {
 
 type fixture struct {
 	store *chstore.Store
-	job   *Job
+	job   *rollup.Job
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -73,9 +74,9 @@ func newFixture(t *testing.T) *fixture {
 	return &fixture{store: store, job: newJob(t, store)}
 }
 
-func newJob(t *testing.T, store *chstore.Store) *Job {
+func newJob(t *testing.T, store *chstore.Store) *rollup.Job {
 	t.Helper()
-	j, err := NewJob(Config{Settle: -time.Second, Overlap: time.Nanosecond}, store, prometheus.NewRegistry(),
+	j, err := rollup.NewJob(rollup.Config{Settle: -time.Second, Overlap: time.Nanosecond}, store, prometheus.NewRegistry(),
 		slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +103,7 @@ type expectation struct {
 	Requests, Errors, Output, Good, GoodOutput uint64
 }
 
-func brute(events []*meterv1.InferenceEvent, set SLOSet) map[string]expectation {
+func brute(events []*meterv1.InferenceEvent, set rollup.SLOSet) map[string]expectation {
 	seen := map[string]bool{}
 	out := map[string]expectation{}
 	for _, ev := range events {
@@ -190,7 +191,7 @@ func TestLateEventsRecomputeExactlyTheirHour(t *testing.T) {
 	if diff := cmp.Diff(hoursOf(h0, h0.Add(time.Hour), h0.Add(2*time.Hour)), hours); diff != "" {
 		t.Fatalf("first run hours (-want +got):\n%s", diff)
 	}
-	set := DefaultSLOSet()
+	set := rollup.DefaultSLOSet()
 	got, before := f.totals(t)
 	if diff := cmp.Diff(brute(events, set), got); diff != "" {
 		t.Fatalf("rollup totals (-want +got):\n%s", diff)
@@ -248,18 +249,18 @@ func TestGoodputMultiThresholdAndSLOChange(t *testing.T) {
 		events = append(events, genEvent(i, h0.Add(time.Duration(i)*2700*time.Millisecond)))
 	}
 	f.insert(t, events)
-	set := SLOSet{DefaultClass: "interactive", Rules: []Rule{
+	set := rollup.SLOSet{DefaultClass: "interactive", Rules: []rollup.Rule{
 		{SLOClass: "interactive", TTFTMs: 600, ITLMs: 200},
 		{SLOClass: "batch", E2EMs: 9000},
 		{TenantID: "acme", SLOClass: "interactive", TTFTMs: 300, ITLMs: 150, E2EMs: 8000},
 		{Model: "mixtral", SLOClass: "interactive", TTFTMs: 900},
 		{TenantID: "globex", Model: "mixtral", ITLMs: 100},
 	}}
-	v1, err := EnsureSLO(ctx, f.store, set, "test")
+	v1, err := rollup.EnsureSLO(ctx, f.store, set, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := EnsureSLO(ctx, f.store, set, "test"); err != nil || again != v1 {
+	if again, err := rollup.EnsureSLO(ctx, f.store, set, "test"); err != nil || again != v1 {
 		t.Fatalf("same set again: version %d (err %v), want %d", again, err, v1)
 	}
 	if _, err := f.job.RunOnce(ctx); err != nil {
@@ -278,7 +279,7 @@ func TestGoodputMultiThresholdAndSLOChange(t *testing.T) {
 
 	// A stricter SLO set: every hour is recomputed with the new version.
 	set.Rules[0].TTFTMs = 200
-	v2, err := EnsureSLO(ctx, f.store, set, "test")
+	v2, err := rollup.EnsureSLO(ctx, f.store, set, "test")
 	if err != nil || v2 != v1+1 {
 		t.Fatalf("new set: version %d (err %v), want %d", v2, err, v1+1)
 	}
@@ -311,9 +312,9 @@ func TestTwoReplicasSameTotals(t *testing.T) {
 	f.insert(t, events[:1500])
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
-	for _, j := range []*Job{f.job, other} {
+	for _, j := range []*rollup.Job{f.job, other} {
 		wg.Add(1)
-		go func(j *Job) {
+		go func(j *rollup.Job) {
 			defer wg.Done()
 			for range 3 {
 				if _, err := j.RunOnce(ctx); err != nil {
@@ -324,7 +325,7 @@ func TestTwoReplicasSameTotals(t *testing.T) {
 	}
 	wg.Wait()
 	f.insert(t, events[1500:])
-	for _, j := range []*Job{other, f.job} {
+	for _, j := range []*rollup.Job{other, f.job} {
 		if _, err := j.RunOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -334,7 +335,7 @@ func TestTwoReplicasSameTotals(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := f.totals(t)
-	if diff := cmp.Diff(brute(events, DefaultSLOSet()), got); diff != "" {
+	if diff := cmp.Diff(brute(events, rollup.DefaultSLOSet()), got); diff != "" {
 		t.Fatalf("totals with two replicas (-want +got):\n%s", diff)
 	}
 }
@@ -368,12 +369,57 @@ func (f *fixture) checkUsage(t *testing.T, events []*meterv1.InferenceEvent) {
 	}
 }
 
+// clockStore is the store with a server clock the test moves, counting
+// watermark writes.
+type clockStore struct {
+	rollup.Store
+	now  time.Time
+	sets int
+}
+
+func (c *clockStore) ServerNow(context.Context) (time.Time, error) { return c.now, nil }
+
+func (c *clockStore) SetWatermark(ctx context.Context, job string, t time.Time) error {
+	c.sets++
+	return c.Store.SetWatermark(ctx, job, t)
+}
+
+// An idle job writes its watermark at most once a minute, not every run.
+func TestIdleRunsWriteWatermarkOncePerMinute(t *testing.T) {
+	f := newFixture(t)
+	cs := &clockStore{Store: f.store, now: time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)}
+	j, err := rollup.NewJob(rollup.Config{Settle: -time.Second, Overlap: time.Nanosecond}, cs, prometheus.NewRegistry(),
+		slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i, tt := range []struct {
+		advance  time.Duration
+		wantSets int
+	}{
+		{0, 1},                // first run: no watermark yet
+		{10 * time.Second, 1}, // idle, written 10 s ago
+		{40 * time.Second, 1}, // idle, 50 s ago
+		{20 * time.Second, 2}, // idle, 70 s ago: written
+		{10 * time.Second, 2},
+	} {
+		cs.now = cs.now.Add(tt.advance)
+		if _, err := j.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if cs.sets != tt.wantSets {
+			t.Errorf("run %d: %d watermark writes, want %d", i, cs.sets, tt.wantSets)
+		}
+	}
+}
+
 // peaklessStore writes the hour tables as they were before the hour rows
 // kept their busiest minute (chstore migration 0009).
 type peaklessStore struct{ *chstore.Store }
 
-func (p peaklessStore) InsertRollupRecords(ctx context.Context, table string, rows []chstore.RollupRecord, sloVersion uint32, version uint64) error {
-	old := append([]chstore.RollupRecord(nil), rows...)
+func (p peaklessStore) InsertRollupRecords(ctx context.Context, table string, rows []rollup.RollupRecord, sloVersion uint32, version uint64) error {
+	old := append([]rollup.RollupRecord(nil), rows...)
 	for i := range old {
 		old[i].MinuteRequests, old[i].MinuteOutput, old[i].PeakRequests, old[i].PeakOutput = nil, nil, 0, 0
 	}
@@ -382,12 +428,12 @@ func (p peaklessStore) InsertRollupRecords(ctx context.Context, table string, ro
 
 // TestJobRecomputesHoursWithoutPeaks checks the upgrade to hour rows with
 // a busiest minute: a job started over hours rolled up before recomputes
-// them, the newest peakHoursPerRun per run, with nothing else to do, and
+// them, the newest rollup.PeakHoursPerRun per run, with nothing else to do, and
 // then none.
 func TestJobRecomputesHoursWithoutPeaks(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	const n = peakHoursPerRun + 2
+	const n = rollup.PeakHoursPerRun + 2
 	var events []*meterv1.InferenceEvent
 	var hours []time.Time
 	for i := range 10 * n { // ten events an hour
@@ -400,9 +446,9 @@ func TestJobRecomputesHoursWithoutPeaks(t *testing.T) {
 	if _, err := f.job.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	version := uint64(time.Now().UnixMilli()) << versionReplicaBits
+	version := uint64(time.Now().UnixMilli()) << rollup.VersionReplicaBits
 	for _, h := range hours {
-		if _, err := RollupHour(ctx, peaklessStore{f.store}, h, DefaultSLOSet().Spec(0), version); err != nil {
+		if _, err := rollup.RollupHour(ctx, peaklessStore{f.store}, h, rollup.DefaultSLOSet().Spec(0), version); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -426,52 +472,7 @@ func TestJobRecomputesHoursWithoutPeaks(t *testing.T) {
 		t.Errorf("hours without peaks after the runs: %v, %v; want none", peakless, err)
 	}
 	got, _ := f.totals(t)
-	if diff := cmp.Diff(brute(events, DefaultSLOSet()), got); diff != "" {
+	if diff := cmp.Diff(brute(events, rollup.DefaultSLOSet()), got); diff != "" {
 		t.Errorf("rollup totals (-want +got):\n%s", diff)
-	}
-}
-
-// clockStore is the store with a server clock the test moves, counting
-// watermark writes.
-type clockStore struct {
-	Store
-	now  time.Time
-	sets int
-}
-
-func (c *clockStore) ServerNow(context.Context) (time.Time, error) { return c.now, nil }
-
-func (c *clockStore) SetWatermark(ctx context.Context, job string, t time.Time) error {
-	c.sets++
-	return c.Store.SetWatermark(ctx, job, t)
-}
-
-// An idle job writes its watermark at most once a minute, not every run.
-func TestIdleRunsWriteWatermarkOncePerMinute(t *testing.T) {
-	f := newFixture(t)
-	cs := &clockStore{Store: f.store, now: time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)}
-	j, err := NewJob(Config{Settle: -time.Second, Overlap: time.Nanosecond}, cs, prometheus.NewRegistry(),
-		slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	for i, tt := range []struct {
-		advance  time.Duration
-		wantSets int
-	}{
-		{0, 1},                // first run: no watermark yet
-		{10 * time.Second, 1}, // idle, written 10 s ago
-		{40 * time.Second, 1}, // idle, 50 s ago
-		{20 * time.Second, 2}, // idle, 70 s ago: written
-		{10 * time.Second, 2},
-	} {
-		cs.now = cs.now.Add(tt.advance)
-		if _, err := j.RunOnce(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if cs.sets != tt.wantSets {
-			t.Errorf("run %d: %d watermark writes, want %d", i, cs.sets, tt.wantSets)
-		}
 	}
 }

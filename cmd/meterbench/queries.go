@@ -387,7 +387,7 @@ func loadAndRollUp(ctx context.Context, stdout io.Writer, progress func(string, 
 	}
 	// Let the load's dirty-hour stamps fall behind the job's overlap, so that
 	// the run after the first finds nothing left to do.
-	time.Sleep(chstore.RollupOverlap + 10*time.Second)
+	time.Sleep(rollup.Overlap + 10*time.Second)
 	progress("rolling up every hour")
 	t0 = time.Now()
 	hours, err := job.RunOnce(ctx)

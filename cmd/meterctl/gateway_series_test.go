@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"tokenmeter/rollup"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -25,8 +26,8 @@ import (
 // from these, as the rollup job and the raw events do.
 type rawMinute struct {
 	start    time.Time
-	group    map[string]string    // every field of chstore.RollupGroupFields
-	latency  map[string][]float64 // ms per chstore.LatencyMetrics entry
+	group    map[string]string    // every field of rollup.RollupGroupFields
+	latency  map[string][]float64 // ms per rollup.LatencyMetrics entry
 	errorsBy map[string]uint64
 	requests uint64
 	prompt   uint64
@@ -72,7 +73,7 @@ func (f *fakeRollups) merge(q chstore.RollupQuery, add func(cell int, start time
 	}
 	keyOf := func(m rawMinute) (key, map[string]string) {
 		start := q.Start
-		if w := chstore.Granularities[q.Step]; w > 0 {
+		if w := rollup.Granularities[q.Step]; w > 0 {
 			start = time.Unix(m.start.Unix()/w*w, 0).UTC()
 		}
 		group := map[string]string{}
@@ -122,7 +123,7 @@ func (f *fakeRollups) Rollups(_ context.Context, q chstore.RollupQuery) ([]chsto
 		r.GoodRequests += m.good
 		r.GoodOutputTokens += m.goodOut
 		r.MinSLO, r.MaxSLO = min(r.MinSLO, m.slo), max(r.MaxSLO, m.slo)
-		for _, metric := range chstore.LatencyMetrics {
+		for _, metric := range rollup.LatencyMetrics {
 			d := r.Latency[metric]
 			h := sketch.Histogram{Keys: d.Keys, Counts: d.Counts}
 			for _, v := range m.latency[metric] {
@@ -143,7 +144,7 @@ func (f *fakeRollups) RawLatency(_ context.Context, q chstore.RollupQuery) ([]ch
 		if i == len(rows) {
 			rows = append(rows, chstore.RawLatencyRow{Start: start, Group: group, Values: map[string][]float64{}})
 		}
-		for _, metric := range chstore.LatencyMetrics {
+		for _, metric := range rollup.LatencyMetrics {
 			rows[i].Values[metric] = append(rows[i].Values[metric], m.latency[metric]...)
 		}
 	})

@@ -32,7 +32,7 @@ import (
 var (
 	steps = []string{"total", "minute", "hour", "day", "month"}
 	// seriesGroupFields are the dimensions the metrics API groups by
-	// (chstore.RollupGroupFields, in its order).
+	// (rollup.RollupGroupFields, in its order).
 	seriesGroupFields = []string{"tenant_id", "model", "model_version", "deployment", "gpu_type", "slo_class"}
 )
 

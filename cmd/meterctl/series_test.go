@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"tokenmeter/rollup"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -536,21 +537,21 @@ func TestCellFormat(t *testing.T) {
 // TestServerLists checks the lists meterctl validates against those of
 // the server, which meterctl does not link.
 func TestServerLists(t *testing.T) {
-	if diff := cmp.Diff(chstore.RollupGroupFields, seriesGroupFields); diff != "" {
+	if diff := cmp.Diff(rollup.RollupGroupFields, seriesGroupFields); diff != "" {
 		t.Errorf("group-by fields (-server +meterctl):\n%s", diff)
 	}
-	if diff := cmp.Diff(chstore.LatencyMetrics, latencyMetrics); diff != "" {
+	if diff := cmp.Diff(rollup.LatencyMetrics, latencyMetrics); diff != "" {
 		t.Errorf("latency metrics (-server +meterctl):\n%s", diff)
 	}
 	if maxExactRange != chstore.MaxExactRange {
 		t.Errorf("exact range %s, server's %s", maxExactRange, chstore.MaxExactRange)
 	}
-	for s := range chstore.Granularities {
+	for s := range rollup.Granularities {
 		if !strings.Contains(strings.Join(steps, ","), s) {
 			t.Errorf("step %q of the server missing", s)
 		}
 	}
-	if len(steps) != len(chstore.Granularities) {
-		t.Errorf("steps %v, server's %v", steps, chstore.Granularities)
+	if len(steps) != len(rollup.Granularities) {
+		t.Errorf("steps %v, server's %v", steps, rollup.Granularities)
 	}
 }

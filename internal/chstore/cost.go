@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"tokenmeter/rollup"
 )
 
 // IdleTenant is the tenant of the cost line that holds idle GPU cost kept
@@ -26,21 +27,9 @@ func busyColumn(p string) string {
 	return p
 }
 
-// GPUSampleRow is one deduplicated GPU sample of an hour.
-type GPUSampleRow struct {
-	Deployment, GPUType, Pool, Region, MIGProfile string
-	// Instance names the GPU or MIG instance: gpu_uuid/mig_instance_id.
-	Instance     string
-	MIGFraction  float64
-	SampledAt    time.Time
-	IntervalS    float64
-	Utilization  float64
-	EnergyJoules float64
-}
-
 // GPUSamplesOfHour returns the hour's samples, deduplicated by sample_id
 // (the latest ingested copy wins), in a stable order.
-func (s *Store) GPUSamplesOfHour(ctx context.Context, hour time.Time) ([]GPUSampleRow, error) {
+func (s *Store) GPUSamplesOfHour(ctx context.Context, hour time.Time) ([]rollup.GPUSampleRow, error) {
 	hour = hour.UTC().Truncate(time.Hour)
 	const query = `SELECT d_deployment, d_gpu_type, d_pool, d_region, d_mig_profile,
   concat(d_uuid, '/', toString(d_mig_instance)), d_mig_fraction, d_sampled_at, d_interval, d_util, d_energy
@@ -62,9 +51,9 @@ ORDER BY d_deployment, d_gpu_type, d_sampled_at, sample_id`
 		return nil, fmt.Errorf("read GPU samples of %s: %w", hour.Format(time.RFC3339), classify(err))
 	}
 	defer rows.Close()
-	var out []GPUSampleRow
+	var out []rollup.GPUSampleRow
 	for rows.Next() {
-		var r GPUSampleRow
+		var r rollup.GPUSampleRow
 		if err := rows.Scan(&r.Deployment, &r.GPUType, &r.Pool, &r.Region, &r.MIGProfile, &r.Instance,
 			&r.MIGFraction, &r.SampledAt, &r.IntervalS, &r.Utilization, &r.EnergyJoules); err != nil {
 			return nil, fmt.Errorf("scan GPU samples: %w", err)
@@ -78,20 +67,9 @@ ORDER BY d_deployment, d_gpu_type, d_sampled_at, sample_id`
 	return out, nil
 }
 
-// DeploymentUsageRow is the usage of one (deployment, tenant, model) in an hour.
-type DeploymentUsageRow struct {
-	Deployment, TenantID, Model string
-	Requests, InputTokens       uint64
-	CachedInputTokens           uint64
-	OutputTokens                uint64
-	GoodOutputTokens            uint64
-	E2EMs                       float64
-	SLOVersion                  uint32
-}
-
 // DeploymentUsage returns the hour's usage per (deployment, tenant, model)
 // from the newest computation of the hour rollup, which must be current.
-func (s *Store) DeploymentUsage(ctx context.Context, hour time.Time) ([]DeploymentUsageRow, error) {
+func (s *Store) DeploymentUsage(ctx context.Context, hour time.Time) ([]rollup.DeploymentUsageRow, error) {
 	hour = hour.UTC().Truncate(time.Hour)
 	// The newest computation's rows are the hour's rollup: no FINAL (which
 	// would merge the whole month's partition, the table being ordered by
@@ -107,9 +85,9 @@ ORDER BY deployment, tenant_id, model`
 		return nil, fmt.Errorf("read usage of %s: %w", hour.Format(time.RFC3339), classify(err))
 	}
 	defer rows.Close()
-	var out []DeploymentUsageRow
+	var out []rollup.DeploymentUsageRow
 	for rows.Next() {
-		var r DeploymentUsageRow
+		var r rollup.DeploymentUsageRow
 		if err := rows.Scan(&r.Deployment, &r.TenantID, &r.Model, &r.Requests, &r.InputTokens, &r.CachedInputTokens,
 			&r.OutputTokens, &r.GoodOutputTokens, &r.E2EMs, &r.SLOVersion); err != nil {
 			return nil, fmt.Errorf("scan usage: %w", err)
@@ -122,42 +100,9 @@ ORDER BY deployment, tenant_id, model`
 	return out, nil
 }
 
-// GPUHourRow is one row of gpu_hour.
-type GPUHourRow struct {
-	Hour                                          time.Time
-	Deployment, GPUType, Pool, Region, MIGProfile string
-	GPUs                                          uint32
-	Samples                                       uint64
-	GPUSeconds, BusySeconds, CoveredSeconds       float64
-	EnergyJoules, UnpricedSeconds                 float64
-	CostNanos, BusyCostNanos, IdleCostNanos       int64
-	PriceVersion                                  string
-}
-
 var gpuHourColumns = []string{"hour", "deployment", "gpu_type", "pool", "region", "mig_profile", "gpus", "samples",
 	"gpu_seconds", "busy_seconds", "covered_seconds", "energy_joules", "unpriced_seconds",
 	"cost_nanos", "busy_cost_nanos", "idle_cost_nanos", "price_version", "version"}
-
-// CostRow is one line of cost_hour: a (tenant, model)'s usage in a
-// deployment-hour and its allocated cost under every policy pair.
-type CostRow struct {
-	Hour                                 time.Time
-	TenantID, Deployment, Model, GPUType string
-	Unattributed                         bool
-	Requests, InputTokens                uint64
-	CachedInputTokens, OutputTokens      uint64
-	GoodOutputTokens, E2EMs              uint64
-	// Busy[b] is the busy share under BusyPolicies[b]; Cost[b][i] the line's
-	// total under BusyPolicies[b] and IdlePolicies[i]; nano-units.
-	Busy [3]int64
-	Cost [3][3]int64
-	// ListCharge is the usage at the model's token list prices; ListPriced
-	// is false when the model has no list price (ListCharge is then 0).
-	ListCharge   int64
-	ListPriced   bool
-	PriceVersion string
-	SLOVersion   uint32
-}
 
 func costColumns() []string {
 	cols := []string{"hour", "tenant_id", "deployment", "model", "gpu_type", "unattributed", "requests",
@@ -175,7 +120,7 @@ func costColumns() []string {
 
 // WriteCost stores one hour's GPU and cost rows with version; they replace
 // the rows of earlier computations with the same keys.
-func (s *Store) WriteCost(ctx context.Context, gpu []GPUHourRow, cost []CostRow, version uint64) error {
+func (s *Store) WriteCost(ctx context.Context, gpu []rollup.GPUHourRow, cost []rollup.CostRow, version uint64) error {
 	if len(gpu) > 0 {
 		if err := s.sendRows(ctx, "write gpu_hour", "gpu_hour", gpuHourColumns, len(gpu), func(i int) []any {
 			r := gpu[i]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 	"time"
+	"tokenmeter/rollup"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -17,11 +18,11 @@ func TestGPUUsageGroupsWithNULKeepTheirTokens(t *testing.T) {
 	ctx := context.Background()
 	hour := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	groups := [][2]string{{"a\x00b", "c"}, {"a", "b\x00c"}}
-	var gpu []chstore.GPUHourRow
-	var cost []chstore.CostRow
+	var gpu []rollup.GPUHourRow
+	var cost []rollup.CostRow
 	for i, g := range groups {
-		gpu = append(gpu, chstore.GPUHourRow{Hour: hour, Deployment: g[0], GPUType: g[1], GPUs: 1, Samples: 1, GPUSeconds: 3600, CoveredSeconds: 3600})
-		cost = append(cost, chstore.CostRow{Hour: hour, TenantID: "t", Deployment: g[0], Model: "m", GPUType: g[1],
+		gpu = append(gpu, rollup.GPUHourRow{Hour: hour, Deployment: g[0], GPUType: g[1], GPUs: 1, Samples: 1, GPUSeconds: 3600, CoveredSeconds: 3600})
+		cost = append(cost, rollup.CostRow{Hour: hour, TenantID: "t", Deployment: g[0], Model: "m", GPUType: g[1],
 			Requests: 1, InputTokens: uint64(10 * (i + 1)), OutputTokens: uint64(i + 1)})
 	}
 	if err := s.WriteCost(ctx, gpu, cost, 1); err != nil {

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"tokenmeter/rollup"
 )
 
 // MaxExactRange bounds the range of exact (raw) latency queries.
@@ -16,7 +17,7 @@ const MaxExactRange = 24 * time.Hour
 type RawLatencyRow struct {
 	Start  time.Time
 	Group  map[string]string
-	Values map[string][]float64 // per LatencyMetrics entry
+	Values map[string][]float64 // per rollup.LatencyMetrics entry
 }
 
 // RawLatency reads every deduplicated latency value of the range, for exact
@@ -40,7 +41,7 @@ func (s *Store) RawLatency(ctx context.Context, q RollupQuery) ([]RawLatencyRow,
 		}
 		sel = append(sel, "d_"+f)
 	}
-	for _, m := range LatencyMetrics {
+	for _, m := range rollup.LatencyMetrics {
 		inner = append(inner, fmt.Sprintf("any(%s_ms) AS d_%s", m, m))
 		sel = append(sel, fmt.Sprintf("groupArrayIf(ifNull(d_%[1]s, 0), isNotNull(d_%[1]s))", m))
 	}
@@ -64,7 +65,7 @@ func (s *Store) RawLatency(ctx context.Context, q RollupQuery) ([]RawLatencyRow,
 	var out []RawLatencyRow
 	for rows.Next() {
 		k := newStepKey(len(q.GroupBy))
-		vals := make([][]float64, len(LatencyMetrics))
+		vals := make([][]float64, len(rollup.LatencyMetrics))
 		dest := k.dest()
 		for i := range vals {
 			dest = append(dest, &vals[i])
@@ -73,10 +74,10 @@ func (s *Store) RawLatency(ctx context.Context, q RollupQuery) ([]RawLatencyRow,
 			return nil, fmt.Errorf("scan raw latency: %w", err)
 		}
 		r := RawLatencyRow{Start: k.start(), Group: groupMap(q.GroupBy, k.groups), Values: map[string][]float64{}}
-		if Granularities[q.Step] == 0 {
+		if rollup.Granularities[q.Step] == 0 {
 			r.Start = q.Start.UTC()
 		}
-		for i, m := range LatencyMetrics {
+		for i, m := range rollup.LatencyMetrics {
 			sort.Float64s(vals[i])
 			r.Values[m] = vals[i]
 		}

@@ -6,27 +6,17 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"tokenmeter/rollup"
 )
-
-// StatusClasses are the error classes counted per rollup row, in column order
-// (err_<class>).
-var StatusClasses = []string{"context_length", "rate_limited", "oom", "cuda", "timeout", "cancelled", "bad_request", "internal"}
-
-// LatencyMetrics are the distributions kept per rollup row, in column order
-// (<metric>_count, _sum, _keys, _counts).
-var LatencyMetrics = []string{"ttft", "itl", "e2e", "queue"}
-
-// RollupGroupFields are the dimensions rollup queries can group by.
-var RollupGroupFields = []string{"tenant_id", "model", "model_version", "deployment", "gpu_type", "slo_class"}
 
 // rollupColumns is the column list of every rollup table.
 func rollupColumns() []string {
 	cols := []string{"bucket", "tenant_id", "model", "model_version", "deployment", "gpu_type", "slo_class", "requests", "errors"}
-	for _, c := range StatusClasses {
+	for _, c := range rollup.StatusClasses {
 		cols = append(cols, "err_"+c)
 	}
 	cols = append(cols, "prompt_tokens", "cached_prompt_tokens", "output_tokens")
-	for _, m := range LatencyMetrics {
+	for _, m := range rollup.LatencyMetrics {
 		cols = append(cols, m+"_count", m+"_sum", m+"_keys", m+"_counts")
 	}
 	return append(cols, "slo_version", "good_requests", "good_output_tokens", "version")

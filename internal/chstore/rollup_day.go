@@ -7,10 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"tokenmeter/rollup"
 )
-
-// Day is the span of a rollup_tenant_day row: a UTC day.
-const Day = 24 * time.Hour
 
 // hourVersion is the newest computation of one hour of rollup_tenant_hour.
 type hourVersion struct {
@@ -46,17 +44,12 @@ ORDER BY bucket`, from.Unix(), to.Unix())
 	return out, nil
 }
 
-// DayOf returns the UTC day holding t: the start of its step of a day.
-func DayOf(t time.Time) time.Time {
-	return StepStart("day", t, time.Time{})
-}
-
 // daySums adds up the versions of hours per day: what the hour_versions of a
 // fresh day row holds.
 func daySums(hours []hourVersion) map[int64]uint64 {
 	sums := map[int64]uint64{}
 	for _, h := range hours {
-		sums[DayOf(h.hour).Unix()] += h.version
+		sums[rollup.DayOf(h.hour).Unix()] += h.version
 	}
 	return sums
 }
@@ -122,15 +115,15 @@ func (s *Store) StaleDays(ctx context.Context, from, before time.Time) ([]time.T
 	if from.Before(time.Unix(0, 0)) {
 		from = time.Unix(0, 0)
 	}
-	_, stale, err := s.dayStates(ctx, DayOf(from), DayOf(before))
+	_, stale, err := s.dayStates(ctx, rollup.DayOf(from), rollup.DayOf(before))
 	return stale, err
 }
 
 // freshDays lists the whole UTC days inside [start, end) whose day rollup
 // is fresh, in order.
 func (s *Store) freshDays(ctx context.Context, start, end time.Time) ([]time.Time, error) {
-	first := DayOf(start.Add(Day - time.Second))
-	last := DayOf(end) // exclusive
+	first := rollup.DayOf(start.Add(rollup.Day - time.Second))
+	last := rollup.DayOf(end) // exclusive
 	if !first.Before(last) {
 		return nil, nil
 	}
@@ -144,8 +137,8 @@ func (s *Store) freshDays(ctx context.Context, start, end time.Time) ([]time.Tim
 // when its hours were counted with different SLO versions (an SLO change
 // being recomputed): queries then read the day's hours.
 func (s *Store) RollupDay(ctx context.Context, day time.Time, version uint64) (bool, error) {
-	day = DayOf(day)
-	hours, err := s.newestHours(ctx, day, day.Add(Day))
+	day = rollup.DayOf(day)
+	hours, err := s.newestHours(ctx, day, day.Add(rollup.Day))
 	if err != nil || len(hours) == 0 {
 		return false, err
 	}
@@ -163,11 +156,11 @@ func (s *Store) RollupDay(ctx context.Context, day time.Time, version uint64) (b
 	// Rows are matched to columns by position: no aliases, which would
 	// shadow the columns in WHERE.
 	sel := []string{"toDateTime(?)", "tenant_id", "''", "''", "''", "''", "''", "sum(requests)", "sum(errors)"}
-	for _, c := range StatusClasses {
+	for _, c := range rollup.StatusClasses {
 		sel = append(sel, "sum(err_"+c+")")
 	}
 	sel = append(sel, "sum(prompt_tokens)", "sum(cached_prompt_tokens)", "sum(output_tokens)")
-	for _, m := range LatencyMetrics {
+	for _, m := range rollup.LatencyMetrics {
 		sel = append(sel, "sum("+m+"_count)", "sum("+m+"_sum)",
 			fmt.Sprintf("(sumMap(%[1]s_keys, %[1]s_counts) AS day_%[1]s).1", m), "day_"+m+".2")
 	}
@@ -183,7 +176,7 @@ FROM rollup_tenant_hour
 WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?)
   AND (toUInt32(bucket), version) IN (%s)
 GROUP BY tenant_id`, rollupColumnList, strings.Join(peakColumns, ", "), strings.Join(sel, ", "), strings.Join(pairs, ", "))
-	if err := s.conn.Exec(ctx, query, day.Unix(), version, sum, day.Unix(), day.Add(Day).Unix()); err != nil {
+	if err := s.conn.Exec(ctx, query, day.Unix(), version, sum, day.Unix(), day.Add(rollup.Day).Unix()); err != nil {
 		return false, fmt.Errorf("roll up day %s: %w", day.Format(time.DateOnly), classify(err))
 	}
 	return true, nil

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"tokenmeter/rollup"
 )
 
 // The reads and writes of the hour rollup (package rollup aggregates): the
@@ -31,49 +32,23 @@ GROUP BY h`
 // hourEventsSQL reads one UTC hour of events, deduplicated: the table's key
 // is (hour, tenant_id, event_id), so FINAL keeps one row per event, the
 // newest ingested copy (duplicates share completed_at, hence the hour).
-// The status and latencies are read as HourEvent holds them; validation
+// The status and latencies are read as rollup.HourEvent holds them; validation
 // keeps NaN out of the table, so NaN marks a missing latency. Only numbers
 // go through FINAL's merge: 18.16 copies every column it reads through it
 // row by row, so hashing the six strings here cost four times the read.
 var hourEventsSQL = `SELECT toUInt32(completed_at), group_hash,
-  toUInt8(indexOf(['ok', '` + strings.Join(StatusClasses, "', '") + `'], status)),
+  toUInt8(indexOf(['ok', '` + strings.Join(rollup.StatusClasses, "', '") + `'], status)),
   prompt_tokens, cached_prompt_tokens, output_tokens,
   ifNull(ttft_ms, nan), ifNull(itl_ms, nan), ifNull(e2e_ms, nan), ifNull(queue_ms, nan)
 FROM inference_events FINAL
 WHERE completed_at >= toDateTime(?) AND completed_at < toDateTime(?)`
-
-// HourGroup is one (tenant, model, model_version, deployment, gpu_type,
-// slo_class) of an hour's events.
-type HourGroup struct {
-	// Hash is the events' group_hash (cityHash64 of the six dimensions),
-	// as in HourEvent.Group.
-	Hash uint64
-	// Dims are the dimensions, in RollupGroupFields order.
-	Dims [6]string
-	// Rows counts the group's rows in the hour, duplicates included.
-	Rows uint64
-}
-
-// HourEvent is one deduplicated event of an hour, as the rollup reads it.
-type HourEvent struct {
-	CompletedAt uint32 // Unix seconds
-	Group       uint64 // HourGroup.Hash of its group
-	// Status is 1 for ok, 2 + its index in StatusClasses, or 0 for another
-	// error.
-	Status                 uint8
-	Prompt, Cached, Output uint64
-	Latency                [4]float64 // LatencyMetrics order; NaN: missing
-}
-
-// OK reports whether the request succeeded.
-func (e *HourEvent) OK() bool { return e.Status == 1 }
 
 // ReadHour reads the groups of one UTC hour, then its deduplicated events,
 // in no particular order: group is called once for each group before any
 // event of it, event for each event (e is reused from call to call). An
 // event of a group inserted after the groups were listed makes it list them
 // again. It fails when two groups share a hash.
-func (s *Store) ReadHour(ctx context.Context, hour time.Time, group func(HourGroup) error, event func(e *HourEvent) error) error {
+func (s *Store) ReadHour(ctx context.Context, hour time.Time, group func(rollup.HourGroup) error, event func(e *rollup.HourEvent) error) error {
 	hour = hour.UTC().Truncate(time.Hour)
 	known := map[uint64]bool{}
 	if err := s.readHourGroups(ctx, hour, known, group); err != nil {
@@ -84,7 +59,7 @@ func (s *Store) ReadHour(ctx context.Context, hour time.Time, group func(HourGro
 		return fmt.Errorf("read events of %s: %w", hour.Format(time.RFC3339), classify(err))
 	}
 	defer rows.Close()
-	var e HourEvent
+	var e rollup.HourEvent
 	dest := []any{&e.CompletedAt, &e.Group, &e.Status, &e.Prompt, &e.Cached, &e.Output}
 	for i := range e.Latency {
 		dest = append(dest, &e.Latency[i])
@@ -115,7 +90,7 @@ func (s *Store) ReadHour(ctx context.Context, hour time.Time, group func(HourGro
 var errUnknownGroup = errors.New("event of an unlisted group")
 
 // readHourGroups calls group for each group of the hour not known yet.
-func (s *Store) readHourGroups(ctx context.Context, hour time.Time, known map[uint64]bool, group func(HourGroup) error) error {
+func (s *Store) readHourGroups(ctx context.Context, hour time.Time, known map[uint64]bool, group func(rollup.HourGroup) error) error {
 	rows, err := s.conn.Query(ctx, hourGroupsSQL, hour.Unix(), hour.Add(time.Hour).Unix())
 	if err != nil {
 		return fmt.Errorf("read groups of %s: %w", hour.Format(time.RFC3339), classify(err))
@@ -123,7 +98,7 @@ func (s *Store) readHourGroups(ctx context.Context, hour time.Time, known map[ui
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			g   HourGroup
+			g   rollup.HourGroup
 			one bool
 		)
 		if err := rows.Scan(&g.Hash, &one, &g.Rows, &g.Dims[0], &g.Dims[1], &g.Dims[2], &g.Dims[3], &g.Dims[4], &g.Dims[5]); err != nil {
@@ -144,33 +119,6 @@ func (s *Store) readHourGroups(ctx context.Context, hour time.Time, known map[ui
 	}
 	return nil
 }
-
-// RollupRecord is one row of a rollup table, as written.
-type RollupRecord struct {
-	Bucket                 time.Time
-	Dims                   [6]string // RollupGroupFields order; empty where merged
-	Requests, Errors       uint64
-	ErrorsBy               [8]uint64 // StatusClasses order
-	Prompt, Cached, Output uint64
-	// Per LatencyMetrics entry: values, their sum, and their histogram
-	// (keys ascending, with their counts).
-	Count      [4]uint64
-	Sum        [4]float64
-	Keys       [4][]int16
-	Counts     [4][]uint64
-	Good       uint64
-	GoodOutput uint64
-	// Hour rows only (ignored in minute rows): the requests and output
-	// tokens of each minute of the hour (MinutesPerHour values, minute 0
-	// first; nil: none), and the largest of each, the row's busiest
-	// minute.
-	MinuteRequests, MinuteOutput []uint64
-	PeakRequests, PeakOutput     uint64
-}
-
-// MinutesPerHour is the length of RollupRecord.MinuteRequests and
-// MinuteOutput.
-const MinutesPerHour = 60
 
 // RollupTables are the tables an hour's rollup writes.
 var RollupTables = []string{"rollup_minute", "rollup_hour", "rollup_tenant_hour", "rollup_total_hour"}
@@ -195,7 +143,7 @@ type rollupBlock struct {
 
 // fill lays rows out as the columns of rollupColumns, followed, with
 // hourCols, by those of peakColumns and minuteColumns.
-func (b *rollupBlock) fill(rows []RollupRecord, sloVersion uint32, version uint64, hourCols bool) []any {
+func (b *rollupBlock) fill(rows []rollup.RollupRecord, sloVersion uint32, version uint64, hourCols bool) []any {
 	n := len(rows)
 	b.bucket = reuse(b.bucket, n)
 	for d := range b.dims {
@@ -263,16 +211,13 @@ func reuse[T any](s []T, n int) []T {
 	return s[:0]
 }
 
-// RollupBlockRows is the size of the blocks rollup rows are sent in.
-const RollupBlockRows = 16_384
-
 // InsertRollupRecords writes rows into table in one INSERT, with the SLO
 // version their goodput was counted with and the version of their
 // computation.
-func (s *Store) InsertRollupRecords(ctx context.Context, table string, rows []RollupRecord, sloVersion uint32, version uint64) error {
+func (s *Store) InsertRollupRecords(ctx context.Context, table string, rows []rollup.RollupRecord, sloVersion uint32, version uint64) error {
 	from := 0
-	return s.insertRollupRows(ctx, table, func() ([]RollupRecord, error) {
-		block := rows[from:min(from+RollupBlockRows, len(rows))]
+	return s.insertRollupRows(ctx, table, func() ([]rollup.RollupRecord, error) {
+		block := rows[from:min(from+rollup.RollupBlockRows, len(rows))]
 		from += len(block)
 		if len(block) == 0 {
 			return nil, nil
@@ -286,9 +231,9 @@ func (s *Store) InsertRollupRecords(ctx context.Context, table string, rows []Ro
 // free (when not nil, and if there is room) once the driver holds a copy.
 // It writes nothing if no block comes, and fails without finishing the
 // INSERT if ctx ends first.
-func (s *Store) InsertRollupBlocks(ctx context.Context, table string, blocks <-chan []RollupRecord, free chan<- []RollupRecord, sloVersion uint32, version uint64) error {
-	var last []RollupRecord
-	return s.insertRollupRows(ctx, table, func() ([]RollupRecord, error) {
+func (s *Store) InsertRollupBlocks(ctx context.Context, table string, blocks <-chan []rollup.RollupRecord, free chan<- []rollup.RollupRecord, sloVersion uint32, version uint64) error {
+	var last []rollup.RollupRecord
+	return s.insertRollupRows(ctx, table, func() ([]rollup.RollupRecord, error) {
 		if last != nil && free != nil {
 			select {
 			case free <- last:
@@ -308,7 +253,7 @@ func (s *Store) InsertRollupBlocks(ctx context.Context, table string, blocks <-c
 // insertRollupRows writes the blocks next returns into table, in one INSERT,
 // until it returns nil; the driver holds a copy of a block by the time next
 // is called again. Nothing is written if the first block is nil.
-func (s *Store) insertRollupRows(ctx context.Context, table string, next func() ([]RollupRecord, error), sloVersion uint32, version uint64) error {
+func (s *Store) insertRollupRows(ctx context.Context, table string, next func() ([]rollup.RollupRecord, error), sloVersion uint32, version uint64) error {
 	if !slices.Contains(RollupTables, table) {
 		return fmt.Errorf("insert rollup rows: unknown table %q", table)
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"tokenmeter/rollup"
 
 	"tokenmeter/rollup/sketch"
 )
@@ -22,7 +23,7 @@ type RollupQuery struct {
 	Start, End time.Time
 	// Step is "minute", "hour", "day" or "total".
 	Step string
-	// GroupBy lists fields of RollupGroupFields.
+	// GroupBy lists fields of rollup.RollupGroupFields.
 	GroupBy []string
 	// Limit bounds the rows returned (0: no bound); Offset skips rows.
 	Limit, Offset int
@@ -57,11 +58,11 @@ type RollupRow struct {
 	Group        map[string]string
 	Requests     uint64
 	Errors       uint64
-	ErrorsBy     map[string]uint64 // per StatusClasses entry
+	ErrorsBy     map[string]uint64 // per rollup.StatusClasses entry
 	PromptTokens uint64
 	CachedTokens uint64
 	OutputTokens uint64
-	Latency      map[string]Dist // per LatencyMetrics entry
+	Latency      map[string]Dist // per rollup.LatencyMetrics entry
 	// Goodput, counted with SLO versions MinSLO..MaxSLO (equal unless a
 	// recomputation after an SLO change is still under way).
 	GoodRequests     uint64
@@ -76,7 +77,7 @@ func (q RollupQuery) Normalize() (RollupQuery, error) {
 	if q.Step == "" {
 		q.Step = "total"
 	}
-	if _, ok := Granularities[q.Step]; !ok {
+	if _, ok := rollup.Granularities[q.Step]; !ok {
 		errs = append(errs, fmt.Errorf("%w: step %q: want minute, hour, day, month or total", ErrInvalidQuery, q.Step))
 	}
 	u.Granularity = q.Step
@@ -86,7 +87,7 @@ func (q RollupQuery) Normalize() (RollupQuery, error) {
 	if !q.Start.IsZero() && (q.Start.Truncate(time.Minute) != q.Start || q.End.Truncate(time.Minute) != q.End) {
 		errs = append(errs, fmt.Errorf("%w: start and end must be whole minutes", ErrInvalidQuery))
 	}
-	group, gerrs := parseGroupBy(q.GroupBy, RollupGroupFields)
+	group, gerrs := parseGroupBy(q.GroupBy, rollup.RollupGroupFields)
 	q.GroupBy = group
 	errs = append(errs, gerrs...)
 	if q.Columns < AllColumns || q.Columns > LatencyColumns {
@@ -170,13 +171,13 @@ func (q RollupQuery) sql(merged bool, days []time.Time) (string, []any) {
 	counters, latency := q.reads()
 	if counters {
 		sel = append(sel, agg("sum", "requests"), agg("sum", "errors"))
-		for _, c := range StatusClasses {
+		for _, c := range rollup.StatusClasses {
 			sel = append(sel, agg("sum", "err_"+c))
 		}
 		sel = append(sel, agg("sum", "prompt_tokens"), agg("sum", "cached_prompt_tokens"), agg("sum", "output_tokens"))
 	}
 	if latency {
-		for _, m := range LatencyMetrics {
+		for _, m := range rollup.LatencyMetrics {
 			// The arrays come as text: clickhouse-go scans an array
 			// element by element through reflection (about 100 ns per
 			// element, a third of a tenant's month of latency).
@@ -231,7 +232,7 @@ func withDays(cols string, days []time.Time, where string, whereArgs []any) (str
 // tenant's month is 720 rows, read fast enough; checking which day rows
 // are fresh reads every tenant's hour versions.)
 func (q RollupQuery) usesDays() bool {
-	return q.table() == "rollup_tenant_hour" && q.TenantID == "" && Granularities[q.Step] != Granularities["hour"]
+	return q.table() == "rollup_tenant_hour" && q.TenantID == "" && rollup.Granularities[q.Step] != rollup.Granularities["hour"]
 }
 
 // mergeHere reports whether the rows of q are few enough to be merged by
@@ -295,8 +296,8 @@ func (s *Store) rollups(ctx context.Context, q RollupQuery, mergeHere func(Rollu
 	)
 	for rows.Next() {
 		var (
-			errsBy = make([]uint64, len(StatusClasses))
-			dists  = make([]Dist, len(LatencyMetrics))
+			errsBy = make([]uint64, len(rollup.StatusClasses))
+			dists  = make([]Dist, len(rollup.LatencyMetrics))
 			r      RollupRow
 			k      = newStepKey(len(q.GroupBy))
 		)
@@ -326,7 +327,7 @@ func (s *Store) rollups(ctx context.Context, q RollupQuery, mergeHere func(Rollu
 					dists[i].Counts, err = parseArray[uint64](counts[i], 64)
 				}
 				if err != nil {
-					return nil, fmt.Errorf("scan rollups: histogram of %s: %w", LatencyMetrics[i], err)
+					return nil, fmt.Errorf("scan rollups: histogram of %s: %w", rollup.LatencyMetrics[i], err)
 				}
 			}
 		}
@@ -341,16 +342,16 @@ func (s *Store) rollups(ctx context.Context, q RollupQuery, mergeHere func(Rollu
 			index[id] = len(out)
 		}
 		r.Start = k.start()
-		if Granularities[q.Step] == 0 {
+		if rollup.Granularities[q.Step] == 0 {
 			r.Start = q.Start.UTC()
 		}
 		r.Group = groupMap(q.GroupBy, k.groups)
 		r.ErrorsBy = map[string]uint64{}
-		for i, c := range StatusClasses {
+		for i, c := range rollup.StatusClasses {
 			r.ErrorsBy[c] = errsBy[i]
 		}
 		r.Latency = map[string]Dist{}
-		for i, m := range LatencyMetrics {
+		for i, m := range rollup.LatencyMetrics {
 			r.Latency[m] = dists[i]
 		}
 		out = append(out, r)
@@ -372,13 +373,13 @@ func (s *Store) rollups(ctx context.Context, q RollupQuery, mergeHere func(Rollu
 func (r *RollupRow) add(o *RollupRow, errsBy []uint64, dists []Dist) error {
 	r.Requests += o.Requests
 	r.Errors += o.Errors
-	for i, c := range StatusClasses {
+	for i, c := range rollup.StatusClasses {
 		r.ErrorsBy[c] += errsBy[i]
 	}
 	r.PromptTokens += o.PromptTokens
 	r.CachedTokens += o.CachedTokens
 	r.OutputTokens += o.OutputTokens
-	for i, m := range LatencyMetrics {
+	for i, m := range rollup.LatencyMetrics {
 		d, od := r.Latency[m], dists[i]
 		h, err := sketch.FromArrays(d.Keys, d.Counts)
 		if err != nil {

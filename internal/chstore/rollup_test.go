@@ -247,10 +247,10 @@ func onlyColumns(rows []chstore.RollupRow, cols chstore.RollupColumns) []chstore
 	var out []chstore.RollupRow
 	for _, r := range rows {
 		p := chstore.RollupRow{Start: r.Start, Group: r.Group, ErrorsBy: map[string]uint64{}, Latency: map[string]chstore.Dist{}}
-		for _, c := range chstore.StatusClasses {
+		for _, c := range rollup.StatusClasses {
 			p.ErrorsBy[c] = 0
 		}
-		for _, m := range chstore.LatencyMetrics {
+		for _, m := range rollup.LatencyMetrics {
 			p.Latency[m] = chstore.Dist{}
 		}
 		switch cols {
@@ -278,7 +278,7 @@ func TestReadHourHashCollision(t *testing.T) {
 	}
 	hour := day.Add(5 * time.Hour)
 	read := func() error {
-		return s.ReadHour(ctx, hour, func(chstore.HourGroup) error { return nil }, func(*chstore.HourEvent) error { return nil })
+		return s.ReadHour(ctx, hour, func(rollup.HourGroup) error { return nil }, func(*rollup.HourEvent) error { return nil })
 	}
 	at := hour.Add(10 * time.Minute).Unix()
 	insert := func(tenant, eventID string) {
@@ -314,13 +314,13 @@ func TestRollupDays(t *testing.T) {
 	days := func(ds ...int) []time.Time {
 		var out []time.Time
 		for _, d := range ds {
-			out = append(out, day.Add(time.Duration(d)*chstore.Day))
+			out = append(out, day.Add(time.Duration(d)*rollup.Day))
 		}
 		return out
 	}
 	checkStale := func(want []time.Time) {
 		t.Helper()
-		got, err := s.StaleDays(ctx, time.Time{}, day.Add(10*chstore.Day))
+		got, err := s.StaleDays(ctx, time.Time{}, day.Add(10*rollup.Day))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,7 +334,7 @@ func TestRollupDays(t *testing.T) {
 		{Start: day, End: end, Step: "month", GroupBy: []string{"tenant_id"}},
 		{Start: day, End: end, Step: "day"},
 		{Start: day.Add(5 * time.Hour), End: end, GroupBy: []string{"tenant_id"}},
-		{Start: day, End: day.Add(chstore.Day + 7*time.Hour), Step: "day", GroupBy: []string{"tenant_id"}, Limit: 2, Offset: 1},
+		{Start: day, End: day.Add(rollup.Day + 7*time.Hour), Step: "day", GroupBy: []string{"tenant_id"}, Limit: 2, Offset: 1},
 	}
 	// check compares every query with the same query answered from the
 	// hour rows alone, and the fresh days of the first two with want.
@@ -375,7 +375,7 @@ func TestRollupDays(t *testing.T) {
 			t.Fatalf("roll up %s: %v, %v", d, ok, err)
 		}
 	}
-	if ok, err := s.RollupDay(ctx, day.Add(5*chstore.Day), 1); err != nil || ok {
+	if ok, err := s.RollupDay(ctx, day.Add(5*rollup.Day), 1); err != nil || ok {
 		t.Fatalf("roll up a day without hours: %v, %v", ok, err)
 	}
 	checkStale(days(2))
@@ -424,10 +424,10 @@ func TestRollupDays(t *testing.T) {
 	// rolled up until all its hours agree, and is read from its hours.
 	spec2 := spec
 	spec2.Version = 2
-	if err := rollupHour(t, s, day.Add(chstore.Day+3*time.Hour), spec2, uint64(end.Unix())+2); err != nil {
+	if err := rollupHour(t, s, day.Add(rollup.Day+3*time.Hour), spec2, uint64(end.Unix())+2); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.RollupDay(ctx, day.Add(chstore.Day), uint64(end.Unix())+3); err != nil || ok {
+	if ok, err := s.RollupDay(ctx, day.Add(rollup.Day), uint64(end.Unix())+3); err != nil || ok {
 		t.Fatalf("roll up a day of two SLO versions: %v, %v", ok, err)
 	}
 	checkStale(days(1, 2))

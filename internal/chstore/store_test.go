@@ -8,6 +8,7 @@ import (
 	"sort"
 	"testing"
 	"time"
+	"tokenmeter/rollup"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
@@ -121,7 +122,7 @@ func bruteUsage(events []*meterv1.InferenceEvent, q chstore.UsageQuery) []chstor
 			continue
 		}
 		seen[id] = true
-		r := chstore.UsageRow{Start: chstore.StepStart(q.Granularity, t, q.Start)}
+		r := chstore.UsageRow{Start: rollup.StepStart(q.Granularity, t, q.Start)}
 		for _, g := range q.GroupBy {
 			switch g {
 			case "tenant_id":
@@ -255,9 +256,9 @@ func TestStepBounds(t *testing.T) {
 		{"month", time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)},
 		{"total", day, rangeEnd},
 	} {
-		start := chstore.StepStart(tt.step, at, day)
-		if !start.Equal(tt.start) || !chstore.StepEnd(tt.step, start, rangeEnd).Equal(tt.end) {
-			t.Errorf("%s: [%s, %s), want [%s, %s)", tt.step, start, chstore.StepEnd(tt.step, start, rangeEnd), tt.start, tt.end)
+		start := rollup.StepStart(tt.step, at, day)
+		if !start.Equal(tt.start) || !rollup.StepEnd(tt.step, start, rangeEnd).Equal(tt.end) {
+			t.Errorf("%s: [%s, %s), want [%s, %s)", tt.step, start, rollup.StepEnd(tt.step, start, rangeEnd), tt.start, tt.end)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"tokenmeter/rollup"
 )
 
 // Traffic reads requests, errors and tokens per step and group with the
@@ -39,7 +40,7 @@ type TrafficRow struct {
 	Group        map[string]string
 	Requests     uint64
 	Errors       uint64
-	ErrorsBy     map[string]uint64 // per StatusClasses entry
+	ErrorsBy     map[string]uint64 // per rollup.StatusClasses entry
 	PromptTokens uint64
 	OutputTokens uint64
 	// PeakMinuteRequests and PeakMinuteOutputTokens are the requests and
@@ -94,7 +95,7 @@ func (q RollupQuery) trafficSource() (trafficSource, string) {
 		if q.TenantID != "" && !slices.Contains(q.GroupBy, "tenant_id") {
 			fixed++
 		}
-		if fixed < len(RollupGroupFields) {
+		if fixed < len(rollup.RollupGroupFields) {
 			return trafficMerged, table
 		}
 	}
@@ -105,7 +106,7 @@ func (q RollupQuery) trafficSource() (trafficSource, string) {
 // order.
 func trafficCounters() []string {
 	cols := []string{"requests", "errors"}
-	for _, c := range StatusClasses {
+	for _, c := range rollup.StatusClasses {
 		cols = append(cols, "err_"+c)
 	}
 	return append(cols, "prompt_tokens", "output_tokens")
@@ -150,7 +151,7 @@ func (q RollupQuery) trafficSQL(src trafficSource, table string, days, onlyHours
 	}
 	from, fromArgs := newestRows(table, "bucket", where, whereArgs, filter)
 	if len(days) > 0 {
-		cols := slices.Concat([]string{"bucket"}, RollupGroupFields, counters, peakColumns)
+		cols := slices.Concat([]string{"bucket"}, rollup.RollupGroupFields, counters, peakColumns)
 		from, fromArgs = withDays(strings.Join(cols, ", "), days, where, whereArgs)
 	}
 	args = append(args, fromArgs...)
@@ -252,7 +253,7 @@ func (s *Store) trafficRows(ctx context.Context, q RollupQuery, query string, ar
 	for rows.Next() {
 		var (
 			r      TrafficRow
-			errsBy = make([]uint64, len(StatusClasses))
+			errsBy = make([]uint64, len(rollup.StatusClasses))
 			k      = newStepKey(len(q.GroupBy))
 		)
 		dest := k.dest(&r.Requests, &r.Errors)
@@ -264,12 +265,12 @@ func (s *Store) trafficRows(ctx context.Context, q RollupQuery, query string, ar
 			return nil, nil, fmt.Errorf("scan traffic: %w", err)
 		}
 		r.Start = k.start()
-		if Granularities[q.Step] == 0 {
+		if rollup.Granularities[q.Step] == 0 {
 			r.Start = q.Start.UTC()
 		}
 		r.Group = groupMap(q.GroupBy, k.groups)
-		r.ErrorsBy = make(map[string]uint64, len(StatusClasses))
-		for i, c := range StatusClasses {
+		r.ErrorsBy = make(map[string]uint64, len(rollup.StatusClasses))
+		for i, c := range rollup.StatusClasses {
 			r.ErrorsBy[c] = errsBy[i]
 		}
 		out = append(out, r)

@@ -4,13 +4,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"tokenmeter/rollup"
 
 	"github.com/google/go-cmp/cmp"
 )
 
 func TestTrafficSQL(t *testing.T) {
 	end := t0.Add(48 * time.Hour)
-	six := RollupGroupFields
+	six := rollup.RollupGroupFields
 	for _, tc := range []struct {
 		name       string
 		q          RollupQuery

@@ -81,12 +81,12 @@ func bruteTraffic(events []*meterv1.InferenceEvent, q chstore.RollupQuery) []chs
 		for _, f := range q.GroupBy {
 			group[f] = dims[f]
 		}
-		start := chstore.StepStart(q.Step, at, q.Start)
+		start := rollup.StepStart(q.Step, at, q.Start)
 		key := fmt.Sprint(start.Unix(), group)
 		r := rows[key]
 		if r == nil {
 			r = &chstore.TrafficRow{Start: start, Group: group, ErrorsBy: map[string]uint64{}}
-			for _, c := range chstore.StatusClasses {
+			for _, c := range rollup.StatusClasses {
 				r.ErrorsBy[c] = 0
 			}
 			rows[key] = r
@@ -131,27 +131,27 @@ func bruteTraffic(events []*meterv1.InferenceEvent, q chstore.RollupQuery) []chs
 // and a range not on whole hours, for every form of group_by (none, the
 // tenant, every dimension, some), across tenants and for one.
 func trafficQueries() []chstore.RollupQuery {
-	long := day.Add(-60 * chstore.Day)
+	long := day.Add(-60 * rollup.Day)
 	ranges := []struct {
 		start, end time.Time
 		step       string
 	}{
-		{long, long.Add(90 * chstore.Day), "day"},
-		{long, long.Add(90 * chstore.Day), "month"},
-		{long, long.Add(90 * chstore.Day), "total"},
+		{long, long.Add(90 * rollup.Day), "day"},
+		{long, long.Add(90 * rollup.Day), "month"},
+		{long, long.Add(90 * rollup.Day), "total"},
 		{day, day.Add(3 * time.Hour), "hour"},
 		{day.Add(17 * time.Minute), day.Add(2*time.Hour + 5*time.Minute), "hour"},
 	}
 	var out []chstore.RollupQuery
 	for _, r := range ranges {
-		for _, g := range [][]string{nil, {"tenant_id"}, chstore.RollupGroupFields, {"model"}, {"tenant_id", "deployment"}} {
+		for _, g := range [][]string{nil, {"tenant_id"}, rollup.RollupGroupFields, {"model"}, {"tenant_id", "deployment"}} {
 			for _, tenant := range []string{"", "acme"} {
 				out = append(out, chstore.RollupQuery{TenantID: tenant, Start: r.start, End: r.end, Step: r.step, GroupBy: g})
 			}
 		}
 	}
 	// One tenant's series with every other dimension: one hour row each.
-	return append(out, chstore.RollupQuery{TenantID: "globex", Start: long, End: long.Add(90 * chstore.Day), Step: "day",
+	return append(out, chstore.RollupQuery{TenantID: "globex", Start: long, End: long.Add(90 * rollup.Day), Step: "day",
 		GroupBy: []string{"model", "model_version", "deployment", "gpu_type", "slo_class"}})
 }
 
@@ -203,7 +203,7 @@ func TestTrafficLongRangesExactPeaks(t *testing.T) {
 	if ok, err := s.RollupDay(ctx, day, uint64(day.Unix())+2e6); err != nil || !ok {
 		t.Fatalf("roll up %s: %v, %v", day, ok, err)
 	}
-	if fresh, err := s.FreshDays(ctx, day.Add(-60*chstore.Day), day.Add(30*chstore.Day)); err != nil || len(fresh) != 1 {
+	if fresh, err := s.FreshDays(ctx, day.Add(-60*rollup.Day), day.Add(30*rollup.Day)); err != nil || len(fresh) != 1 {
 		t.Fatalf("fresh days: %v, %v; want %s", fresh, err, day)
 	}
 	checkTraffic(t, s, events, "a late event and the day rolled up")
@@ -213,7 +213,7 @@ func TestTrafficLongRangesExactPeaks(t *testing.T) {
 // no busiest minute and no per-minute counts.
 type legacyStore struct{ *chstore.Store }
 
-func (l legacyStore) InsertRollupRecords(ctx context.Context, table string, rows []chstore.RollupRecord, sloVersion uint32, version uint64) error {
+func (l legacyStore) InsertRollupRecords(ctx context.Context, table string, rows []rollup.RollupRecord, sloVersion uint32, version uint64) error {
 	old := slices.Clone(rows)
 	for i := range old {
 		old[i].MinuteRequests, old[i].MinuteOutput, old[i].PeakRequests, old[i].PeakOutput = nil, nil, 0, 0
@@ -304,7 +304,7 @@ func TestHourPeaksEveryLevel(t *testing.T) {
 		{chstore.RollupQuery{}, []peak{{"map[]", 11, 500}}},
 		{chstore.RollupQuery{GroupBy: []string{"tenant_id"}}, []peak{{"map[tenant_id:acme]", 8, 500}, {"map[tenant_id:globex]", 6, 180}}},
 		{chstore.RollupQuery{TenantID: "acme"}, []peak{{"map[]", 8, 500}}},
-		{chstore.RollupQuery{GroupBy: chstore.RollupGroupFields}, []peak{
+		{chstore.RollupQuery{GroupBy: rollup.RollupGroupFields}, []peak{
 			{"map[deployment:d gpu_type: model:m1 model_version: slo_class: tenant_id:acme]", 5, 500},
 			{"map[deployment:d gpu_type: model:m2 model_version: slo_class: tenant_id:acme]", 5, 50},
 			{"map[deployment:d gpu_type: model:m1 model_version: slo_class: tenant_id:globex]", 6, 180}}},

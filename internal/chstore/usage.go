@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"tokenmeter/rollup"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 )
@@ -33,45 +34,10 @@ func classify(err error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
-// Granularities maps a granularity name to its bucket width in seconds;
-// "total" (0) is one bucket for the whole range, "month" (-1) calendar
-// months. Buckets are aligned in UTC.
-var Granularities = map[string]int64{"minute": 60, "hour": 3600, "day": 86400, "month": -1, "total": 0}
-
-// StepStart is the start of the step of the given granularity that holds t;
-// for "total", rangeStart.
-func StepStart(step string, t, rangeStart time.Time) time.Time {
-	switch w := Granularities[step]; {
-	case w > 0:
-		return time.Unix(t.Unix()/w*w, 0).UTC()
-	case w < 0:
-		t = t.UTC()
-		return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
-	}
-	return rangeStart.UTC()
-}
-
-// StepEnd is the end of the step starting at start, clipped to rangeEnd.
-func StepEnd(step string, start, rangeEnd time.Time) time.Time {
-	var end time.Time
-	switch w := Granularities[step]; {
-	case w > 0:
-		end = start.Add(time.Duration(w) * time.Second)
-	case w < 0:
-		end = start.AddDate(0, 1, 0)
-	default:
-		return rangeEnd
-	}
-	if end.After(rangeEnd) {
-		return rangeEnd
-	}
-	return end
-}
-
 // stepExpr buckets the DateTime expression col by step, as Unix seconds
 // (UInt32); "total" is the range start, a bound argument.
 func stepExpr(col, step string, start time.Time) (string, []any) {
-	switch w := Granularities[step]; {
+	switch w := rollup.Granularities[step]; {
 	case w > 0:
 		return fmt.Sprintf("toUInt32(intDiv(toUInt32(%s), %d) * %d)", col, w, w), nil
 	case w < 0:
@@ -118,7 +84,7 @@ func (q UsageQuery) Normalize() (UsageQuery, error) {
 	if q.Granularity == "" {
 		q.Granularity = "total"
 	}
-	step, ok := Granularities[q.Granularity]
+	step, ok := rollup.Granularities[q.Granularity]
 	if !ok {
 		errs = append(errs, fmt.Errorf("%w: granularity %q: want minute, hour, day, month or total", ErrInvalidQuery, q.Granularity))
 	}
@@ -259,14 +225,6 @@ HAVING r > 0
 ORDER BY %s`, strings.Join(cols, ", "), from, groups, groups), append(args[:nSelect:nSelect], fromArgs...)
 }
 
-// RollupJob names the rollup job's watermark in rollup_state.
-const RollupJob = "rollup"
-
-// RollupOverlap is how far before its watermark the rollup job re-reads
-// dirty hours: inserts stamped this long before it may have become visible
-// only after the job's last read. Usage queries treat those hours as dirty too.
-const RollupOverlap = time.Minute
-
 // Usage runs a usage query, exact and deduplicated. Ranges on whole minutes
 // read the rollups for every hour the rollup job has finished, and raw
 // events for the hours touched since (late events included), so that the
@@ -279,12 +237,12 @@ func (s *Store) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 		return nil, err
 	}
 	if q.Start.Truncate(time.Minute).Equal(q.Start) && q.End.Truncate(time.Minute).Equal(q.End) {
-		wm, ok, err := s.Watermark(ctx, RollupJob)
+		wm, ok, err := s.Watermark(ctx, rollup.JobName)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			dirty, err := s.DirtyHours(ctx, wm.Add(-RollupOverlap), time.Unix(1<<32-1, 0))
+			dirty, err := s.DirtyHours(ctx, wm.Add(-rollup.Overlap), time.Unix(1<<32-1, 0))
 			if err != nil {
 				return nil, err
 			}
@@ -378,7 +336,7 @@ func (s *Store) usageRows(ctx context.Context, q UsageQuery, query string, args 
 			Requests: int64(requests), Errors: int64(errs), PromptTokens: int64(prompt),
 			CachedPromptTokens: int64(cached), OutputTokens: int64(outputTk),
 		}
-		if Granularities[q.Granularity] == 0 {
+		if rollup.Granularities[q.Granularity] == 0 {
 			r.Start = q.Start.UTC()
 		}
 		for i, f := range q.GroupBy {

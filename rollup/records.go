@@ -1,0 +1,118 @@
+package rollup
+
+import "time"
+
+// The records the rollup job reads from and writes to its store
+// (internal/chstore implements the store).
+
+// HourGroup is one (tenant, model, model_version, deployment, gpu_type,
+// slo_class) of an hour's events.
+type HourGroup struct {
+	// Hash is the events' group_hash (cityHash64 of the six dimensions),
+	// as in HourEvent.Group.
+	Hash uint64
+	// Dims are the dimensions, in RollupGroupFields order.
+	Dims [6]string
+	// Rows counts the group's rows in the hour, duplicates included.
+	Rows uint64
+}
+
+// HourEvent is one deduplicated event of an hour, as the rollup reads it.
+type HourEvent struct {
+	CompletedAt uint32 // Unix seconds
+	Group       uint64 // HourGroup.Hash of its group
+	// Status is 1 for ok, 2 + its index in StatusClasses, or 0 for another
+	// error.
+	Status                 uint8
+	Prompt, Cached, Output uint64
+	Latency                [4]float64 // LatencyMetrics order; NaN: missing
+}
+
+// OK reports whether the request succeeded.
+func (e *HourEvent) OK() bool { return e.Status == 1 }
+
+// RollupRecord is one row of a rollup table, as written.
+type RollupRecord struct {
+	Bucket                 time.Time
+	Dims                   [6]string // RollupGroupFields order; empty where merged
+	Requests, Errors       uint64
+	ErrorsBy               [8]uint64 // StatusClasses order
+	Prompt, Cached, Output uint64
+	// Per LatencyMetrics entry: values, their sum, and their histogram
+	// (keys ascending, with their counts).
+	Count      [4]uint64
+	Sum        [4]float64
+	Keys       [4][]int16
+	Counts     [4][]uint64
+	Good       uint64
+	GoodOutput uint64
+	// Hour rows only (ignored in minute rows): the requests and output
+	// tokens of each minute of the hour (MinutesPerHour values, minute 0
+	// first; nil: none), and the largest of each, the row's busiest
+	// minute.
+	MinuteRequests, MinuteOutput []uint64
+	PeakRequests, PeakOutput     uint64
+}
+
+// MinutesPerHour is the length of RollupRecord.MinuteRequests and
+// MinuteOutput.
+const MinutesPerHour = 60
+
+// RollupBlockRows is the size of the blocks rollup rows are sent in.
+const RollupBlockRows = 16_384
+
+// GPUSampleRow is one deduplicated GPU sample of an hour.
+type GPUSampleRow struct {
+	Deployment, GPUType, Pool, Region, MIGProfile string
+	// Instance names the GPU or MIG instance: gpu_uuid/mig_instance_id.
+	Instance     string
+	MIGFraction  float64
+	SampledAt    time.Time
+	IntervalS    float64
+	Utilization  float64
+	EnergyJoules float64
+}
+
+// DeploymentUsageRow is the usage of one (deployment, tenant, model) in an hour.
+type DeploymentUsageRow struct {
+	Deployment, TenantID, Model string
+	Requests, InputTokens       uint64
+	CachedInputTokens           uint64
+	OutputTokens                uint64
+	GoodOutputTokens            uint64
+	E2EMs                       float64
+	SLOVersion                  uint32
+}
+
+// GPUHourRow is one row of gpu_hour.
+type GPUHourRow struct {
+	Hour                                          time.Time
+	Deployment, GPUType, Pool, Region, MIGProfile string
+	GPUs                                          uint32
+	Samples                                       uint64
+	GPUSeconds, BusySeconds, CoveredSeconds       float64
+	EnergyJoules, UnpricedSeconds                 float64
+	CostNanos, BusyCostNanos, IdleCostNanos       int64
+	PriceVersion                                  string
+}
+
+// CostRow is one line of cost_hour: a (tenant, model)'s usage in a
+// deployment-hour and its allocated cost under every policy pair.
+type CostRow struct {
+	Hour                                 time.Time
+	TenantID, Deployment, Model, GPUType string
+	Unattributed                         bool
+	Requests, InputTokens                uint64
+	CachedInputTokens, OutputTokens      uint64
+	GoodOutputTokens, E2EMs              uint64
+	// Busy[b] is the busy share under BusyPolicies[b]; Cost[b][i] the line's
+	// total under BusyPolicies[b] and IdlePolicies[i]; nano-units.
+	Busy [3]int64
+	Cost [3][3]int64
+	// ListCharge is the usage at the model's token list prices; ListPriced
+	// is false when the model has no list price (ListCharge is then 0).
+	ListCharge   int64
+	ListPriced   bool
+	PriceVersion string
+	SLOVersion   uint32
+}
