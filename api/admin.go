@@ -12,7 +12,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/billing"
-	"tokenmeter/internal/chstore"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/rollup"
 )
@@ -20,13 +19,13 @@ import (
 // errInvalidDocument is an SLO set or price book that does not parse or validate.
 var errInvalidDocument = errors.New("invalid document")
 
-// AdminStore keeps the versioned SLO sets and price books; *chstore.Store implements it.
+// AdminStore keeps the versioned SLO sets and price books; *chstore.Store
+// implements it.
 type AdminStore interface {
-	rollup.Store
+	CurrentSLO(ctx context.Context) (version uint32, rules string, ok bool, err error)
+	PutSLO(ctx context.Context, rules, source string) (uint32, error)
 	PriceBookStore
 }
-
-var _ AdminStore = (*chstore.Store)(nil)
 
 // adminService implements meterv1.AdminServiceServer.
 type adminService struct {

@@ -32,6 +32,7 @@ import (
 	"tokenmeter/internal/chtest"
 	"tokenmeter/internal/devkafka"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
+	"tokenmeter/query"
 )
 
 func TestMain(m *testing.M) { chtest.Main(m) }
@@ -94,13 +95,14 @@ func newStack(t *testing.T, brokerDown bool) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
+	reads := query.New(store, query.Config{})
 	consumer, err := ingest.NewConsumer(ingest.ConsumerConfig{Brokers: []string{broker.Addr()}, BatchTimeout: 100 * time.Millisecond}, store, reg, logger, time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	keys := testKeySet(t)
 	srv, err := api.New(ctx, api.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", MaxBatchEvents: 100, MaxRequestBytes: 1 << 20},
-		&api.Services{Keys: keys, Publisher: pub, Usage: store, Rollups: store, Cost: store, Admin: store}, store.Ping, reg, logger)
+		&api.Services{Keys: keys, Publisher: pub, Usage: reads, Rollups: reads, Cost: reads, Prices: store, Admin: store}, store.Ping, reg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,19 +5,18 @@ import (
 	"context"
 	"slices"
 	"time"
+	"tokenmeter/query"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/billing"
-	"tokenmeter/internal/chstore"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
-// CostReader answers cost and GPU usage queries; *chstore.Store implements it.
+// CostReader answers cost and GPU usage queries; *query.Service implements it.
 type CostReader interface {
-	Cost(ctx context.Context, q chstore.CostQuery) ([]chstore.CostRowOut, error)
-	GPUUsage(ctx context.Context, q chstore.GPUUsageQuery) ([]chstore.GPUUsageRow, error)
-	PriceBookStore
+	Cost(ctx context.Context, q query.CostQuery) ([]query.CostRow, error)
+	GPUUsage(ctx context.Context, q query.GPUUsageQuery) ([]query.GPUUsageRow, error)
 }
 
 // PriceBookStore keeps the versioned price books; *chstore.Store implements it.
@@ -26,18 +25,32 @@ type PriceBookStore interface {
 	PutPriceBook(ctx context.Context, version, book, source string, at time.Time) error
 }
 
-var _ CostReader = (*chstore.Store)(nil)
+var _ CostReader = (*query.Service)(nil)
 
 // costService implements meterv1.CostServiceServer.
 type costService struct {
 	meterv1.UnimplementedCostServiceServer
-	store CostReader
+	store  CostReader
+	prices PriceBookStore
+}
+
+// newCostService serves svc.Cost with the price books of svc.Prices, or of
+// svc.Cost when it keeps them too.
+func newCostService(svc *Services) *costService {
+	prices := svc.Prices
+	if prices == nil {
+		prices, _ = svc.Cost.(PriceBookStore)
+	}
+	return &costService{store: svc.Cost, prices: prices}
 }
 
 // bookInForce is the price book in force (the empty book before any is
 // stored): its currency labels amounts, its allocation section gives the
 // default policies.
 func bookInForce(ctx context.Context, store PriceBookStore) (*billing.PriceBook, error) {
+	if store == nil {
+		return billing.EmptyPriceBook(), nil
+	}
 	_, doc, _, ok, err := store.CurrentPriceBook(ctx)
 	if err != nil {
 		return nil, err
@@ -70,7 +83,7 @@ type costAcc struct {
 	listUnpriced                          uint64
 }
 
-func (a *costAcc) add(r chstore.CostRowOut) {
+func (a *costAcc) add(r query.CostRow) {
 	a.cost += r.CostNanos
 	a.busy += r.BusyNanos
 	a.requests += r.Requests
@@ -112,11 +125,11 @@ func (s *costService) GetCost(ctx context.Context, req *meterv1.GetCostRequest) 
 	if err != nil {
 		return nil, err
 	}
-	book, err := bookInForce(ctx, s.store)
+	book, err := bookInForce(ctx, s.prices)
 	if err != nil {
 		return nil, err
 	}
-	q := chstore.CostQuery{TenantID: tenant, Step: req.GetStep(), GroupBy: req.GetGroupBy(),
+	q := query.CostQuery{TenantID: tenant, Step: req.GetStep(), GroupBy: req.GetGroupBy(),
 		Busy: cmp.Or(req.GetBusyPolicy(), string(book.Allocation.Busy)), Idle: cmp.Or(req.GetIdlePolicy(), string(book.Allocation.Idle))}
 	if req.GetStart() != nil {
 		q.Start = req.GetStart().AsTime()
@@ -136,10 +149,10 @@ func (s *costService) GetCost(ctx context.Context, req *meterv1.GetCostRequest) 
 	if err != nil {
 		return nil, err
 	}
-	keys, series, next := page(pg, rows, func(r chstore.CostRowOut) map[string]string { return r.Group })
+	keys, series, next := page(pg, rows, func(r query.CostRow) map[string]string { return r.Group })
 	resp := &meterv1.GetCostResponse{NextPageToken: next, BusyPolicy: q.Busy, IdlePolicy: q.Idle, Currency: cur}
-	out, versions := seriesOf(keys, series, cur, q.Start, func() accumulator[chstore.CostRowOut, *meterv1.CostPoint] { return &costAcc{} },
-		func(r chstore.CostRowOut) (map[string]string, time.Time, []string) {
+	out, versions := seriesOf(keys, series, cur, q.Start, func() accumulator[query.CostRow, *meterv1.CostPoint] { return &costAcc{} },
+		func(r query.CostRow) (map[string]string, time.Time, []string) {
 			return r.Group, r.Start, r.PriceVersions
 		})
 	for _, s := range out {
@@ -209,7 +222,7 @@ type gpuAcc struct {
 	tokens                                     bool
 }
 
-func (a *gpuAcc) add(r chstore.GPUUsageRow) {
+func (a *gpuAcc) add(r query.GPUUsageRow) {
 	a.gpu += r.GPUSeconds
 	a.busy += r.BusySeconds
 	a.covered += r.CoveredSeconds
@@ -249,7 +262,7 @@ func (a gpuAcc) point(cur string, start time.Time) *meterv1.GpuUsagePoint {
 }
 
 func (s *costService) GetGpuUsage(ctx context.Context, req *meterv1.GetGpuUsageRequest) (*meterv1.GetGpuUsageResponse, error) {
-	q := chstore.GPUUsageQuery{Step: req.GetStep(), GroupBy: req.GetGroupBy()}
+	q := query.GPUUsageQuery{Step: req.GetStep(), GroupBy: req.GetGroupBy()}
 	if req.GetStart() != nil {
 		q.Start = req.GetStart().AsTime()
 	}
@@ -264,7 +277,7 @@ func (s *costService) GetGpuUsage(ctx context.Context, req *meterv1.GetGpuUsageR
 	if err != nil {
 		return nil, err
 	}
-	book, err := bookInForce(ctx, s.store)
+	book, err := bookInForce(ctx, s.prices)
 	if err != nil {
 		return nil, err
 	}
@@ -273,10 +286,10 @@ func (s *costService) GetGpuUsage(ctx context.Context, req *meterv1.GetGpuUsageR
 	if err != nil {
 		return nil, err
 	}
-	keys, series, next := page(pg, rows, func(r chstore.GPUUsageRow) map[string]string { return r.Group })
+	keys, series, next := page(pg, rows, func(r query.GPUUsageRow) map[string]string { return r.Group })
 	resp := &meterv1.GetGpuUsageResponse{NextPageToken: next, Currency: cur}
-	out, versions := seriesOf(keys, series, cur, q.Start, func() accumulator[chstore.GPUUsageRow, *meterv1.GpuUsagePoint] { return &gpuAcc{} },
-		func(r chstore.GPUUsageRow) (map[string]string, time.Time, []string) {
+	out, versions := seriesOf(keys, series, cur, q.Start, func() accumulator[query.GPUUsageRow, *meterv1.GpuUsagePoint] { return &gpuAcc{} },
+		func(r query.GPUUsageRow) (map[string]string, time.Time, []string) {
 			return r.Group, r.Start, r.PriceVersions
 		})
 	for _, s := range out {

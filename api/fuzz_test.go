@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"tokenmeter/query"
 	"tokenmeter/rollup"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,9 +22,9 @@ import (
 	"tokenmeter/internal/ident"
 )
 
-// queryStore stands behind a real api.Server for FuzzQueryParams: it checks
-// each query as chstore.Store does (Normalize, then the SQL builder) and
-// answers a few rows per query, so that paging and series building run; it
+// queryStore stands behind the real read side (query.Service) of a real
+// api.Server for FuzzQueryParams: it builds each read's SQL as chstore.Store
+// does and answers a few rows per read, so that paging and series building run; it
 // keeps the last query that reached it.
 type queryStore struct {
 	mu   sync.Mutex
@@ -67,83 +68,103 @@ func groups(fields []string) []map[string]string {
 	return out
 }
 
-func (s *queryStore) Usage(_ context.Context, q chstore.UsageQuery) ([]chstore.UsageRow, error) {
-	q, err := q.Normalize()
+// sql keeps what a read asks of ClickHouse: the SQL arguments chstore
+// would bind.
+func (s *queryStore) sql(t *reached, read any) error {
+	_, args, err := chstore.ReadSQL(read)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	_, args := q.SQL()
-	s.keep(reached{tenant: q.TenantID, groupBy: q.GroupBy, allowed: chstore.UsageGroupFields, start: q.Start, end: q.End, args: args})
-	return []chstore.UsageRow{{Start: q.Start, TenantID: "acme", Model: "m", Requests: 1}}, nil
+	t.args = args
+	s.keep(*t)
+	return nil
 }
 
-func (s *queryStore) Rollups(_ context.Context, q chstore.RollupQuery) ([]chstore.RollupRow, error) {
-	q, err := q.Normalize()
-	if err != nil {
-		return nil, err
-	}
-	_, args := q.SQL()
-	s.keep(reached{tenant: q.TenantID, groupBy: q.GroupBy, allowed: rollup.RollupGroupFields, start: q.Start, end: q.End, args: args})
-	var rows []chstore.RollupRow
-	for _, g := range groups(q.GroupBy) {
-		rows = append(rows, chstore.RollupRow{Start: q.Start, Group: g, Requests: 2, Errors: 1, OutputTokens: 7,
-			ErrorsBy: map[string]uint64{"timeout": 1}, Latency: map[string]chstore.Dist{}})
-	}
-	return rows, nil
+func (s *queryStore) Watermark(context.Context, string) (time.Time, bool, error) {
+	return time.Time{}, false, nil
 }
 
-func (s *queryStore) Traffic(_ context.Context, q chstore.RollupQuery) ([]chstore.TrafficRow, error) {
-	q, err := q.Normalize()
-	if err != nil {
+func (s *queryStore) DirtyHours(context.Context, time.Time, time.Time) ([]time.Time, error) {
+	return nil, nil
+}
+
+func (s *queryStore) FreshDays(context.Context, time.Time, time.Time) ([]time.Time, error) {
+	return nil, nil
+}
+
+func (s *queryStore) HoursWithoutPeaks(context.Context, time.Time, time.Time) ([]time.Time, error) {
+	return nil, nil
+}
+
+func (s *queryStore) UsageRows(_ context.Context, r query.UsageRead) ([]query.UsageRow, error) {
+	q := r.Query
+	if err := s.sql(&reached{tenant: q.TenantID, groupBy: q.GroupBy, allowed: query.UsageGroupFields, start: q.Start, end: q.End}, r); err != nil {
 		return nil, err
 	}
-	_, args := q.SQL()
-	s.keep(reached{tenant: q.TenantID, groupBy: q.GroupBy, allowed: rollup.RollupGroupFields, start: q.Start, end: q.End, args: args})
-	var rows []chstore.TrafficRow
+	return []query.UsageRow{{Start: q.Start, TenantID: "acme", Model: "m", Requests: 1}}, nil
+}
+
+func (s *queryStore) RollupRows(_ context.Context, r query.RollupRead, row func(*query.RollupRow) error) error {
+	q := r.Query
+	if err := s.sql(&reached{tenant: q.TenantID, groupBy: q.GroupBy, allowed: rollup.RollupGroupFields, start: q.Start, end: q.End}, r); err != nil {
+		return err
+	}
 	for _, g := range groups(q.GroupBy) {
-		rows = append(rows, chstore.TrafficRow{Start: q.Start, Group: g, Requests: 2, Errors: 1, OutputTokens: 7,
+		if err := row(&query.RollupRow{Start: q.Start, Group: g, Requests: 2, Errors: 1, OutputTokens: 7,
+			ErrorsBy: map[string]uint64{"timeout": 1}, Latency: map[string]query.Dist{}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *queryStore) TrafficRows(_ context.Context, r query.TrafficRead) ([]query.TrafficRow, []string, error) {
+	q := r.Query
+	if err := s.sql(&reached{tenant: q.TenantID, groupBy: q.GroupBy, allowed: rollup.RollupGroupFields, start: q.Start, end: q.End}, r); err != nil {
+		return nil, nil, err
+	}
+	var (
+		rows []query.TrafficRow
+		ids  []string
+	)
+	for i, g := range groups(q.GroupBy) {
+		rows = append(rows, query.TrafficRow{Start: q.Start, Group: g, Requests: 2, Errors: 1, OutputTokens: 7,
 			ErrorsBy: map[string]uint64{"timeout": 1}, PeakMinuteRequests: 2, PeakMinuteOutputTokens: 7})
+		ids = append(ids, fmt.Sprint(i))
+	}
+	return rows, ids, nil
+}
+
+func (s *queryStore) RawLatencyRows(_ context.Context, q query.RollupQuery, row func(query.RawLatencyRow) error) error {
+	if err := s.sql(&reached{tenant: q.TenantID, groupBy: q.GroupBy, allowed: rollup.RollupGroupFields, start: q.Start, end: q.End}, q); err != nil {
+		return err
+	}
+	for _, g := range groups(q.GroupBy) {
+		if err := row(query.RawLatencyRow{Start: q.Start, Group: g, Values: map[string][]float64{"ttft": {1, 2, 3}, "e2e": {5}}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *queryStore) CostRows(_ context.Context, q query.CostQuery) ([]query.CostRow, error) {
+	if err := s.sql(&reached{tenant: q.TenantID, groupBy: q.GroupBy, allowed: query.CostGroupFields, start: q.Start, end: q.End}, q); err != nil {
+		return nil, err
+	}
+	var rows []query.CostRow
+	for _, g := range groups(q.GroupBy) {
+		rows = append(rows, query.CostRow{Start: q.Start, Group: g, CostNanos: 5, Requests: 1, OutputTokens: 3})
 	}
 	return rows, nil
 }
 
-func (s *queryStore) RawLatency(_ context.Context, q chstore.RollupQuery) ([]chstore.RawLatencyRow, error) {
-	q, err := q.Normalize()
-	if err != nil {
+func (s *queryStore) GPUUsageRows(_ context.Context, q query.GPUUsageQuery, _ bool) ([]query.GPUUsageRow, error) {
+	if err := s.sql(&reached{groupBy: q.GroupBy, allowed: query.GPUGroupFields, start: q.Start, end: q.End}, q); err != nil {
 		return nil, err
 	}
-	s.keep(reached{tenant: q.TenantID, groupBy: q.GroupBy, allowed: rollup.RollupGroupFields, start: q.Start, end: q.End, args: []any{q.TenantID}})
-	var rows []chstore.RawLatencyRow
+	var rows []query.GPUUsageRow
 	for _, g := range groups(q.GroupBy) {
-		rows = append(rows, chstore.RawLatencyRow{Start: q.Start, Group: g, Values: map[string][]float64{"ttft": {1, 2, 3}, "e2e": {5}}})
-	}
-	return rows, nil
-}
-
-func (s *queryStore) Cost(_ context.Context, q chstore.CostQuery) ([]chstore.CostRowOut, error) {
-	q, err := q.Normalize()
-	if err != nil {
-		return nil, err
-	}
-	_, args := q.SQL()
-	s.keep(reached{tenant: q.TenantID, groupBy: q.GroupBy, allowed: chstore.CostGroupFields, start: q.Start, end: q.End, args: args})
-	var rows []chstore.CostRowOut
-	for _, g := range groups(q.GroupBy) {
-		rows = append(rows, chstore.CostRowOut{Start: q.Start, Group: g, CostNanos: 5, Requests: 1, OutputTokens: 3})
-	}
-	return rows, nil
-}
-
-func (s *queryStore) GPUUsage(_ context.Context, q chstore.GPUUsageQuery) ([]chstore.GPUUsageRow, error) {
-	q, err := q.Normalize()
-	if err != nil {
-		return nil, err
-	}
-	_, args := q.SQL()
-	s.keep(reached{groupBy: q.GroupBy, allowed: chstore.GPUGroupFields, start: q.Start, end: q.End, args: args})
-	var rows []chstore.GPUUsageRow
-	for _, g := range groups(q.GroupBy) {
-		rows = append(rows, chstore.GPUUsageRow{Start: q.Start, Group: g, GPUSeconds: 3600, InstanceSeconds: 3600})
+		rows = append(rows, query.GPUUsageRow{Start: q.Start, Group: g, GPUSeconds: 3600, InstanceSeconds: 3600})
 	}
 	return rows, nil
 }
@@ -189,6 +210,7 @@ var (
 func FuzzQueryParams(f *testing.F) {
 	ctx, cancel := context.WithCancel(context.Background())
 	store := &queryStore{}
+	reads := query.New(store, query.Config{})
 	var kf api.KeysFile
 	for _, role := range fuzzRoles {
 		e := api.KeyEntry{Name: role, SHA256: api.HashKey("key-" + role), Role: api.Role(role)}
@@ -202,7 +224,7 @@ func FuzzQueryParams(f *testing.F) {
 		f.Fatal(err)
 	}
 	srv, err := api.New(ctx, api.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"},
-		&api.Services{Keys: keys, Usage: store, Rollups: store, Cost: store},
+		&api.Services{Keys: keys, Usage: reads, Rollups: reads, Cost: reads, Prices: store},
 		func(context.Context) error { return nil }, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		f.Fatal(err)

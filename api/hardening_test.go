@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"tokenmeter/query"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -26,7 +27,6 @@ import (
 
 	"tokenmeter/api"
 	"tokenmeter/ingest"
-	"tokenmeter/internal/chstore"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -48,10 +48,10 @@ func (p *recordingPublisher) Publish(_ context.Context, events []*meterv1.Infere
 // emptyUsage answers every usage query with no rows and remembers the last.
 type emptyUsage struct {
 	mu   sync.Mutex
-	last chstore.UsageQuery
+	last query.UsageQuery
 }
 
-func (u *emptyUsage) Usage(_ context.Context, q chstore.UsageQuery) ([]chstore.UsageRow, error) {
+func (u *emptyUsage) Usage(_ context.Context, q query.UsageQuery) ([]query.UsageRow, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.last = q
@@ -61,21 +61,21 @@ func (u *emptyUsage) Usage(_ context.Context, q chstore.UsageQuery) ([]chstore.U
 // emptyRollups answers every rollup query with no rows and remembers the last.
 type emptyRollups struct {
 	mu   sync.Mutex
-	last chstore.RollupQuery
+	last query.RollupQuery
 }
 
-func (e *emptyRollups) Rollups(_ context.Context, q chstore.RollupQuery) ([]chstore.RollupRow, error) {
+func (e *emptyRollups) Rollups(_ context.Context, q query.RollupQuery) ([]query.RollupRow, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.last = q
 	return nil, nil
 }
 
-func (e *emptyRollups) RawLatency(context.Context, chstore.RollupQuery) ([]chstore.RawLatencyRow, error) {
+func (e *emptyRollups) RawLatency(context.Context, query.RollupQuery) ([]query.RawLatencyRow, error) {
 	return nil, nil
 }
 
-func (e *emptyRollups) Traffic(context.Context, chstore.RollupQuery) ([]chstore.TrafficRow, error) {
+func (e *emptyRollups) Traffic(context.Context, query.RollupQuery) ([]query.TrafficRow, error) {
 	return nil, nil
 }
 

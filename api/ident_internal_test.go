@@ -5,11 +5,11 @@ import (
 	"errors"
 	"testing"
 	"time"
+	"tokenmeter/query"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/ident"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
@@ -17,22 +17,22 @@ import (
 // rowsReader is a RollupReader that returns fixed rows, standing for rows of
 // ids that got into ClickHouse some other way than through validation.
 type rowsReader struct {
-	rows []chstore.RollupRow
-	raw  []chstore.RawLatencyRow
+	rows []query.RollupRow
+	raw  []query.RawLatencyRow
 }
 
-func (r rowsReader) Rollups(context.Context, chstore.RollupQuery) ([]chstore.RollupRow, error) {
+func (r rowsReader) Rollups(context.Context, query.RollupQuery) ([]query.RollupRow, error) {
 	return r.rows, nil
 }
 
-func (r rowsReader) RawLatency(context.Context, chstore.RollupQuery) ([]chstore.RawLatencyRow, error) {
+func (r rowsReader) RawLatency(context.Context, query.RollupQuery) ([]query.RawLatencyRow, error) {
 	return r.raw, nil
 }
 
-func (r rowsReader) Traffic(context.Context, chstore.RollupQuery) ([]chstore.TrafficRow, error) {
-	var out []chstore.TrafficRow
+func (r rowsReader) Traffic(context.Context, query.RollupQuery) ([]query.TrafficRow, error) {
+	var out []query.TrafficRow
 	for _, row := range r.rows {
-		out = append(out, chstore.TrafficRow{Start: row.Start, Group: row.Group, Requests: row.Requests, PeakMinuteRequests: row.Requests})
+		out = append(out, query.TrafficRow{Start: row.Start, Group: row.Group, Requests: row.Requests, PeakMinuteRequests: row.Requests})
 	}
 	return out, nil
 }
@@ -50,11 +50,11 @@ func TestGroupKeysDoNotCollide(t *testing.T) {
 	}
 	// Tuple order of (tenant_id, model).
 	want := []map[string]string{groups[4], groups[3], groups[2], groups[1], groups[0]}
-	var rows []chstore.RollupRow
-	var raw []chstore.RawLatencyRow
+	var rows []query.RollupRow
+	var raw []query.RawLatencyRow
 	for i, g := range groups {
-		rows = append(rows, chstore.RollupRow{Start: at, Group: g, Requests: uint64(i + 1)})
-		raw = append(raw, chstore.RawLatencyRow{Start: at, Group: g, Values: map[string][]float64{"ttft": {float64(100 * (i + 1))}}})
+		rows = append(rows, query.RollupRow{Start: at, Group: g, Requests: uint64(i + 1)})
+		raw = append(raw, query.RawLatencyRow{Start: at, Group: g, Values: map[string][]float64{"ttft": {float64(100 * (i + 1))}}})
 	}
 	s := &metricsService{store: rowsReader{rows: rows, raw: raw}}
 	ctx := withPrincipal(context.Background(), Principal{Name: "admin", Role: RoleAdmin})
@@ -104,7 +104,7 @@ func TestGroupKeysDoNotCollide(t *testing.T) {
 func TestQueryTenantMustBeAnIdentifier(t *testing.T) {
 	ctx := withPrincipal(context.Background(), Principal{Name: "finance", Role: RoleFinance})
 	for _, tenant := range []string{"\u200b__idle__", "nulA\x00b", " acme", "acme ", "ac\u202eme"} {
-		if _, err := scopeTenant(ctx, tenant); !errors.Is(err, chstore.ErrInvalidQuery) || !errors.Is(err, ident.ErrInvalid) {
+		if _, err := scopeTenant(ctx, tenant); !errors.Is(err, query.ErrInvalidQuery) || !errors.Is(err, ident.ErrInvalid) {
 			t.Errorf("scopeTenant(%q): got %v, want an invalid query naming the identifier rule", tenant, err)
 		}
 	}

@@ -8,11 +8,11 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"tokenmeter/query"
 	"tokenmeter/rollup"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/ident"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/rollup/sketch"
@@ -20,12 +20,12 @@ import (
 
 // RollupReader answers rollup queries; *chstore.Store implements it.
 type RollupReader interface {
-	Rollups(ctx context.Context, q chstore.RollupQuery) ([]chstore.RollupRow, error)
-	RawLatency(ctx context.Context, q chstore.RollupQuery) ([]chstore.RawLatencyRow, error)
-	Traffic(ctx context.Context, q chstore.RollupQuery) ([]chstore.TrafficRow, error)
+	Rollups(ctx context.Context, q query.RollupQuery) ([]query.RollupRow, error)
+	RawLatency(ctx context.Context, q query.RollupQuery) ([]query.RawLatencyRow, error)
+	Traffic(ctx context.Context, q query.RollupQuery) ([]query.TrafficRow, error)
 }
 
-var _ RollupReader = (*chstore.Store)(nil)
+var _ RollupReader = (*query.Service)(nil)
 
 const (
 	defaultPageSize = 100
@@ -40,7 +40,7 @@ type metricsService struct {
 
 // selection is a checked SeriesSelector.
 type selection struct {
-	q chstore.RollupQuery
+	q query.RollupQuery
 	pager
 }
 
@@ -49,7 +49,7 @@ func (s *metricsService) selection(ctx context.Context, sel *meterv1.SeriesSelec
 	if err != nil {
 		return selection{}, err
 	}
-	q := chstore.RollupQuery{TenantID: tenant, Step: sel.GetStep(), GroupBy: sel.GetGroupBy()}
+	q := query.RollupQuery{TenantID: tenant, Step: sel.GetStep(), GroupBy: sel.GetGroupBy()}
 	if sel.GetStart() != nil {
 		q.Start = sel.GetStart().AsTime()
 	}
@@ -80,12 +80,12 @@ func newPager(groupBy []string, size int32, token string) (pager, error) {
 	case p.pageSize == 0:
 		p.pageSize = defaultPageSize
 	case p.pageSize < 0 || p.pageSize > maxPageSize:
-		return pager{}, fmt.Errorf("%w: page_size %d: want 1 to %d", chstore.ErrInvalidQuery, p.pageSize, maxPageSize)
+		return pager{}, fmt.Errorf("%w: page_size %d: want 1 to %d", query.ErrInvalidQuery, p.pageSize, maxPageSize)
 	}
 	if token != "" {
 		var err error
 		if p.offset, err = strconv.Atoi(token); err != nil || p.offset < 0 {
-			return pager{}, fmt.Errorf("%w: bad page_token", chstore.ErrInvalidQuery)
+			return pager{}, fmt.Errorf("%w: bad page_token", query.ErrInvalidQuery)
 		}
 	}
 	return p, nil
@@ -125,7 +125,7 @@ func page[R any](sel pager, rows []R, group func(R) map[string]string) (keys []s
 }
 
 // stepSeconds is the length of a step starting at start, clipped to the range.
-func stepSeconds(q chstore.RollupQuery, start time.Time) float64 {
+func stepSeconds(q query.RollupQuery, start time.Time) float64 {
 	from, to := start, rollup.StepEnd(q.Step, start, q.End)
 	if from.Before(q.Start) {
 		from = q.Start
@@ -303,8 +303,8 @@ func (s *metricsService) GetLatency(ctx context.Context, req *meterv1.GetLatency
 		if err != nil {
 			return nil, err
 		}
-		var series map[string][]chstore.RawLatencyRow
-		keys, series, resp.NextPageToken = page(sel.pager, rows, func(r chstore.RawLatencyRow) map[string]string { return r.Group })
+		var series map[string][]query.RawLatencyRow
+		keys, series, resp.NextPageToken = page(sel.pager, rows, func(r query.RawLatencyRow) map[string]string { return r.Group })
 		for _, k := range keys {
 			groups[k] = series[k][0].Group
 			for _, r := range series[k] {
@@ -318,13 +318,13 @@ func (s *metricsService) GetLatency(ctx context.Context, req *meterv1.GetLatency
 	} else {
 		empty = func() distribution { return &histDist{} }
 		q := sel.q
-		q.Columns = chstore.LatencyColumns
+		q.Columns = query.LatencyColumns
 		rows, err := s.store.Rollups(ctx, q)
 		if err != nil {
 			return nil, err
 		}
-		var series map[string][]chstore.RollupRow
-		keys, series, resp.NextPageToken = page(sel.pager, rows, func(r chstore.RollupRow) map[string]string { return r.Group })
+		var series map[string][]query.RollupRow
+		keys, series, resp.NextPageToken = page(sel.pager, rows, func(r query.RollupRow) map[string]string { return r.Group })
 		for _, k := range keys {
 			groups[k] = series[k][0].Group
 			for _, r := range series[k] {
@@ -370,12 +370,12 @@ func (s *metricsService) GetGoodput(ctx context.Context, req *meterv1.GetGoodput
 		return nil, err
 	}
 	q := sel.q
-	q.Columns = chstore.CounterColumns
+	q.Columns = query.CounterColumns
 	rows, err := s.store.Rollups(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	keys, series, next := page(sel.pager, rows, func(r chstore.RollupRow) map[string]string { return r.Group })
+	keys, series, next := page(sel.pager, rows, func(r query.RollupRow) map[string]string { return r.Group })
 	resp := &meterv1.GetGoodputResponse{NextPageToken: next}
 	for _, k := range keys {
 		rs := series[k]
@@ -408,11 +408,11 @@ func (s *metricsService) GetTraffic(ctx context.Context, req *meterv1.GetTraffic
 	if err != nil {
 		return nil, err
 	}
-	keys, series, next := page(sel.pager, rows, func(r chstore.TrafficRow) map[string]string { return r.Group })
+	keys, series, next := page(sel.pager, rows, func(r query.TrafficRow) map[string]string { return r.Group })
 	resp := &meterv1.GetTrafficResponse{NextPageToken: next}
 	for _, k := range keys {
 		out := &meterv1.TrafficSeries{Group: series[k][0].Group}
-		total := chstore.TrafficRow{Start: sel.q.Start}
+		total := query.TrafficRow{Start: sel.q.Start}
 		for _, r := range series[k] {
 			out.Points = append(out.Points, trafficPoint(r, stepSeconds(sel.q, r.Start)))
 			total.Add(r)
@@ -425,7 +425,7 @@ func (s *metricsService) GetTraffic(ctx context.Context, req *meterv1.GetTraffic
 
 // trafficPoint is r as rates over seconds; its peaks are per second of its
 // busiest minute.
-func trafficPoint(r chstore.TrafficRow, seconds float64) *meterv1.TrafficPoint {
+func trafficPoint(r query.TrafficRow, seconds float64) *meterv1.TrafficPoint {
 	byClass := map[string]uint64{}
 	for c, n := range r.ErrorsBy {
 		if n > 0 {

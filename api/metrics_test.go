@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"tokenmeter/query"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,7 +21,6 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"tokenmeter/internal/chstore"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/rollup"
 )
@@ -75,7 +75,7 @@ func TestMetricsEndpoints(t *testing.T) {
 	ctx := context.Background()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		rows, err := s.store.Usage(ctx, chstore.UsageQuery{Start: now.Add(-2 * time.Hour), End: now.Add(time.Hour)})
+		rows, err := query.New(s.store, query.Config{}).Usage(ctx, query.UsageQuery{Start: now.Add(-2 * time.Hour), End: now.Add(time.Hour)})
 		if err == nil && len(rows) == 1 && rows[0].Requests == int64(len(events)) {
 			break
 		}

@@ -70,8 +70,12 @@ type Services struct {
 	Usage     UsageReader
 	// Rollups serves latency, goodput and traffic; nil leaves them unregistered.
 	Rollups RollupReader
-	// Cost serves cost and GPU usage; nil leaves them unregistered.
+	// Cost serves cost and GPU usage, with the currency and default
+	// policies of the price book in force from Prices; nil leaves them
+	// unregistered.
 	Cost CostReader
+	// Prices keeps the price books; nil: Cost's own, when it keeps them.
+	Prices PriceBookStore
 	// Admin manages SLO sets and price books; nil leaves it unregistered.
 	Admin AdminStore
 }
@@ -153,7 +157,7 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 			meterv1.RegisterMetricsServiceServer(s.grpc, &metricsService{store: svc.Rollups})
 		}
 		if svc.Cost != nil {
-			meterv1.RegisterCostServiceServer(s.grpc, &costService{store: svc.Cost})
+			meterv1.RegisterCostServiceServer(s.grpc, newCostService(svc))
 		}
 		if svc.Admin != nil {
 			meterv1.RegisterAdminServiceServer(s.grpc, &adminService{store: svc.Admin})

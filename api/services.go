@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"tokenmeter/query"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -14,7 +15,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/ingest"
-	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/ident"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
@@ -26,12 +26,12 @@ type Publisher interface {
 
 // UsageReader answers usage queries; *chstore.Store implements it.
 type UsageReader interface {
-	Usage(ctx context.Context, q chstore.UsageQuery) ([]chstore.UsageRow, error)
+	Usage(ctx context.Context, q query.UsageQuery) ([]query.UsageRow, error)
 }
 
 var (
 	_ Publisher   = (*ingest.Publisher)(nil)
-	_ UsageReader = (*chstore.Store)(nil)
+	_ UsageReader = (*query.Service)(nil)
 )
 
 // methodRoles lists, per gRPC method, the roles allowed to call it. A method
@@ -127,11 +127,11 @@ func toStatus(ctx context.Context, logger *slog.Logger, err error) error {
 		code = codes.PermissionDenied
 	case errors.Is(err, errTooLarge):
 		code = codes.InvalidArgument
-	case errors.Is(err, chstore.ErrInvalidQuery), errors.Is(err, errInvalidDocument):
+	case errors.Is(err, query.ErrInvalidQuery), errors.Is(err, errInvalidDocument):
 		code = codes.InvalidArgument
 	case errors.Is(err, ingest.ErrUnavailable):
 		code, msg = codes.Unavailable, "event log unavailable: nothing of this batch was accepted; retry later (retries are safe, events are deduplicated by event_id)"
-	case errors.Is(err, chstore.ErrUnavailable):
+	case errors.Is(err, query.ErrUnavailable):
 		code, msg = codes.Unavailable, "usage store unavailable; retry later"
 	case errors.Is(err, context.Canceled):
 		code, msg = codes.Canceled, "request cancelled"
@@ -184,7 +184,7 @@ func scopeTenant(ctx context.Context, asked string) (string, error) {
 		return "", fmt.Errorf("%w: no principal", errUnauthenticated)
 	}
 	if err := ident.Check("tenant_id", asked); err != nil {
-		return "", fmt.Errorf("%w: %w", chstore.ErrInvalidQuery, err)
+		return "", fmt.Errorf("%w: %w", query.ErrInvalidQuery, err)
 	}
 	if p.Role != RoleTenant {
 		return asked, nil
@@ -200,7 +200,7 @@ func (s *usageService) GetUsage(ctx context.Context, req *meterv1.GetUsageReques
 	if err != nil {
 		return nil, err
 	}
-	q := chstore.UsageQuery{
+	q := query.UsageQuery{
 		TenantID:    tenant,
 		Granularity: req.GetGranularity(),
 		GroupBy:     req.GetGroupBy(),

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"tokenmeter/query"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,7 +76,7 @@ func expect(events []*meterv1.InferenceEvent) totals {
 }
 
 func queryTotals(ctx context.Context, store *chstore.Store) (totals, error) {
-	rows, err := store.Usage(ctx, chstore.UsageQuery{Start: base.Add(-time.Hour), End: base.Add(48 * time.Hour)})
+	rows, err := query.New(store, query.Config{}).Usage(ctx, query.UsageQuery{Start: base.Add(-time.Hour), End: base.Add(48 * time.Hour)})
 	if err != nil || len(rows) == 0 {
 		return totals{}, err
 	}

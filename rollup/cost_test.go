@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 	"time"
+	"tokenmeter/query"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -123,8 +124,8 @@ func TestCostRollupReconcilesAndMatchesHandComputedCost(t *testing.T) {
 		"dmixtral":   money(t, "0.585714286"),
 		"didle":      money(t, "3.55"),
 	}
-	hour0 := chstore.GPUUsageQuery{Start: h0, End: h0.Add(time.Hour), GroupBy: []string{"deployment"}}
-	gpu, err := f.store.GPUUsage(ctx, hour0)
+	hour0 := query.GPUUsageQuery{Start: h0, End: h0.Add(time.Hour), GroupBy: []string{"deployment"}}
+	gpu, err := query.New(f.store, query.Config{}).GPUUsage(ctx, hour0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,8 +164,8 @@ func TestCostRollupReconcilesAndMatchesHandComputedCost(t *testing.T) {
 	// and in total; the idle deployment's cost is all on the idle line.
 	for _, busy := range chstore.BusyPolicies {
 		for _, idle := range chstore.IdlePolicies {
-			q := chstore.CostQuery{Start: h0, End: h0.Add(time.Hour), GroupBy: []string{"tenant_id", "deployment"}, Busy: busy, Idle: idle}
-			rows, err := f.store.Cost(ctx, q)
+			q := query.CostQuery{Start: h0, End: h0.Add(time.Hour), GroupBy: []string{"tenant_id", "deployment"}, Busy: busy, Idle: idle}
+			rows, err := query.New(f.store, query.Config{}).Cost(ctx, q)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -198,11 +199,11 @@ func TestCostRollupReconcilesAndMatchesHandComputedCost(t *testing.T) {
 	}
 
 	// A tenant key's answer is its own line of the finance answer.
-	all, err := f.store.Cost(ctx, chstore.CostQuery{Start: h0, End: h0.Add(2 * time.Hour), GroupBy: []string{"tenant_id"}})
+	all, err := query.New(f.store, query.Config{}).Cost(ctx, query.CostQuery{Start: h0, End: h0.Add(2 * time.Hour), GroupBy: []string{"tenant_id"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	own, err := f.store.Cost(ctx, chstore.CostQuery{TenantID: "acme", Start: h0, End: h0.Add(2 * time.Hour)})
+	own, err := query.New(f.store, query.Config{}).Cost(ctx, query.CostQuery{TenantID: "acme", Start: h0, End: h0.Add(2 * time.Hour)})
 	if err != nil || len(own) != 1 {
 		t.Fatalf("acme cost: %v %v", own, err)
 	}
@@ -234,7 +235,7 @@ func TestCostRollupReconcilesAndMatchesHandComputedCost(t *testing.T) {
 		}
 		wantList += (ev.GetPromptTokens()-ev.GetCachedPromptTokens())*1000 + ev.GetCachedPromptTokens()*500 + ev.GetOutputTokens()*2000
 	}
-	hourTotal, err := f.store.Cost(ctx, chstore.CostQuery{Start: h0, End: h0.Add(time.Hour)})
+	hourTotal, err := query.New(f.store, query.Config{}).Cost(ctx, query.CostQuery{Start: h0, End: h0.Add(time.Hour)})
 	if err != nil || len(hourTotal) != 1 {
 		t.Fatalf("hour 0 total: %v %v", hourTotal, err)
 	}
@@ -260,7 +261,7 @@ func TestCostRollupReconcilesAndMatchesHandComputedCost(t *testing.T) {
 	if _, err := f.job.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	gpu, err = f.store.GPUUsage(ctx, hour0)
+	gpu, err = query.New(f.store, query.Config{}).GPUUsage(ctx, hour0)
 	if err != nil {
 		t.Fatal(err)
 	}

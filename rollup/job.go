@@ -24,8 +24,7 @@ type Store interface {
 	Watermark(ctx context.Context, job string) (time.Time, bool, error)
 	SetWatermark(ctx context.Context, job string, t time.Time) error
 	HourStore
-	CurrentSLO(ctx context.Context) (uint32, string, bool, error)
-	PutSLO(ctx context.Context, rules, source string) (uint32, error)
+	SLOStore
 	StaleDays(ctx context.Context, from, before time.Time) ([]time.Time, error)
 	RollupDay(ctx context.Context, day time.Time, version uint64) (bool, error)
 	CostStore
@@ -119,9 +118,15 @@ func NewJob(cfg Config, store Store, reg prometheus.Registerer, logger *slog.Log
 	return j, nil
 }
 
+// SLOStore keeps the versioned SLO sets.
+type SLOStore interface {
+	CurrentSLO(ctx context.Context) (uint32, string, bool, error)
+	PutSLO(ctx context.Context, rules, source string) (uint32, error)
+}
+
 // EnsureSLO makes set the SLO set in force, storing a new version when it
 // differs from the newest stored one. It returns the version in force.
-func EnsureSLO(ctx context.Context, store Store, set SLOSet, source string) (uint32, error) {
+func EnsureSLO(ctx context.Context, store SLOStore, set SLOSet, source string) (uint32, error) {
 	if err := set.Validate(); err != nil {
 		return 0, err
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"tokenmeter/query"
 	"tokenmeter/rollup"
 
 	"github.com/google/go-cmp/cmp"
@@ -135,9 +136,9 @@ func brute(events []*meterv1.InferenceEvent, set rollup.SLOSet) map[string]expec
 	return out
 }
 
-func (f *fixture) totals(t *testing.T) (map[string]expectation, []chstore.RollupRow) {
+func (f *fixture) totals(t *testing.T) (map[string]expectation, []query.RollupRow) {
 	t.Helper()
-	rows, err := f.store.Rollups(context.Background(), chstore.RollupQuery{Start: h0.Add(-24 * time.Hour), End: h0.Add(48 * time.Hour), Step: "hour", GroupBy: []string{"tenant_id"}})
+	rows, err := query.New(f.store, query.Config{}).Rollups(context.Background(), query.RollupQuery{Start: h0.Add(-24 * time.Hour), End: h0.Add(48 * time.Hour), Step: "hour", GroupBy: []string{"tenant_id"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func (f *fixture) totals(t *testing.T) (map[string]expectation, []chstore.Rollup
 	if len(stale) > 0 {
 		t.Errorf("days left without a fresh day rollup: %v", stale)
 	}
-	total, err := f.store.Rollups(context.Background(), chstore.RollupQuery{Start: h0.Add(-24 * time.Hour), End: h0.Add(48 * time.Hour), GroupBy: []string{"tenant_id"}})
+	total, err := query.New(f.store, query.Config{}).Rollups(context.Background(), query.RollupQuery{Start: h0.Add(-24 * time.Hour), End: h0.Add(48 * time.Hour), GroupBy: []string{"tenant_id"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,8 +228,8 @@ func TestLateEventsRecomputeExactlyTheirHour(t *testing.T) {
 		t.Fatalf("totals after late events (-want +got):\n%s", diff)
 	}
 	// Hours 0 and 2 are untouched.
-	keep := func(rows []chstore.RollupRow) []chstore.RollupRow {
-		var out []chstore.RollupRow
+	keep := func(rows []query.RollupRow) []query.RollupRow {
+		var out []query.RollupRow
 		for _, r := range rows {
 			if !r.Start.Equal(h0.Add(time.Hour)) {
 				out = append(out, r)
@@ -356,7 +357,7 @@ func (f *fixture) checkUsage(t *testing.T, events []*meterv1.InferenceEvent) {
 		seen[ev.GetTenantId()+"/"+ev.GetEventId()] = true
 		want[key{ev.GetCompletedAt().AsTime().Truncate(time.Hour).Unix(), ev.GetTenantId()}] += ev.GetOutputTokens() + 1_000_000
 	}
-	rows, err := f.store.Usage(context.Background(), chstore.UsageQuery{Start: h0.Add(-time.Hour), End: h0.Add(5 * time.Hour), Granularity: "hour", GroupBy: []string{"tenant_id"}})
+	rows, err := query.New(f.store, query.Config{}).Usage(context.Background(), query.UsageQuery{Start: h0.Add(-time.Hour), End: h0.Add(5 * time.Hour), Granularity: "hour", GroupBy: []string{"tenant_id"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"tokenmeter/billing"
 	"tokenmeter/internal/chstore"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
+	"tokenmeter/query"
 	"tokenmeter/rollup"
 )
 
@@ -96,8 +97,9 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	reads := query.New(store, query.Config{})
 	srv, err := api.New(sctx, api.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"},
-		&api.Services{Keys: keys, Usage: store, Rollups: store, Cost: store}, store.Ping, prometheus.NewRegistry(), logger)
+		&api.Services{Keys: keys, Usage: reads, Rollups: reads, Cost: reads, Prices: store}, store.Ping, prometheus.NewRegistry(), logger)
 	if err != nil {
 		return err
 	}

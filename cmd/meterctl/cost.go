@@ -21,7 +21,7 @@ var (
 	// per hour.
 	hourSteps = []string{"total", "hour", "day", "month"}
 	// costGroupFields are the dimensions cost groups by
-	// (chstore.CostGroupFields).
+	// (query.CostGroupFields).
 	costGroupFields = []string{"tenant_id", "model", "deployment", "gpu_type"}
 	// busyPolicies and idlePolicies are the allocation policies, the
 	// server's default first (chstore.BusyPolicies, chstore.IdlePolicies).

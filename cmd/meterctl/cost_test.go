@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"tokenmeter/query"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -341,8 +342,8 @@ func TestCostServerLists(t *testing.T) {
 		name           string
 		server, client []string
 	}{
-		{"cost group-by fields", chstore.CostGroupFields, costGroupFields},
-		{"GPU usage group-by fields", chstore.GPUGroupFields, gpuGroupFields},
+		{"cost group-by fields", query.CostGroupFields, costGroupFields},
+		{"GPU usage group-by fields", query.GPUGroupFields, gpuGroupFields},
 		{"busy policies", chstore.BusyPolicies, busyPolicies},
 		{"idle policies", chstore.IdlePolicies, idlePolicies},
 	} {

@@ -8,36 +8,36 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"tokenmeter/query"
 
 	"github.com/google/go-cmp/cmp"
 
 	"tokenmeter/api"
-	"tokenmeter/internal/chstore"
 )
 
 // fakeCost answers cost and GPU usage queries with fixed rows (those of
 // the query's tenant) and no price book (so USD), and records every query.
 type fakeCost struct {
-	cost []chstore.CostRowOut
-	gpu  []chstore.GPUUsageRow
+	cost []query.CostRow
+	gpu  []query.GPUUsageRow
 
 	mu sync.Mutex
-	cq []chstore.CostQuery
-	gq []chstore.GPUUsageQuery
+	cq []query.CostQuery
+	gq []query.GPUUsageQuery
 }
 
 var _ api.CostReader = (*fakeCost)(nil)
 
-func (f *fakeCost) Cost(_ context.Context, q chstore.CostQuery) ([]chstore.CostRowOut, error) {
+func (f *fakeCost) Cost(_ context.Context, q query.CostQuery) ([]query.CostRow, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cq = append(f.cq, q)
-	return slices.DeleteFunc(slices.Clone(f.cost), func(r chstore.CostRowOut) bool {
+	return slices.DeleteFunc(slices.Clone(f.cost), func(r query.CostRow) bool {
 		return q.TenantID != "" && r.Group["tenant_id"] != q.TenantID
 	}), nil
 }
 
-func (f *fakeCost) GPUUsage(_ context.Context, q chstore.GPUUsageQuery) ([]chstore.GPUUsageRow, error) {
+func (f *fakeCost) GPUUsage(_ context.Context, q query.GPUUsageQuery) ([]query.GPUUsageRow, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.gq = append(f.gq, q)
@@ -52,7 +52,7 @@ func (f *fakeCost) PutPriceBook(context.Context, string, string, string, time.Ti
 	return errors.New("read-only")
 }
 
-func (f *fakeCost) queries() ([]chstore.CostQuery, []chstore.GPUUsageQuery) {
+func (f *fakeCost) queries() ([]query.CostQuery, []query.GPUUsageQuery) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.cq), slices.Clone(f.gq)
@@ -73,7 +73,7 @@ func TestCostThroughGateway(t *testing.T) {
 	tenant := func(id string) map[string]string { return map[string]string{"tenant_id": id} }
 	store := &fakeCost{
 		// Sorted by step, as chstore answers.
-		cost: []chstore.CostRowOut{
+		cost: []query.CostRow{
 			{Start: t10, Group: tenant("acme"), CostNanos: 2_500_000_000, BusyNanos: 2_000_000_000, Requests: 10, InputTokens: 1000, OutputTokens: 500, PriceVersions: []string{"v1"}},
 			{Start: t10, Group: tenant("__idle__"), CostNanos: 500_000_000, PriceVersions: []string{"v1"}},
 			{Start: t10, Group: tenant("globex"), Requests: 3, InputTokens: 300, OutputTokens: 30,
@@ -81,7 +81,7 @@ func TestCostThroughGateway(t *testing.T) {
 			{Start: t11, Group: tenant("acme"), CostNanos: 1_000_000_000, BusyNanos: 1_000_000_000, Requests: 4, InputTokens: 400, OutputTokens: 100,
 				UnattributedRequests: 2, UnattributedInput: 200, UnattributedOutput: 20, PriceVersions: []string{"v2"}},
 		},
-		gpu: []chstore.GPUUsageRow{
+		gpu: []query.GPUUsageRow{
 			{Start: t10, Group: map[string]string{"gpu_type": "h100"}, GPUSeconds: 4 * 3600, BusySeconds: 3 * 3600, CoveredSeconds: 4 * 3600,
 				InstanceSeconds: 4 * 3600, EnergyJoules: 7.2e6, MaxGPUs: 4, CostNanos: 10_000_000_000, BusyCostNanos: 7_500_000_000,
 				IdleCostNanos: 2_500_000_000, InputTokens: 3_000_000, OutputTokens: 1_000_000, TokensKnown: true, PriceVersions: []string{"v1"}},
@@ -111,7 +111,7 @@ globex,summary,USD,0.000000000,0.000000000,0.000000000,3,300,30,0.000000000,0.00
 	if want := "warning: 5 requests ran on deployments without GPU samples: their cost is not included (500 input and 50 output tokens)\n"; errOut != want {
 		t.Errorf("stderr %q, want %q", errOut, want)
 	}
-	wantQ := chstore.CostQuery{Start: start, End: end, Step: "hour", GroupBy: []string{"tenant_id"}, Busy: "tokens", Idle: "shared_even"}
+	wantQ := query.CostQuery{Start: start, End: end, Step: "hour", GroupBy: []string{"tenant_id"}, Busy: "tokens", Idle: "shared_even"}
 	cq, _ := store.queries()
 	if len(cq) != 3 {
 		t.Errorf("%d cost queries, want 3 (one per page)", len(cq))
@@ -137,7 +137,7 @@ warning: 2 requests ran on deployments without GPU samples: their cost is not in
 		t.Errorf("tenant's cost table (-want +got):\n%s", diff)
 	}
 	cq, _ = store.queries()
-	if got, want := cq[len(cq)-1], (chstore.CostQuery{TenantID: "acme", Start: start, End: end, Step: "total", Busy: "weighted_tokens", Idle: "separate"}); !cmp.Equal(want, got) {
+	if got, want := cq[len(cq)-1], (query.CostQuery{TenantID: "acme", Start: start, End: end, Step: "total", Busy: "weighted_tokens", Idle: "separate"}); !cmp.Equal(want, got) {
 		t.Errorf("tenant key's cost query %+v, want %+v", got, want)
 	}
 
@@ -151,7 +151,7 @@ h100,summary,USD,4,3,1,0.75,1,4,2,10.000000000,2.500000000,0,1000000
 	if diff := cmp.Diff(want, out); diff != "" {
 		t.Errorf("GPU usage CSV (-want +got):\n%s", diff)
 	}
-	if _, gq := store.queries(); !cmp.Equal(gq, []chstore.GPUUsageQuery{{Start: start, End: end, Step: "total", GroupBy: []string{"gpu_type"}}}) {
+	if _, gq := store.queries(); !cmp.Equal(gq, []query.GPUUsageQuery{{Start: start, End: end, Step: "total", GroupBy: []string{"gpu_type"}}}) {
 		t.Errorf("GPU usage queries %+v", gq)
 	}
 

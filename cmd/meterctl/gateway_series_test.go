@@ -12,12 +12,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"tokenmeter/query"
 	"tokenmeter/rollup"
 
 	"github.com/google/go-cmp/cmp"
 
 	"tokenmeter/api"
-	"tokenmeter/internal/chstore"
 	"tokenmeter/rollup/sketch"
 )
 
@@ -44,12 +44,12 @@ type fakeRollups struct {
 	minutes []rawMinute
 
 	mu      sync.Mutex
-	queries []chstore.RollupQuery
+	queries []query.RollupQuery
 }
 
 var _ api.RollupReader = (*fakeRollups)(nil)
 
-func (f *fakeRollups) got() []chstore.RollupQuery {
+func (f *fakeRollups) got() []query.RollupQuery {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.queries)
@@ -57,7 +57,7 @@ func (f *fakeRollups) got() []chstore.RollupQuery {
 
 // merge calls add once per minute of q with the index of the minute's
 // (step, group) cell, numbering new cells in order of step and group.
-func (f *fakeRollups) merge(q chstore.RollupQuery, add func(cell int, start time.Time, group map[string]string, m rawMinute)) int {
+func (f *fakeRollups) merge(q query.RollupQuery, add func(cell int, start time.Time, group map[string]string, m rawMinute)) int {
 	f.mu.Lock()
 	f.queries = append(f.queries, q)
 	f.mu.Unlock()
@@ -105,12 +105,12 @@ func (f *fakeRollups) merge(q chstore.RollupQuery, add func(cell int, start time
 	return len(cells)
 }
 
-func (f *fakeRollups) Rollups(_ context.Context, q chstore.RollupQuery) ([]chstore.RollupRow, error) {
-	var rows []chstore.RollupRow
+func (f *fakeRollups) Rollups(_ context.Context, q query.RollupQuery) ([]query.RollupRow, error) {
+	var rows []query.RollupRow
 	f.merge(q, func(i int, start time.Time, group map[string]string, m rawMinute) {
 		if i == len(rows) {
-			rows = append(rows, chstore.RollupRow{Start: start, Group: group, ErrorsBy: map[string]uint64{},
-				Latency: map[string]chstore.Dist{}, MinSLO: m.slo, MaxSLO: m.slo})
+			rows = append(rows, query.RollupRow{Start: start, Group: group, ErrorsBy: map[string]uint64{},
+				Latency: map[string]query.Dist{}, MinSLO: m.slo, MaxSLO: m.slo})
 		}
 		r := &rows[i]
 		r.Requests += m.requests
@@ -138,11 +138,11 @@ func (f *fakeRollups) Rollups(_ context.Context, q chstore.RollupQuery) ([]chsto
 	return rows, nil
 }
 
-func (f *fakeRollups) RawLatency(_ context.Context, q chstore.RollupQuery) ([]chstore.RawLatencyRow, error) {
-	var rows []chstore.RawLatencyRow
+func (f *fakeRollups) RawLatency(_ context.Context, q query.RollupQuery) ([]query.RawLatencyRow, error) {
+	var rows []query.RawLatencyRow
 	f.merge(q, func(i int, start time.Time, group map[string]string, m rawMinute) {
 		if i == len(rows) {
-			rows = append(rows, chstore.RawLatencyRow{Start: start, Group: group, Values: map[string][]float64{}})
+			rows = append(rows, query.RawLatencyRow{Start: start, Group: group, Values: map[string][]float64{}})
 		}
 		for _, metric := range rollup.LatencyMetrics {
 			rows[i].Values[metric] = append(rows[i].Values[metric], m.latency[metric]...)
@@ -159,16 +159,16 @@ func (f *fakeRollups) RawLatency(_ context.Context, q chstore.RollupQuery) ([]ch
 // Traffic merges the minutes per step and group as chstore does, each
 // step's busiest minute being the busiest of its minutes summed over its
 // groups.
-func (f *fakeRollups) Traffic(_ context.Context, q chstore.RollupQuery) ([]chstore.TrafficRow, error) {
+func (f *fakeRollups) Traffic(_ context.Context, q query.RollupQuery) ([]query.TrafficRow, error) {
 	type minute struct {
 		cell int
 		at   time.Time
 	}
-	var rows []chstore.TrafficRow
+	var rows []query.TrafficRow
 	sums := map[minute][2]uint64{} // requests, output tokens
 	f.merge(q, func(i int, start time.Time, group map[string]string, m rawMinute) {
 		if i == len(rows) {
-			rows = append(rows, chstore.TrafficRow{Start: start, Group: group, ErrorsBy: map[string]uint64{}})
+			rows = append(rows, query.TrafficRow{Start: start, Group: group, ErrorsBy: map[string]uint64{}})
 		}
 		r := &rows[i]
 		r.Requests += m.requests
@@ -275,8 +275,8 @@ globex,summary,queue,0,,,,,,,
 	if diff := cmp.Diff(want, exact); diff != "" {
 		t.Errorf("exact latency CSV (-want +got):\n%s", diff)
 	}
-	wantQuery := chstore.RollupQuery{Start: start, End: end, Step: "hour", GroupBy: []string{"tenant_id"}}
-	if diff := cmp.Diff([]chstore.RollupQuery{wantQuery}, rollups.got()); diff != "" {
+	wantQuery := query.RollupQuery{Start: start, End: end, Step: "hour", GroupBy: []string{"tenant_id"}}
+	if diff := cmp.Diff([]query.RollupQuery{wantQuery}, rollups.got()); diff != "" {
 		t.Errorf("exact latency queries (-want +got):\n%s", diff)
 	}
 
@@ -370,7 +370,7 @@ m1,h100,summary,7,0.0009722222222222222,0.06666666666666667,0.9722222222222222,0
 		})
 	}
 	qs := rollups.got()
-	if got, want := qs[len(qs)-1], (chstore.RollupQuery{TenantID: "acme", Start: start, End: end, Step: "total", GroupBy: []string{"model", "gpu_type"}}); !cmp.Equal(want, got) {
+	if got, want := qs[len(qs)-1], (query.RollupQuery{TenantID: "acme", Start: start, End: end, Step: "total", GroupBy: []string{"model", "gpu_type"}}); !cmp.Equal(want, got) {
 		t.Errorf("tenant key's traffic query %+v, want %+v", got, want)
 	}
 

@@ -9,12 +9,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"tokenmeter/query"
 
 	"github.com/google/go-cmp/cmp"
 
 	"tokenmeter/api"
 	"tokenmeter/ingest"
-	"tokenmeter/internal/chstore"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -48,11 +48,11 @@ func (p *validatingPublisher) Publish(_ context.Context, events []*meterv1.Infer
 // fixedUsage answers every usage query with the same rows and records it.
 type fixedUsage struct {
 	mu    sync.Mutex
-	query chstore.UsageQuery
-	rows  []chstore.UsageRow
+	query query.UsageQuery
+	rows  []query.UsageRow
 }
 
-func (u *fixedUsage) Usage(_ context.Context, q chstore.UsageQuery) ([]chstore.UsageRow, error) {
+func (u *fixedUsage) Usage(_ context.Context, q query.UsageQuery) ([]query.UsageRow, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.query = q
@@ -95,7 +95,7 @@ func TestThroughGateway(t *testing.T) {
 	}
 	pub := &validatingPublisher{accepted: map[string]*meterv1.InferenceEvent{}}
 	day := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
-	usage := &fixedUsage{rows: []chstore.UsageRow{
+	usage := &fixedUsage{rows: []query.UsageRow{
 		{Start: day, TenantID: "acme", Model: "m1", Requests: 10, Errors: 1, PromptTokens: 1000, CachedPromptTokens: 100, OutputTokens: 200},
 		{Start: day, TenantID: "globex", Model: "m2", Requests: 5, PromptTokens: 500, OutputTokens: 50},
 	}}
@@ -144,7 +144,7 @@ func TestThroughGateway(t *testing.T) {
 	usage.mu.Lock()
 	q := usage.query
 	usage.mu.Unlock()
-	wantQ := chstore.UsageQuery{Start: day, End: day.Add(24*time.Hour + 500*time.Millisecond), Granularity: "day", GroupBy: []string{"tenant_id", "model"}}
+	wantQ := query.UsageQuery{Start: day, End: day.Add(24*time.Hour + 500*time.Millisecond), Granularity: "day", GroupBy: []string{"tenant_id", "model"}}
 	if diff := cmp.Diff(wantQ, q); diff != "" {
 		t.Errorf("usage query (-want +got):\n%s", diff)
 	}

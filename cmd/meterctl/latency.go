@@ -17,7 +17,7 @@ import (
 var latencyMetrics = []string{"ttft", "itl", "e2e", "queue"}
 
 // maxExactRange is the longest range the API computes exact quantiles for
-// (chstore.MaxExactRange).
+// (query.MaxExactRange).
 const maxExactRange = 24 * time.Hour
 
 // latencyConfig is the configuration of "latency".

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"tokenmeter/query"
 	"tokenmeter/rollup"
 
 	"github.com/google/go-cmp/cmp"
@@ -18,7 +19,6 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"tokenmeter/internal/chstore"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -543,8 +543,8 @@ func TestServerLists(t *testing.T) {
 	if diff := cmp.Diff(rollup.LatencyMetrics, latencyMetrics); diff != "" {
 		t.Errorf("latency metrics (-server +meterctl):\n%s", diff)
 	}
-	if maxExactRange != chstore.MaxExactRange {
-		t.Errorf("exact range %s, server's %s", maxExactRange, chstore.MaxExactRange)
+	if maxExactRange != query.MaxExactRange {
+		t.Errorf("exact range %s, server's %s", maxExactRange, query.MaxExactRange)
 	}
 	for s := range rollup.Granularities {
 		if !strings.Contains(strings.Join(steps, ","), s) {

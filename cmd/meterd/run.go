@@ -27,6 +27,7 @@ import (
 	"tokenmeter/internal/devkafka"
 	"tokenmeter/internal/kafkaconn"
 	"tokenmeter/internal/tlsfiles"
+	"tokenmeter/query"
 	"tokenmeter/rollup"
 )
 
@@ -185,7 +186,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		defer pub.Close()
-		svc = &api.Services{Keys: keys, Publisher: pub, Usage: store, Rollups: store, Cost: store, Admin: store}
+		reads := query.New(store, query.Config{})
+		svc = &api.Services{Keys: keys, Publisher: pub, Usage: reads, Rollups: reads, Cost: reads, Prices: store, Admin: store}
 	}
 	ready := func(ctx context.Context) error {
 		if consumer != nil && !consumer.Healthy() {

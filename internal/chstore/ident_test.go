@@ -4,11 +4,10 @@ import (
 	"context"
 	"testing"
 	"time"
+	"tokenmeter/query"
 	"tokenmeter/rollup"
 
 	"github.com/google/go-cmp/cmp"
-
-	"tokenmeter/internal/chstore"
 )
 
 // TestGPUUsageGroupsWithNULKeepTheirTokens: two (deployment, gpu_type)
@@ -28,7 +27,7 @@ func TestGPUUsageGroupsWithNULKeepTheirTokens(t *testing.T) {
 	if err := s.WriteCost(ctx, gpu, cost, 1); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := s.GPUUsage(ctx, chstore.GPUUsageQuery{Start: hour, End: hour.Add(time.Hour), GroupBy: []string{"deployment", "gpu_type"}})
+	rows, err := query.New(s, query.Config{}).GPUUsage(ctx, query.GPUUsageQuery{Start: hour, End: hour.Add(time.Hour), GroupBy: []string{"deployment", "gpu_type"}})
 	if err != nil {
 		t.Fatal(err)
 	}

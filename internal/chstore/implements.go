@@ -1,6 +1,21 @@
 package chstore
 
-import "tokenmeter/rollup"
+import (
+	"context"
+	"time"
 
-// The store implements what the rollup job declares it needs.
-var _ rollup.Store = (*Store)(nil)
+	"tokenmeter/query"
+	"tokenmeter/rollup"
+)
+
+// The store implements what the rollup job and the read side declare they
+// need.
+var (
+	_ rollup.Store = (*Store)(nil)
+	_ query.Source = (*Store)(nil)
+)
+
+// FreshDays lists the whole days of [start, end) with a fresh day rollup.
+func (s *Store) FreshDays(ctx context.Context, start, end time.Time) ([]time.Time, error) {
+	return s.freshDays(ctx, start, end)
+}

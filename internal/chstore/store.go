@@ -42,10 +42,6 @@ type Config struct {
 	// Compression of the native protocol: "lz4" (default) or "none" (cheaper
 	// on loopback, where the bytes cost less than the CPU).
 	Compression string
-	// MaxSeriesRows bounds the (step, series) rows one latency, goodput or
-	// traffic query may read; a larger one fails with ErrTooManySeries.
-	// Default 200,000.
-	MaxSeriesRows int
 }
 
 // Validate reports every problem of the configuration at once.
@@ -77,9 +73,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxOpenConns == 0 {
 		c.MaxOpenConns = 16
-	}
-	if c.MaxSeriesRows == 0 {
-		c.MaxSeriesRows = 200_000
 	}
 	return c
 }

@@ -1,4 +1,4 @@
-package chstore_test
+package query_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"tokenmeter/query"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -59,13 +60,13 @@ func insertEvents(t *testing.T, s *chstore.Store, events []*meterv1.InferenceEve
 
 // bruteTraffic computes the traffic rows of q from the events, in Go: per
 // step and series, the counters and the busiest minute.
-func bruteTraffic(events []*meterv1.InferenceEvent, q chstore.RollupQuery) []chstore.TrafficRow {
+func bruteTraffic(events []*meterv1.InferenceEvent, q query.RollupQuery) []query.TrafficRow {
 	q, _ = q.Normalize()
 	type minuteKey struct {
 		row    string
 		minute int64
 	}
-	rows := map[string]*chstore.TrafficRow{}
+	rows := map[string]*query.TrafficRow{}
 	minutes := map[minuteKey]*[2]uint64{}
 	seen := map[string]bool{}
 	for _, ev := range events {
@@ -85,7 +86,7 @@ func bruteTraffic(events []*meterv1.InferenceEvent, q chstore.RollupQuery) []chs
 		key := fmt.Sprint(start.Unix(), group)
 		r := rows[key]
 		if r == nil {
-			r = &chstore.TrafficRow{Start: start, Group: group, ErrorsBy: map[string]uint64{}}
+			r = &query.TrafficRow{Start: start, Group: group, ErrorsBy: map[string]uint64{}}
 			for _, c := range rollup.StatusClasses {
 				r.ErrorsBy[c] = 0
 			}
@@ -107,11 +108,11 @@ func bruteTraffic(events []*meterv1.InferenceEvent, q chstore.RollupQuery) []chs
 		r.PeakMinuteRequests = max(r.PeakMinuteRequests, minutes[mk][0])
 		r.PeakMinuteOutputTokens = max(r.PeakMinuteOutputTokens, minutes[mk][1])
 	}
-	var out []chstore.TrafficRow
+	var out []query.TrafficRow
 	for _, r := range rows {
 		out = append(out, *r)
 	}
-	slices.SortFunc(out, func(a, b chstore.TrafficRow) int {
+	slices.SortFunc(out, func(a, b query.TrafficRow) int {
 		if c := a.Start.Compare(b.Start); c != 0 {
 			return c
 		}
@@ -130,7 +131,7 @@ func bruteTraffic(events []*meterv1.InferenceEvent, q chstore.RollupQuery) []chs
 // hour rows kept peaks: 129,600 minute buckets), the hours at hour step,
 // and a range not on whole hours, for every form of group_by (none, the
 // tenant, every dimension, some), across tenants and for one.
-func trafficQueries() []chstore.RollupQuery {
+func trafficQueries() []query.RollupQuery {
 	long := day.Add(-60 * rollup.Day)
 	ranges := []struct {
 		start, end time.Time
@@ -142,16 +143,16 @@ func trafficQueries() []chstore.RollupQuery {
 		{day, day.Add(3 * time.Hour), "hour"},
 		{day.Add(17 * time.Minute), day.Add(2*time.Hour + 5*time.Minute), "hour"},
 	}
-	var out []chstore.RollupQuery
+	var out []query.RollupQuery
 	for _, r := range ranges {
 		for _, g := range [][]string{nil, {"tenant_id"}, rollup.RollupGroupFields, {"model"}, {"tenant_id", "deployment"}} {
 			for _, tenant := range []string{"", "acme"} {
-				out = append(out, chstore.RollupQuery{TenantID: tenant, Start: r.start, End: r.end, Step: r.step, GroupBy: g})
+				out = append(out, query.RollupQuery{TenantID: tenant, Start: r.start, End: r.end, Step: r.step, GroupBy: g})
 			}
 		}
 	}
 	// One tenant's series with every other dimension: one hour row each.
-	return append(out, chstore.RollupQuery{TenantID: "globex", Start: long, End: long.Add(90 * rollup.Day), Step: "day",
+	return append(out, query.RollupQuery{TenantID: "globex", Start: long, End: long.Add(90 * rollup.Day), Step: "day",
 		GroupBy: []string{"model", "model_version", "deployment", "gpu_type", "slo_class"}})
 }
 
@@ -159,7 +160,7 @@ func trafficQueries() []chstore.RollupQuery {
 func checkTraffic(t *testing.T, s *chstore.Store, events []*meterv1.InferenceEvent, what string) {
 	t.Helper()
 	for _, q := range trafficQueries() {
-		got, err := s.Traffic(context.Background(), q)
+		got, err := reads(s).Traffic(context.Background(), q)
 		if err != nil {
 			t.Fatalf("%s: %+v: %v", what, q, err)
 		}
@@ -298,21 +299,21 @@ func TestHourPeaksEveryLevel(t *testing.T) {
 		requests, outputs uint64
 	}
 	for _, tc := range []struct {
-		q    chstore.RollupQuery
+		q    query.RollupQuery
 		want []peak
 	}{
-		{chstore.RollupQuery{}, []peak{{"map[]", 11, 500}}},
-		{chstore.RollupQuery{GroupBy: []string{"tenant_id"}}, []peak{{"map[tenant_id:acme]", 8, 500}, {"map[tenant_id:globex]", 6, 180}}},
-		{chstore.RollupQuery{TenantID: "acme"}, []peak{{"map[]", 8, 500}}},
-		{chstore.RollupQuery{GroupBy: rollup.RollupGroupFields}, []peak{
+		{query.RollupQuery{}, []peak{{"map[]", 11, 500}}},
+		{query.RollupQuery{GroupBy: []string{"tenant_id"}}, []peak{{"map[tenant_id:acme]", 8, 500}, {"map[tenant_id:globex]", 6, 180}}},
+		{query.RollupQuery{TenantID: "acme"}, []peak{{"map[]", 8, 500}}},
+		{query.RollupQuery{GroupBy: rollup.RollupGroupFields}, []peak{
 			{"map[deployment:d gpu_type: model:m1 model_version: slo_class: tenant_id:acme]", 5, 500},
 			{"map[deployment:d gpu_type: model:m2 model_version: slo_class: tenant_id:acme]", 5, 50},
 			{"map[deployment:d gpu_type: model:m1 model_version: slo_class: tenant_id:globex]", 6, 180}}},
-		{chstore.RollupQuery{GroupBy: []string{"model"}}, []peak{{"map[model:m1]", 7, 500}, {"map[model:m2]", 5, 50}}},
+		{query.RollupQuery{GroupBy: []string{"model"}}, []peak{{"map[model:m1]", 7, 500}, {"map[model:m2]", 5, 50}}},
 	} {
 		q := tc.q
 		q.Start, q.End, q.Step = hour, hour.Add(time.Hour), "hour"
-		rows, err := s.Traffic(ctx, q)
+		rows, err := reads(s).Traffic(ctx, q)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,14 +1,13 @@
-package chstore_test
+package query_test
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
+	"tokenmeter/query"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -23,10 +22,10 @@ import (
 
 // usageFromRollups reduces rollup rows to usage rows, for comparison with
 // the brute-force expectation.
-func usageFromRollups(rows []chstore.RollupRow) []chstore.UsageRow {
-	var out []chstore.UsageRow
+func usageFromRollups(rows []query.RollupRow) []query.UsageRow {
+	var out []query.UsageRow
 	for _, r := range rows {
-		out = append(out, chstore.UsageRow{
+		out = append(out, query.UsageRow{
 			Start: r.Start, TenantID: r.Group["tenant_id"], Model: r.Group["model"], Deployment: r.Group["deployment"],
 			Requests: int64(r.Requests), Errors: int64(r.Errors), PromptTokens: int64(r.PromptTokens),
 			CachedPromptTokens: int64(r.CachedTokens), OutputTokens: int64(r.OutputTokens),
@@ -67,19 +66,19 @@ func TestRollupHourExact(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		q chstore.RollupQuery
-		u chstore.UsageQuery
+		q query.RollupQuery
+		u query.UsageQuery
 	}{
-		{chstore.RollupQuery{Start: day, End: end, Step: "hour", GroupBy: []string{"tenant_id"}},
-			chstore.UsageQuery{Start: day, End: end, Granularity: "hour", GroupBy: []string{"tenant_id"}}},
-		{chstore.RollupQuery{Start: day, End: end, Step: "day", GroupBy: []string{"model", "deployment"}},
-			chstore.UsageQuery{Start: day, End: end, Granularity: "day", GroupBy: []string{"model", "deployment"}}},
-		{chstore.RollupQuery{Start: day.Add(17 * time.Minute), End: day.Add(3*time.Hour + 5*time.Minute), Step: "minute", TenantID: "acme"},
-			chstore.UsageQuery{Start: day.Add(17 * time.Minute), End: day.Add(3*time.Hour + 5*time.Minute), Granularity: "minute", TenantID: "acme"}},
-		{chstore.RollupQuery{Start: day, End: end},
-			chstore.UsageQuery{Start: day, End: end}},
+		{query.RollupQuery{Start: day, End: end, Step: "hour", GroupBy: []string{"tenant_id"}},
+			query.UsageQuery{Start: day, End: end, Granularity: "hour", GroupBy: []string{"tenant_id"}}},
+		{query.RollupQuery{Start: day, End: end, Step: "day", GroupBy: []string{"model", "deployment"}},
+			query.UsageQuery{Start: day, End: end, Granularity: "day", GroupBy: []string{"model", "deployment"}}},
+		{query.RollupQuery{Start: day.Add(17 * time.Minute), End: day.Add(3*time.Hour + 5*time.Minute), Step: "minute", TenantID: "acme"},
+			query.UsageQuery{Start: day.Add(17 * time.Minute), End: day.Add(3*time.Hour + 5*time.Minute), Granularity: "minute", TenantID: "acme"}},
+		{query.RollupQuery{Start: day, End: end},
+			query.UsageQuery{Start: day, End: end}},
 	} {
-		got, err := s.Rollups(ctx, tc.q)
+		got, err := reads(s).Rollups(ctx, tc.q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +87,7 @@ func TestRollupHourExact(t *testing.T) {
 		}
 	}
 	// Every successful request has TTFT and E2E; the histograms count them all.
-	total, err := s.Rollups(ctx, chstore.RollupQuery{Start: day, End: end})
+	total, err := reads(s).Rollups(ctx, query.RollupQuery{Start: day, End: end})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +108,7 @@ func TestRollupHourExact(t *testing.T) {
 
 func TestTooManySeries(t *testing.T) {
 	addr, db := chtest.NewDB(t)
-	s, err := chstore.Open(chstore.Config{Addr: []string{addr}, Database: db, MaxSeriesRows: 5}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := chstore.Open(chstore.Config{Addr: []string{addr}, Database: db}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,14 +130,15 @@ func TestTooManySeries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	big := chstore.RollupQuery{Start: day, End: end, Step: "minute"}
-	if _, err := s.Rollups(ctx, big); !errors.Is(err, chstore.ErrTooManySeries) || !errors.Is(err, chstore.ErrInvalidQuery) {
+	small := query.New(s, query.Config{MaxSeriesRows: 5})
+	big := query.RollupQuery{Start: day, End: end, Step: "minute"}
+	if _, err := small.Rollups(ctx, big); !errors.Is(err, query.ErrTooManySeries) || !errors.Is(err, query.ErrInvalidQuery) {
 		t.Errorf("minute steps over hours: err = %v, want ErrTooManySeries", err)
 	}
-	if _, err := s.RawLatency(ctx, big); !errors.Is(err, chstore.ErrTooManySeries) {
+	if _, err := small.RawLatency(ctx, big); !errors.Is(err, query.ErrTooManySeries) {
 		t.Errorf("exact minute steps over hours: err = %v, want ErrTooManySeries", err)
 	}
-	rows, err := s.Rollups(ctx, chstore.RollupQuery{Start: day, End: end, Step: "hour"})
+	rows, err := small.Rollups(ctx, query.RollupQuery{Start: day, End: end, Step: "hour"})
 	if err != nil || len(rows) == 0 || len(rows) > 5 {
 		t.Errorf("hour steps: %d rows, err %v; want 1 to 5 rows", len(rows), err)
 	}
@@ -187,7 +187,7 @@ func TestRollupsMergedHere(t *testing.T) {
 		}
 	}
 	opts := cmp.Options{cmpopts.EquateEmpty(), cmpopts.EquateApprox(1e-12, 0)}
-	for _, q := range []chstore.RollupQuery{
+	for _, q := range []query.RollupQuery{
 		{TenantID: "acme", Start: day, End: end, Step: "hour"},
 		{TenantID: "acme", Start: day, End: end, Step: "day"},
 		{TenantID: "acme", Start: day, End: end, Step: "month"},
@@ -205,11 +205,11 @@ func TestRollupsMergedHere(t *testing.T) {
 		if !q.MergesHere() {
 			t.Fatalf("%+v is merged by ClickHouse", q)
 		}
-		want, err := s.RollupsInClickHouse(ctx, q)
+		want, err := query.RollupsInClickHouse(reads(s), ctx, q)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := s.Rollups(ctx, q)
+		got, err := reads(s).Rollups(ctx, q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,11 +221,13 @@ func TestRollupsMergedHere(t *testing.T) {
 		}
 		// Reading only the counters or only the latencies gives the same
 		// numbers, here and in ClickHouse.
-		for _, cols := range []chstore.RollupColumns{chstore.CounterColumns, chstore.LatencyColumns} {
+		for _, cols := range []query.RollupColumns{query.CounterColumns, query.LatencyColumns} {
 			cq := q
 			cq.Columns = cols
-			for name, run := range map[string]func(context.Context, chstore.RollupQuery) ([]chstore.RollupRow, error){
-				"here": s.Rollups, "in ClickHouse": s.RollupsInClickHouse,
+			for name, run := range map[string]func(context.Context, query.RollupQuery) ([]query.RollupRow, error){
+				"here": reads(s).Rollups, "in ClickHouse": func(ctx context.Context, q query.RollupQuery) ([]query.RollupRow, error) {
+					return query.RollupsInClickHouse(reads(s), ctx, q)
+				},
 			} {
 				part, err := run(ctx, cq)
 				if err != nil {
@@ -237,68 +239,33 @@ func TestRollupsMergedHere(t *testing.T) {
 			}
 		}
 	}
-	if (chstore.RollupQuery{Start: day, End: end, GroupBy: []string{"tenant_id"}}).MergesHere() {
+	if (query.RollupQuery{Start: day, End: end, GroupBy: []string{"tenant_id"}}).MergesHere() {
 		t.Error("every tenant's rows are merged here")
 	}
 }
 
 // onlyColumns returns rows with what cols does not read zeroed.
-func onlyColumns(rows []chstore.RollupRow, cols chstore.RollupColumns) []chstore.RollupRow {
-	var out []chstore.RollupRow
+func onlyColumns(rows []query.RollupRow, cols query.RollupColumns) []query.RollupRow {
+	var out []query.RollupRow
 	for _, r := range rows {
-		p := chstore.RollupRow{Start: r.Start, Group: r.Group, ErrorsBy: map[string]uint64{}, Latency: map[string]chstore.Dist{}}
+		p := query.RollupRow{Start: r.Start, Group: r.Group, ErrorsBy: map[string]uint64{}, Latency: map[string]query.Dist{}}
 		for _, c := range rollup.StatusClasses {
 			p.ErrorsBy[c] = 0
 		}
 		for _, m := range rollup.LatencyMetrics {
-			p.Latency[m] = chstore.Dist{}
+			p.Latency[m] = query.Dist{}
 		}
 		switch cols {
-		case chstore.CounterColumns:
+		case query.CounterColumns:
 			p.Requests, p.Errors, p.ErrorsBy = r.Requests, r.Errors, r.ErrorsBy
 			p.PromptTokens, p.CachedTokens, p.OutputTokens = r.PromptTokens, r.CachedTokens, r.OutputTokens
 			p.GoodRequests, p.GoodOutputTokens, p.MinSLO, p.MaxSLO = r.GoodRequests, r.GoodOutputTokens, r.MinSLO, r.MaxSLO
-		case chstore.LatencyColumns:
+		case query.LatencyColumns:
 			p.Latency = r.Latency
 		}
 		out = append(out, p)
 	}
 	return out
-}
-
-// TestReadHourHashCollision checks that an hour whose events of two
-// different groups carry the same group_hash is refused rather than rolled
-// up as one group. group_hash is made insertable for the test (a DEFAULT
-// instead of a MATERIALIZED column) to force the collision.
-func TestReadHourHashCollision(t *testing.T) {
-	s := openMigratedStore(t)
-	ctx := context.Background()
-	if err := s.Exec(ctx, "ALTER TABLE inference_events MODIFY COLUMN group_hash UInt64 DEFAULT cityHash64(tenant_id, model, model_version, deployment, gpu_type, slo_class)"); err != nil {
-		t.Fatal(err)
-	}
-	hour := day.Add(5 * time.Hour)
-	read := func() error {
-		return s.ReadHour(ctx, hour, func(rollup.HourGroup) error { return nil }, func(*rollup.HourEvent) error { return nil })
-	}
-	at := hour.Add(10 * time.Minute).Unix()
-	insert := func(tenant, eventID string) {
-		t.Helper()
-		// INSERT … SELECT: the driver sends INSERT … VALUES as a batch.
-		if err := s.Exec(ctx, fmt.Sprintf(`INSERT INTO inference_events (tenant_id, event_id, model, completed_at, status, group_hash)
-SELECT '%s', '%s', 'm1', toDateTime(%d), 'ok', toUInt64(42)`, tenant, eventID, at)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Two events of one group sharing its hash: fine.
-	insert("acme", "e1")
-	insert("acme", "e2")
-	if err := read(); err != nil {
-		t.Fatalf("one group: %v", err)
-	}
-	insert("globex", "e3")
-	if err := read(); err == nil || !strings.Contains(err.Error(), "share the hash") {
-		t.Errorf("two groups with one hash: err = %v, want them refused", err)
-	}
 }
 
 // TestRollupDays checks the day rollups: a query across tenants at a step
@@ -328,7 +295,7 @@ func TestRollupDays(t *testing.T) {
 			t.Errorf("stale days (-want +got):\n%s", diff)
 		}
 	}
-	queries := []chstore.RollupQuery{
+	queries := []query.RollupQuery{
 		{Start: day, End: end, GroupBy: []string{"tenant_id"}},
 		{Start: day, End: end, Step: "day", GroupBy: []string{"tenant_id"}},
 		{Start: day, End: end, Step: "month", GroupBy: []string{"tenant_id"}},
@@ -351,11 +318,11 @@ func TestRollupDays(t *testing.T) {
 		}
 		opts := cmp.Options{cmpopts.EquateEmpty(), cmpopts.EquateApprox(1e-12, 0)}
 		for _, q := range queries {
-			want, err := s.RollupsFromHours(ctx, q)
+			want, err := query.RollupsFromHours(reads(s), ctx, q)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := s.Rollups(ctx, q)
+			got, err := reads(s).Rollups(ctx, q)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -380,7 +347,7 @@ func TestRollupDays(t *testing.T) {
 	}
 	checkStale(days(2))
 	check("days 0 and 1 rolled up", days(0, 1), days(1))
-	before, err := s.Rollups(ctx, queries[0])
+	before, err := reads(s).Rollups(ctx, queries[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,11 +365,11 @@ func TestRollupDays(t *testing.T) {
 	}
 	checkStale(days(0, 2))
 	check("an hour of day 0 recomputed", days(1), days(1))
-	after, err := s.Rollups(ctx, queries[0])
+	after, err := reads(s).Rollups(ctx, queries[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	requests := func(rows []chstore.RollupRow, tenant string) uint64 {
+	requests := func(rows []query.RollupRow, tenant string) uint64 {
 		for _, r := range rows {
 			if r.Group["tenant_id"] == tenant {
 				return r.Requests

@@ -1,0 +1,162 @@
+package chstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"tokenmeter/billing"
+	"tokenmeter/query"
+)
+
+// costPolicyColumn maps a busy allocation policy to its column stem in
+// cost_hour (cost_<stem>_<idle>, busy_<stem>).
+func costPolicyColumn(p string) string {
+	if p == "weighted_tokens" {
+		return "weighted"
+	}
+	return p
+}
+
+// costSQL builds the query of a normalized cost query.
+func costSQL(q query.CostQuery) (string, []any) {
+	bucket, args := stepExpr("hour", q.StepSeconds(), q.Start)
+	b := costPolicyColumn(q.Busy)
+	sel := []string{bucket + " AS b"}
+	sel = append(sel, q.GroupBy...)
+	sel = append(sel,
+		fmt.Sprintf("sum(cost_%s_%s) AS c", b, q.Idle), fmt.Sprintf("sum(busy_%s)", b),
+		"sumIf(requests, unattributed = 0)", "sumIf(input_tokens, unattributed = 0)",
+		"sumIf(cached_input_tokens, unattributed = 0)", "sumIf(output_tokens, unattributed = 0)",
+		"sumIf(good_output_tokens, unattributed = 0)",
+		"sumIf(requests, unattributed = 1)", "sumIf(input_tokens, unattributed = 1)", "sumIf(output_tokens, unattributed = 1)",
+		"sum(list_charge)", "sumIf(requests, list_priced = 0)",
+		"groupUniqArray(price_version)")
+	where, whereArgs := scope("hour", q.Start, q.End, q.TenantID)
+	from, fromArgs := newestRows("cost_hour", "hour", where, whereArgs, "")
+	groupBy := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
+	// Lines with neither cost nor usage (the idle line when idle cost is
+	// shared) are left out.
+	return fmt.Sprintf("SELECT %s\nFROM %s\nGROUP BY %s\nHAVING c != 0 OR sum(requests) > 0\nORDER BY %s",
+		strings.Join(sel, ", "), from, groupBy, groupBy), append(args, fromArgs...)
+}
+
+// CostRows runs a normalized cost query.
+func (s *Store) CostRows(ctx context.Context, q query.CostQuery) ([]query.CostRow, error) {
+	stmt, args := costSQL(q)
+	rows, err := s.conn.Query(ctx, stmt, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query cost: %w", classify(err))
+	}
+	defer rows.Close()
+	var out []query.CostRow
+	for rows.Next() {
+		var r query.CostRow
+		k := newStepKey(len(q.GroupBy))
+		dest := k.dest(&r.CostNanos, &r.BusyNanos, &r.Requests, &r.InputTokens, &r.CachedInputTokens,
+			&r.OutputTokens, &r.GoodOutputTokens, &r.UnattributedRequests, &r.UnattributedInput, &r.UnattributedOutput,
+			&r.ListCharge, &r.ListUnpricedRequests, &r.PriceVersions)
+		if err := rows.Scan(dest...); err != nil {
+			return nil, fmt.Errorf("scan cost: %w", err)
+		}
+		r.Start = k.start(q.StepSeconds(), q.Start)
+		r.Group = groupMap(q.GroupBy, k.groups)
+		slices.Sort(r.PriceVersions)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read cost: %w", classify(err))
+	}
+	return out, nil
+}
+
+// gpuUsageSQL builds the GPU usage query of a normalized query: hour
+// totals per group first (for the largest GPU count), then steps.
+func gpuUsageSQL(q query.GPUUsageQuery) (string, []any) {
+	bucket, args := stepExpr("hour", q.StepSeconds(), q.Start)
+	inner := append([]string{"hour"}, q.GroupBy...)
+	innerSel := append(slices.Clone(inner),
+		"sum(gpus) AS h_gpus", "sum(gpu_seconds) AS h_gpu", "sum(busy_seconds) AS h_busy", "sum(covered_seconds) AS h_cov",
+		"toFloat64(sum(gpus) * 3600) AS h_inst", "sum(energy_joules) AS h_energy", "sum(unpriced_seconds) AS h_unpriced",
+		"sum(cost_nanos) AS h_cost", "sum(busy_cost_nanos) AS h_busy_cost", "sum(idle_cost_nanos) AS h_idle_cost",
+		"groupUniqArray(price_version) AS h_versions")
+	sel := []string{bucket + " AS b"}
+	sel = append(sel, q.GroupBy...)
+	sel = append(sel, "sum(h_gpu)", "sum(h_busy)", "sum(h_cov)", "sum(h_inst)", "sum(h_energy)", "sum(h_unpriced)",
+		"toUInt32(max(h_gpus))", "sum(h_cost)", "sum(h_busy_cost)", "sum(h_idle_cost)", "groupUniqArrayArray(h_versions)")
+	where, whereArgs := scope("hour", q.Start, q.End, "")
+	from, fromArgs := newestRows("gpu_hour", "hour", where, whereArgs, "")
+	groupBy := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
+	return fmt.Sprintf(`SELECT %s
+FROM (SELECT %s FROM %s GROUP BY %s)
+GROUP BY %s
+ORDER BY %s`, strings.Join(sel, ", "), strings.Join(innerSel, ", "), from, strings.Join(inner, ", "), groupBy, groupBy), append(args, fromArgs...)
+}
+
+// gpuTokensSQL sums the tokens served per (step, group) from the
+// attributed tenant lines of cost_hour.
+func gpuTokensSQL(q query.GPUUsageQuery) (string, []any) {
+	bucket, args := stepExpr("hour", q.StepSeconds(), q.Start)
+	sel := append([]string{bucket + " AS b"}, q.GroupBy...)
+	sel = append(sel, "sum(input_tokens)", "sum(output_tokens)")
+	where, whereArgs := scope("hour", q.Start, q.End, "")
+	from, fromArgs := newestRows("cost_hour", "hour", where, whereArgs,
+		fmt.Sprintf("unattributed = 0 AND tenant_id != '%s'", billing.IdleTenant))
+	groupBy := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
+	return fmt.Sprintf(`SELECT %s FROM %s
+GROUP BY %s`, strings.Join(sel, ", "), from, groupBy), append(args, fromArgs...)
+}
+
+// GPUUsageRows runs a normalized GPU usage query; with tokens, it joins the
+// tokens served per step and group from the cost rows.
+func (s *Store) GPUUsageRows(ctx context.Context, q query.GPUUsageQuery, tokens bool) ([]query.GPUUsageRow, error) {
+	stmt, args := gpuUsageSQL(q)
+	rows, err := s.conn.Query(ctx, stmt, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query GPU usage: %w", classify(err))
+	}
+	defer rows.Close()
+	var out []query.GPUUsageRow
+	index := map[string]int{}
+	for rows.Next() {
+		var r query.GPUUsageRow
+		k := newStepKey(len(q.GroupBy))
+		dest := k.dest(&r.GPUSeconds, &r.BusySeconds, &r.CoveredSeconds, &r.InstanceSeconds, &r.EnergyJoules,
+			&r.UnpricedSeconds, &r.MaxGPUs, &r.CostNanos, &r.BusyCostNanos, &r.IdleCostNanos, &r.PriceVersions)
+		if err := rows.Scan(dest...); err != nil {
+			return nil, fmt.Errorf("scan GPU usage: %w", err)
+		}
+		r.Start = k.start(q.StepSeconds(), q.Start)
+		r.Group = groupMap(q.GroupBy, k.groups)
+		slices.Sort(r.PriceVersions)
+		index[k.id()] = len(out)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read GPU usage: %w", classify(err))
+	}
+	if !tokens {
+		return out, nil
+	}
+	for i := range out {
+		out[i].TokensKnown = true
+	}
+	stmt, args = gpuTokensSQL(q)
+	trows, err := s.conn.Query(ctx, stmt, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query tokens per GPU group: %w", classify(err))
+	}
+	defer trows.Close()
+	for trows.Next() {
+		var in, outT uint64
+		k := newStepKey(len(q.GroupBy))
+		if err := trows.Scan(k.dest(&in, &outT)...); err != nil {
+			return nil, fmt.Errorf("scan tokens per GPU group: %w", err)
+		}
+		if i, ok := index[k.id()]; ok {
+			out[i].InputTokens, out[i].OutputTokens = in, outT
+		}
+	}
+	return out, trows.Err()
+}

@@ -1,0 +1,402 @@
+package query
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"tokenmeter/rollup"
+	"tokenmeter/rollup/sketch"
+)
+
+// UsageSource reads usage rows and what decides between rollups and raw
+// events: the rollup job's watermark and the hours touched since.
+type UsageSource interface {
+	Watermark(ctx context.Context, job string) (time.Time, bool, error)
+	DirtyHours(ctx context.Context, since, until time.Time) ([]time.Time, error)
+	UsageRows(ctx context.Context, r UsageRead) ([]UsageRow, error)
+}
+
+// RollupSource reads rollup rows, calling row for each (r is reused from
+// call to call), and lists the days whose day rollup is fresh.
+type RollupSource interface {
+	RollupRows(ctx context.Context, r RollupRead, row func(r *RollupRow) error) error
+	FreshDays(ctx context.Context, start, end time.Time) ([]time.Time, error)
+}
+
+// TrafficSource reads traffic rows, with the id of each row's step and
+// series, and lists the hours whose rollups have no busiest minute yet.
+type TrafficSource interface {
+	TrafficRows(ctx context.Context, r TrafficRead) ([]TrafficRow, []string, error)
+	HoursWithoutPeaks(ctx context.Context, from, to time.Time) ([]time.Time, error)
+	FreshDays(ctx context.Context, start, end time.Time) ([]time.Time, error)
+}
+
+// LatencySource reads every deduplicated latency value of a range, per step
+// and group, calling row for each group until it returns an error.
+type LatencySource interface {
+	RawLatencyRows(ctx context.Context, q RollupQuery, row func(RawLatencyRow) error) error
+}
+
+// CostSource reads allocated cost and GPU usage.
+type CostSource interface {
+	CostRows(ctx context.Context, q CostQuery) ([]CostRow, error)
+	GPUUsageRows(ctx context.Context, q GPUUsageQuery, tokens bool) ([]GPUUsageRow, error)
+}
+
+// Source is every read a Service makes.
+type Source interface {
+	UsageSource
+	RollupSource
+	TrafficSource
+	LatencySource
+	CostSource
+}
+
+// Config tunes a Service.
+type Config struct {
+	// MaxSeriesRows bounds the (step, series) rows one latency, goodput or
+	// traffic query may return without a page size; a larger one fails
+	// with ErrTooManySeries. Default 200,000.
+	MaxSeriesRows int
+}
+
+// Service answers the read side's questions from a Source.
+type Service struct {
+	src Source
+	cfg Config
+	// mergeHere decides who merges a rollup read (RollupQuery.mergeHere;
+	// tests compare it with the store merging everything), days whether
+	// day rollups are read.
+	mergeHere func(RollupQuery) bool
+	days      bool
+}
+
+// New returns a Service reading src.
+func New(src Source, cfg Config) *Service {
+	if cfg.MaxSeriesRows <= 0 {
+		cfg.MaxSeriesRows = 200_000
+	}
+	return &Service{src: src, cfg: cfg, mergeHere: RollupQuery.mergeHere, days: true}
+}
+
+// Usage runs a usage query, exact and deduplicated. Ranges on whole minutes
+// read the rollups for every hour the rollup job has finished, and raw
+// events for the hours touched since (late events included), so that the
+// answer is the same as from raw events alone, at rollup speed. Other ranges,
+// or a store the job has not run on yet, read raw events. Invalid queries
+// return an error wrapping ErrInvalidQuery.
+func (s *Service) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
+	q, err := q.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	if q.Start.Truncate(time.Minute).Equal(q.Start) && q.End.Truncate(time.Minute).Equal(q.End) {
+		wm, ok, err := s.src.Watermark(ctx, rollup.JobName)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			dirty, err := s.src.DirtyHours(ctx, wm.Add(-rollup.Overlap), time.Unix(1<<32-1, 0))
+			if err != nil {
+				return nil, err
+			}
+			var inRange []time.Time
+			for _, h := range dirty {
+				if h.Add(time.Hour).After(q.Start) && h.Before(q.End) {
+					inRange = append(inRange, h)
+				}
+			}
+			level := levelFor(q.Start, q.End, q.Granularity, q.TenantID, q.GroupBy)
+			rolled, err := s.src.UsageRows(ctx, UsageRead{Query: q, Level: level, Hours: inRange})
+			if err != nil || len(inRange) == 0 {
+				return rolled, err
+			}
+			raw, err := s.src.UsageRows(ctx, UsageRead{Query: q, Raw: true, Hours: inRange})
+			if err != nil {
+				return nil, err
+			}
+			return mergeUsage(append(rolled, raw...)), nil
+		}
+	}
+	return s.src.UsageRows(ctx, UsageRead{Query: q, Raw: true})
+}
+
+// mergeUsage sums rows of the same bucket and group, ordered by bucket,
+// then tenant, model and deployment.
+func mergeUsage(rows []UsageRow) []UsageRow {
+	type key struct {
+		start                     int64
+		tenant, model, deployment string
+	}
+	idx := map[key]int{}
+	var out []UsageRow
+	for _, r := range rows {
+		k := key{r.Start.Unix(), r.TenantID, r.Model, r.Deployment}
+		i, ok := idx[k]
+		if !ok {
+			idx[k] = len(out)
+			out = append(out, r)
+			continue
+		}
+		o := &out[i]
+		o.Requests += r.Requests
+		o.Errors += r.Errors
+		o.PromptTokens += r.PromptTokens
+		o.CachedPromptTokens += r.CachedPromptTokens
+		o.OutputTokens += r.OutputTokens
+	}
+	slices.SortFunc(out, func(a, b UsageRow) int {
+		return cmp.Or(a.Start.Compare(b.Start), strings.Compare(a.TenantID, b.TenantID),
+			strings.Compare(a.Model, b.Model), strings.Compare(a.Deployment, b.Deployment))
+	})
+	return out
+}
+
+// Rollups runs a rollup query. Without a Limit, a query selecting more than
+// Config.MaxSeriesRows rows fails with ErrTooManySeries.
+func (s *Service) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, error) {
+	q, err := q.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	bounded := q.Limit == 0
+	if bounded {
+		q.Limit = s.cfg.MaxSeriesRows + 1
+	}
+	read := RollupRead{Query: q, Level: q.level(), Merge: !s.mergeHere(q)}
+	if s.days && q.usesDays() {
+		if read.Days, err = s.src.FreshDays(ctx, q.Start, q.End); err != nil {
+			return nil, err
+		}
+	}
+	var (
+		out   []RollupRow
+		index = map[string]int{} // step and group → out, when merging here
+	)
+	err = s.src.RollupRows(ctx, read, func(r *RollupRow) error {
+		if !read.Merge {
+			id := stepID(r.Start, q.GroupBy, r.Group)
+			if i, ok := index[id]; ok {
+				return out[i].add(r)
+			}
+			index[id] = len(out)
+		}
+		out = append(out, cloneRollupRow(r))
+		if bounded && len(out) > s.cfg.MaxSeriesRows {
+			return tooManySeries(s.cfg.MaxSeriesRows)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !read.Merge {
+		out = pageRollups(out, q.GroupBy, q.Offset, q.Limit)
+	}
+	return out, nil
+}
+
+// stepID identifies a step and group, as a map key: each value is prefixed
+// with its length, so no two keys share an id.
+func stepID(start time.Time, fields []string, group map[string]string) string {
+	id := strconv.AppendInt(nil, start.Unix(), 10)
+	for _, f := range fields {
+		g := group[f]
+		id = append(strconv.AppendInt(append(id, ' '), int64(len(g)), 10), ':')
+		id = append(id, g...)
+	}
+	return string(id)
+}
+
+// cloneRollupRow copies r, whose maps its source may reuse.
+func cloneRollupRow(r *RollupRow) RollupRow {
+	c := *r
+	c.Group = maps(r.Group)
+	c.ErrorsBy = maps(r.ErrorsBy)
+	c.Latency = maps(r.Latency)
+	return c
+}
+
+func maps[V any](m map[string]V) map[string]V {
+	c := make(map[string]V, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// add merges the rollup row o into r, as the store's aggregation would:
+// counters add up, histograms merge exactly, the SLO versions widen.
+func (r *RollupRow) add(o *RollupRow) error {
+	r.Requests += o.Requests
+	r.Errors += o.Errors
+	for c, n := range o.ErrorsBy {
+		r.ErrorsBy[c] += n
+	}
+	r.PromptTokens += o.PromptTokens
+	r.CachedTokens += o.CachedTokens
+	r.OutputTokens += o.OutputTokens
+	for m, od := range o.Latency {
+		d := r.Latency[m]
+		h, err := sketch.FromArrays(d.Keys, d.Counts)
+		if err != nil {
+			return fmt.Errorf("rollup histogram of %s: %w", m, err)
+		}
+		oh, err := sketch.FromArrays(od.Keys, od.Counts)
+		if err != nil {
+			return fmt.Errorf("rollup histogram of %s: %w", m, err)
+		}
+		h.Merge(oh)
+		r.Latency[m] = Dist{Count: d.Count + od.Count, Sum: d.Sum + od.Sum, Keys: h.Keys, Counts: h.Counts}
+	}
+	r.GoodRequests += o.GoodRequests
+	r.GoodOutputTokens += o.GoodOutputTokens
+	r.MinSLO, r.MaxSLO = min(r.MinSLO, o.MinSLO), max(r.MaxSLO, o.MaxSLO)
+	return nil
+}
+
+// pageRollups orders rows as the store does (by step, then group-by fields)
+// and returns the page of limit rows (0: all) from offset.
+func pageRollups(rows []RollupRow, groupBy []string, offset, limit int) []RollupRow {
+	slices.SortFunc(rows, func(a, b RollupRow) int {
+		if c := a.Start.Compare(b.Start); c != 0 {
+			return c
+		}
+		for _, f := range groupBy {
+			if c := strings.Compare(a.Group[f], b.Group[f]); c != 0 {
+				return c
+			}
+		}
+		return 0
+	})
+	rows = rows[min(offset, len(rows)):]
+	if limit > 0 && len(rows) > limit {
+		rows = rows[:limit]
+	}
+	return rows
+}
+
+// Traffic reads requests, errors and tokens per step and group with the
+// step's busiest minute (its requests and its output tokens, each its own
+// largest), exactly, at any range: the store returns one row per step and
+// group, so no query reads minute buckets into this process. Which rows
+// answer (RollupQuery.trafficKind):
+//
+//   - A range not on whole hours, or a minute step: minute rows, summed
+//     per minute and group, then per step (the busiest minute is the
+//     largest of those sums).
+//   - Whole hours, and each series is exactly the rows of one hour level
+//     (no group_by: the all-tenant hours, or the tenant hours for one
+//     tenant; group_by tenant_id: the tenant hours, with the fresh day
+//     rollups at day steps and more; every dimension: the hour rows):
+//     each row's own busiest minute, the step's being the largest.
+//   - Whole hours, and a series merges several rows of an hour (group_by
+//     model, say): the hour rows, whose per-minute counts are summed per
+//     hour and series, the busiest minute being the largest sum. The
+//     largest of the rows' own peaks would overstate nothing but could miss
+//     a minute where two rows are both busy.
+//
+// Hours whose rows were computed before the rollups kept their busiest
+// minute (the rollup job recomputes them, newest first) have their peaks
+// read from minute rows as in the first case, for those hours only.
+// q.Columns is not used. Without a Limit, a query selecting more than
+// Config.MaxSeriesRows rows fails with ErrTooManySeries.
+func (s *Service) Traffic(ctx context.Context, q RollupQuery) ([]TrafficRow, error) {
+	q, err := q.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	read := TrafficRead{Query: q, Limit: q.Limit}
+	if read.Limit == 0 {
+		read.Limit = s.cfg.MaxSeriesRows + 1
+	}
+	read.Kind, read.Level = q.trafficKind()
+	var old []time.Time
+	if read.Kind != TrafficMinutes {
+		if old, err = s.src.HoursWithoutPeaks(ctx, q.Start, q.End); err != nil {
+			return nil, err
+		}
+		if read.Kind == TrafficLevel && q.usesDays() {
+			if read.Days, err = s.src.FreshDays(ctx, q.Start, q.End); err != nil {
+				return nil, err
+			}
+		}
+	}
+	out, ids, err := s.src.TrafficRows(ctx, read)
+	if err != nil {
+		return nil, err
+	}
+	if q.Limit == 0 && len(out) > s.cfg.MaxSeriesRows {
+		return nil, tooManySeries(s.cfg.MaxSeriesRows)
+	}
+	if len(old) == 0 {
+		return out, nil
+	}
+	// The hours without peaks, from their minute rows: the same steps and
+	// series, or fewer.
+	fallback, fallbackIDs, err := s.src.TrafficRows(ctx, TrafficRead{Query: q, Kind: TrafficMinutes, Level: LevelMinute, OnlyHours: old})
+	if err != nil {
+		return nil, err
+	}
+	index := make(map[string]int, len(ids))
+	for i, id := range ids {
+		index[id] = i
+	}
+	for i, id := range fallbackIDs {
+		if j, ok := index[id]; ok {
+			r, f := &out[j], &fallback[i]
+			r.PeakMinuteRequests = max(r.PeakMinuteRequests, f.PeakMinuteRequests)
+			r.PeakMinuteOutputTokens = max(r.PeakMinuteOutputTokens, f.PeakMinuteOutputTokens)
+		}
+	}
+	return out, nil
+}
+
+// RawLatency reads every deduplicated latency value of the range, for exact
+// quantiles. The range may be at most MaxExactRange; more than
+// Config.MaxSeriesRows (step, series) rows fail with ErrTooManySeries.
+func (s *Service) RawLatency(ctx context.Context, q RollupQuery) ([]RawLatencyRow, error) {
+	q, err := q.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	if q.End.Sub(q.Start) > MaxExactRange {
+		return nil, fmt.Errorf("%w: exact quantiles need a range of at most %s, got %s", ErrInvalidQuery, MaxExactRange, q.End.Sub(q.Start))
+	}
+	var out []RawLatencyRow
+	err = s.src.RawLatencyRows(ctx, q, func(r RawLatencyRow) error {
+		out = append(out, r)
+		if len(out) > s.cfg.MaxSeriesRows {
+			return tooManySeries(s.cfg.MaxSeriesRows)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Cost runs a cost query.
+func (s *Service) Cost(ctx context.Context, q CostQuery) ([]CostRow, error) {
+	q, err := q.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	return s.src.CostRows(ctx, q)
+}
+
+// GPUUsage runs a GPU usage query; the tokens served are joined when the
+// grouping allows (GPUUsageRow.TokensKnown).
+func (s *Service) GPUUsage(ctx context.Context, q GPUUsageQuery) ([]GPUUsageRow, error) {
+	q, err := q.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	return s.src.GPUUsageRows(ctx, q, q.tokensJoinable())
+}
