@@ -140,7 +140,7 @@ func (s *costService) GetCost(ctx context.Context, req *meterv1.GetCostRequest) 
 	if q, err = q.Normalize(); err != nil {
 		return nil, err
 	}
-	pg, err := newPager(q.GroupBy, req.GetPageSize(), req.GetPageToken())
+	pg, err := query.NewPage(q.GroupBy, int(req.GetPageSize()), req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +149,7 @@ func (s *costService) GetCost(ctx context.Context, req *meterv1.GetCostRequest) 
 	if err != nil {
 		return nil, err
 	}
-	keys, series, next := page(pg, rows, func(r query.CostRow) map[string]string { return r.Group })
+	keys, series, next := query.Paginate(pg, rows, func(r query.CostRow) map[string]string { return r.Group })
 	resp := &meterv1.GetCostResponse{NextPageToken: next, BusyPolicy: q.Busy, IdlePolicy: q.Idle, Currency: cur}
 	out, versions := seriesOf(keys, series, cur, q.Start, func() accumulator[query.CostRow, *meterv1.CostPoint] { return &costAcc{} },
 		func(r query.CostRow) (map[string]string, time.Time, []string) {
@@ -244,9 +244,9 @@ func (a gpuAcc) point(cur string, start time.Time) *meterv1.GpuUsagePoint {
 		GpuHours:         a.gpu / 3600,
 		BusyGpuHours:     a.busy / 3600,
 		IdleGpuHours:     (a.gpu - a.busy) / 3600,
-		Utilization:      ratio(a.busy, a.gpu),
+		Utilization:      query.Ratio(a.busy, a.gpu),
 		EnergyKwh:        a.energy / 3.6e6,
-		Coverage:         ratio(a.covered, a.inst),
+		Coverage:         query.Ratio(a.covered, a.inst),
 		MaxGpus:          a.maxGPUs,
 		Cost:             money(cur, a.cost),
 		BusyCost:         money(cur, a.busyCost),
@@ -273,7 +273,7 @@ func (s *costService) GetGpuUsage(ctx context.Context, req *meterv1.GetGpuUsageR
 	if err != nil {
 		return nil, err
 	}
-	pg, err := newPager(q.GroupBy, req.GetPageSize(), req.GetPageToken())
+	pg, err := query.NewPage(q.GroupBy, int(req.GetPageSize()), req.GetPageToken())
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +286,7 @@ func (s *costService) GetGpuUsage(ctx context.Context, req *meterv1.GetGpuUsageR
 	if err != nil {
 		return nil, err
 	}
-	keys, series, next := page(pg, rows, func(r query.GPUUsageRow) map[string]string { return r.Group })
+	keys, series, next := query.Paginate(pg, rows, func(r query.GPUUsageRow) map[string]string { return r.Group })
 	resp := &meterv1.GetGpuUsageResponse{NextPageToken: next, Currency: cur}
 	out, versions := seriesOf(keys, series, cur, q.Start, func() accumulator[query.GPUUsageRow, *meterv1.GpuUsagePoint] { return &gpuAcc{} },
 		func(r query.GPUUsageRow) (map[string]string, time.Time, []string) {
