@@ -1,6 +1,7 @@
 package chstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -231,4 +232,26 @@ func ReadSQL(r any) (string, []any, error) {
 		return "", nil, fmt.Errorf("no SQL for a read of type %T", r)
 	}
 	return stmt, args, nil
+}
+
+// each runs a read, scanning each row into dest and then calling row, which
+// copies out what it keeps (dest is reused). Errors name what is read.
+func (s *Store) each(ctx context.Context, what, stmt string, args, dest []any, row func() error) error {
+	rows, err := s.conn.Query(ctx, stmt, args...)
+	if err != nil {
+		return fmt.Errorf("query %s: %w", what, classify(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return fmt.Errorf("scan %s: %w", what, err)
+		}
+		if err := row(); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", what, classify(err))
+	}
+	return nil
 }

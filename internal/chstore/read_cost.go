@@ -45,30 +45,23 @@ func costSQL(q query.CostQuery) (string, []any) {
 // CostRows runs a normalized cost query.
 func (s *Store) CostRows(ctx context.Context, q query.CostQuery) ([]query.CostRow, error) {
 	stmt, args := costSQL(q)
-	rows, err := s.conn.Query(ctx, stmt, args...)
-	if err != nil {
-		return nil, fmt.Errorf("query cost: %w", classify(err))
-	}
-	defer rows.Close()
-	var out []query.CostRow
-	for rows.Next() {
-		var r query.CostRow
-		k := newStepKey(len(q.GroupBy))
-		dest := k.dest(&r.CostNanos, &r.BusyNanos, &r.Requests, &r.InputTokens, &r.CachedInputTokens,
-			&r.OutputTokens, &r.GoodOutputTokens, &r.UnattributedRequests, &r.UnattributedInput, &r.UnattributedOutput,
-			&r.ListCharge, &r.ListUnpricedRequests, &r.PriceVersions)
-		if err := rows.Scan(dest...); err != nil {
-			return nil, fmt.Errorf("scan cost: %w", err)
-		}
+	var (
+		out []query.CostRow
+		r   query.CostRow
+		k   = newStepKey(len(q.GroupBy))
+	)
+	dest := k.dest(&r.CostNanos, &r.BusyNanos, &r.Requests, &r.InputTokens, &r.CachedInputTokens,
+		&r.OutputTokens, &r.GoodOutputTokens, &r.UnattributedRequests, &r.UnattributedInput, &r.UnattributedOutput,
+		&r.ListCharge, &r.ListUnpricedRequests, &r.PriceVersions)
+	err := s.each(ctx, "cost", stmt, args, dest, func() error {
 		r.Start = k.start(q.StepSeconds(), q.Start)
 		r.Group = groupMap(q.GroupBy, k.groups)
 		slices.Sort(r.PriceVersions)
 		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read cost: %w", classify(err))
-	}
-	return out, nil
+		r.PriceVersions = nil // kept by the row appended
+		return nil
+	})
+	return out, err
 }
 
 // gpuUsageSQL builds the GPU usage query of a normalized query: hour
@@ -112,29 +105,25 @@ GROUP BY %s`, strings.Join(sel, ", "), from, groupBy), append(args, fromArgs...)
 // tokens served per step and group from the cost rows.
 func (s *Store) GPUUsageRows(ctx context.Context, q query.GPUUsageQuery, tokens bool) ([]query.GPUUsageRow, error) {
 	stmt, args := gpuUsageSQL(q)
-	rows, err := s.conn.Query(ctx, stmt, args...)
-	if err != nil {
-		return nil, fmt.Errorf("query GPU usage: %w", classify(err))
-	}
-	defer rows.Close()
-	var out []query.GPUUsageRow
-	index := map[string]int{}
-	for rows.Next() {
-		var r query.GPUUsageRow
-		k := newStepKey(len(q.GroupBy))
-		dest := k.dest(&r.GPUSeconds, &r.BusySeconds, &r.CoveredSeconds, &r.InstanceSeconds, &r.EnergyJoules,
-			&r.UnpricedSeconds, &r.MaxGPUs, &r.CostNanos, &r.BusyCostNanos, &r.IdleCostNanos, &r.PriceVersions)
-		if err := rows.Scan(dest...); err != nil {
-			return nil, fmt.Errorf("scan GPU usage: %w", err)
-		}
+	var (
+		out   []query.GPUUsageRow
+		r     query.GPUUsageRow
+		k     = newStepKey(len(q.GroupBy))
+		index = map[string]int{}
+	)
+	dest := k.dest(&r.GPUSeconds, &r.BusySeconds, &r.CoveredSeconds, &r.InstanceSeconds, &r.EnergyJoules,
+		&r.UnpricedSeconds, &r.MaxGPUs, &r.CostNanos, &r.BusyCostNanos, &r.IdleCostNanos, &r.PriceVersions)
+	err := s.each(ctx, "GPU usage", stmt, args, dest, func() error {
 		r.Start = k.start(q.StepSeconds(), q.Start)
 		r.Group = groupMap(q.GroupBy, k.groups)
 		slices.Sort(r.PriceVersions)
 		index[k.id()] = len(out)
 		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read GPU usage: %w", classify(err))
+		r.PriceVersions = nil // kept by the row appended
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if !tokens {
 		return out, nil
@@ -143,20 +132,11 @@ func (s *Store) GPUUsageRows(ctx context.Context, q query.GPUUsageQuery, tokens 
 		out[i].TokensKnown = true
 	}
 	stmt, args = gpuTokensSQL(q)
-	trows, err := s.conn.Query(ctx, stmt, args...)
-	if err != nil {
-		return nil, fmt.Errorf("query tokens per GPU group: %w", classify(err))
-	}
-	defer trows.Close()
-	for trows.Next() {
-		var in, outT uint64
-		k := newStepKey(len(q.GroupBy))
-		if err := trows.Scan(k.dest(&in, &outT)...); err != nil {
-			return nil, fmt.Errorf("scan tokens per GPU group: %w", err)
-		}
+	var in, outT uint64
+	return out, s.each(ctx, "tokens per GPU group", stmt, args, k.dest(&in, &outT), func() error {
 		if i, ok := index[k.id()]; ok {
 			out[i].InputTokens, out[i].OutputTokens = in, outT
 		}
-	}
-	return out, trows.Err()
+		return nil
+	})
 }

@@ -44,29 +44,19 @@ func rawLatencySQL(q query.RollupQuery) (string, []any) {
 // returns an error.
 func (s *Store) RawLatencyRows(ctx context.Context, q query.RollupQuery, row func(query.RawLatencyRow) error) error {
 	stmt, args := rawLatencySQL(q)
-	rows, err := s.conn.Query(ctx, stmt, args...)
-	if err != nil {
-		return fmt.Errorf("query raw latency: %w", classify(err))
+	k := newStepKey(len(q.GroupBy))
+	vals := make([][]float64, len(distColumns))
+	dest := k.dest()
+	for i := range vals {
+		dest = append(dest, &vals[i])
 	}
-	defer rows.Close()
-	for rows.Next() {
-		k := newStepKey(len(q.GroupBy))
-		vals := make([][]float64, len(distColumns))
-		dest := k.dest()
-		for i := range vals {
-			dest = append(dest, &vals[i])
-		}
-		if err := rows.Scan(dest...); err != nil {
-			return fmt.Errorf("scan raw latency: %w", err)
-		}
+	return s.each(ctx, "raw latency", stmt, args, dest, func() error {
 		r := query.RawLatencyRow{Start: k.start(q.StepSeconds(), q.Start), Group: groupMap(q.GroupBy, k.groups), Values: map[string][]float64{}}
 		for i, m := range distColumns {
 			sort.Float64s(vals[i])
 			r.Values[m] = vals[i]
+			vals[i] = nil // the row keeps the values; the next scan fills a new slice
 		}
-		if err := row(r); err != nil {
-			return err
-		}
-	}
-	return classify(rows.Err())
+		return row(r)
+	})
 }

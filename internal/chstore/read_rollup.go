@@ -73,11 +73,6 @@ func rollupSQL(r query.RollupRead) (string, []any) {
 func (s *Store) RollupRows(ctx context.Context, r query.RollupRead, row func(*query.RollupRow) error) error {
 	q := r.Query
 	stmt, args := rollupSQL(r)
-	rows, err := s.conn.Query(ctx, stmt, args...)
-	if err != nil {
-		return fmt.Errorf("query rollups: %w", classify(err))
-	}
-	defer rows.Close()
 	counters, latency := q.Reads()
 	var (
 		out          query.RollupRow
@@ -105,12 +100,10 @@ func (s *Store) RollupRows(ctx context.Context, r query.RollupRead, row func(*qu
 	out.Group = make(map[string]string, len(q.GroupBy))
 	out.ErrorsBy = make(map[string]uint64, len(errClasses))
 	out.Latency = make(map[string]query.Dist, len(distColumns))
-	for rows.Next() {
-		if err := rows.Scan(dest...); err != nil {
-			return fmt.Errorf("scan rollups: %w", err)
-		}
+	return s.each(ctx, "rollups", stmt, args, dest, func() error {
 		if latency {
 			for i := range dists {
+				var err error
 				if dists[i].Keys, err = parseArray[int16](keys[i], 16); err == nil {
 					dists[i].Counts, err = parseArray[uint64](counts[i], 64)
 				}
@@ -129,12 +122,6 @@ func (s *Store) RollupRows(ctx context.Context, r query.RollupRead, row func(*qu
 		for i, m := range distColumns {
 			out.Latency[m] = dists[i]
 		}
-		if err := row(&out); err != nil {
-			return err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read rollups: %w", classify(err))
-	}
-	return nil
+		return row(&out)
+	})
 }

@@ -88,29 +88,19 @@ func (s *Store) HoursWithoutPeaks(ctx context.Context, from, to time.Time) ([]ti
 func (s *Store) TrafficRows(ctx context.Context, r query.TrafficRead) ([]query.TrafficRow, []string, error) {
 	q := r.Query
 	stmt, args := trafficSQL(r)
-	rows, err := s.conn.Query(ctx, stmt, args...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("query traffic: %w", classify(err))
-	}
-	defer rows.Close()
 	var (
-		out []query.TrafficRow
-		ids []string
+		out    []query.TrafficRow
+		ids    []string
+		t      query.TrafficRow
+		errsBy = make([]uint64, len(errClasses))
+		k      = newStepKey(len(q.GroupBy))
 	)
-	for rows.Next() {
-		var (
-			t      query.TrafficRow
-			errsBy = make([]uint64, len(errClasses))
-			k      = newStepKey(len(q.GroupBy))
-		)
-		dest := k.dest(&t.Requests, &t.Errors)
-		for i := range errsBy {
-			dest = append(dest, &errsBy[i])
-		}
-		dest = append(dest, &t.PromptTokens, &t.OutputTokens, &t.PeakMinuteRequests, &t.PeakMinuteOutputTokens)
-		if err := rows.Scan(dest...); err != nil {
-			return nil, nil, fmt.Errorf("scan traffic: %w", err)
-		}
+	dest := k.dest(&t.Requests, &t.Errors)
+	for i := range errsBy {
+		dest = append(dest, &errsBy[i])
+	}
+	dest = append(dest, &t.PromptTokens, &t.OutputTokens, &t.PeakMinuteRequests, &t.PeakMinuteOutputTokens)
+	err := s.each(ctx, "traffic", stmt, args, dest, func() error {
 		t.Start = k.start(q.StepSeconds(), q.Start)
 		t.Group = groupMap(q.GroupBy, k.groups)
 		t.ErrorsBy = make(map[string]uint64, len(errClasses))
@@ -119,9 +109,10 @@ func (s *Store) TrafficRows(ctx context.Context, r query.TrafficRead) ([]query.T
 		}
 		out = append(out, t)
 		ids = append(ids, k.id())
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read traffic: %w", classify(err))
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	return out, ids, nil
 }

@@ -88,20 +88,12 @@ func usageSQL(r query.UsageRead) (string, []any) {
 func (s *Store) UsageRows(ctx context.Context, r query.UsageRead) ([]query.UsageRow, error) {
 	q := r.Query
 	stmt, args := usageSQL(r)
-	rows, err := s.conn.Query(ctx, stmt, args...)
-	if err != nil {
-		return nil, fmt.Errorf("query usage: %w", classify(err))
-	}
-	defer rows.Close()
-	var out []query.UsageRow
-	for rows.Next() {
-		var (
-			k                                        = newStepKey(len(q.GroupBy))
-			requests, errs, prompt, cached, outputTk uint64
-		)
-		if err := rows.Scan(k.dest(&requests, &errs, &prompt, &cached, &outputTk)...); err != nil {
-			return nil, fmt.Errorf("scan usage: %w", err)
-		}
+	var (
+		out                                      []query.UsageRow
+		k                                        = newStepKey(len(q.GroupBy))
+		requests, errs, prompt, cached, outputTk uint64
+	)
+	err := s.each(ctx, "usage", stmt, args, k.dest(&requests, &errs, &prompt, &cached, &outputTk), func() error {
 		u := query.UsageRow{
 			Start:    k.start(q.StepSeconds(), q.Start),
 			Requests: int64(requests), Errors: int64(errs), PromptTokens: int64(prompt),
@@ -118,9 +110,7 @@ func (s *Store) UsageRows(ctx context.Context, r query.UsageRead) ([]query.Usage
 			}
 		}
 		out = append(out, u)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read usage: %w", classify(err))
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
