@@ -22,7 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/ingest"
-	"tokenmeter/internal/chserver"
+	"tokenmeter/internal/devenv"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -30,7 +30,7 @@ import (
 // SIGTERM when the test ends, if the test has not stopped it.
 func startDev(t *testing.T) *meterd {
 	t.Helper()
-	if _, err := chserver.FindBinary(); err != nil {
+	if _, err := devenv.FindClickHouse(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("ClickHouse is required under CI=true: %v", err)
 		}

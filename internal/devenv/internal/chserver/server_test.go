@@ -19,7 +19,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
-	"tokenmeter/internal/chserver"
+	"tokenmeter/internal/devenv/internal/chserver"
 )
 
 // requireBinary skips the test when ClickHouse is not installed, except

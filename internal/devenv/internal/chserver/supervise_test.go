@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"tokenmeter/internal/chserver"
+	"tokenmeter/internal/devenv/internal/chserver"
 )
 
 // syncBuffer is a log sink the test reads while the server logs.
