@@ -181,6 +181,16 @@ func StartPrivateWith(t testing.TB, cfg devenv.ClickHouseConfig) *devenv.ClickHo
 	return srv
 }
 
+// RequireLocal skips the test when clickhouse-server is not installed on
+// this machine, except under CI=true, where it fails it: for tests that
+// start servers of their own without StartPrivate (meterd --dev).
+func RequireLocal(t testing.TB) {
+	t.Helper()
+	if _, err := devenv.FindClickHouse(); err != nil {
+		notInstalled(t, err, "")
+	}
+}
+
 // failStart skips the test when ClickHouse is not installed, unless
 // CI=true, and fails it otherwise.
 func failStart(t testing.TB, err error) {
@@ -188,10 +198,17 @@ func failStart(t testing.TB, err error) {
 	if !errors.Is(err, devenv.ErrNotInstalled) {
 		t.Fatalf("chtest: %v", err)
 	}
+	notInstalled(t, err, fmt.Sprintf(" (or set %s=host:port to use a running server)", EnvAddr))
+}
+
+// notInstalled fails the test under CI=true and skips it otherwise, saying
+// err and hint.
+func notInstalled(t testing.TB, err error, hint string) {
+	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatalf("chtest: ClickHouse is required under CI=true: %v", err)
 	}
-	t.Skipf("chtest: skipping, ClickHouse is needed: %v (or set %s=host:port to use a running server)", err, EnvAddr)
+	t.Skipf("chtest: skipping, ClickHouse is needed: %v%s", err, hint)
 }
 
 // logger reports the private servers' warnings (such as a leftover server

@@ -13,19 +13,9 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/segmentio/kafka-go"
 
+	"tokenmeter/internal/chtest"
 	"tokenmeter/internal/devenv"
 )
-
-// requireClickHouse skips without clickhouse-server, except under CI=true.
-func requireClickHouse(t *testing.T) {
-	t.Helper()
-	if _, err := devenv.FindClickHouse(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("ClickHouse is required under CI=true: %v", err)
-		}
-		t.Skip(err)
-	}
-}
 
 func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -51,7 +41,7 @@ func partitions(t *testing.T, addr string) map[string]int {
 }
 
 func TestStartRunsBrokerAndClickHouseUntilClose(t *testing.T) {
-	requireClickHouse(t)
+	chtest.RequireLocal(t)
 	dir := filepath.Join(t.TempDir(), "data") // Start creates it
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
