@@ -30,7 +30,7 @@ import (
 	"tokenmeter/ingest"
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/chtest"
-	"tokenmeter/internal/devkafka"
+	"tokenmeter/internal/devenv"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
 )
@@ -72,7 +72,7 @@ func newStack(t *testing.T, brokerDown bool) *stack {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", Topics: []string{ingest.DefaultEventsTopic, ingest.DefaultDLQTopic}})
+	broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Topics: []string{ingest.DefaultEventsTopic, ingest.DefaultDLQTopic}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -151,16 +151,34 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 		grpc.ChainUnaryInterceptor(errorInterceptor(logger), authInterceptor(keys)),
 	)
 	if svc != nil {
-		meterv1.RegisterIngestServiceServer(s.grpc, &ingestService{pub: svc.Publisher, maxEvents: cfg.MaxBatchEvents})
-		meterv1.RegisterUsageServiceServer(s.grpc, &usageService{store: svc.Usage})
-		if svc.Rollups != nil {
-			meterv1.RegisterMetricsServiceServer(s.grpc, &metricsService{store: svc.Rollups})
+		// The services offered, each served over gRPC and through the
+		// gateway; those without a backend are left unregistered.
+		services := []struct {
+			name    string
+			offered bool
+			serve   func(grpc.ServiceRegistrar)
+			gateway func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error
+		}{
+			{"ingest", true, func(r grpc.ServiceRegistrar) {
+				meterv1.RegisterIngestServiceServer(r, &ingestService{pub: svc.Publisher, maxEvents: cfg.MaxBatchEvents})
+			}, meterv1.RegisterIngestServiceHandler},
+			{"usage", true, func(r grpc.ServiceRegistrar) {
+				meterv1.RegisterUsageServiceServer(r, &usageService{store: svc.Usage})
+			}, meterv1.RegisterUsageServiceHandler},
+			{"metrics", svc.Rollups != nil, func(r grpc.ServiceRegistrar) {
+				meterv1.RegisterMetricsServiceServer(r, &metricsService{store: svc.Rollups})
+			}, meterv1.RegisterMetricsServiceHandler},
+			{"cost", svc.Cost != nil, func(r grpc.ServiceRegistrar) {
+				meterv1.RegisterCostServiceServer(r, newCostService(svc))
+			}, meterv1.RegisterCostServiceHandler},
+			{"admin", svc.Admin != nil, func(r grpc.ServiceRegistrar) {
+				meterv1.RegisterAdminServiceServer(r, &adminService{store: svc.Admin})
+			}, meterv1.RegisterAdminServiceHandler},
 		}
-		if svc.Cost != nil {
-			meterv1.RegisterCostServiceServer(s.grpc, newCostService(svc))
-		}
-		if svc.Admin != nil {
-			meterv1.RegisterAdminServiceServer(s.grpc, &adminService{store: svc.Admin})
+		for _, sv := range services {
+			if sv.offered {
+				sv.serve(s.grpc)
+			}
 		}
 
 		// The gateway calls our own gRPC server, in process (see tls.go), so
@@ -186,37 +204,20 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 			runtime.WithErrorHandler(errorHandler(logger)),
 		)
 		guard.mux = gw
-		if err := meterv1.RegisterIngestServiceHandler(ctx, gw, s.conn); err != nil {
-			s.close()
-			return nil, fmt.Errorf("register ingest gateway: %w", err)
+		for _, sv := range services {
+			if !sv.offered {
+				continue
+			}
+			if err := sv.gateway(ctx, gw, s.conn); err != nil {
+				s.close()
+				return nil, fmt.Errorf("register %s gateway: %w", sv.name, err)
+			}
 		}
-		// Registered after the generated handler, so it takes its place.
+		// Registered after the generated ingest handler, so it takes its place.
 		pe := &publishHandler{mux: gw, client: meterv1.NewIngestServiceClient(s.conn), maxEvents: cfg.MaxBatchEvents}
 		if err := gw.HandlePath(http.MethodPost, "/v1/events", pe.serve); err != nil {
 			s.close()
 			return nil, fmt.Errorf("register publish handler: %w", err)
-		}
-		if err := meterv1.RegisterUsageServiceHandler(ctx, gw, s.conn); err != nil {
-			s.close()
-			return nil, fmt.Errorf("register usage gateway: %w", err)
-		}
-		if svc.Rollups != nil {
-			if err := meterv1.RegisterMetricsServiceHandler(ctx, gw, s.conn); err != nil {
-				s.close()
-				return nil, fmt.Errorf("register metrics gateway: %w", err)
-			}
-		}
-		if svc.Cost != nil {
-			if err := meterv1.RegisterCostServiceHandler(ctx, gw, s.conn); err != nil {
-				s.close()
-				return nil, fmt.Errorf("register cost gateway: %w", err)
-			}
-		}
-		if svc.Admin != nil {
-			if err := meterv1.RegisterAdminServiceHandler(ctx, gw, s.conn); err != nil {
-				s.close()
-				return nil, fmt.Errorf("register admin gateway: %w", err)
-			}
 		}
 		mux.Handle("/v1/", gw)
 	}

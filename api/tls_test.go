@@ -23,7 +23,7 @@ import (
 	"tokenmeter/api"
 	"tokenmeter/ingest"
 	"tokenmeter/internal/certtest"
-	"tokenmeter/internal/devkafka"
+	"tokenmeter/internal/devenv"
 	"tokenmeter/internal/tlsfiles"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
@@ -33,7 +33,7 @@ import (
 func tlsServer(t *testing.T, srvTLS tlsfiles.Server) *api.Server {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", Topics: []string{ingest.DefaultEventsTopic}})
+	broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Topics: []string{ingest.DefaultEventsTopic}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ import (
 
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/chtest"
-	"tokenmeter/internal/devkafka"
+	"tokenmeter/internal/devenv"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -85,14 +85,14 @@ func queryTotals(ctx context.Context, store *chstore.Store) (totals, error) {
 }
 
 type env struct {
-	broker *devkafka.Broker
+	broker *devenv.Kafka
 	store  *chstore.Store
 	logger *slog.Logger
 }
 
 func newEnv(t *testing.T, chAddr, db string) *env {
 	t.Helper()
-	broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", Topics: []string{DefaultEventsTopic, DefaultDLQTopic}, Partitions: 3})
+	broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Topics: []string{DefaultEventsTopic, DefaultDLQTopic}, Partitions: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

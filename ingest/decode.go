@@ -20,11 +20,9 @@ const (
 	HeaderContentType = "content-type"
 )
 
-// Decoder turns record values into events, reusing its buffers.
+// Decoder turns record values into events under its limits.
 type Decoder struct {
 	limits Limits
-	json   protojson.UnmarshalOptions
-	proto  proto.UnmarshalOptions
 }
 
 // NewDecoder returns a Decoder enforcing limits.MaxRecordBytes.
@@ -35,8 +33,16 @@ func NewDecoder(limits Limits) *Decoder {
 // Decode fills ev from value. contentType is the record's content-type header
 // ("" when absent). Errors are *ValidationError with reason decode or oversized.
 func (d *Decoder) Decode(ev *meterv1.InferenceEvent, value []byte, contentType string) error {
-	if len(value) > d.limits.MaxRecordBytes {
-		return invalid(ReasonOversized, "record is %d bytes, limit is %d", len(value), d.limits.MaxRecordBytes)
+	return decodeRecord(ev, "event", value, contentType, d.limits)
+}
+
+// decodeRecord fills m, a record of the kind named in errors ("event"), from
+// value: refused when larger than limits.MaxRecordBytes or empty, then
+// decoded as JSON or protobuf as recordIsJSON decides. Errors are
+// *ValidationError with reason decode or oversized.
+func decodeRecord(m proto.Message, kind string, value []byte, contentType string, limits Limits) error {
+	if len(value) > limits.MaxRecordBytes {
+		return invalid(ReasonOversized, "record is %d bytes, limit is %d", len(value), limits.MaxRecordBytes)
 	}
 	if len(value) == 0 {
 		return invalid(ReasonDecode, "record is empty")
@@ -46,13 +52,13 @@ func (d *Decoder) Decode(ev *meterv1.InferenceEvent, value []byte, contentType s
 		return err
 	}
 	if isJSON {
-		if err := d.json.Unmarshal(value, ev); err != nil {
-			return invalid(ReasonDecode, "malformed JSON event: %v", err)
+		if err := protojson.Unmarshal(value, m); err != nil {
+			return invalid(ReasonDecode, "malformed JSON %s: %v", kind, err)
 		}
 		return nil
 	}
-	if err := d.proto.Unmarshal(value, ev); err != nil {
-		return invalid(ReasonDecode, "malformed protobuf event: %v", err)
+	if err := proto.Unmarshal(value, m); err != nil {
+		return invalid(ReasonDecode, "malformed protobuf %s: %v", kind, err)
 	}
 	return nil
 }

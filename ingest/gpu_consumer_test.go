@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/internal/chtest"
-	"tokenmeter/internal/devkafka"
+	"tokenmeter/internal/devenv"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -36,7 +36,7 @@ func testSample(i int) *meterv1.GpuSample {
 func TestGPUConsumerExactAndDLQ(t *testing.T) {
 	addr, db := chtest.NewDB(t)
 	e := newEnv(t, addr, db)
-	broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", Topics: []string{DefaultGPUTopic, DefaultDLQTopic}, Partitions: 2})
+	broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Topics: []string{DefaultGPUTopic, DefaultDLQTopic}, Partitions: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,9 +4,6 @@ import (
 	"math"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
-
 	"tokenmeter/internal/ident"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
@@ -20,26 +17,7 @@ const MaxSampleInterval = time.Hour
 // DecodeGPUSample fills s from a record value in protobuf or JSON (chosen as
 // for events: content-type header, else a leading '{' means JSON).
 func DecodeGPUSample(s *meterv1.GpuSample, value []byte, contentType string, limits Limits) error {
-	if len(value) > limits.MaxRecordBytes {
-		return invalid(ReasonOversized, "record is %d bytes, limit is %d", len(value), limits.MaxRecordBytes)
-	}
-	if len(value) == 0 {
-		return invalid(ReasonDecode, "record is empty")
-	}
-	isJSON, err := recordIsJSON(value, contentType)
-	if err != nil {
-		return err
-	}
-	if isJSON {
-		if err := protojson.Unmarshal(value, s); err != nil {
-			return invalid(ReasonDecode, "malformed JSON GPU sample: %v", err)
-		}
-		return nil
-	}
-	if err := proto.Unmarshal(value, s); err != nil {
-		return invalid(ReasonDecode, "malformed protobuf GPU sample: %v", err)
-	}
-	return nil
+	return decodeRecord(s, "GPU sample", value, contentType, limits)
 }
 
 // ValidateGPUSample checks a GPU sample against ARCHITECTURE "GPU time and

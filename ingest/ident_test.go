@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/internal/chtest"
-	"tokenmeter/internal/devkafka"
+	"tokenmeter/internal/devenv"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -125,7 +125,7 @@ func nulPair() []*meterv1.InferenceEvent {
 }
 
 func TestPublishRejectsNULIdentifiers(t *testing.T) {
-	broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", Topics: []string{DefaultEventsTopic}})
+	broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Topics: []string{DefaultEventsTopic}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"tokenmeter/internal/certtest"
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/chtest"
-	"tokenmeter/internal/devkafka"
+	"tokenmeter/internal/devenv"
 	"tokenmeter/internal/kafkaconn"
 	"tokenmeter/internal/tlsfiles"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -30,7 +30,7 @@ func TestSecureKafka(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	users := []devkafka.User{
+	users := []devenv.KafkaUser{
 		{Mechanism: kafkaconn.Plain, Name: "meterd-plain", Password: "p1"},
 		{Mechanism: kafkaconn.ScramSHA256, Name: "meterd-256", Password: "p2"},
 		{Mechanism: kafkaconn.ScramSHA512, Name: "meterd-512", Password: "p3"},
@@ -50,7 +50,7 @@ func TestSecureKafka(t *testing.T) {
 	var all []*meterv1.InferenceEvent
 	for n, u := range users {
 		t.Run(u.Mechanism, func(t *testing.T) {
-			broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", Topics: []string{DefaultEventsTopic, DefaultDLQTopic},
+			broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Topics: []string{DefaultEventsTopic, DefaultDLQTopic},
 				Partitions: 2, TLS: srvTLS, Users: users})
 			if err != nil {
 				t.Fatal(err)

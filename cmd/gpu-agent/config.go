@@ -15,6 +15,7 @@ import (
 	"tokenmeter/ingest/gpu"
 	"tokenmeter/internal/envflag"
 	"tokenmeter/internal/kafkaconn"
+	"tokenmeter/internal/logsetup"
 )
 
 // Config is gpu-agent's whole configuration, read from flags with METER_*
@@ -111,10 +112,8 @@ func (c Config) Validate() error {
 	if c.BufferSamples <= 0 {
 		errs = append(errs, fmt.Errorf("--buffer-samples %d: must be positive", c.BufferSamples))
 	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel))
+	if err := logsetup.CheckLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -21,6 +21,7 @@ import (
 
 	"tokenmeter/ingest/gpu"
 	"tokenmeter/internal/kafkaconn"
+	"tokenmeter/internal/logsetup"
 	"tokenmeter/internal/tlsfiles"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
@@ -42,9 +43,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, "configuration is valid")
 		return nil
 	}
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.LogLevel))
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger := logsetup.JSON(stderr, cfg.LogLevel)
 	now := time.Now
 
 	src, err := openSource(cfg, logger)

@@ -20,7 +20,7 @@ import (
 
 	"tokenmeter/ingest"
 	"tokenmeter/ingest/gpu"
-	"tokenmeter/internal/devkafka"
+	"tokenmeter/internal/devenv"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -33,7 +33,7 @@ func envOf(m map[string]string) func(string) string { return func(k string) stri
 // TestRunReplayToKafka replays the demo file through the binary's run into
 // an in-process Kafka broker and reads every record back with kafka-go.
 func TestRunReplayToKafka(t *testing.T) {
-	broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", Topics: []string{ingest.DefaultGPUTopic}, Partitions: 4})
+	broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Topics: []string{ingest.DefaultGPUTopic}, Partitions: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

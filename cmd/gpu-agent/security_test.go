@@ -15,7 +15,7 @@ import (
 
 	"tokenmeter/ingest"
 	"tokenmeter/internal/certtest"
-	"tokenmeter/internal/devkafka"
+	"tokenmeter/internal/devenv"
 	"tokenmeter/internal/kafkaconn"
 	"tokenmeter/internal/tlsfiles"
 )
@@ -30,8 +30,8 @@ func TestRunReplayToSecureKafka(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", Topics: []string{ingest.DefaultGPUTopic}, Partitions: 1, TLS: srvTLS,
-		Users: []devkafka.User{{Mechanism: kafkaconn.ScramSHA256, Name: "agent", Password: "agent-pass"}}})
+	broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Topics: []string{ingest.DefaultGPUTopic}, Partitions: 1, TLS: srvTLS,
+		Users: []devenv.KafkaUser{{Mechanism: kafkaconn.ScramSHA256, Name: "agent", Password: "agent-pass"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

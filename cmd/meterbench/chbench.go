@@ -16,8 +16,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tokenmeter/internal/chserver"
 	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/devenv"
 )
 
 // benchClickHouse is a private ClickHouse for a benchmark: a migrated store
@@ -47,7 +47,7 @@ func startClickHouse(ctx context.Context, logger *slog.Logger, dir, db string, o
 		b.stops = append(b.stops, func() { os.RemoveAll(tmp) })
 		dir = filepath.Join(tmp, "clickhouse")
 	}
-	ch, err := chserver.Start(ctx, chserver.Config{Dir: dir, Logger: logger})
+	ch, err := devenv.StartClickHouse(ctx, devenv.ClickHouseConfig{Dir: dir, Logger: logger})
 	if err != nil {
 		return nil, err
 	}

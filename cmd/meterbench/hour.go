@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"runtime"
 	"slices"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"tokenmeter/internal/logsetup"
 	"tokenmeter/rollup"
 )
 
@@ -36,7 +36,7 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := logsetup.Warnings(stderr)
 	if *keep != "" {
 		if err := newFolder("keep", *keep); err != nil {
 			return err

@@ -22,6 +22,7 @@ import (
 	"tokenmeter/api"
 	"tokenmeter/billing"
 	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/logsetup"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
 	"tokenmeter/rollup"
@@ -49,7 +50,7 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return errors.New("--keep and --reuse exclude each other")
 	}
 	progress := func(format string, a ...any) { fmt.Fprintf(stderr, "meterbench: "+format+"\n", a...) }
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := logsetup.Warnings(stderr)
 	chDir := *reuse
 	if *keep != "" {
 		if err := newFolder("keep", *keep); err != nil {

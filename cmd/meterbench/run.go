@@ -28,9 +28,9 @@ import (
 
 	"tokenmeter/ingest"
 	"tokenmeter/internal/bench"
-	"tokenmeter/internal/chserver"
 	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/devkafka"
+	"tokenmeter/internal/devenv"
+	"tokenmeter/internal/logsetup"
 	"tokenmeter/internal/workload"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
@@ -78,19 +78,19 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	if _, err := os.Stat(cfg.meterd); err != nil {
 		return fmt.Errorf("meterd binary: %w (run make build)", err)
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := logsetup.Warnings(stderr)
 	dir, err := os.MkdirTemp("", "meterbench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
 
-	ch, err := chserver.Start(ctx, chserver.Config{Dir: filepath.Join(dir, "clickhouse"), Logger: logger})
+	ch, err := devenv.StartClickHouse(ctx, devenv.ClickHouseConfig{Dir: filepath.Join(dir, "clickhouse"), Logger: logger})
 	if err != nil {
 		return err
 	}
 	defer ch.Stop(context.WithoutCancel(ctx))
-	broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", Partitions: int32(cfg.partitions),
+	broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Partitions: int32(cfg.partitions),
 		Topics: []string{"bench.proto", "bench.json", "bench.latency", ingest.DefaultDLQTopic}})
 	if err != nil {
 		return err

@@ -21,8 +21,7 @@ func runGoodput(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	if cfg.ValidateOnly {
-		fmt.Fprintln(stdout, "configuration ok")
+	if validatedOnly(stdout, cfg.ValidateOnly) {
 		return nil
 	}
 	all := &meterv1.GetGoodputResponse{}

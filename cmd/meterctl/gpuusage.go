@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"slices"
 	"strconv"
@@ -40,8 +39,7 @@ func runGPUUsage(ctx context.Context, args []string, getenv func(string) string,
 	if err != nil {
 		return err
 	}
-	if cfg.ValidateOnly {
-		fmt.Fprintln(stdout, "configuration ok")
+	if validatedOnly(stdout, cfg.ValidateOnly) {
 		return nil
 	}
 	all := &meterv1.GetGpuUsageResponse{}

@@ -71,8 +71,7 @@ func runLatency(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	if cfg.ValidateOnly {
-		fmt.Fprintln(stdout, "configuration ok")
+	if validatedOnly(stdout, cfg.ValidateOnly) {
 		return nil
 	}
 	q := cfg.query()

@@ -206,8 +206,7 @@ func runReplay(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
-	if cfg.ValidateOnly {
-		fmt.Fprintln(stdout, "configuration ok")
+	if validatedOnly(stdout, cfg.ValidateOnly) {
 		return nil
 	}
 	src, err := openSource(cfg, time.Now())

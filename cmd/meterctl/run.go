@@ -122,6 +122,15 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// validatedOnly says "configuration ok" and returns true when --validate
+// asked only for the check: the command then stops.
+func validatedOnly(stdout io.Writer, only bool) bool {
+	if only {
+		fmt.Fprintln(stdout, "configuration ok")
+	}
+	return only
+}
+
 // connConfig says how to reach the API.
 type connConfig struct {
 	// Addr is the API base URL; a bare host:port means http.

@@ -48,10 +48,12 @@ type selectorShape struct {
 	// are the request's own (cost).
 	prefix string
 	// unit is what start and end must be whole multiples of, unitName its
-	// name.
+	// name; without a name (usage) they may be any instant, and unit only
+	// rounds the default end.
 	unit     time.Duration
 	unitName string
-	// steps are the accepted steps, "total" first (the default).
+	// steps are the accepted steps, "total" first (the default), of the
+	// series commands.
 	steps []string
 	// groupFields are the accepted group-by dimensions.
 	groupFields []string
@@ -65,46 +67,22 @@ type selectorShape struct {
 var metricsShape = selectorShape{prefix: "selector.", unit: time.Minute, unitName: "minute",
 	steps: steps, groupFields: seriesGroupFields, tenant: true, nothing: "requests"}
 
-// selectorConfig is the configuration shared by the series commands: how
-// to reach the API, the selector and the output.
+// selectorConfig is the configuration shared by the series commands: the
+// selection, the step and the page size.
 type selectorConfig struct {
-	connConfig
-	// shape is the selector the endpoint takes.
-	shape  selectorShape
-	Tenant string
-	// Start (inclusive) and End (exclusive) lie on whole units of the shape.
-	Start, End time.Time
-	Step       string
-	GroupBy    []string
+	selection
+	Step string
 	// PageSize is the series asked per request; every page is fetched.
-	PageSize     int
-	Output       string
-	ValidateOnly bool
+	PageSize int
 }
 
-// register adds the connection, selector and output flags of shape to fs.
+// register adds the selection flags of shape, --step and --page-size to fs.
 // The returned function completes c once fs has parsed the arguments.
 func (c *selectorConfig) register(fs *flag.FlagSet, shape selectorShape) (finish func(getenv func(string) string, now time.Time) error) {
-	c.shape = shape
-	c.connConfig.register(fs)
-	if shape.tenant {
-		fs.StringVar(&c.Tenant, "tenant", "", "only this tenant (a tenant key always sees only its own)")
-	}
-	unit := shape.unitName
-	start := fs.String("start", "", "inclusive start on a whole "+unit+", RFC 3339 or a date such as 2026-11-23 (default: 24h before --end)")
-	end := fs.String("end", "", "exclusive end on a whole "+unit+", RFC 3339 or a date (default: now, rounded down to the "+unit+")")
+	finish = c.selection.register(fs, shape, "the API's answers, pages merged")
 	fs.StringVar(&c.Step, "step", shape.steps[0], "step: "+shape.steps[0]+" (the whole range), "+orList(shape.steps[1:]))
-	groupBy := fs.String("group-by", "", "comma-separated dimensions: "+strings.Join(shape.groupFields, ", "))
 	fs.IntVar(&c.PageSize, "page-size", maxPageSize, fmt.Sprintf("series per request, 1 to %d; every page is fetched", maxPageSize))
-	fs.StringVar(&c.Output, "output", "table", "table, csv or json (the API's answers, pages merged)")
-	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the flags and exit")
-	return func(getenv func(string) string, now time.Time) error {
-		c.connConfig.resolve(getenv)
-		var err error
-		c.Start, c.End, err = timeRange(*start, *end, now.UTC().Truncate(shape.unit))
-		c.GroupBy = splitList(*groupBy)
-		return err
-	}
+	return finish
 }
 
 // orList joins words as "a, b or c".
@@ -117,31 +95,12 @@ func orList(words []string) string {
 
 // validate reports every problem of c.
 func (c selectorConfig) validate() []error {
-	errs := c.connConfig.validate()
-	for _, t := range []struct {
-		flag string
-		at   time.Time
-	}{{"--start", c.Start}, {"--end", c.End}} {
-		if !t.at.Truncate(c.shape.unit).Equal(t.at) {
-			errs = append(errs, fmt.Errorf("%s %s: must be a whole %s", t.flag, t.at.Format(time.RFC3339Nano), c.shape.unitName))
-		}
-	}
-	if !c.Start.Before(c.End) {
-		errs = append(errs, fmt.Errorf("--start %s is not before --end %s", c.Start.Format(time.RFC3339), c.End.Format(time.RFC3339)))
-	}
+	errs := c.selection.validate()
 	if !slices.Contains(c.shape.steps, c.Step) {
 		errs = append(errs, fmt.Errorf("--step %q: want %s", c.Step, strings.Join(c.shape.steps, ", ")))
 	}
-	for _, g := range c.GroupBy {
-		if !slices.Contains(c.shape.groupFields, g) {
-			errs = append(errs, fmt.Errorf("--group-by %q: want any of %s", g, strings.Join(c.shape.groupFields, ", ")))
-		}
-	}
 	if c.PageSize < 1 || c.PageSize > maxPageSize {
 		errs = append(errs, fmt.Errorf("--page-size %d: want 1 to %d", c.PageSize, maxPageSize))
-	}
-	if !slices.Contains(outputs, c.Output) {
-		errs = append(errs, fmt.Errorf("--output %q: want %s", c.Output, strings.Join(outputs, ", ")))
 	}
 	return errs
 }

@@ -27,8 +27,7 @@ func runTraffic(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	if cfg.ValidateOnly {
-		fmt.Fprintln(stdout, "configuration ok")
+	if validatedOnly(stdout, cfg.ValidateOnly) {
 		return nil
 	}
 	all := &meterv1.GetTrafficResponse{}

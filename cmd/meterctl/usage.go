@@ -23,37 +23,25 @@ import (
 
 // usageConfig is the configuration of "usage".
 type usageConfig struct {
-	connConfig
-	Tenant       string
-	Start, End   time.Time
-	Granularity  string
-	GroupBy      []string
-	Output       string
-	ValidateOnly bool
+	selection
+	Granularity string
 }
 
 var (
 	granularities = []string{"minute", "hour", "day", "month", "total"}
 	groupColumns  = []string{"tenant_id", "model", "deployment"}
 	outputs       = []string{"table", "csv", "json"}
+
+	// usageShape is the selection of GET /v1/usage: top-level parameters,
+	// any instants (the default end on a whole second).
+	usageShape = selectorShape{unit: time.Second, groupFields: groupColumns, tenant: true}
 )
 
 // Validate reports every problem at once.
 func (c usageConfig) Validate() error {
-	errs := c.connConfig.validate()
-	if !c.Start.Before(c.End) {
-		errs = append(errs, fmt.Errorf("--start %s is not before --end %s", c.Start.Format(time.RFC3339), c.End.Format(time.RFC3339)))
-	}
+	errs := c.selection.validate()
 	if !slices.Contains(granularities, c.Granularity) {
 		errs = append(errs, fmt.Errorf("--granularity %q: want %s", c.Granularity, strings.Join(granularities, ", ")))
-	}
-	for _, g := range c.GroupBy {
-		if !slices.Contains(groupColumns, g) {
-			errs = append(errs, fmt.Errorf("--group-by %q: want any of %s", g, strings.Join(groupColumns, ", ")))
-		}
-	}
-	if !slices.Contains(outputs, c.Output) {
-		errs = append(errs, fmt.Errorf("--output %q: want %s", c.Output, strings.Join(outputs, ", ")))
 	}
 	return errors.Join(errs...)
 }
@@ -63,29 +51,12 @@ func parseUsage(args []string, getenv func(string) string, now time.Time, stderr
 	fs := newFlagSet("usage", "[flags]",
 		"Prints request and token totals per time bucket and group from GET /v1/usage.\n"+
 			"Totals are exact and deduplicated by event_id.", stderr)
-	c.connConfig.register(fs)
-	fs.StringVar(&c.Tenant, "tenant", "", "only this tenant (a tenant key always sees only its own)")
-	start := fs.String("start", "", "inclusive start, RFC 3339 or a date such as 2026-11-23 (default: 24h before --end)")
-	end := fs.String("end", "", "exclusive end, RFC 3339 or a date (default: now)")
+	finish := c.selection.register(fs, usageShape, "the API's answer")
 	fs.StringVar(&c.Granularity, "granularity", "total", "bucket size: minute, hour, day, month or total")
-	groupBy := fs.String("group-by", "", "comma-separated dimensions: tenant_id, model, deployment")
-	fs.StringVar(&c.Output, "output", "table", "table, csv or json (the API's answer)")
-	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the flags and exit")
 	if err := parseFlags(fs, args); err != nil {
 		return c, err
 	}
-	c.connConfig.resolve(getenv)
-	var errs []error
-	var err error
-	if c.Start, c.End, err = timeRange(*start, *end, now.UTC().Truncate(time.Second)); err != nil {
-		errs = append(errs, err)
-	}
-	for _, g := range strings.Split(*groupBy, ",") {
-		if g = strings.TrimSpace(g); g != "" {
-			c.GroupBy = append(c.GroupBy, g)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := finish(getenv, now); err != nil {
 		return c, err
 	}
 	return c, c.Validate()
@@ -96,8 +67,7 @@ func runUsage(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	if cfg.ValidateOnly {
-		fmt.Fprintln(stdout, "configuration ok")
+	if validatedOnly(stdout, cfg.ValidateOnly) {
 		return nil
 	}
 	q := url.Values{}

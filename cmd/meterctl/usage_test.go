@@ -53,6 +53,27 @@ TOTAL                                                   120404    3612  14445880
 	}
 }
 
+// A dimension named twice in --group-by is one column and one parameter,
+// as in the series commands.
+func TestUsageGroupByRepeat(t *testing.T) {
+	f := &fakeAPI{usage: usageAnswer}
+	srv := newFakeAPI(t, f)
+	out, _, err := runArgs(t, nil, "usage", "--addr", srv.URL, "--key", testKey,
+		"--group-by", "tenant_id,model,tenant_id", "--output", "csv")
+	if err != nil {
+		t.Fatalf("usage: %v", err)
+	}
+	if got, want := strings.SplitN(out, "\n", 2)[0], "bucket_start,tenant_id,model,requests,errors,prompt_tokens,cached_prompt_tokens,output_tokens"; got != want {
+		t.Errorf("CSV header: got %q, want %q", got, want)
+	}
+	f.mu.Lock()
+	q := f.usageQuery
+	f.mu.Unlock()
+	if diff := cmp.Diff([]string{"tenant_id", "model"}, q["group_by"]); diff != "" {
+		t.Errorf("group_by (-want +got):\n%s", diff)
+	}
+}
+
 func TestUsageCSV(t *testing.T) {
 	srv := newFakeAPI(t, &fakeAPI{usage: usageAnswer})
 	out, _, err := runArgs(t, map[string]string{"METER_ADDR": srv.URL, "METER_API_KEY": testKey},

@@ -12,6 +12,7 @@ import (
 	"tokenmeter/ingest"
 	"tokenmeter/internal/envflag"
 	"tokenmeter/internal/kafkaconn"
+	"tokenmeter/internal/logsetup"
 	"tokenmeter/internal/tlsfiles"
 )
 
@@ -163,10 +164,8 @@ func (c Config) Validate() error {
 	if c.MaxBatch <= 0 || c.MaxBody <= 0 {
 		errs = append(errs, errors.New("--max-batch-events and --max-request-bytes must be positive"))
 	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", c.LogLevel))
+	if err := logsetup.CheckLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.Security.validate(c.Dev, c.Dev && c.ClickHouse == ""); err != nil {
 		errs = append(errs, err)

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/ingest"
-	"tokenmeter/internal/chserver"
+	"tokenmeter/internal/chtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -30,12 +30,7 @@ import (
 // SIGTERM when the test ends, if the test has not stopped it.
 func startDev(t *testing.T) *meterd {
 	t.Helper()
-	if _, err := chserver.FindBinary(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("ClickHouse is required under CI=true: %v", err)
-		}
-		t.Skip(err)
-	}
+	chtest.RequireLocal(t)
 	bin := filepath.Join(t.TempDir(), "meterd")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)

@@ -3,16 +3,13 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,10 +19,9 @@ import (
 	"tokenmeter/api"
 	"tokenmeter/billing"
 	"tokenmeter/ingest"
-	"tokenmeter/internal/chserver"
 	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/devkafka"
 	"tokenmeter/internal/kafkaconn"
+	"tokenmeter/internal/logsetup"
 	"tokenmeter/internal/tlsfiles"
 	"tokenmeter/query"
 	"tokenmeter/rollup"
@@ -43,9 +39,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, "configuration is valid")
 		return nil
 	}
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.LogLevel))
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger := logsetup.JSON(stderr, cfg.LogLevel)
 	now := time.Now
 	if cfg.MemoryMiB > 0 && getenv("GOMEMLIMIT") == "" {
 		// A soft limit: the collector works harder near it, so that the
@@ -59,50 +53,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// Development mode: the engines run inside and beside this process.
 	var devKeys []devKey
 	if cfg.Dev {
-		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-			return fmt.Errorf("data dir: %w", err)
-		}
-		broker, err := devkafka.Start(devkafka.Config{
-			Addr:                  cfg.KafkaBrokers[0],
-			DataDir:               filepath.Join(cfg.DataDir, "kafka"),
-			Topics:                devTopics(cfg),
-			SinglePartitionTopics: []string{rollup.DefaultLeaseTopic},
-			Logger:                logger,
-		})
-		if err != nil {
+		var stopDev func()
+		if cfg, devKeys, stopDev, err = startDevMode(ctx, cfg, logger); err != nil {
 			return err
 		}
-		defer broker.Close()
-		cfg.KafkaBrokers = []string{broker.Addr()}
-		if cfg.ClickHouse == "" {
-			srv, err := chserver.Start(ctx, chserver.Config{Dir: filepath.Join(cfg.DataDir, "clickhouse"), Logger: logger})
-			if err != nil {
-				return fmt.Errorf("start private ClickHouse: %w", err)
-			}
-			defer func() {
-				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-				defer cancel()
-				if err := srv.Stop(sctx); err != nil {
-					logger.Warn("stop ClickHouse", "error", err)
-				}
-			}()
-			// Restart the server if it dies while meterd runs. Deferred after
-			// the Stop above, so that supervision ends before the server stops.
-			superviseCtx, stopSupervising := context.WithCancel(ctx)
-			supervised := make(chan struct{})
-			go func() {
-				defer close(supervised)
-				srv.Supervise(superviseCtx, chserver.Backoff{})
-			}()
-			defer func() { stopSupervising(); <-supervised }()
-			cfg.ClickHouse = srv.Addr()
-		}
-		if cfg.AuthKeys == "" {
-			if devKeys, err = ensureDevKeys(cfg.DataDir); err != nil {
-				return err
-			}
-			cfg.AuthKeys = filepath.Join(cfg.DataDir, "auth-keys.json")
-		}
+		defer stopDev()
 	}
 
 	kafkaConn, chCfg, apiTLS, err := security(ctx, cfg, logger)
@@ -275,15 +230,6 @@ func security(ctx context.Context, cfg Config, logger *slog.Logger) (*kafkaconn.
 	return kafkaConn, chCfg, apiTLS, nil
 }
 
-// devTopics are the topics the dev broker creates.
-func devTopics(cfg Config) []string {
-	topics := []string{cfg.EventsTopic, cfg.DLQTopic}
-	if cfg.GPUTopic != "" {
-		topics = append(topics, cfg.GPUTopic)
-	}
-	return topics
-}
-
 // migrate applies the schema, retrying while ClickHouse is not reachable.
 func migrate(ctx context.Context, store *chstore.Store, logger *slog.Logger) error {
 	backoff := 200 * time.Millisecond
@@ -305,78 +251,5 @@ func migrate(ctx context.Context, store *chstore.Store, logger *slog.Logger) err
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 10*time.Second)
-	}
-}
-
-type devKey struct {
-	Role   api.Role
-	Tenant string
-	Key    string
-}
-
-// ensureDevKeys creates, once per data dir, one key of each role (a tenant key
-// for tenant "acme") and writes both the keys file and the plain keys
-// (DIR/keys/<name>.key) so that scripts can read them.
-func ensureDevKeys(dir string) ([]devKey, error) {
-	keysDir := filepath.Join(dir, "keys")
-	wanted := []struct {
-		name   string
-		role   api.Role
-		tenant string
-	}{
-		{"ingest", api.RoleIngest, ""}, {"admin", api.RoleAdmin, ""},
-		{"finance", api.RoleFinance, ""}, {"tenant-acme", api.RoleTenant, "acme"},
-	}
-	if err := os.MkdirAll(keysDir, 0o700); err != nil {
-		return nil, fmt.Errorf("dev keys: %w", err)
-	}
-	var file api.KeysFile
-	var out []devKey
-	for _, w := range wanted {
-		path := filepath.Join(keysDir, w.name+".key")
-		b, err := os.ReadFile(path)
-		key := string(b)
-		if errors.Is(err, os.ErrNotExist) {
-			if key, err = api.NewKey(); err != nil {
-				return nil, err
-			}
-			if err := os.WriteFile(path, []byte(key), 0o600); err != nil {
-				return nil, fmt.Errorf("dev keys: %w", err)
-			}
-		} else if err != nil {
-			return nil, fmt.Errorf("dev keys: %w", err)
-		}
-		file.Keys = append(file.Keys, api.KeyEntry{Name: "dev-" + w.name, SHA256: api.HashKey(key), Role: w.role, TenantID: w.tenant})
-		out = append(out, devKey{Role: w.role, Tenant: w.tenant, Key: key})
-	}
-	data, err := json.MarshalIndent(file, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "auth-keys.json"), data, 0o600); err != nil {
-		return nil, fmt.Errorf("dev keys: %w", err)
-	}
-	return out, nil
-}
-
-func printDevBanner(w io.Writer, cfg Config, s *api.Server, keys []devKey) {
-	fmt.Fprintf(w, "tokenmeter dev mode (data in %s)\n", cfg.DataDir)
-	scheme := "http"
-	if cfg.Security.TLS.Enabled() {
-		scheme = "https"
-	}
-	fmt.Fprintf(w, "  REST        %s://%s   (POST /v1/events, GET /v1/usage|latency|goodput|traffic|cost|gpu-usage, /metrics, /healthz/ready)\n", scheme, s.HTTPAddr())
-	fmt.Fprintf(w, "  gRPC        %s\n", s.GRPCAddr())
-	fmt.Fprintf(w, "  Kafka       %s   (topics %s)\n", cfg.KafkaBrokers[0], strings.Join(devTopics(cfg), ", "))
-	fmt.Fprintf(w, "  ClickHouse  %s   (database %s)\n", cfg.ClickHouse, cfg.Database)
-	if len(keys) > 0 {
-		fmt.Fprintf(w, "  dev API keys (also in %s):\n", filepath.Join(cfg.DataDir, "keys"))
-		for _, k := range keys {
-			role := string(k.Role)
-			if k.Tenant != "" {
-				role += " (" + k.Tenant + ")"
-			}
-			fmt.Fprintf(w, "    %-16s %s\n", role, k.Key)
-		}
 	}
 }

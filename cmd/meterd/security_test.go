@@ -23,10 +23,9 @@ import (
 	"tokenmeter/api"
 	"tokenmeter/ingest"
 	"tokenmeter/internal/certtest"
-	"tokenmeter/internal/chserver"
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/chtest"
-	"tokenmeter/internal/devkafka"
+	"tokenmeter/internal/devenv"
 	"tokenmeter/internal/kafkaconn"
 	"tokenmeter/internal/tlsfiles"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -56,20 +55,20 @@ func TestSecureDeployment(t *testing.T) {
 	ca := certtest.NewCA(t, "prod")
 	dir := t.TempDir()
 	chCert, chKey := ca.Issue(t, "clickhouse", "127.0.0.1").Files(t)
-	ch := chtest.StartPrivateWith(t, chserver.Config{
-		Users: []chserver.User{{Name: "meterd", Password: "ch-pass"}},
-		TLS:   &chserver.TLS{CertFile: chCert, KeyFile: chKey},
+	ch := chtest.StartPrivateWith(t, devenv.ClickHouseConfig{
+		Users: []devenv.ClickHouseUser{{Name: "meterd", Password: "ch-pass"}},
+		TLS:   &devenv.ClickHouseTLS{CertFile: chCert, KeyFile: chKey},
 	})
 	brokerCert, brokerKey := ca.Issue(t, "kafka", "127.0.0.1").Files(t)
 	brokerTLS, err := tlsfiles.Server{CertFile: brokerCert, KeyFile: brokerKey}.Config(tlsfiles.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	broker, err := devkafka.Start(devkafka.Config{
+	broker, err := devenv.StartKafka(devenv.KafkaConfig{
 		Addr: "127.0.0.1:0", TLS: brokerTLS,
 		Topics:                []string{ingest.DefaultEventsTopic, ingest.DefaultDLQTopic, ingest.DefaultGPUTopic},
 		SinglePartitionTopics: []string{rollup.DefaultLeaseTopic},
-		Users:                 []devkafka.User{{Mechanism: kafkaconn.ScramSHA512, Name: "meterd", Password: "kafka-pass"}},
+		Users:                 []devenv.KafkaUser{{Mechanism: kafkaconn.ScramSHA512, Name: "meterd", Password: "kafka-pass"}},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -15,9 +15,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"tokenmeter/internal/chserver"
 	"tokenmeter/internal/chtest"
-	"tokenmeter/internal/devkafka"
+	"tokenmeter/internal/devenv"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -145,7 +144,7 @@ func BenchmarkClickHouseKafkaEngine(b *testing.B) {
 	}
 }
 
-func benchKafkaEngine(b *testing.B, srv *chserver.Server, brokerAddr, topic string, n int, opts ...Option) {
+func benchKafkaEngine(b *testing.B, srv *devenv.ClickHouse, brokerAddr, topic string, n int, opts ...Option) {
 	const db = "bench_kafka_engine_bench"
 	b.Cleanup(func() { dropDatabase(b, srv.Addr(), db) })
 	var total, toFirst, first time.Duration
@@ -170,7 +169,7 @@ func benchKafkaEngine(b *testing.B, srv *chserver.Server, brokerAddr, topic stri
 // localServer returns a ClickHouse server on this machine: the Kafka engine
 // must reach the loopback broker, and the run reads the server's logs. It
 // skips without ClickHouse, except under CI=true.
-func localServer(tb testing.TB) *chserver.Server {
+func localServer(tb testing.TB) *devenv.ClickHouse {
 	tb.Helper()
 	if srv := chtest.Server(tb); srv != nil {
 		return srv
@@ -178,9 +177,9 @@ func localServer(tb testing.TB) *chserver.Server {
 	return chtest.StartPrivate(tb)
 }
 
-func startBroker(tb testing.TB, topics ...string) *devkafka.Broker {
+func startBroker(tb testing.TB, topics ...string) *devenv.Kafka {
 	tb.Helper()
-	b, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", Topics: topics, Partitions: 4})
+	b, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Topics: topics, Partitions: 4})
 	if err != nil {
 		tb.Fatalf("start broker: %v", err)
 	}

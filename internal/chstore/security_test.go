@@ -12,9 +12,9 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 
 	"tokenmeter/internal/certtest"
-	"tokenmeter/internal/chserver"
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/chtest"
+	"tokenmeter/internal/devenv"
 	"tokenmeter/internal/tlsfiles"
 )
 
@@ -30,9 +30,9 @@ const (
 func TestUserPasswordAndTLS(t *testing.T) {
 	ca := certtest.NewCA(t, "clickhouse")
 	certFile, keyFile := ca.Issue(t, "clickhouse", "127.0.0.1", "localhost").Files(t)
-	srv := chtest.StartPrivateWith(t, chserver.Config{
-		Users: []chserver.User{{Name: "meterd", Password: "s3cret pass"}},
-		TLS:   &chserver.TLS{CertFile: certFile, KeyFile: keyFile},
+	srv := chtest.StartPrivateWith(t, devenv.ClickHouseConfig{
+		Users: []devenv.ClickHouseUser{{Name: "meterd", Password: "s3cret pass"}},
+		TLS:   &devenv.ClickHouseTLS{CertFile: certFile, KeyFile: keyFile},
 	})
 	trusted, err := tlsfiles.Client{CAFile: ca.CertFile}.Config(tlsfiles.Options{})
 	if err != nil {

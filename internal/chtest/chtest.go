@@ -29,7 +29,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
-	"tokenmeter/internal/chserver"
+	"tokenmeter/internal/devenv"
+	"tokenmeter/internal/logsetup"
 )
 
 // EnvAddr names the environment variable that points the tests at an
@@ -49,7 +50,7 @@ var shared struct {
 
 	once sync.Once
 	dir  string // the server's parent directory, removed by Main
-	srv  *chserver.Server
+	srv  *devenv.ClickHouse
 	err  error
 }
 
@@ -89,7 +90,7 @@ func stopShared() error {
 // returns nil when METER_TEST_CLICKHOUSE names an external server; use Addr
 // for an address that works either way. Tests must not stop the shared
 // server: those that stop or kill ClickHouse use StartPrivate.
-func Server(t testing.TB) *chserver.Server {
+func Server(t testing.TB) *devenv.ClickHouse {
 	t.Helper()
 	if os.Getenv(EnvAddr) != "" {
 		return nil
@@ -104,7 +105,7 @@ func Server(t testing.TB) *chserver.Server {
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), startTimeout)
 		defer cancel()
-		shared.srv, shared.err = chserver.Start(ctx, chserver.Config{
+		shared.srv, shared.err = devenv.StartClickHouse(ctx, devenv.ClickHouseConfig{
 			Dir:    filepath.Join(shared.dir, "clickhouse"),
 			Logger: logger(),
 		})
@@ -149,14 +150,14 @@ func NewDB(t testing.TB) (addr, database string) {
 // StartPrivate starts a server of the test's own, for tests that stop, kill
 // or restart ClickHouse, and stops it when the test ends. It needs a local
 // ClickHouse even when METER_TEST_CLICKHOUSE is set.
-func StartPrivate(t testing.TB) *chserver.Server {
+func StartPrivate(t testing.TB) *devenv.ClickHouse {
 	t.Helper()
-	return StartPrivateWith(t, chserver.Config{})
+	return StartPrivateWith(t, devenv.ClickHouseConfig{})
 }
 
 // StartPrivateWith is StartPrivate for a server configured by cfg (users
 // with passwords, a TLS port); Dir and Logger are the test's when empty.
-func StartPrivateWith(t testing.TB, cfg chserver.Config) *chserver.Server {
+func StartPrivateWith(t testing.TB, cfg devenv.ClickHouseConfig) *devenv.ClickHouse {
 	t.Helper()
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
@@ -166,7 +167,7 @@ func StartPrivateWith(t testing.TB, cfg chserver.Config) *chserver.Server {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), startTimeout)
 	defer cancel()
-	srv, err := chserver.Start(ctx, cfg)
+	srv, err := devenv.StartClickHouse(ctx, cfg)
 	if err != nil {
 		failStart(t, err)
 	}
@@ -180,24 +181,41 @@ func StartPrivateWith(t testing.TB, cfg chserver.Config) *chserver.Server {
 	return srv
 }
 
+// RequireLocal skips the test when clickhouse-server is not installed on
+// this machine, except under CI=true, where it fails it: for tests that
+// start servers of their own without StartPrivate (meterd --dev).
+func RequireLocal(t testing.TB) {
+	t.Helper()
+	if _, err := devenv.FindClickHouse(); err != nil {
+		notInstalled(t, err, "")
+	}
+}
+
 // failStart skips the test when ClickHouse is not installed, unless
 // CI=true, and fails it otherwise.
 func failStart(t testing.TB, err error) {
 	t.Helper()
-	if !errors.Is(err, chserver.ErrNotInstalled) {
+	if !errors.Is(err, devenv.ErrNotInstalled) {
 		t.Fatalf("chtest: %v", err)
 	}
+	notInstalled(t, err, fmt.Sprintf(" (or set %s=host:port to use a running server)", EnvAddr))
+}
+
+// notInstalled fails the test under CI=true and skips it otherwise, saying
+// err and hint.
+func notInstalled(t testing.TB, err error, hint string) {
+	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatalf("chtest: ClickHouse is required under CI=true: %v", err)
 	}
-	t.Skipf("chtest: skipping, ClickHouse is needed: %v (or set %s=host:port to use a running server)", err, EnvAddr)
+	t.Skipf("chtest: skipping, ClickHouse is needed: %v%s", err, hint)
 }
 
 // logger reports the private servers' warnings (such as a leftover server
 // being stopped) on stderr; the servers outlive the tests that start them,
 // so t.Log cannot be used.
 func logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return logsetup.Warnings(os.Stderr)
 }
 
 func execSQL(ctx context.Context, addr, query string) error {

@@ -11,14 +11,14 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"tokenmeter/internal/certtest"
-	"tokenmeter/internal/devkafka"
+	"tokenmeter/internal/devenv"
 	"tokenmeter/internal/kafkaconn"
 	"tokenmeter/internal/tlsfiles"
 )
 
 // secureBroker starts a broker that speaks only TLS and has one SASL user
 // per mechanism; the password of each is "pw-" + its name.
-func secureBroker(t *testing.T, topics ...string) (*devkafka.Broker, *certtest.CA) {
+func secureBroker(t *testing.T, topics ...string) (*devenv.Kafka, *certtest.CA) {
 	t.Helper()
 	ca := certtest.NewCA(t, "kafka")
 	certFile, keyFile := ca.Issue(t, "broker", "127.0.0.1", "localhost").Files(t)
@@ -26,9 +26,9 @@ func secureBroker(t *testing.T, topics ...string) (*devkafka.Broker, *certtest.C
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := devkafka.Start(devkafka.Config{
+	b, err := devenv.StartKafka(devenv.KafkaConfig{
 		Addr: "127.0.0.1:0", Topics: topics, Partitions: 1, TLS: srvTLS,
-		Users: []devkafka.User{
+		Users: []devenv.KafkaUser{
 			{Mechanism: kafkaconn.Plain, Name: "plain", Password: "pw-plain"},
 			{Mechanism: kafkaconn.ScramSHA256, Name: "scram256", Password: "pw-scram256"},
 			{Mechanism: kafkaconn.ScramSHA512, Name: "scram512", Password: "pw-scram512"},
@@ -173,7 +173,7 @@ func TestClientCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	broker, err := devkafka.Start(devkafka.Config{Addr: "127.0.0.1:0", Topics: []string{"t"}, Partitions: 1, TLS: srvTLS})
+	broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Topics: []string{"t"}, Partitions: 1, TLS: srvTLS})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"tokenmeter/internal/chserver"
+	"tokenmeter/internal/chtest"
+	"tokenmeter/internal/devenv/internal/chserver"
 )
 
 // syncBuffer is a log sink the test reads while the server logs.
@@ -59,7 +60,7 @@ func crash(t *testing.T, srv *chserver.Server, logs *syncBuffer) {
 // logged at ERROR with its status, and that a Stop, or a crash once
 // supervision has ended, is not followed by a restart.
 func TestSuperviseRestarts(t *testing.T) {
-	requireBinary(t)
+	chtest.RequireLocal(t)
 	logs := &syncBuffer{}
 	// Each step gets its own time: on a slow machine one deadline for the
 	// whole test ran out before its last start.

@@ -19,20 +19,9 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
-	"tokenmeter/internal/chserver"
+	"tokenmeter/internal/chtest"
+	"tokenmeter/internal/devenv/internal/chserver"
 )
-
-// requireBinary skips the test when ClickHouse is not installed, except
-// under CI=true, where a skip would let CI pass without testing anything.
-func requireBinary(t *testing.T) {
-	t.Helper()
-	if _, err := chserver.FindBinary(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("ClickHouse is required under CI=true: %v", err)
-		}
-		t.Skip(err)
-	}
-}
 
 func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -100,7 +89,7 @@ func TestStartNotInstalled(t *testing.T) {
 // and checks that each restart on the same directory listens on the same
 // port and still has the data.
 func TestRestartKeepsPortAndData(t *testing.T) {
-	requireBinary(t)
+	chtest.RequireLocal(t)
 	outer := t
 	dir := t.TempDir()
 	srv := start(t, dir)
@@ -179,7 +168,7 @@ func TestRestartKeepsPortAndData(t *testing.T) {
 // the leftover is found through the pid file or ClickHouse's status file and
 // stopped.
 func TestStartStopsLeftover(t *testing.T) {
-	requireBinary(t)
+	chtest.RequireLocal(t)
 	tests := []struct {
 		name   string
 		remove string // file removed before the second start
@@ -228,7 +217,7 @@ func readPID(t *testing.T, path string) int {
 // Start promptly instead of waiting for the start timeout, and leaves no
 // process behind.
 func TestStartPortTaken(t *testing.T) {
-	requireBinary(t)
+	chtest.RequireLocal(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -275,7 +264,7 @@ func TestParentKilled(t *testing.T) {
 		fmt.Println(srv.Addr())
 		select {} // until killed
 	}
-	requireBinary(t)
+	chtest.RequireLocal(t)
 	dir := t.TempDir()
 	cmd := osexec.Command(os.Args[0], "-test.run=^TestParentKilled$")
 	cmd.Env = append(os.Environ(), helperDirEnv+"="+dir)
@@ -329,7 +318,7 @@ func Example() {
 // The server deletes inactive parts 30 s after a merge or a rewrite, not
 // the default 8 minutes (a dev data directory grew to 1.4 GB of them).
 func TestOldPartsLifetime(t *testing.T) {
-	requireBinary(t)
+	chtest.RequireLocal(t)
 	srv := start(t, t.TempDir())
 	conn := open(t, srv.Addr())
 	defer conn.Close()

@@ -1,0 +1,68 @@
+package api
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TestNewRegistersOfferedServices checks that New serves a service over
+// gRPC and REST exactly when Services has its backend. The backends here
+// are never called: nothing but routing is asked.
+func TestNewRegistersOfferedServices(t *testing.T) {
+	base := Services{Keys: &Keys{}, Publisher: struct{ Publisher }{}, Usage: struct{ UsageReader }{}}
+	all := base
+	all.Rollups, all.Cost, all.Admin = struct{ RollupReader }{}, struct{ CostReader }{}, struct{ AdminStore }{}
+	tests := []struct {
+		name     string
+		svc      *Services
+		grpc     []string
+		restPath map[string]bool // path: whether it is routed
+	}{
+		{"none", nil, nil, map[string]bool{"/v1/usage": false}},
+		{"ingest and usage", &base,
+			[]string{"tokenmeter.v1.IngestService", "tokenmeter.v1.UsageService"},
+			map[string]bool{"/v1/usage": true, "/v1/latency": false, "/v1/cost": false, "/v1/admin/slo": false}},
+		{"all", &all,
+			[]string{"tokenmeter.v1.AdminService", "tokenmeter.v1.CostService", "tokenmeter.v1.IngestService", "tokenmeter.v1.MetricsService", "tokenmeter.v1.UsageService"},
+			map[string]bool{"/v1/usage": true, "/v1/latency": true, "/v1/cost": true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+			s, err := New(ctx, Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, tt.svc,
+				func(context.Context) error { return nil }, prometheus.NewRegistry(), logger)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() { s.Run(ctx); close(done) }()
+			defer func() { cancel(); <-done }()
+
+			var got []string
+			for name := range s.grpc.GetServiceInfo() {
+				got = append(got, name)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tt.grpc) {
+				t.Errorf("gRPC services: got %v, want %v", got, tt.grpc)
+			}
+			for path, routed := range tt.restPath {
+				resp, err := http.Get("http://" + s.HTTPAddr() + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if got := resp.StatusCode != http.StatusNotFound; got != routed {
+					t.Errorf("GET %s: status %d, want routed %v", path, resp.StatusCode, routed)
+				}
+			}
+		})
+	}
+}
