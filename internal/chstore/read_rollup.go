@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"tokenmeter/query"
-	"tokenmeter/rollup/sketch"
 )
 
 // rollupSQL builds the query of a rollup read. With r.Merge, ClickHouse
@@ -41,7 +40,7 @@ func rollupSQL(r query.RollupRead) (string, []any) {
 			// element, a third of a tenant's month of latency).
 			sel = append(sel, agg("sum", m+"_count"), agg("sum", m+"_sum"))
 			if r.Merge {
-				sel = append(sel, fmt.Sprintf("toString((%s AS %s_h).1)", sketch.SQLMerge(m+"_keys", m+"_counts"), m), "toString("+m+"_h.2)")
+				sel = append(sel, fmt.Sprintf("toString((%s AS %s_h).1)", histogramMergeSQL(m+"_keys", m+"_counts"), m), "toString("+m+"_h.2)")
 			} else {
 				sel = append(sel, "toString("+m+"_keys)", "toString("+m+"_counts)")
 			}

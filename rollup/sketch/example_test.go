@@ -27,10 +27,3 @@ func ExampleHistogram() {
 	// 2000 values in 315 buckets; p50 907 ms, p90 8024 ms, p99 9801 ms
 }
 
-func ExampleSQLHistogram() {
-	fmt.Println("SELECT tenant_id, (" + sketch.SQLHistogram("ttft_ms") + " AS h).1 AS ttft_keys, h.2 AS ttft_counts")
-	fmt.Println("FROM inference_events GROUP BY tenant_id")
-	// Output:
-	// SELECT tenant_id, (sumMapIf([toInt16(ceil(log(least(greatest(if(isNaN(ifNull(ttft_ms, 0)), 0, ifNull(ttft_ms, 0)), 0.001), 1e+10)) / 0.020000666706669435))], [toUInt64(1)], isNotNull(ttft_ms)) AS h).1 AS ttft_keys, h.2 AS ttft_counts
-	// FROM inference_events GROUP BY tenant_id
-}

@@ -1,8 +1,7 @@
 // Package sketch owns tokenmeter's latency distributions: the log-bucket
 // mapping of a latency to a histogram key (DDSketch-style, relative accuracy
 // 1%), the sparse histogram that rollups store and merge, quantiles from it,
-// the exact nearest-rank quantile it is measured against, and the ClickHouse
-// SQL that computes the same keys and histograms inside the database.
+// and the exact nearest-rank quantile it is measured against.
 //
 // # Buckets
 //
@@ -23,11 +22,10 @@
 // A histogram is two parallel arrays, keys Array(Int16) and counts
 // Array(UInt64), sorted by key and without zero counts: the shape that
 // ClickHouse's sumMap returns, so histograms merge exactly with
-// sumMap(keys, counts) over any range and grouping. SQLKey and SQLHistogram
-// give the SQL that builds them from raw rows (NULL latencies, requests
-// without the measurement, do not count; zero latencies do), SQLMerge the
-// SQL that merges stored ones; Histogram holds one in Go, adds to it,
-// merges it and reads quantiles from it.
+// sumMap(keys, counts) over any range and grouping. Histogram holds one in
+// Go, adds to it, merges it and reads quantiles from it; internal/chstore
+// holds the SQL that computes the same keys and histograms, and merges
+// stored ones, inside ClickHouse.
 //
 // # Quantiles
 //
@@ -37,8 +35,8 @@
 // holding the value of rank r, hence within α of ExactQuantile for values in
 // [MinValue, MaxValue].
 //
-// The package does not query ClickHouse or own table schemas (that is
-// internal/chstore), and does not decide which requests enter a
+// The package holds no SQL, does not query ClickHouse or own table schemas
+// (that is internal/chstore), and does not decide which requests enter a
 // distribution (that is the rollup job, per ARCHITECTURE "Latency
 // definitions").
 package sketch
@@ -66,14 +64,15 @@ const (
 	MaxKey int16 = 1152
 )
 
-// lnGamma is ln γ as math.Log computes it; TestClickHouseKeys checks that
-// ClickHouse's log(1.01 / 0.99) is the same float64.
+// lnGamma is ln γ as math.Log computes it (internal/chstore's SQL divides
+// by the same float64).
 var lnGamma = math.Log(Gamma)
 
 // Key returns the key of the bucket holding the latency v (ms):
 // ⌈ln v / ln γ⌉, clamped to [MinKey, MaxKey]. NaN and every value ≤
 // MinValue, zero and negative ones included, map to MinKey; +Inf and every
-// value ≥ MaxValue map to MaxKey. SQLKey computes the same in ClickHouse.
+// value ≥ MaxValue map to MaxKey. internal/chstore computes the same in
+// ClickHouse.
 func Key(v float64) int16 {
 	switch {
 	case !(v > MinValue): // NaN too

@@ -1,4 +1,4 @@
-package sketch
+package chstore
 
 import (
 	"context"
@@ -12,23 +12,26 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"tokenmeter/internal/chtest"
+	"tokenmeter/rollup/sketch"
 )
 
-func TestMain(m *testing.M) { chtest.Main(m) }
-
-func TestSQL(t *testing.T) {
+func TestHistogramSQL(t *testing.T) {
 	tests := []struct {
 		name, got, want string
 	}{
 		{
-			"SQLKey", SQLKey("ttft"),
+			"histogramKeySQL", histogramKeySQL("ttft"),
 			"toInt16(ceil(log(least(greatest(if(isNaN(ttft), 0, ttft), 0.001), 1e+10)) / 0.020000666706669435))",
 		},
 		{
-			"SQLHistogram", SQLHistogram("ttft"),
+			"histogramSQL", histogramSQL("ttft"),
 			"sumMapIf([toInt16(ceil(log(least(greatest(if(isNaN(ifNull(ttft, 0)), 0, ifNull(ttft, 0)), 0.001), 1e+10)) / 0.020000666706669435))], [toUInt64(1)], isNotNull(ttft))",
 		},
-		{"SQLMerge", SQLMerge("ttft_keys", "ttft_counts"), "sumMap(ttft_keys, ttft_counts)"},
+		{
+			"histogramSQL in a statement", "SELECT tenant_id, (" + histogramSQL("ttft_ms") + " AS h).1 AS ttft_keys, h.2 AS ttft_counts",
+			"SELECT tenant_id, (sumMapIf([toInt16(ceil(log(least(greatest(if(isNaN(ifNull(ttft_ms, 0)), 0, ifNull(ttft_ms, 0)), 0.001), 1e+10)) / 0.020000666706669435))], [toUInt64(1)], isNotNull(ttft_ms)) AS h).1 AS ttft_keys, h.2 AS ttft_counts",
+		},
+		{"histogramMergeSQL", histogramMergeSQL("ttft_keys", "ttft_counts"), "sumMap(ttft_keys, ttft_counts)"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
@@ -37,43 +40,43 @@ func TestSQL(t *testing.T) {
 	}
 }
 
-// row is one raw latency of the ClickHouse test: x is Nullable(Float64),
-// y the same value with NULL as 0 in a Float64 column.
-type row struct {
+// latencyRow is one raw latency of the ClickHouse test: x is
+// Nullable(Float64), y the same value with NULL as 0 in a Float64 column.
+type latencyRow struct {
 	id    uint32
 	group uint16
 	x     *float64
 }
 
-func (r row) y() float64 {
+func (r latencyRow) y() float64 {
 	if r.x == nil {
 		return 0
 	}
 	return *r.x
 }
 
-// clickHouseRows returns 100k latencies in 40 groups: special values (zero,
+// latencyRows returns 100k latencies in 40 groups: special values (zero,
 // negative, NaN, infinities, values at and beyond MinValue and MaxValue),
 // every bucket bound with its float64 neighbours, where a log rounding
 // differently would show, and then draws from the test distributions with
 // 5% NULLs and 1% zeros.
-func clickHouseRows() []row {
+func latencyRows() []latencyRow {
 	rng := rand.New(rand.NewPCG(42, 42))
-	var rows []row
+	var rows []latencyRow
 	add := func(v *float64) {
-		rows = append(rows, row{id: uint32(len(rows)), group: uint16(rng.IntN(40)), x: v})
+		rows = append(rows, latencyRow{id: uint32(len(rows)), group: uint16(rng.IntN(40)), x: v})
 	}
 	special := []float64{
 		0, math.Copysign(0, -1), -1, math.Inf(-1), math.NaN(), math.SmallestNonzeroFloat64, 1e-9,
-		MinValue, math.Nextafter(MinValue, 0), math.Nextafter(MinValue, 1), 0.0015, 1, Gamma,
-		24 * 3600 * 1e3, math.Nextafter(MaxValue, 0), MaxValue, math.Nextafter(MaxValue, math.Inf(1)),
+		sketch.MinValue, math.Nextafter(sketch.MinValue, 0), math.Nextafter(sketch.MinValue, 1), 0.0015, 1, sketch.Gamma,
+		24 * 3600 * 1e3, math.Nextafter(sketch.MaxValue, 0), sketch.MaxValue, math.Nextafter(sketch.MaxValue, math.Inf(1)),
 		1e300, math.MaxFloat64, math.Inf(1),
 	}
 	for _, v := range special {
 		add(&v)
 	}
-	for k := MinKey; k < MaxKey; k++ {
-		b := UpperBound(k)
+	for k := sketch.MinKey; k < sketch.MaxKey; k++ {
+		b := sketch.UpperBound(k)
 		for _, v := range []float64{math.Nextafter(b, 0), b, math.Nextafter(b, math.Inf(1))} {
 			add(&v)
 		}
@@ -86,15 +89,14 @@ func clickHouseRows() []row {
 			v := 0.0
 			add(&v)
 		default:
-			d := distributions[rng.IntN(len(distributions))]
-			v := d.draw(rng)
+			v := latencyDraws[rng.IntN(len(latencyDraws))](rng)
 			add(&v)
 		}
 	}
 	return rows
 }
 
-func TestClickHouse(t *testing.T) {
+func TestHistogramSQLOnClickHouse(t *testing.T) {
 	addr, db := chtest.NewDB(t)
 	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, Auth: clickhouse.Auth{Database: db}})
 	if err != nil {
@@ -112,7 +114,7 @@ func TestClickHouse(t *testing.T) {
 	}
 	t.Logf("ln γ: Go %v, ClickHouse log(1.01 / 0.99) %v", lnGamma, chLog)
 
-	rows := clickHouseRows()
+	rows := latencyRows()
 	mustExec(ctx, t, conn, "CREATE TABLE raw (id UInt32, g UInt16, x Nullable(Float64), y Float64) ENGINE = Memory")
 	batch, err := conn.PrepareBatch(ctx, "INSERT INTO raw (id, g, x, y)")
 	if err != nil {
@@ -141,7 +143,7 @@ func TestClickHouse(t *testing.T) {
 	}
 
 	t.Run("row keys", func(t *testing.T) {
-		res, err := conn.Query(ctx, "SELECT id, "+SQLKey("y")+" FROM raw")
+		res, err := conn.Query(ctx, "SELECT id, "+histogramKeySQL("y")+" FROM raw")
 		if err != nil {
 			t.Fatalf("select keys: %v", err)
 		}
@@ -154,8 +156,8 @@ func TestClickHouse(t *testing.T) {
 				t.Fatalf("scan key: %v", err)
 			}
 			seen++
-			if v := rows[id].y(); got != Key(v) {
-				t.Errorf("value %v (%016x): ClickHouse key %d, Go key %d", v, math.Float64bits(v), got, Key(v))
+			if v := rows[id].y(); got != sketch.Key(v) {
+				t.Errorf("value %v (%016x): ClickHouse key %d, Go key %d", v, math.Float64bits(v), got, sketch.Key(v))
 			}
 		}
 		if err := res.Err(); err != nil {
@@ -166,9 +168,9 @@ func TestClickHouse(t *testing.T) {
 		}
 	})
 
-	type groupHists map[uint16]Histogram
+	type groupHists map[uint16]sketch.Histogram
 	wantX, wantY := groupHists{}, groupHists{}
-	var wantAll Histogram
+	var wantAll sketch.Histogram
 	for _, r := range rows {
 		hy := wantY[r.group]
 		hy.Add(r.y())
@@ -190,14 +192,14 @@ func TestClickHouse(t *testing.T) {
 			{"x", wantX}, // Nullable: NULLs do not count
 			{"y", wantY},
 		} {
-			res, err := conn.Query(ctx, "SELECT g, ("+SQLHistogram(tt.col)+" AS h).1, h.2 FROM raw GROUP BY g")
+			res, err := conn.Query(ctx, "SELECT g, ("+histogramSQL(tt.col)+" AS h).1, h.2 FROM raw GROUP BY g")
 			if err != nil {
 				t.Fatalf("select histograms of %s: %v", tt.col, err)
 			}
 			got := groupHists{}
 			for res.Next() {
 				var g uint16
-				var h Histogram
+				var h sketch.Histogram
 				if err := res.Scan(&g, &h.Keys, &h.Counts); err != nil {
 					t.Fatalf("scan histogram of %s: %v", tt.col, err)
 				}
@@ -215,19 +217,19 @@ func TestClickHouse(t *testing.T) {
 
 	t.Run("sumMap merge", func(t *testing.T) {
 		mustExec(ctx, t, conn, "CREATE TABLE hist (g UInt16, keys Array(Int16), counts Array(UInt64)) ENGINE = Memory")
-		mustExec(ctx, t, conn, "INSERT INTO hist (g, keys, counts) SELECT g, ("+SQLHistogram("x")+" AS h).1, h.2 FROM raw GROUP BY g")
-		var got Histogram
-		if err := conn.QueryRow(ctx, "SELECT ("+SQLMerge("keys", "counts")+" AS m).1, m.2 FROM hist").Scan(&got.Keys, &got.Counts); err != nil {
+		mustExec(ctx, t, conn, "INSERT INTO hist (g, keys, counts) SELECT g, ("+histogramSQL("x")+" AS h).1, h.2 FROM raw GROUP BY g")
+		var got sketch.Histogram
+		if err := conn.QueryRow(ctx, "SELECT ("+histogramMergeSQL("keys", "counts")+" AS m).1, m.2 FROM hist").Scan(&got.Keys, &got.Counts); err != nil {
 			t.Fatalf("select merged histogram: %v", err)
 		}
-		norm, err := FromArrays(got.Keys, got.Counts)
+		norm, err := sketch.FromArrays(got.Keys, got.Counts)
 		if err != nil {
 			t.Fatalf("FromArrays: %v", err)
 		}
 		if diff := cmp.Diff(norm, got); diff != "" {
 			t.Errorf("sumMap's arrays are not sorted without zeros (-normalized +sumMap):\n%s", diff)
 		}
-		var merged Histogram
+		var merged sketch.Histogram
 		for _, h := range wantX {
 			merged.Merge(h)
 		}
@@ -240,11 +242,11 @@ func TestClickHouse(t *testing.T) {
 	})
 
 	t.Run("empty", func(t *testing.T) {
-		var got Histogram
-		if err := conn.QueryRow(ctx, "SELECT ("+SQLHistogram("x")+" AS h).1, h.2 FROM raw WHERE isNull(x)").Scan(&got.Keys, &got.Counts); err != nil {
+		var got sketch.Histogram
+		if err := conn.QueryRow(ctx, "SELECT ("+histogramSQL("x")+" AS h).1, h.2 FROM raw WHERE isNull(x)").Scan(&got.Keys, &got.Counts); err != nil {
 			t.Fatalf("select histogram of NULLs: %v", err)
 		}
-		if diff := cmp.Diff(Histogram{}, got, cmpopts.EquateEmpty()); diff != "" {
+		if diff := cmp.Diff(sketch.Histogram{}, got, cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("histogram of NULLs is not empty (-want +got):\n%s", diff)
 		}
 	})
@@ -255,4 +257,19 @@ func mustExec(ctx context.Context, t *testing.T, conn driver.Conn, query string)
 	if err := conn.Exec(ctx, query); err != nil {
 		t.Fatalf("%s: %v", query, err)
 	}
+}
+
+// latencyDraws draw synthetic latencies (ms) as package sketch's tests do:
+// log-normal, bimodal, Pareto with infinite variance, and log-uniform from
+// 1 µs to 1 s.
+var latencyDraws = []func(rng *rand.Rand) float64{
+	func(rng *rand.Rand) float64 { return 200 * math.Exp(0.8*rng.NormFloat64()) },
+	func(rng *rand.Rand) float64 {
+		if rng.Float64() < 0.7 {
+			return 50 * math.Exp(0.3*rng.NormFloat64())
+		}
+		return 5000 * math.Exp(0.5*rng.NormFloat64())
+	},
+	func(rng *rand.Rand) float64 { return 10 / math.Pow(1-rng.Float64(), 1/1.2) },
+	func(rng *rand.Rand) float64 { return sketch.MinValue * math.Pow(1e6, rng.Float64()) },
 }
