@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 	"tokenmeter/billing"
+	"tokenmeter/ingest"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,7 +89,7 @@ func TestCostEndpoints(t *testing.T) {
 		tenant := []string{"acme", "globex", "initech"}[i%3]
 		e := ev(i, tenant)
 		e.CompletedAt = timestamppb.New(hour.Add(time.Duration(i) * time.Minute))
-		events.Append(e, time.Now(), chstore.Source{})
+		events.Append(e, ingest.ITL(e), time.Now(), chstore.Source{})
 	}
 	var gpus chstore.GPUBatch
 	for k := range 360 {

@@ -97,7 +97,7 @@ func (r *eventRows) add(m kafka.Message, now time.Time) *ValidationError {
 	if err != nil {
 		return asValidation(err)
 	}
-	r.batch.Append(&r.ev, now, chstore.Source{Partition: int32(m.Partition), Offset: m.Offset})
+	r.batch.Append(&r.ev, ITL(&r.ev), now, chstore.Source{Partition: int32(m.Partition), Offset: m.Offset})
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"tokenmeter/ingest"
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/chtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -50,10 +51,10 @@ func TestRollupHourExact(t *testing.T) {
 	}
 	var b chstore.EventBatch
 	for _, ev := range events {
-		b.Append(ev, time.Now(), chstore.Source{})
+		b.Append(ev, ingest.ITL(ev), time.Now(), chstore.Source{})
 	}
 	for _, ev := range events[:500] { // duplicates
-		b.Append(ev, time.Now(), chstore.Source{})
+		b.Append(ev, ingest.ITL(ev), time.Now(), chstore.Source{})
 	}
 	if err := s.InsertEvents(ctx, &b); err != nil {
 		t.Fatal(err)
@@ -119,7 +120,8 @@ func TestTooManySeries(t *testing.T) {
 	}
 	var b chstore.EventBatch
 	for i := range 400 { // 400 × 37 s: about four hours, well over 5 minutes
-		b.Append(event(i), time.Now(), chstore.Source{})
+		ev := event(i)
+		b.Append(ev, ingest.ITL(ev), time.Now(), chstore.Source{})
 	}
 	if err := s.InsertEvents(ctx, &b); err != nil {
 		t.Fatal(err)
@@ -161,7 +163,7 @@ func rollUpSpreadEvents(t *testing.T, s *chstore.Store, n int) (time.Time, rollu
 			ev.E2EMs = proto.Float64(400 + float64(i*104729%90000)/7)
 			ev.ItlMs = proto.Float64(5 + float64(i%97)/3)
 		}
-		b.Append(ev, time.Now(), chstore.Source{})
+		b.Append(ev, ingest.ITL(ev), time.Now(), chstore.Source{})
 	}
 	if err := s.InsertEvents(context.Background(), &b); err != nil {
 		t.Fatal(err)
@@ -287,7 +289,7 @@ func TestRollupDays(t *testing.T) {
 	}
 	checkStale := func(want []time.Time) {
 		t.Helper()
-		got, err := s.StaleDays(ctx, time.Time{}, day.Add(10*rollup.Day))
+		got, err := rollup.StaleDays(ctx, s, time.Time{}, day.Add(10*rollup.Day))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -338,11 +340,11 @@ func TestRollupDays(t *testing.T) {
 	checkStale(days(0, 1, 2))
 	check("before any day rollup", nil, nil)
 	for _, d := range days(0, 1) {
-		if ok, err := s.RollupDay(ctx, d, uint64(d.Unix())); err != nil || !ok {
+		if ok, err := rollup.RollupDay(ctx, s, d, uint64(d.Unix())); err != nil || !ok {
 			t.Fatalf("roll up %s: %v, %v", d, ok, err)
 		}
 	}
-	if ok, err := s.RollupDay(ctx, day.Add(5*rollup.Day), 1); err != nil || ok {
+	if ok, err := rollup.RollupDay(ctx, s, day.Add(5*rollup.Day), 1); err != nil || ok {
 		t.Fatalf("roll up a day without hours: %v, %v", ok, err)
 	}
 	checkStale(days(2))
@@ -356,7 +358,7 @@ func TestRollupDays(t *testing.T) {
 	late := event(n + 1)
 	late.CompletedAt = timestamppb.New(day.Add(5*time.Hour + 3*time.Minute))
 	var b chstore.EventBatch
-	b.Append(late, time.Now(), chstore.Source{})
+	b.Append(late, ingest.ITL(late), time.Now(), chstore.Source{})
 	if err := s.InsertEvents(ctx, &b); err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +383,7 @@ func TestRollupDays(t *testing.T) {
 	if got, want := requests(after, tenant), requests(before, tenant)+1; got != want {
 		t.Errorf("%s's requests after the late event: %d, want %d", tenant, got, want)
 	}
-	if ok, err := s.RollupDay(ctx, day, uint64(end.Unix())+1); err != nil || !ok {
+	if ok, err := rollup.RollupDay(ctx, s, day, uint64(end.Unix())+1); err != nil || !ok {
 		t.Fatalf("roll up day 0 again: %v, %v", ok, err)
 	}
 	checkStale(days(2))
@@ -394,7 +396,7 @@ func TestRollupDays(t *testing.T) {
 	if err := rollupHour(t, s, day.Add(rollup.Day+3*time.Hour), spec2, uint64(end.Unix())+2); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.RollupDay(ctx, day.Add(rollup.Day), uint64(end.Unix())+3); err != nil || ok {
+	if ok, err := rollup.RollupDay(ctx, s, day.Add(rollup.Day), uint64(end.Unix())+3); err != nil || ok {
 		t.Fatalf("roll up a day of two SLO versions: %v, %v", ok, err)
 	}
 	checkStale(days(1, 2))

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"tokenmeter/ingest"
 	"tokenmeter/internal/chstore"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/rollup"
@@ -51,7 +52,7 @@ func insertEvents(t *testing.T, s *chstore.Store, events []*meterv1.InferenceEve
 	t.Helper()
 	var b chstore.EventBatch
 	for _, ev := range events {
-		b.Append(ev, time.Now(), chstore.Source{})
+		b.Append(ev, ingest.ITL(ev), time.Now(), chstore.Source{})
 	}
 	if err := s.InsertEvents(context.Background(), &b); err != nil {
 		t.Fatal(err)
@@ -201,7 +202,7 @@ func TestTrafficLongRangesExactPeaks(t *testing.T) {
 	if err := rollupHour(t, s, day.Add(time.Hour), spec, uint64(day.Unix())+1e6); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.RollupDay(ctx, day, uint64(day.Unix())+2e6); err != nil || !ok {
+	if ok, err := rollup.RollupDay(ctx, s, day, uint64(day.Unix())+2e6); err != nil || !ok {
 		t.Fatalf("roll up %s: %v, %v", day, ok, err)
 	}
 	if fresh, err := s.FreshDays(ctx, day.Add(-60*rollup.Day), day.Add(30*rollup.Day)); err != nil || len(fresh) != 1 {
@@ -242,7 +243,7 @@ func TestTrafficHoursWithoutPeaks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ok, err := s.RollupDay(ctx, day, uint64(day.Unix())+1e6); err != nil || !ok {
+	if ok, err := rollup.RollupDay(ctx, s, day, uint64(day.Unix())+1e6); err != nil || !ok {
 		t.Fatalf("roll up %s: %v, %v", day, ok, err)
 	}
 	got, err := s.HoursWithoutPeaks(ctx, time.Time{}, time.Unix(1<<32-1, 0))

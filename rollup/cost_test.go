@@ -162,9 +162,9 @@ func TestCostRollupReconcilesAndMatchesHandComputedCost(t *testing.T) {
 
 	// Every policy pair allocates exactly the GPU cost, per deployment-hour
 	// and in total; the idle deployment's cost is all on the idle line.
-	for _, busy := range chstore.BusyPolicies {
-		for _, idle := range chstore.IdlePolicies {
-			q := query.CostQuery{Start: h0, End: h0.Add(time.Hour), GroupBy: []string{"tenant_id", "deployment"}, Busy: busy, Idle: idle}
+	for _, busy := range billing.BusyPolicies() {
+		for _, idle := range billing.IdlePolicies() {
+			q := query.CostQuery{Start: h0, End: h0.Add(time.Hour), GroupBy: []string{"tenant_id", "deployment"}, Busy: string(busy), Idle: string(idle)}
 			rows, err := query.New(f.store, query.Config{}).Cost(ctx, q)
 			if err != nil {
 				t.Fatal(err)
@@ -180,7 +180,7 @@ func TestCostRollupReconcilesAndMatchesHandComputedCost(t *testing.T) {
 				if r.CostNanos < 0 || r.BusyNanos < 0 || r.BusyNanos > r.CostNanos {
 					t.Errorf("%s/%s: line %v: cost %d busy %d", busy, idle, r.Group, r.CostNanos, r.BusyNanos)
 				}
-				if idle != "separate" && r.Group["tenant_id"] == billing.IdleTenant && r.Group["deployment"] != "didle" {
+				if idle != billing.IdleSeparate && r.Group["tenant_id"] == billing.IdleTenant && r.Group["deployment"] != "didle" {
 					t.Errorf("%s/%s: idle line %v with %s although idle cost is shared", busy, idle, r.Group, billing.Money(r.CostNanos))
 				}
 			}

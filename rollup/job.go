@@ -25,8 +25,7 @@ type Store interface {
 	SetWatermark(ctx context.Context, job string, t time.Time) error
 	HourStore
 	SLOStore
-	StaleDays(ctx context.Context, from, before time.Time) ([]time.Time, error)
-	RollupDay(ctx context.Context, day time.Time, version uint64) (bool, error)
+	DayStore
 	CostStore
 }
 
@@ -230,7 +229,7 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 		return nil, err
 	}
 	err = j.eachHour(ctx, days, func(ctx context.Context, d time.Time, version uint64) error {
-		_, err := j.store.RollupDay(ctx, d, version)
+		_, err := RollupDay(ctx, j.store, d, version)
 		return err
 	})
 	if err != nil {
@@ -321,7 +320,7 @@ func (j *Job) dueDays(ctx context.Context, hours []time.Time, until time.Time) (
 	before := DayOf(until)
 	var stale []time.Time
 	if !j.daysBefore.Equal(before) {
-		if stale, err = j.store.StaleDays(ctx, j.daysBefore, before); err != nil {
+		if stale, err = StaleDays(ctx, j.store, j.daysBefore, before); err != nil {
 			return nil, false, err
 		}
 	}

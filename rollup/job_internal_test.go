@@ -94,22 +94,27 @@ func TestEachHour(t *testing.T) {
 	}
 }
 
-// staleDaysStore answers StaleDays with the days of stale in [from, before).
+// staleDaysStore holds the days of stale as days with an hour rollup and
+// no day rollup; asked counts the reads of the hours.
 type staleDaysStore struct {
 	Store
 	stale []time.Time
 	asked int
 }
 
-func (f *staleDaysStore) StaleDays(_ context.Context, from, before time.Time) ([]time.Time, error) {
+func (f *staleDaysStore) HourVersions(_ context.Context, from, to time.Time) ([]HourVersion, error) {
 	f.asked++
-	var out []time.Time
+	var out []HourVersion
 	for _, d := range f.stale {
-		if !d.Before(from) && d.Before(before) {
-			out = append(out, d)
+		if !d.Before(from) && d.Before(to) {
+			out = append(out, HourVersion{Hour: d, Version: 1})
 		}
 	}
 	return out, nil
+}
+
+func (f *staleDaysStore) DayVersions(context.Context, time.Time, time.Time) ([]DayVersion, error) {
+	return nil, nil
 }
 
 func TestDueDays(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"tokenmeter/ingest"
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/chtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -89,7 +90,7 @@ func (f *fixture) insert(t *testing.T, events []*meterv1.InferenceEvent) {
 	t.Helper()
 	var b chstore.EventBatch
 	for _, ev := range events {
-		b.Append(ev, time.Now(), chstore.Source{})
+		b.Append(ev, ingest.ITL(ev), time.Now(), chstore.Source{})
 	}
 	if err := f.store.InsertEvents(context.Background(), &b); err != nil {
 		t.Fatal(err)
@@ -122,9 +123,9 @@ func brute(events []*meterv1.InferenceEvent, set rollup.SLOSet) map[string]expec
 		}
 		good := ok
 		if r, found := set.Resolve(ev.GetTenantId(), ev.GetModel(), ev.GetSloClass()); found && ok {
-			itl, itlOK := chstore.ITL(ev)
+			itl := ingest.ITL(ev)
 			good = (r.TTFTMs <= 0 || ev.GetTtftMs() <= r.TTFTMs) &&
-				(r.ITLMs <= 0 || itlOK == 0 && !itl.Valid || itl.Float64 <= r.ITLMs) &&
+				(r.ITLMs <= 0 || !itl.Measured && !itl.Valid || itl.Ms <= r.ITLMs) &&
 				(r.E2EMs <= 0 || ev.GetE2EMs() <= r.E2EMs)
 		}
 		if good {
@@ -154,7 +155,7 @@ func (f *fixture) totals(t *testing.T) (map[string]expectation, []query.RollupRo
 	}
 	// The same range read at total step comes from the day rollups, which
 	// the job keeps fresh for every day that has ended.
-	stale, err := f.store.StaleDays(context.Background(), time.Time{}, time.Now())
+	stale, err := rollup.StaleDays(context.Background(), f.store, time.Time{}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,3 +116,28 @@ type CostRow struct {
 	PriceVersion string
 	SLOVersion   uint32
 }
+
+// HourVersion is the newest computation of one hour of the tenant-hour
+// rollup.
+type HourVersion struct {
+	Hour    time.Time
+	Version uint64
+	// SLOVersion is the SLO version that computation counted goodput with.
+	SLOVersion uint32
+}
+
+// DayVersion is the newest day rollup row of a day: the sum of the
+// versions of the hour computations it was rolled up from.
+type DayVersion struct {
+	Day          time.Time
+	HourVersions uint64
+}
+
+// DayRollup is the day rollup of one UTC day to write: per tenant, the sum
+// of the tenant-hour rows of the computations Hours name, in the day's
+// bucket, recording HourVersions (the sum of their versions).
+type DayRollup struct {
+	Day          time.Time
+	Hours        []HourVersion
+	HourVersions uint64
+}

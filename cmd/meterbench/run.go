@@ -273,7 +273,7 @@ func rawInsert(ctx context.Context, addr, db, compression string, events []*mete
 	for i := 0; i < len(events); i += batchSize {
 		b := &chstore.EventBatch{}
 		for j, ev := range events[i:min(i+batchSize, len(events))] {
-			b.Append(ev, now, chstore.Source{Partition: 0, Offset: int64(i + j)})
+			b.Append(ev, ingest.ITL(ev), now, chstore.Source{Partition: 0, Offset: int64(i + j)})
 		}
 		batches = append(batches, b)
 	}

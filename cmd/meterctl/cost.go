@@ -24,7 +24,7 @@ var (
 	// (query.CostGroupFields).
 	costGroupFields = []string{"tenant_id", "model", "deployment", "gpu_type"}
 	// busyPolicies and idlePolicies are the allocation policies, the
-	// server's default first (chstore.BusyPolicies, chstore.IdlePolicies).
+	// server's default first (billing.BusyPolicies, billing.IdlePolicies).
 	busyPolicies = []string{"tokens", "weighted_tokens", "request_time"}
 	idlePolicies = []string{"separate", "shared_weighted", "shared_even"}
 
@@ -35,7 +35,7 @@ var (
 )
 
 // idleTenant is the tenant_id of the series that hold idle cost under the
-// "separate" idle policy.
+// "separate" idle policy (billing.IdleTenant).
 const idleTenant = "__idle__"
 
 // Decimals of money in tables: amounts to a hundredth of a cent, costs per

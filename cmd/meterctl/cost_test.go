@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"tokenmeter/internal/chstore"
+	"tokenmeter/billing"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -344,11 +344,23 @@ func TestCostServerLists(t *testing.T) {
 	}{
 		{"cost group-by fields", query.CostGroupFields, costGroupFields},
 		{"GPU usage group-by fields", query.GPUGroupFields, gpuGroupFields},
-		{"busy policies", chstore.BusyPolicies, busyPolicies},
-		{"idle policies", chstore.IdlePolicies, idlePolicies},
+		{"busy policies", policyNames(billing.BusyPolicies()), busyPolicies},
+		{"idle policies", policyNames(billing.IdlePolicies()), idlePolicies},
 	} {
 		if diff := cmp.Diff(l.server, l.client); diff != "" {
 			t.Errorf("%s (-server +meterctl):\n%s", l.name, diff)
 		}
 	}
+	if idleTenant != billing.IdleTenant {
+		t.Errorf("idle tenant %q, server's %q", idleTenant, billing.IdleTenant)
+	}
+}
+
+// policyNames returns the names of billing's policies, in order.
+func policyNames[P ~string](ps []P) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = string(p)
+	}
+	return out
 }

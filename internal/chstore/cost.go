@@ -8,25 +8,6 @@ import (
 	"tokenmeter/rollup"
 )
 
-// IdleTenant is the tenant of the cost line that holds idle GPU cost kept
-// apart, and all of the cost of a deployment-hour without traffic.
-const IdleTenant = "__idle__"
-
-// BusyPolicies and IdlePolicies name the allocation policies in the column
-// order of cost_hour (cost_<busy>_<idle>, busy_<busy>).
-var (
-	BusyPolicies = []string{"tokens", "weighted_tokens", "request_time"}
-	IdlePolicies = []string{"separate", "shared_weighted", "shared_even"}
-)
-
-// busyColumn maps a busy policy to its column stem.
-func busyColumn(p string) string {
-	if p == "weighted_tokens" {
-		return "weighted"
-	}
-	return p
-}
-
 // GPUSamplesOfHour returns the hour's samples, deduplicated by sample_id
 // (the latest ingested copy wins), in a stable order.
 func (s *Store) GPUSamplesOfHour(ctx context.Context, hour time.Time) ([]rollup.GPUSampleRow, error) {
@@ -104,16 +85,14 @@ var gpuHourColumns = []string{"hour", "deployment", "gpu_type", "pool", "region"
 	"gpu_seconds", "busy_seconds", "covered_seconds", "energy_joules", "unpriced_seconds",
 	"cost_nanos", "busy_cost_nanos", "idle_cost_nanos", "price_version", "version"}
 
+// costColumns is the column list of cost_hour's rows as WriteCost writes
+// them: the allocation columns in the order of CostRow.Busy and CostRow.Cost.
 func costColumns() []string {
 	cols := []string{"hour", "tenant_id", "deployment", "model", "gpu_type", "unattributed", "requests",
 		"input_tokens", "cached_input_tokens", "output_tokens", "good_output_tokens", "e2e_ms"}
-	for _, b := range BusyPolicies {
-		cols = append(cols, "busy_"+busyColumn(b))
-	}
-	for _, b := range BusyPolicies {
-		for _, i := range IdlePolicies {
-			cols = append(cols, "cost_"+busyColumn(b)+"_"+i)
-		}
+	cols = append(cols, busyColumns[:]...)
+	for _, row := range allocationColumns {
+		cols = append(cols, row[:]...)
 	}
 	return append(cols, "list_charge", "list_priced", "price_version", "slo_version", "version")
 }

@@ -2,7 +2,6 @@ package chstore
 
 import (
 	"context"
-	"database/sql"
 	"sort"
 	"strings"
 	"time"
@@ -86,9 +85,18 @@ type Source struct {
 	Offset    int64
 }
 
-// Append adds one event, which the caller has validated. ingestedAt is the
-// time the pipeline received it.
-func (b *EventBatch) Append(ev *meterv1.InferenceEvent, ingestedAt time.Time, src Source) {
+// ITL is what an event's row stores of its inter-token latency (itl_ms,
+// itl_measured): Ms when Valid (NULL otherwise), and whether the event
+// measured it rather than it being derived. The caller computes it by the
+// event's definition (ingest.ITL).
+type ITL struct {
+	Ms              float64
+	Valid, Measured bool
+}
+
+// Append adds one event, which the caller has validated, with its ITL.
+// ingestedAt is the time the pipeline received it.
+func (b *EventBatch) Append(ev *meterv1.InferenceEvent, itl ITL, ingestedAt time.Time, src Source) {
 	b.tenantID = append(b.tenantID, ev.GetTenantId())
 	b.eventID = append(b.eventID, ev.GetEventId())
 	b.requestID = append(b.requestID, ev.GetRequestId())
@@ -115,9 +123,8 @@ func (b *EventBatch) Append(ev *meterv1.InferenceEvent, ingestedAt time.Time, sr
 	b.e2e.add(ev.E2EMs)
 	b.queue.add(ev.QueueMs)
 	b.prefill.add(ev.PrefillMs)
-	itl, measured := ITL(ev)
-	b.itl.addNull(itl)
-	b.itlMeasured = append(b.itlMeasured, measured)
+	b.itl.addValue(itl.Ms, itl.Valid)
+	b.itlMeasured = append(b.itlMeasured, boolByte(itl.Measured))
 	b.status = append(b.status, StatusName(ev.GetStatus()))
 	b.streaming = append(b.streaming, boolByte(ev.GetStreaming()))
 	b.sloClass = append(b.sloClass, ev.GetSloClass())
@@ -127,20 +134,6 @@ func (b *EventBatch) Append(ev *meterv1.InferenceEvent, ingestedAt time.Time, sr
 	b.ingestedAt = append(b.ingestedAt, ingestedAt.Truncate(time.Second))
 	b.partition = append(b.partition, src.Partition)
 	b.offset = append(b.offset, src.Offset)
-}
-
-// ITL is the request's inter-token latency per ARCHITECTURE "Latency
-// definitions": itl_ms if measured (measured = 1), else (e2e - ttft) /
-// (output_tokens - 1); NULL for fewer than 2 output tokens.
-func ITL(ev *meterv1.InferenceEvent) (sql.NullFloat64, uint8) {
-	if ev.ItlMs != nil {
-		return sql.NullFloat64{Float64: *ev.ItlMs, Valid: true}, 1
-	}
-	out := ev.GetOutputTokens()
-	if out < 2 || ev.TtftMs == nil || ev.E2EMs == nil {
-		return sql.NullFloat64{}, 0
-	}
-	return sql.NullFloat64{Float64: (*ev.E2EMs - *ev.TtftMs) / float64(out-1), Valid: true}, 0
 }
 
 // nullFloats is a Nullable(Float64) column: values and validity. (clickhouse-go
@@ -159,8 +152,8 @@ func (n *nullFloats) add(p *float64) {
 	n.v, n.ok = append(n.v, *p), append(n.ok, true)
 }
 
-func (n *nullFloats) addNull(x sql.NullFloat64) {
-	n.v, n.ok = append(n.v, x.Float64), append(n.ok, x.Valid)
+func (n *nullFloats) addValue(v float64, ok bool) {
+	n.v, n.ok = append(n.v, v), append(n.ok, ok)
 }
 
 func (n nullFloats) reset() nullFloats { return nullFloats{v: n.v[:0], ok: n.ok[:0]} }

@@ -6,17 +6,16 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"tokenmeter/rollup"
 )
 
 // rollupColumns is the column list of every rollup table.
 func rollupColumns() []string {
-	cols := []string{"bucket", "tenant_id", "model", "model_version", "deployment", "gpu_type", "slo_class", "requests", "errors"}
-	for _, c := range rollup.StatusClasses {
+	cols := slices.Concat([]string{"bucket"}, dimColumns, []string{"requests", "errors"})
+	for _, c := range errClasses {
 		cols = append(cols, "err_"+c)
 	}
 	cols = append(cols, "prompt_tokens", "cached_prompt_tokens", "output_tokens")
-	for _, m := range rollup.LatencyMetrics {
+	for _, m := range distColumns {
 		cols = append(cols, m+"_count", m+"_sum", m+"_keys", m+"_counts")
 	}
 	return append(cols, "slo_version", "good_requests", "good_output_tokens", "version")

@@ -7,19 +7,19 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
 	"tokenmeter/rollup"
 )
 
-// hourVersion is the newest computation of one hour of rollup_tenant_hour.
-type hourVersion struct {
-	hour    time.Time
-	version uint64
-	slo     uint32 // the SLO version that computation counted goodput with
-}
+// The reads and writes of the day rollup (package rollup decides which
+// days are fresh and which to roll up): the newest computation of each
+// hour of rollup_tenant_hour, the hour_versions of the newest day rows of
+// rollup_tenant_day, and the INSERT of a day's rows.
 
-// newestHours lists the hours in [from, to) of rollup_tenant_hour with the
-// version of their newest computation, in hour order.
-func (s *Store) newestHours(ctx context.Context, from, to time.Time) ([]hourVersion, error) {
+// HourVersions lists the hours in [from, to) of rollup_tenant_hour with the
+// version of their newest computation and the SLO version it counted
+// goodput with, in hour order.
+func (s *Store) HourVersions(ctx context.Context, from, to time.Time) ([]rollup.HourVersion, error) {
 	rows, err := s.conn.Query(ctx, `SELECT bucket, max(version), argMax(slo_version, version)
 FROM rollup_tenant_hour
 WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?)
@@ -29,13 +29,13 @@ ORDER BY bucket`, from.Unix(), to.Unix())
 		return nil, fmt.Errorf("list rolled-up hours: %w", classify(err))
 	}
 	defer rows.Close()
-	var out []hourVersion
+	var out []rollup.HourVersion
 	for rows.Next() {
-		var h hourVersion
-		if err := rows.Scan(&h.hour, &h.version, &h.slo); err != nil {
+		var h rollup.HourVersion
+		if err := rows.Scan(&h.Hour, &h.Version, &h.SLOVersion); err != nil {
 			return nil, fmt.Errorf("list rolled-up hours: %w", err)
 		}
-		h.hour = h.hour.UTC()
+		h.Hour = h.Hour.UTC()
 		out = append(out, h)
 	}
 	if err := rows.Err(); err != nil {
@@ -44,37 +44,26 @@ ORDER BY bucket`, from.Unix(), to.Unix())
 	return out, nil
 }
 
-// daySums adds up the versions of hours per day: what the hour_versions of a
-// fresh day row holds.
-func daySums(hours []hourVersion) map[int64]uint64 {
-	sums := map[int64]uint64{}
-	for _, h := range hours {
-		sums[rollup.DayOf(h.hour).Unix()] += h.version
-	}
-	return sums
-}
-
-// dayRows returns the hour_versions of the newest day rows of the days in
-// [from, to), by day.
-func (s *Store) dayRows(ctx context.Context, from, to time.Time) (map[int64]uint64, error) {
+// DayVersions lists the days in [from, to) of rollup_tenant_day with the
+// hour_versions of their newest rows, in day order.
+func (s *Store) DayVersions(ctx context.Context, from, to time.Time) ([]rollup.DayVersion, error) {
 	rows, err := s.conn.Query(ctx, `SELECT bucket, argMax(hour_versions, version)
 FROM rollup_tenant_day
 WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?)
-GROUP BY bucket`, from.Unix(), to.Unix())
+GROUP BY bucket
+ORDER BY bucket`, from.Unix(), to.Unix())
 	if err != nil {
 		return nil, fmt.Errorf("list day rollups: %w", classify(err))
 	}
 	defer rows.Close()
-	out := map[int64]uint64{}
+	var out []rollup.DayVersion
 	for rows.Next() {
-		var (
-			d  time.Time
-			hv uint64
-		)
-		if err := rows.Scan(&d, &hv); err != nil {
+		var d rollup.DayVersion
+		if err := rows.Scan(&d.Day, &d.HourVersions); err != nil {
 			return nil, fmt.Errorf("list day rollups: %w", err)
 		}
-		out[d.Unix()] = hv
+		d.Day = d.Day.UTC()
+		out = append(out, d)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list day rollups: %w", classify(err))
@@ -82,85 +71,28 @@ GROUP BY bucket`, from.Unix(), to.Unix())
 	return out, nil
 }
 
-// dayStates splits the days in [from, to) that have hour rollups into
-// those with a fresh day row and those whose day row is missing or stale,
-// each in order.
-func (s *Store) dayStates(ctx context.Context, from, to time.Time) (fresh, stale []time.Time, err error) {
-	hours, err := s.newestHours(ctx, from, to)
-	if err != nil {
-		return nil, nil, err
+// WriteDay writes the rows of rollup_tenant_day for d, with version: per
+// tenant, the sums of its rows in rollup_tenant_hour of the computations
+// d.Hours names, in d.Day's bucket, with hour_versions d.HourVersions.
+// Without hours it writes nothing.
+func (s *Store) WriteDay(ctx context.Context, d rollup.DayRollup, version uint64) error {
+	if len(d.Hours) == 0 {
+		return nil
 	}
-	rows, err := s.dayRows(ctx, from, to)
-	if err != nil {
-		return nil, nil, err
-	}
-	for d, sum := range daySums(hours) {
-		day := time.Unix(d, 0).UTC()
-		if hv, ok := rows[d]; ok && hv == sum {
-			fresh = append(fresh, day)
-		} else {
-			stale = append(stale, day)
-		}
-	}
-	slices.SortFunc(fresh, time.Time.Compare)
-	slices.SortFunc(stale, time.Time.Compare)
-	return fresh, stale, nil
-}
-
-// StaleDays lists the UTC days in [from, before) that have hour rollups but
-// no fresh day rollup: never computed, or computed before one of their
-// hours was recomputed, in order. From and before are rounded down to
-// days; a zero from lists every stale day.
-func (s *Store) StaleDays(ctx context.Context, from, before time.Time) ([]time.Time, error) {
-	if from.Before(time.Unix(0, 0)) {
-		from = time.Unix(0, 0)
-	}
-	_, stale, err := s.dayStates(ctx, rollup.DayOf(from), rollup.DayOf(before))
-	return stale, err
-}
-
-// freshDays lists the whole UTC days inside [start, end) whose day rollup
-// is fresh, in order.
-func (s *Store) freshDays(ctx context.Context, start, end time.Time) ([]time.Time, error) {
-	first := rollup.DayOf(start.Add(rollup.Day - time.Second))
-	last := rollup.DayOf(end) // exclusive
-	if !first.Before(last) {
-		return nil, nil
-	}
-	fresh, _, err := s.dayStates(ctx, first, last)
-	return fresh, err
-}
-
-// RollupDay recomputes the day rollup of the UTC day holding day from the
-// newest rows of its hours in rollup_tenant_hour, written with version. It
-// reports false, writing nothing, when the day has no hour rollups, or
-// when its hours were counted with different SLO versions (an SLO change
-// being recomputed): queries then read the day's hours.
-func (s *Store) RollupDay(ctx context.Context, day time.Time, version uint64) (bool, error) {
-	day = rollup.DayOf(day)
-	hours, err := s.newestHours(ctx, day, day.Add(rollup.Day))
-	if err != nil || len(hours) == 0 {
-		return false, err
-	}
-	var (
-		sum   uint64
-		pairs = make([]string, len(hours))
-	)
-	for i, h := range hours {
-		if h.slo != hours[0].slo {
-			return false, nil
-		}
-		sum += h.version
-		pairs[i] = "(" + strconv.FormatInt(h.hour.Unix(), 10) + ", " + strconv.FormatUint(h.version, 10) + ")"
+	byHour := func(a, b rollup.HourVersion) int { return a.Hour.Compare(b.Hour) }
+	first, last := slices.MinFunc(d.Hours, byHour).Hour, slices.MaxFunc(d.Hours, byHour).Hour
+	pairs := make([]string, len(d.Hours))
+	for i, h := range d.Hours {
+		pairs[i] = "(" + strconv.FormatInt(h.Hour.Unix(), 10) + ", " + strconv.FormatUint(h.Version, 10) + ")"
 	}
 	// Rows are matched to columns by position: no aliases, which would
 	// shadow the columns in WHERE.
 	sel := []string{"toDateTime(?)", "tenant_id", "''", "''", "''", "''", "''", "sum(requests)", "sum(errors)"}
-	for _, c := range rollup.StatusClasses {
+	for _, c := range errClasses {
 		sel = append(sel, "sum(err_"+c+")")
 	}
 	sel = append(sel, "sum(prompt_tokens)", "sum(cached_prompt_tokens)", "sum(output_tokens)")
-	for _, m := range rollup.LatencyMetrics {
+	for _, m := range distColumns {
 		sel = append(sel, "sum("+m+"_count)", "sum("+m+"_sum)",
 			fmt.Sprintf("(sumMap(%[1]s_keys, %[1]s_counts) AS day_%[1]s).1", m), "day_"+m+".2")
 	}
@@ -173,11 +105,11 @@ func (s *Store) RollupDay(ctx context.Context, day time.Time, version uint64) (b
 	query := fmt.Sprintf(`INSERT INTO rollup_tenant_day (%s, %s, hour_versions)
 SELECT %s
 FROM rollup_tenant_hour
-WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?)
+WHERE bucket >= toDateTime(?) AND bucket <= toDateTime(?)
   AND (toUInt32(bucket), version) IN (%s)
 GROUP BY tenant_id`, rollupColumnList, strings.Join(peakColumns, ", "), strings.Join(sel, ", "), strings.Join(pairs, ", "))
-	if err := s.conn.Exec(ctx, query, day.Unix(), version, sum, day.Unix(), day.Add(rollup.Day).Unix()); err != nil {
-		return false, fmt.Errorf("roll up day %s: %w", day.Format(time.DateOnly), classify(err))
+	if err := s.conn.Exec(ctx, query, d.Day.Unix(), version, d.HourVersions, first.Unix(), last.Unix()); err != nil {
+		return fmt.Errorf("roll up day %s: %w", d.Day.Format(time.DateOnly), classify(err))
 	}
-	return true, nil
+	return nil
 }

@@ -32,12 +32,13 @@ GROUP BY h`
 // hourEventsSQL reads one UTC hour of events, deduplicated: the table's key
 // is (hour, tenant_id, event_id), so FINAL keeps one row per event, the
 // newest ingested copy (duplicates share completed_at, hence the hour).
-// The status and latencies are read as rollup.HourEvent holds them; validation
-// keeps NaN out of the table, so NaN marks a missing latency. Only numbers
+// The status (1 for ok, 2 + its index in errClasses, 0 for another) and the
+// latencies are read as rollup.HourEvent holds them; validation keeps NaN
+// out of the table, so NaN marks a missing latency. Only numbers
 // go through FINAL's merge: 18.16 copies every column it reads through it
 // row by row, so hashing the six strings here cost four times the read.
 var hourEventsSQL = `SELECT toUInt32(completed_at), group_hash,
-  toUInt8(indexOf(['ok', '` + strings.Join(rollup.StatusClasses, "', '") + `'], status)),
+  toUInt8(indexOf(['ok', '` + strings.Join(errClasses, "', '") + `'], status)),
   prompt_tokens, cached_prompt_tokens, output_tokens,
   ifNull(ttft_ms, nan), ifNull(itl_ms, nan), ifNull(e2e_ms, nan), ifNull(queue_ms, nan)
 FROM inference_events FINAL
