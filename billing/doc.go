@@ -14,7 +14,10 @@
 //   - The allocation of a deployment-hour's cost to tenants by a busy policy
 //     (tokens, weighted_tokens, request_time) and an idle policy (separate,
 //     shared_weighted, shared_even), rounded by largest remainder so that the
-//     lines add up to the GPU cost exactly.
+//     lines add up to the GPU cost exactly. BusyPolicies and IdlePolicies
+//     are the single list of policies, and IdleTenant the one name of the
+//     idle line: the rollup job, the API, internal/chstore's cost_hour
+//     columns (held equal by a test) and meterctl follow them.
 //   - Derived figures: cost per 1k tokens, tokens per GPU-hour, list-price
 //     charges from token prices.
 //

@@ -164,8 +164,8 @@ type hourGroup struct {
 // hourRollup aggregates one hour into every rollup level: its events are
 // gathered per group (gather), then counted group by group (countAll).
 type hourRollup struct {
-	// slab holds the gathered events: each group's are carved from it
-	// (eventSlab), in one allocation reused from hour to hour.
+	// slab holds the gathered events: each group's are carved from it, in
+	// one allocation reused from hour to hour (Roller).
 	slab    []HourEvent
 	listed  uint64 // the events of the groups listed so far
 	hour    time.Time
@@ -222,40 +222,42 @@ func (h *hourRollup) addGroup(hash uint64, dims [6]string, rows uint64) {
 	h.order = append(h.order, g)
 }
 
-// eventSlab keeps the memory that held the last hour's events for the next
-// rollup: the rollup job recomputes the current hour every few seconds, and
-// memory the Go runtime has handed back to the kernel in between costs
-// again to touch (0.6 s of CPU per hour of 1M events on the development
-// VM). It is kept up to keptEvents events and half the soft memory limit
-// (--memory-limit-mib): a rollup needs it anyway, and meterd's memory when
-// idle grows by what the largest recent hour needed.
-var eventSlab struct {
-	sync.Mutex
-	events []HourEvent
+// Roller rolls up hours (RollupHour), keeping the memory that held the
+// last hour's events for the next: the rollup job recomputes the current
+// hour every few seconds, and memory the Go runtime has handed back to the
+// kernel in between costs again to touch (0.6 s of CPU per hour of 1M
+// events on the development VM). It is kept up to keptEvents events and
+// half the soft memory limit (--memory-limit-mib): a rollup needs it
+// anyway, and meterd's memory when idle grows by what the largest recent
+// hour needed. A Job has its own; the zero Roller is ready to use, and
+// safe for concurrent use.
+type Roller struct {
+	mu     sync.Mutex
+	events []HourEvent // the kept memory, empty
 }
 
-// keptEvents bounds eventSlab's capacity (80 bytes an event).
+// keptEvents bounds the capacity a Roller keeps (80 bytes an event).
 const keptEvents = 2_000_000
 
-// takeEventSlab returns the kept memory for events (nil if none), emptied.
-func takeEventSlab() []HourEvent {
-	eventSlab.Lock()
-	defer eventSlab.Unlock()
-	s := eventSlab.events
-	eventSlab.events = nil
+// takeSlab returns the kept memory for events (nil if none), emptied.
+func (r *Roller) takeSlab() []HourEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.events
+	r.events = nil
 	return s[:0]
 }
 
-// keepEventSlab keeps s for the next rollup, unless it is too large or a
-// larger one is kept.
-func keepEventSlab(s []HourEvent) {
+// keepSlab keeps s for the next rollup, unless it is too large or a larger
+// one is kept.
+func (r *Roller) keepSlab(s []HourEvent) {
 	if cap(s) > keptEvents || int64(cap(s))*int64(unsafe.Sizeof(HourEvent{})) > debug.SetMemoryLimit(-1)/2 {
 		return
 	}
-	eventSlab.Lock()
-	defer eventSlab.Unlock()
-	if cap(s) > cap(eventSlab.events) {
-		eventSlab.events = s
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cap(s) > cap(r.events) {
+		r.events = s
 	}
 }
 
@@ -515,13 +517,14 @@ func (h *hourRollup) levels() map[string][]RollupRecord {
 const rollupInserts = 2
 
 // RollupHour recomputes the rollups of one UTC hour from its events (see
-// the comment at the top of this file), counting goodput with spec and
-// writing every row with version. It returns how long reading and
+// the comment at the top of this file), in memory kept from the last hour
+// r rolled up, counting goodput with spec and writing every row with
+// version. It returns how long reading and
 // aggregating the hour ("read") and writing each table took (for
 // benchmarks): the minute rows are written while the hour is counted, by
 // rollupInserts INSERTs at once, and the hour tables once it is counted, in
 // one INSERT each (queries read an hour's newest version), at once.
-func RollupHour(ctx context.Context, store HourStore, hour time.Time, spec GoodputSpec, version uint64) (map[string]time.Duration, error) {
+func (r *Roller) RollupHour(ctx context.Context, store HourStore, hour time.Time, spec GoodputSpec, version uint64) (map[string]time.Duration, error) {
 	hour = hour.UTC().Truncate(time.Hour)
 	start := time.Now()
 	var (
@@ -564,7 +567,7 @@ func RollupHour(ctx context.Context, store HourStore, hour time.Time, spec Goodp
 	g.Go(func() error {
 		// On failure blocks stays open: the minute INSERTs end with the
 		// context, unfinished, rather than writing part of the hour.
-		agg.slab = takeEventSlab()
+		agg.slab = r.takeSlab()
 		err := store.ReadHour(gctx, hour, func(g HourGroup) error {
 			agg.addGroup(g.Hash, g.Dims, g.Rows)
 			return nil
@@ -572,7 +575,7 @@ func RollupHour(ctx context.Context, store HourStore, hour time.Time, spec Goodp
 		if err == nil {
 			err = agg.countAll()
 		}
-		keepEventSlab(agg.slab)
+		r.keepSlab(agg.slab)
 		if err != nil {
 			return fail(err)
 		}
@@ -594,4 +597,11 @@ func RollupHour(ctx context.Context, store HourStore, hour time.Time, spec Goodp
 		return nil, err
 	}
 	return took, nil
+}
+
+// RollupHour recomputes the rollups of one UTC hour as Roller.RollupHour
+// does, with memory of its own for the hour's events.
+func RollupHour(ctx context.Context, store HourStore, hour time.Time, spec GoodputSpec, version uint64) (map[string]time.Duration, error) {
+	var r Roller
+	return r.RollupHour(ctx, store, hour, spec, version)
 }

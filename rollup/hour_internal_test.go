@@ -360,20 +360,34 @@ func TestEventSlab(t *testing.T) {
 		t.Errorf("slab moved or grew to %d events", len(h.slab))
 	}
 
-	eventSlab.Lock()
-	eventSlab.events = nil // what earlier tests left
-	eventSlab.Unlock()
-	keepEventSlab(make([]HourEvent, 0, 100))
-	keepEventSlab(make([]HourEvent, 0, 50)) // smaller: the larger stays
-	if s := takeEventSlab(); cap(s) != 100 || len(s) != 0 {
+	var r, other Roller
+	r.keepSlab(make([]HourEvent, 0, 100))
+	r.keepSlab(make([]HourEvent, 0, 50)) // smaller: the larger stays
+	if s := other.takeSlab(); s != nil {
+		t.Errorf("another roller's slab: cap %d, want none", cap(s))
+	}
+	if s := r.takeSlab(); cap(s) != 100 || len(s) != 0 {
 		t.Errorf("kept slab: len %d cap %d, want 0, 100", len(s), cap(s))
 	}
-	if s := takeEventSlab(); s != nil {
+	if s := r.takeSlab(); s != nil {
 		t.Errorf("slab taken twice: cap %d, want none", cap(s))
 	}
-	keepEventSlab(make([]HourEvent, 0, keptEvents+1))
-	if s := takeEventSlab(); cap(s) != 0 {
+	r.keepSlab(make([]HourEvent, 0, keptEvents+1))
+	if s := r.takeSlab(); cap(s) != 0 {
 		t.Errorf("slab over keptEvents: cap %d kept, want none", cap(s))
+	}
+}
+
+// TestRollerKeepsSlab checks that a roller keeps the memory of the last
+// hour's events for the next.
+func TestRollerKeepsSlab(t *testing.T) {
+	hour := time.Date(2026, 11, 20, 5, 0, 0, 0, time.UTC)
+	var r Roller
+	if _, err := r.RollupHour(context.Background(), &fakeHourStore{groups: 50, perGroup: 60}, hour, GoodputSpec{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := cap(r.events); got < 50*60 {
+		t.Errorf("kept slab: cap %d, want room for the hour's %d events", got, 50*60)
 	}
 }
 

@@ -89,6 +89,9 @@ type Job struct {
 	// at the first run (peaklessListed), in order.
 	peakless       []time.Time
 	peaklessListed bool
+	// roller rolls up the hours, keeping the memory of the last hour's
+	// events for the next.
+	roller Roller
 
 	runs         prometheus.Counter
 	failures     prometheus.Counter
@@ -214,7 +217,7 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	spec := set.Spec(sloVersion)
 	err = j.eachHour(ctx, hours, func(ctx context.Context, h time.Time, version uint64) error {
 		start := time.Now()
-		if _, err := RollupHour(ctx, j.store, h, spec, version); err != nil {
+		if _, err := j.roller.RollupHour(ctx, j.store, h, spec, version); err != nil {
 			return err
 		}
 		j.duration.Observe(time.Since(start).Seconds())

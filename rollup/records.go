@@ -105,8 +105,9 @@ type CostRow struct {
 	Requests, InputTokens                uint64
 	CachedInputTokens, OutputTokens      uint64
 	GoodOutputTokens, E2EMs              uint64
-	// Busy[b] is the busy share under BusyPolicies[b]; Cost[b][i] the line's
-	// total under BusyPolicies[b] and IdlePolicies[i]; nano-units.
+	// Busy[b] is the busy share under billing.BusyPolicies()[b]; Cost[b][i]
+	// the line's total under billing.BusyPolicies()[b] and
+	// billing.IdlePolicies()[i]; nano-units.
 	Busy [3]int64
 	Cost [3][3]int64
 	// ListCharge is the usage at the model's token list prices; ListPriced

@@ -71,6 +71,7 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	cpu := newCPUMeter(bch.pid)
 	var walls []time.Duration
+	var roller rollup.Roller // keeps the events' memory from run to run, as the job's does
 	for i := range *runs {
 		if i == *runs-1 && *queryLog {
 			if err := conn.Exec(ctx, "SYSTEM FLUSH LOGS"); err != nil {
@@ -93,7 +94,7 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		t0 := time.Now()
 		cpu.lap()
-		took, err := rollup.RollupHour(rctx, store, hour, rollup.DefaultSLOSet().Spec(0), uint64(time.Now().UnixMilli())<<16)
+		took, err := roller.RollupHour(rctx, store, hour, rollup.DefaultSLOSet().Spec(0), uint64(time.Now().UnixMilli())<<16)
 		if err != nil {
 			return err
 		}

@@ -1,10 +1,16 @@
 // Package chstore owns tokenmeter's ClickHouse access: the schema (embedded,
-// versioned migrations), columnar batch inserts of raw events, and the typed
+// versioned migrations, and the tables' column names in schema.go),
+// columnar batch inserts of raw events, the reads and writes of the rollup
+// job (hours, days, cost), the SQL of sketch's histograms, and the typed
 // queries the API serves. Every other package reaches ClickHouse through the
-// small interfaces it declares itself, implemented by *Store.
+// small interfaces it declares itself, implemented by *Store, and owns the
+// records they carry.
 //
-// It does not decide what is valid (package ingest does) nor who may see what
-// (package api does).
+// It holds no domain rules: it does not decide what is valid or how an
+// event's ITL is defined (package ingest does), what a rollup counts,
+// which days are rolled up or fresh (package rollup does), which cost
+// policies exist (package billing does), nor who may see what (package api
+// does).
 package chstore
 
 import (

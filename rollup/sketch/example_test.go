@@ -26,4 +26,3 @@ func ExampleHistogram() {
 	// Output:
 	// 2000 values in 315 buckets; p50 907 ms, p90 8024 ms, p99 9801 ms
 }
-
