@@ -88,7 +88,11 @@ func (s *queryStore) DirtyHours(context.Context, time.Time, time.Time) ([]time.T
 	return nil, nil
 }
 
-func (s *queryStore) FreshDays(context.Context, time.Time, time.Time) ([]time.Time, error) {
+func (s *queryStore) HourVersions(context.Context, time.Time, time.Time) ([]rollup.HourVersion, error) {
+	return nil, nil
+}
+
+func (s *queryStore) DayVersions(context.Context, time.Time, time.Time) ([]rollup.DayVersion, error) {
 	return nil, nil
 }
 

@@ -1,8 +1,10 @@
 package query
 
 import (
+	"slices"
 	"time"
 
+	"tokenmeter/billing"
 	"tokenmeter/rollup"
 )
 
@@ -216,4 +218,13 @@ func (r GPUUsageRow) Coverage() float64 {
 		return 0
 	}
 	return r.CoveredSeconds / r.InstanceSeconds
+}
+
+// Policies are the positions of q's busy and idle policies in
+// billing.BusyPolicies() and billing.IdlePolicies() (the order the stored
+// cost rows keep them in); -1 for an unknown one (Normalize refuses it).
+func (q CostQuery) Policies() (busy, idle int) {
+	busy = slices.Index(billing.BusyPolicies(), billing.BusyPolicy(q.Busy))
+	idle = slices.Index(billing.IdlePolicies(), billing.IdlePolicy(q.Idle))
+	return busy, idle
 }

@@ -310,7 +310,7 @@ func TestRollupDays(t *testing.T) {
 	check := func(what string, wantFull, wantFrom5h []time.Time) {
 		t.Helper()
 		for i, want := range [][]time.Time{wantFull, wantFrom5h} {
-			got, err := s.FreshDays(ctx, queries[4*i].Start, queries[4*i].End)
+			got, err := rollup.FreshDays(ctx, s, queries[4*i].Start, queries[4*i].End)
 			if err != nil {
 				t.Fatal(err)
 			}

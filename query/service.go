@@ -22,10 +22,11 @@ type UsageSource interface {
 }
 
 // RollupSource reads rollup rows, calling row for each (r is reused from
-// call to call), and lists the days whose day rollup is fresh.
+// call to call), and what decides which day rollups are fresh
+// (rollup.FreshDays).
 type RollupSource interface {
 	RollupRows(ctx context.Context, r RollupRead, row func(r *RollupRow) error) error
-	FreshDays(ctx context.Context, start, end time.Time) ([]time.Time, error)
+	rollup.DayReader
 }
 
 // TrafficSource reads traffic rows, with the id of each row's step and
@@ -33,7 +34,7 @@ type RollupSource interface {
 type TrafficSource interface {
 	TrafficRows(ctx context.Context, r TrafficRead) ([]TrafficRow, []string, error)
 	HoursWithoutPeaks(ctx context.Context, from, to time.Time) ([]time.Time, error)
-	FreshDays(ctx context.Context, start, end time.Time) ([]time.Time, error)
+	rollup.DayReader
 }
 
 // LatencySource reads every deduplicated latency value of a range, per step
@@ -170,7 +171,7 @@ func (s *Service) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, erro
 	}
 	read := RollupRead{Query: q, Level: q.level(), Merge: !s.mergeHere(q)}
 	if s.days && q.usesDays() {
-		if read.Days, err = s.src.FreshDays(ctx, q.Start, q.End); err != nil {
+		if read.Days, err = rollup.FreshDays(ctx, s.src, q.Start, q.End); err != nil {
 			return nil, err
 		}
 	}
@@ -322,7 +323,7 @@ func (s *Service) Traffic(ctx context.Context, q RollupQuery) ([]TrafficRow, err
 			return nil, err
 		}
 		if read.Kind == TrafficLevel && q.usesDays() {
-			if read.Days, err = s.src.FreshDays(ctx, q.Start, q.End); err != nil {
+			if read.Days, err = rollup.FreshDays(ctx, s.src, q.Start, q.End); err != nil {
 				return nil, err
 			}
 		}

@@ -205,7 +205,7 @@ func TestTrafficLongRangesExactPeaks(t *testing.T) {
 	if ok, err := rollup.RollupDay(ctx, s, day, uint64(day.Unix())+2e6); err != nil || !ok {
 		t.Fatalf("roll up %s: %v, %v", day, ok, err)
 	}
-	if fresh, err := s.FreshDays(ctx, day.Add(-60*rollup.Day), day.Add(30*rollup.Day)); err != nil || len(fresh) != 1 {
+	if fresh, err := rollup.FreshDays(ctx, s, day.Add(-60*rollup.Day), day.Add(30*rollup.Day)); err != nil || len(fresh) != 1 {
 		t.Fatalf("fresh days: %v, %v; want %s", fresh, err, day)
 	}
 	checkTraffic(t, s, events, "a late event and the day rolled up")

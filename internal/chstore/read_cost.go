@@ -10,23 +10,14 @@ import (
 	"tokenmeter/query"
 )
 
-// costPolicyColumn maps a busy allocation policy to its column stem in
-// cost_hour (cost_<stem>_<idle>, busy_<stem>).
-func costPolicyColumn(p string) string {
-	if p == "weighted_tokens" {
-		return "weighted"
-	}
-	return p
-}
-
 // costSQL builds the query of a normalized cost query.
 func costSQL(q query.CostQuery) (string, []any) {
 	bucket, args := stepExpr("hour", q.StepSeconds(), q.Start)
-	b := costPolicyColumn(q.Busy)
+	b, i := q.Policies()
 	sel := []string{bucket + " AS b"}
 	sel = append(sel, q.GroupBy...)
 	sel = append(sel,
-		fmt.Sprintf("sum(cost_%s_%s) AS c", b, q.Idle), fmt.Sprintf("sum(busy_%s)", b),
+		"sum("+allocationColumns[b][i]+") AS c", "sum("+busyColumns[b]+")",
 		"sumIf(requests, unattributed = 0)", "sumIf(input_tokens, unattributed = 0)",
 		"sumIf(cached_input_tokens, unattributed = 0)", "sumIf(output_tokens, unattributed = 0)",
 		"sumIf(good_output_tokens, unattributed = 0)",
