@@ -1,7 +1,6 @@
 package api
 
 import (
-	"cmp"
 	"context"
 	"time"
 	"tokenmeter/query"
@@ -47,9 +46,6 @@ func newCostService(svc *Services) *costService {
 // stored): its currency labels amounts, its allocation section gives the
 // default policies.
 func bookInForce(ctx context.Context, store PriceBookStore) (*billing.PriceBook, error) {
-	if store == nil {
-		return billing.EmptyPriceBook(), nil
-	}
 	_, doc, _, ok, err := store.CurrentPriceBook(ctx)
 	if err != nil {
 		return nil, err
@@ -78,7 +74,7 @@ func costPoint(cur string, p query.CostPoint) *meterv1.CostPoint {
 		Start:                      timestamppb.New(p.Start),
 		Cost:                       money(cur, p.CostNanos),
 		BusyCost:                   money(cur, p.BusyNanos),
-		IdleCost:                   money(cur, p.CostNanos-p.BusyNanos),
+		IdleCost:                   money(cur, p.IdleNanos),
 		Requests:                   p.Requests,
 		InputTokens:                p.InputTokens,
 		CachedInputTokens:          p.CachedInputTokens,
@@ -112,7 +108,7 @@ func gpuUsagePoint(cur string, a query.GPUUsagePoint) *meterv1.GpuUsagePoint {
 	}
 	if a.TokensKnown {
 		p.OutputTokens = a.OutputTokens
-		p.TotalTokens = a.InputTokens + a.OutputTokens
+		p.TotalTokens = a.TotalTokens
 		p.TokensPerGpuHour = a.TokensPerGPUHour
 	}
 	return p
@@ -128,7 +124,7 @@ func (s *costService) GetCost(ctx context.Context, req *meterv1.GetCostRequest) 
 		return nil, err
 	}
 	q := query.CostQuery{TenantID: tenant, Step: req.GetStep(), GroupBy: req.GetGroupBy(),
-		Busy: cmp.Or(req.GetBusyPolicy(), string(book.Allocation.Busy)), Idle: cmp.Or(req.GetIdlePolicy(), string(book.Allocation.Idle))}
+		Busy: req.GetBusyPolicy(), Idle: req.GetIdlePolicy()}.WithDefaults(book)
 	if req.GetStart() != nil {
 		q.Start = req.GetStart().AsTime()
 	}

@@ -4,6 +4,8 @@
 // codes, and the operational endpoints (/metrics, /healthz/live,
 // /healthz/ready).
 //
-// It holds no business logic: publishing is package ingest, queries are
-// internal/chstore.
+// It holds no business logic: publishing is package ingest, the read side
+// (planning, merging, percentiles, rates, cost figures) is package query;
+// api maps requests and answers between the protocol and query, and errors
+// to status codes.
 package api

@@ -162,7 +162,7 @@ func (s *queryStore) CostRows(_ context.Context, q query.CostQuery) ([]query.Cos
 	return rows, nil
 }
 
-func (s *queryStore) GPUUsageRows(_ context.Context, q query.GPUUsageQuery, _ bool) ([]query.GPUUsageRow, error) {
+func (s *queryStore) GPUUsageRows(_ context.Context, q query.GPUUsageQuery, _ query.GPUTokens) ([]query.GPUUsageRow, error) {
 	if err := s.sql(&reached{groupBy: q.GroupBy, allowed: query.GPUGroupFields, start: q.Start, end: q.End}, q); err != nil {
 		return nil, err
 	}

@@ -114,7 +114,7 @@ func newBareServerStores(t testing.TB, cfg api.Config, ready func(context.Contex
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv, err := api.New(ctx, cfg, &api.Services{
 		Keys: keys, Publisher: stores.pub, Usage: stores.usage,
-		Rollups: stores.rollups, Cost: unreachableCost{}, Admin: unreachableAdmin{},
+		Rollups: stores.rollups, Cost: unreachableCost{}, Prices: unreachableAdmin{}, Admin: unreachableAdmin{},
 	}, ready, prometheus.NewRegistry(), logger)
 	if err != nil {
 		cancel()

@@ -99,6 +99,13 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if svc != nil && svc.Cost != nil && svc.Prices == nil {
+		if _, ok := svc.Cost.(PriceBookStore); !ok {
+			// The price book in force labels amounts and gives the default
+			// policies: without one, answers would quietly use the empty book.
+			return nil, errors.New("api: Services.Cost needs Services.Prices (or a Cost that keeps the price books)")
+		}
+	}
 	if cfg.MaxBatchEvents == 0 {
 		cfg.MaxBatchEvents = 10_000
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,7 +18,7 @@ import (
 func TestNewRegistersOfferedServices(t *testing.T) {
 	base := Services{Keys: &Keys{}, Publisher: struct{ Publisher }{}, Usage: struct{ UsageReader }{}}
 	all := base
-	all.Rollups, all.Cost, all.Admin = struct{ RollupReader }{}, struct{ CostReader }{}, struct{ AdminStore }{}
+	all.Rollups, all.Cost, all.Prices, all.Admin = struct{ RollupReader }{}, struct{ CostReader }{}, struct{ PriceBookStore }{}, struct{ AdminStore }{}
 	tests := []struct {
 		name     string
 		svc      *Services
@@ -64,5 +65,17 @@ func TestNewRegistersOfferedServices(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestNewRefusesCostWithoutPrices checks that a cost service without a
+// price book to read is refused at start, rather than answering with the
+// empty book's currency and policies.
+func TestNewRefusesCostWithoutPrices(t *testing.T) {
+	svc := &Services{Keys: &Keys{}, Cost: struct{ CostReader }{}}
+	_, err := New(t.Context(), Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, svc,
+		func(context.Context) error { return nil }, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "Services.Prices") {
+		t.Errorf("New with Cost and no Prices: err = %v, want one naming Services.Prices", err)
 	}
 }

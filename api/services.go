@@ -24,7 +24,7 @@ type Publisher interface {
 	Publish(ctx context.Context, events []*meterv1.InferenceEvent) (int, []ingest.Rejected, error)
 }
 
-// UsageReader answers usage queries; *chstore.Store implements it.
+// UsageReader answers usage queries; *query.Service implements it.
 type UsageReader interface {
 	Usage(ctx context.Context, q query.UsageQuery) ([]query.UsageRow, error)
 }

@@ -11,9 +11,9 @@ import (
 // range), with its figures per 1,000 tokens.
 type CostPoint struct {
 	Start time.Time
-	// CostNanos is the allocated cost, BusyNanos its busy part (the rest
-	// is idle cost).
-	CostNanos, BusyNanos                                                     int64
+	// CostNanos is the allocated cost, BusyNanos its busy part, IdleNanos
+	// the rest.
+	CostNanos, BusyNanos, IdleNanos                                          int64
 	Requests, InputTokens, CachedInputTokens, OutputTokens, GoodOutputTokens uint64
 	UnattributedRequests, UnattributedInput, UnattributedOutput              uint64
 	ListCharge                                                               int64
@@ -52,6 +52,7 @@ func (p *CostPoint) add(r CostRow) {
 
 func (p *CostPoint) finish(start time.Time) {
 	p.Start = start
+	p.IdleNanos = p.CostNanos - p.BusyNanos
 	p.CostPer1KOutput = per1K(p.CostNanos, p.OutputTokens)
 	p.CostPer1K = per1K(p.CostNanos, p.InputTokens+p.OutputTokens)
 	p.BusyCostPer1KOutput = per1K(p.BusyNanos, p.OutputTokens)
@@ -69,10 +70,11 @@ type GPUUsagePoint struct {
 	MaxGPUs                                 uint32
 	CostNanos, BusyCostNanos, IdleCostNanos int64
 	UnpricedGPUHours                        float64
-	// Tokens served, when TokensKnown (see GPUUsageRow).
-	TokensKnown               bool
-	InputTokens, OutputTokens uint64
-	TokensPerGPUHour          float64
+	// Tokens served, when TokensKnown (see GPUUsageRow): input, output,
+	// their total, and the total per GPU-hour.
+	TokensKnown                            bool
+	InputTokens, OutputTokens, TotalTokens uint64
+	TokensPerGPUHour                       float64
 
 	gpu, busy, covered, inst, energy, unpriced float64
 }
@@ -101,7 +103,8 @@ func (p *GPUUsagePoint) finish(start time.Time) {
 	p.Coverage = Ratio(p.covered, p.inst)
 	p.UnpricedGPUHours = p.unpriced / 3600
 	if p.TokensKnown {
-		p.TokensPerGPUHour, _ = billing.TokensPerGPUHour(int64(p.InputTokens+p.OutputTokens), p.gpu)
+		p.TotalTokens = p.InputTokens + p.OutputTokens
+		p.TokensPerGPUHour, _ = billing.TokensPerGPUHour(int64(p.TotalTokens), p.gpu)
 	}
 }
 

@@ -134,6 +134,14 @@ func (q RollupQuery) trafficKind() (TrafficKind, Level) {
 	return TrafficLevel, level
 }
 
+// GPUTokens is which cost lines give the tokens served by GPU groups: the
+// attributed lines of tenants, not Except (the line of cost charged to no
+// tenant, billing.IdleTenant), and only when Join (see tokensJoinable).
+type GPUTokens struct {
+	Join   bool
+	Except string
+}
+
 // tokensJoinable says whether the cost rows can give the tokens served by
 // these GPU groups: only groups of deployment and GPU type, which cost rows
 // carry too.
@@ -147,8 +155,8 @@ func (q GPUUsageQuery) tokensJoinable() bool {
 }
 
 // PlanTraffic is the read that answers a normalized traffic query, before
-// the hours without peaks and the fresh days are known (Service.Traffic
-// fills them in); the limit is the query's.
+// the fresh days are known and the limit bounded (Service.Traffic does
+// both); the limit is the query's.
 func PlanTraffic(q RollupQuery) TrafficRead {
 	kind, level := q.trafficKind()
 	return TrafficRead{Query: q, Kind: kind, Level: level, Limit: q.Limit}

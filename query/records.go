@@ -1,6 +1,7 @@
 package query
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -218,6 +219,14 @@ func (r GPUUsageRow) Coverage() float64 {
 		return 0
 	}
 	return r.CoveredSeconds / r.InstanceSeconds
+}
+
+// WithDefaults fills the policies the query leaves empty with those of the
+// price book in force (its allocation section).
+func (q CostQuery) WithDefaults(book *billing.PriceBook) CostQuery {
+	q.Busy = cmp.Or(q.Busy, string(book.Allocation.Busy))
+	q.Idle = cmp.Or(q.Idle, string(book.Allocation.Idle))
+	return q
 }
 
 // Policies are the positions of q's busy and idle policies in

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"tokenmeter/billing"
 	"tokenmeter/rollup"
 	"tokenmeter/rollup/sketch"
 )
@@ -46,7 +47,7 @@ type LatencySource interface {
 // CostSource reads allocated cost and GPU usage.
 type CostSource interface {
 	CostRows(ctx context.Context, q CostQuery) ([]CostRow, error)
-	GPUUsageRows(ctx context.Context, q GPUUsageQuery, tokens bool) ([]GPUUsageRow, error)
+	GPUUsageRows(ctx context.Context, q GPUUsageQuery, tokens GPUTokens) ([]GPUUsageRow, error)
 }
 
 // Source is every read a Service makes.
@@ -312,11 +313,10 @@ func (s *Service) Traffic(ctx context.Context, q RollupQuery) ([]TrafficRow, err
 	if err != nil {
 		return nil, err
 	}
-	read := TrafficRead{Query: q, Limit: q.Limit}
+	read := PlanTraffic(q)
 	if read.Limit == 0 {
 		read.Limit = s.cfg.MaxSeriesRows + 1
 	}
-	read.Kind, read.Level = q.trafficKind()
 	var old []time.Time
 	if read.Kind != TrafficMinutes {
 		if old, err = s.src.HoursWithoutPeaks(ctx, q.Start, q.End); err != nil {
@@ -399,5 +399,5 @@ func (s *Service) GPUUsage(ctx context.Context, q GPUUsageQuery) ([]GPUUsageRow,
 	if err != nil {
 		return nil, err
 	}
-	return s.src.GPUUsageRows(ctx, q, q.tokensJoinable())
+	return s.src.GPUUsageRows(ctx, q, GPUTokens{Join: q.tokensJoinable(), Except: billing.IdleTenant})
 }

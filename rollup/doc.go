@@ -20,5 +20,6 @@
 // the newest computation of each of its hours; queries read the fresh days
 // (FreshDays) from their day rows. Cost allocation follows billing's
 // policies (billing.BusyPolicies, billing.IdlePolicies).
-// It does not serve queries (package api does).
+// It does not serve queries (package query plans and merges the reads,
+// package api serves them).
 package rollup

@@ -21,7 +21,8 @@ import (
 // This file holds what every read shares.
 
 // classify wraps errors that are not answers of the server (connection
-// refused, reset, timeouts) with query.ErrUnavailable.
+// refused, reset, timeouts) with query.ErrUnavailable, for reads and writes
+// alike: the API maps it to Unavailable whichever call met it.
 func classify(err error) error {
 	if err == nil {
 		return nil
@@ -225,7 +226,7 @@ func ReadSQL(r any) (string, []any, error) {
 	case query.RollupQuery:
 		stmt, args = rawLatencySQL(r)
 	case query.CostQuery:
-		stmt, args = costSQL(r)
+		return costSQL(r)
 	case query.GPUUsageQuery:
 		stmt, args = gpuUsageSQL(r)
 	default:
@@ -254,4 +255,10 @@ func (s *Store) each(ctx context.Context, what, stmt string, args, dest []any, r
 		return fmt.Errorf("read %s: %w", what, classify(err))
 	}
 	return nil
+}
+
+// quoteString writes s as a ClickHouse string literal, for filters that take
+// no arguments.
+func quoteString(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }

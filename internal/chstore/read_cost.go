@@ -6,14 +6,16 @@ import (
 	"slices"
 	"strings"
 
-	"tokenmeter/billing"
 	"tokenmeter/query"
 )
 
 // costSQL builds the query of a normalized cost query.
-func costSQL(q query.CostQuery) (string, []any) {
-	bucket, args := stepExpr("hour", q.StepSeconds(), q.Start)
+func costSQL(q query.CostQuery) (string, []any, error) {
 	b, i := q.Policies()
+	if b < 0 || i < 0 {
+		return "", nil, fmt.Errorf("%w: cost query with policies %q and %q: normalize it first", query.ErrInvalidQuery, q.Busy, q.Idle)
+	}
+	bucket, args := stepExpr("hour", q.StepSeconds(), q.Start)
 	sel := []string{bucket + " AS b"}
 	sel = append(sel, q.GroupBy...)
 	sel = append(sel,
@@ -30,12 +32,15 @@ func costSQL(q query.CostQuery) (string, []any) {
 	// Lines with neither cost nor usage (the idle line when idle cost is
 	// shared) are left out.
 	return fmt.Sprintf("SELECT %s\nFROM %s\nGROUP BY %s\nHAVING c != 0 OR sum(requests) > 0\nORDER BY %s",
-		strings.Join(sel, ", "), from, groupBy, groupBy), append(args, fromArgs...)
+		strings.Join(sel, ", "), from, groupBy, groupBy), append(args, fromArgs...), nil
 }
 
 // CostRows runs a normalized cost query.
 func (s *Store) CostRows(ctx context.Context, q query.CostQuery) ([]query.CostRow, error) {
-	stmt, args := costSQL(q)
+	stmt, args, err := costSQL(q)
+	if err != nil {
+		return nil, err
+	}
 	var (
 		out []query.CostRow
 		r   query.CostRow
@@ -44,7 +49,7 @@ func (s *Store) CostRows(ctx context.Context, q query.CostQuery) ([]query.CostRo
 	dest := k.dest(&r.CostNanos, &r.BusyNanos, &r.Requests, &r.InputTokens, &r.CachedInputTokens,
 		&r.OutputTokens, &r.GoodOutputTokens, &r.UnattributedRequests, &r.UnattributedInput, &r.UnattributedOutput,
 		&r.ListCharge, &r.ListUnpricedRequests, &r.PriceVersions)
-	err := s.each(ctx, "cost", stmt, args, dest, func() error {
+	err = s.each(ctx, "cost", stmt, args, dest, func() error {
 		r.Start = k.start(q.StepSeconds(), q.Start)
 		r.Group = groupMap(q.GroupBy, k.groups)
 		slices.Sort(r.PriceVersions)
@@ -79,22 +84,24 @@ ORDER BY %s`, strings.Join(sel, ", "), strings.Join(innerSel, ", "), from, strin
 }
 
 // gpuTokensSQL sums the tokens served per (step, group) from the
-// attributed tenant lines of cost_hour.
-func gpuTokensSQL(q query.GPUUsageQuery) (string, []any) {
+// attributed lines of cost_hour of every tenant but except.
+func gpuTokensSQL(q query.GPUUsageQuery, except string) (string, []any) {
 	bucket, args := stepExpr("hour", q.StepSeconds(), q.Start)
 	sel := append([]string{bucket + " AS b"}, q.GroupBy...)
 	sel = append(sel, "sum(input_tokens)", "sum(output_tokens)")
 	where, whereArgs := scope("hour", q.Start, q.End, "")
+	// The filter takes no arguments (newestRows repeats the scope's), so
+	// the tenant is quoted as a ClickHouse string literal.
 	from, fromArgs := newestRows("cost_hour", "hour", where, whereArgs,
-		fmt.Sprintf("unattributed = 0 AND tenant_id != '%s'", billing.IdleTenant))
+		"unattributed = 0 AND tenant_id != "+quoteString(except))
 	groupBy := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
 	return fmt.Sprintf(`SELECT %s FROM %s
 GROUP BY %s`, strings.Join(sel, ", "), from, groupBy), append(args, fromArgs...)
 }
 
-// GPUUsageRows runs a normalized GPU usage query; with tokens, it joins the
+// GPUUsageRows runs a normalized GPU usage query; with tokens.Join, it joins the
 // tokens served per step and group from the cost rows.
-func (s *Store) GPUUsageRows(ctx context.Context, q query.GPUUsageQuery, tokens bool) ([]query.GPUUsageRow, error) {
+func (s *Store) GPUUsageRows(ctx context.Context, q query.GPUUsageQuery, tokens query.GPUTokens) ([]query.GPUUsageRow, error) {
 	stmt, args := gpuUsageSQL(q)
 	var (
 		out   []query.GPUUsageRow
@@ -116,13 +123,13 @@ func (s *Store) GPUUsageRows(ctx context.Context, q query.GPUUsageQuery, tokens 
 	if err != nil {
 		return nil, err
 	}
-	if !tokens {
+	if !tokens.Join {
 		return out, nil
 	}
 	for i := range out {
 		out[i].TokensKnown = true
 	}
-	stmt, args = gpuTokensSQL(q)
+	stmt, args = gpuTokensSQL(q, tokens.Except)
 	var in, outT uint64
 	return out, s.each(ctx, "tokens per GPU group", stmt, args, k.dest(&in, &outT), func() error {
 		if i, ok := index[k.id()]; ok {

@@ -1,6 +1,7 @@
 package chstore
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -142,7 +143,7 @@ func TestReadSQL(t *testing.T) {
 // lines only.
 func TestGPUTokensSQL(t *testing.T) {
 	end := t0.Add(24 * time.Hour)
-	sql, args := gpuTokensSQL(gpuQ(t, query.GPUUsageQuery{Start: t0, End: end, Step: "total", GroupBy: []string{"gpu_type"}}))
+	sql, args := gpuTokensSQL(gpuQ(t, query.GPUUsageQuery{Start: t0, End: end, Step: "total", GroupBy: []string{"gpu_type"}}), "__idle__")
 	for _, w := range []string{"SELECT toUInt32(?) AS b, gpu_type, sum(input_tokens), sum(output_tokens) FROM cost_hour",
 		"unattributed = 0 AND tenant_id != '__idle__'", "GROUP BY b, gpu_type"} {
 		if !strings.Contains(sql, w) {
@@ -192,4 +193,21 @@ func gpuQ(t *testing.T, q query.GPUUsageQuery) query.GPUUsageQuery {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestCostSQLRefusesUnknownPolicies checks that a cost query that skipped
+// Normalize gets an error, not a panic or a column that does not exist.
+func TestCostSQLRefusesUnknownPolicies(t *testing.T) {
+	_, _, err := ReadSQL(query.CostQuery{Start: t0, End: t0.Add(time.Hour), Step: "total", Busy: "tokens", Idle: "nobody"})
+	if !errors.Is(err, query.ErrInvalidQuery) {
+		t.Errorf("err = %v, want ErrInvalidQuery", err)
+	}
+}
+
+func TestQuoteString(t *testing.T) {
+	for in, want := range map[string]string{"__idle__": "'__idle__'", `a'b\c`: `'a\'b\\c'`, "": "''"} {
+		if got := quoteString(in); got != want {
+			t.Errorf("quoteString(%q) = %s, want %s", in, got, want)
+		}
+	}
 }
