@@ -1,8 +1,6 @@
 package query_test
 
 import (
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -12,21 +10,6 @@ import (
 )
 
 func TestMain(m *testing.M) { chtest.Main(m) }
-
-// openMigratedStore opens a store on a new database of the test server.
-func openMigratedStore(t *testing.T) *chstore.Store {
-	t.Helper()
-	addr, db := chtest.NewDB(t)
-	s, err := chstore.Open(chstore.Config{Addr: []string{addr}, Database: db}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // reads is the read side over s.
 func reads(s *chstore.Store) *query.Service { return query.New(s, query.Config{}) }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"testing"
 	"time"
+	"tokenmeter/internal/chstore/chstoretest"
 	"tokenmeter/query"
 
 	"github.com/google/go-cmp/cmp"
@@ -43,22 +44,13 @@ func rollupHour(t *testing.T, s *chstore.Store, hour time.Time, spec rollup.Good
 }
 
 func TestRollupHourExact(t *testing.T) {
-	s := openMigratedStore(t)
+	s := chstoretest.OpenMigrated(t)
 	ctx := context.Background()
 	var events []*meterv1.InferenceEvent
 	for i := range 4000 {
 		events = append(events, event(i))
 	}
-	var b chstore.EventBatch
-	for _, ev := range events {
-		b.Append(ev, ingest.ITL(ev), time.Now(), chstore.Source{})
-	}
-	for _, ev := range events[:500] { // duplicates
-		b.Append(ev, ingest.ITL(ev), time.Now(), chstore.Source{})
-	}
-	if err := s.InsertEvents(ctx, &b); err != nil {
-		t.Fatal(err)
-	}
+	chstoretest.Insert(t, s, append(events, events[:500]...)) // with duplicates
 	end := day.Add(4000 * 37 * time.Second).Truncate(time.Hour).Add(time.Hour)
 	spec := rollup.GoodputSpec{Version: 1, DefaultClass: "interactive"}
 	for h := day; h.Before(end); h = h.Add(time.Hour) {
@@ -179,7 +171,7 @@ func rollUpSpreadEvents(t *testing.T, s *chstore.Store, n int) (time.Time, rollu
 }
 
 func TestRollupsMergedHere(t *testing.T) {
-	s := openMigratedStore(t)
+	s := chstoretest.OpenMigrated(t)
 	ctx := context.Background()
 	end, spec := rollUpSpreadEvents(t, s, 3000)
 	// A second computation of some hours: only the newest counts.
@@ -276,7 +268,7 @@ func onlyColumns(rows []query.RollupRow, cols query.RollupColumns) []query.Rollu
 // whose hours were recomputed since (late events, an SLO change) is read
 // from its hours until it is rolled up again.
 func TestRollupDays(t *testing.T) {
-	s := openMigratedStore(t)
+	s := chstoretest.OpenMigrated(t)
 	ctx := context.Background()
 	const n = 6000 // 37 s apart: two whole days and most of a third
 	end, spec := rollUpSpreadEvents(t, s, n)

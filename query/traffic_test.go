@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"tokenmeter/internal/chstore/chstoretest"
 	"tokenmeter/query"
 
 	"github.com/google/go-cmp/cmp"
@@ -15,7 +16,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"tokenmeter/ingest"
 	"tokenmeter/internal/chstore"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/rollup"
@@ -46,17 +46,6 @@ func trafficEvents(n int) []*meterv1.InferenceEvent {
 		out = append(out, ev)
 	}
 	return out
-}
-
-func insertEvents(t *testing.T, s *chstore.Store, events []*meterv1.InferenceEvent) {
-	t.Helper()
-	var b chstore.EventBatch
-	for _, ev := range events {
-		b.Append(ev, ingest.ITL(ev), time.Now(), chstore.Source{})
-	}
-	if err := s.InsertEvents(context.Background(), &b); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // bruteTraffic computes the traffic rows of q from the events, in Go: per
@@ -181,10 +170,10 @@ func checkTraffic(t *testing.T, s *chstore.Store, events []*meterv1.InferenceEve
 // form of group_by; with and without day rollups, and from hour rows of
 // several computations (only the newest counts).
 func TestTrafficLongRangesExactPeaks(t *testing.T) {
-	s := openMigratedStore(t)
+	s := chstoretest.OpenMigrated(t)
 	ctx := context.Background()
 	events := trafficEvents(6000)
-	insertEvents(t, s, append(events, events[:300]...)) // with duplicates
+	chstoretest.Insert(t, s, append(events, events[:300]...)) // with duplicates
 	spec := rollup.GoodputSpec{Version: 1, DefaultClass: "interactive"}
 	for h := day; h.Before(day.Add(3 * time.Hour)); h = h.Add(time.Hour) {
 		if err := rollupHour(t, s, h, spec, uint64(h.Unix())); err != nil {
@@ -197,7 +186,7 @@ func TestTrafficLongRangesExactPeaks(t *testing.T) {
 	// rolled up: the tenant series at day steps and more read the day row.
 	late := trafficEvents(1)[0]
 	late.EventId, late.CompletedAt = "late", timestamppb.New(day.Add(time.Hour+30*time.Minute))
-	insertEvents(t, s, []*meterv1.InferenceEvent{late})
+	chstoretest.Insert(t, s, []*meterv1.InferenceEvent{late})
 	events = append(events, late)
 	if err := rollupHour(t, s, day.Add(time.Hour), spec, uint64(day.Unix())+1e6); err != nil {
 		t.Fatal(err)
@@ -228,10 +217,10 @@ func (l legacyStore) InsertRollupRecords(ctx context.Context, table string, rows
 // queries take their peaks from the minute rows, exactly; day rows made of
 // them too.
 func TestTrafficHoursWithoutPeaks(t *testing.T) {
-	s := openMigratedStore(t)
+	s := chstoretest.OpenMigrated(t)
 	ctx := context.Background()
 	events := trafficEvents(4000)
-	insertEvents(t, s, events)
+	chstoretest.Insert(t, s, events)
 	spec := rollup.GoodputSpec{Version: 1, DefaultClass: "interactive"}
 	hours := []time.Time{day, day.Add(time.Hour), day.Add(2 * time.Hour)}
 	for i, h := range hours {
@@ -272,7 +261,7 @@ func TestTrafficHoursWithoutPeaks(t *testing.T) {
 // of everything; and a series merging rows of several tenants (group_by
 // model) is summed minute by minute (m1: 7 in minute 5, no row's peak).
 func TestHourPeaksEveryLevel(t *testing.T) {
-	s := openMigratedStore(t)
+	s := chstoretest.OpenMigrated(t)
 	ctx := context.Background()
 	hour := day.Add(4 * time.Hour)
 	var events []*meterv1.InferenceEvent
@@ -291,7 +280,7 @@ func TestHourPeaksEveryLevel(t *testing.T) {
 	add("acme", "m2", 5, 4, 10)  // acme: 8 requests in minute 5
 	add("globex", "m1", 5, 3, 1) // m1: 7 requests in minute 5; total 11
 	add("globex", "m1", 9, 6, 30)
-	insertEvents(t, s, events)
+	chstoretest.Insert(t, s, events)
 	if err := rollupHour(t, s, hour, rollup.GoodputSpec{Version: 1}, 1); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 	"tokenmeter/ingest"
 	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/chstore/chstoretest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
 	"tokenmeter/rollup"
@@ -93,7 +94,7 @@ func bruteUsage(events []*meterv1.InferenceEvent, q query.UsageQuery) []query.Us
 }
 
 func TestUsageExactWithDuplicates(t *testing.T) {
-	s := openMigratedStore(t)
+	s := chstoretest.OpenMigrated(t)
 	ctx := context.Background()
 	var events []*meterv1.InferenceEvent
 	for i := range 5000 {
@@ -141,7 +142,7 @@ func TestUsageExactWithDuplicates(t *testing.T) {
 
 // Month buckets are UTC calendar months.
 func TestUsageMonths(t *testing.T) {
-	s := openMigratedStore(t)
+	s := chstoretest.OpenMigrated(t)
 	ctx := context.Background()
 	var b chstore.EventBatch
 	var events []*meterv1.InferenceEvent

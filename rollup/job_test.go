@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"tokenmeter/internal/chstore/chstoretest"
 	"tokenmeter/query"
 	"tokenmeter/rollup"
 
@@ -63,16 +64,7 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	addr, db := chtest.NewDB(t)
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	store, err := chstore.Open(chstore.Config{Addr: []string{addr}, Database: db}, logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	if _, err := store.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	store := chstoretest.OpenMigrated(t)
 	return &fixture{store: store, job: newJob(t, store)}
 }
 

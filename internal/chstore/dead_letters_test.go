@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"tokenmeter/internal/chstore/chstoretest"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -14,7 +15,7 @@ import (
 // TestDeadLetters stores dead letters, one of them twice (a redelivered
 // batch), with binary payloads, and reads each back once, in source order.
 func TestDeadLetters(t *testing.T) {
-	s := openMigratedStore(t)
+	s := chstoretest.OpenMigrated(t)
 	ctx := context.Background()
 	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	big := chstore.DeadLetter{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 	"time"
+	"tokenmeter/internal/chstore/chstoretest"
 	"tokenmeter/query"
 	"tokenmeter/rollup"
 
@@ -13,7 +14,7 @@ import (
 // TestGPUUsageGroupsWithNULKeepTheirTokens: two (deployment, gpu_type)
 // groups that a "\x00"-joined key merges each get their own tokens.
 func TestGPUUsageGroupsWithNULKeepTheirTokens(t *testing.T) {
-	s := openMigratedStore(t)
+	s := chstoretest.OpenMigrated(t)
 	ctx := context.Background()
 	hour := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	groups := [][2]string{{"a\x00b", "c"}, {"a", "b\x00c"}}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"tokenmeter/internal/chstore/chstoretest"
 	"tokenmeter/rollup"
 )
 
@@ -14,7 +15,7 @@ import (
 // up as one group. group_hash is made insertable for the test (a DEFAULT
 // instead of a MATERIALIZED column) to force the collision.
 func TestReadHourHashCollision(t *testing.T) {
-	s := openMigratedStore(t)
+	s := chstoretest.OpenMigrated(t)
 	ctx := context.Background()
 	if err := s.Exec(ctx, "ALTER TABLE inference_events MODIFY COLUMN group_hash UInt64 DEFAULT cityHash64(tenant_id, model, model_version, deployment, gpu_type, slo_class)"); err != nil {
 		t.Fatal(err)

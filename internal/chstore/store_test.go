@@ -2,9 +2,8 @@ package chstore_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
+	"tokenmeter/internal/chstore/chstoretest"
 
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/chtest"
@@ -12,29 +11,8 @@ import (
 
 func TestMain(m *testing.M) { chtest.Main(m) }
 
-func openStore(t *testing.T) *chstore.Store {
-	t.Helper()
-	addr, db := chtest.NewDB(t)
-	s, err := chstore.Open(chstore.Config{Addr: []string{addr}, Database: db}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
-// openMigratedStore is openStore with every migration applied.
-func openMigratedStore(t *testing.T) *chstore.Store {
-	t.Helper()
-	s := openStore(t)
-	if _, err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 func TestMigrateIdempotent(t *testing.T) {
-	s := openStore(t)
+	s := chstoretest.Open(t)
 	ctx := context.Background()
 	first, err := s.Migrate(ctx)
 	if err != nil {
