@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -203,12 +204,21 @@ func (s *Service) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, erro
 	return out, nil
 }
 
-// stepID identifies a step and group, as a map key: each value is prefixed
-// with its length, so no two keys share an id.
+// stepID identifies a step and group, as a map key (StepID).
 func stepID(start time.Time, fields []string, group map[string]string) string {
-	id := strconv.AppendInt(nil, start.Unix(), 10)
-	for _, f := range fields {
-		g := group[f]
+	values := make([]string, len(fields))
+	for i, f := range fields {
+		values[i] = group[f]
+	}
+	return StepID(start.Unix(), values)
+}
+
+// StepID identifies the step starting at start (Unix seconds) of the group
+// with values, as a map key: each value is prefixed with its length, so no
+// two keys share an id.
+func StepID(start int64, values []string) string {
+	id := strconv.AppendInt(nil, start, 10)
+	for _, g := range values {
 		id = append(strconv.AppendInt(append(id, ' '), int64(len(g)), 10), ':')
 		id = append(id, g...)
 	}
@@ -218,17 +228,9 @@ func stepID(start time.Time, fields []string, group map[string]string) string {
 // cloneRollupRow copies r, whose maps its source may reuse.
 func cloneRollupRow(r *RollupRow) RollupRow {
 	c := *r
-	c.Group = maps(r.Group)
-	c.ErrorsBy = maps(r.ErrorsBy)
-	c.Latency = maps(r.Latency)
-	return c
-}
-
-func maps[V any](m map[string]V) map[string]V {
-	c := make(map[string]V, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
+	c.Group = maps.Clone(r.Group)
+	c.ErrorsBy = maps.Clone(r.ErrorsBy)
+	c.Latency = maps.Clone(r.Latency)
 	return c
 }
 

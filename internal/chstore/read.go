@@ -138,16 +138,8 @@ func (k *stepKey) start(width int64, rangeStart time.Time) time.Time {
 	return time.Unix(int64(k.b), 0).UTC()
 }
 
-// id identifies the step and group, as a map key: each value is prefixed
-// with its length, so no two keys share an id.
-func (k *stepKey) id() string {
-	id := strconv.AppendUint(nil, uint64(k.b), 10)
-	for _, g := range k.groups {
-		id = append(strconv.AppendInt(append(id, ' '), int64(len(g)), 10), ':')
-		id = append(id, g...)
-	}
-	return string(id)
-}
+// id identifies the step and group, as a map key (query.StepID).
+func (k *stepKey) id() string { return query.StepID(int64(k.b), k.groups) }
 
 func groupMap(fields, values []string) map[string]string {
 	g := make(map[string]string, len(fields))
