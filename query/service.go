@@ -228,9 +228,17 @@ func StepID(start int64, values []string) string {
 // cloneRollupRow copies r, whose maps its source may reuse.
 func cloneRollupRow(r *RollupRow) RollupRow {
 	c := *r
-	c.Group = maps.Clone(r.Group)
-	c.ErrorsBy = maps.Clone(r.ErrorsBy)
-	c.Latency = maps.Clone(r.Latency)
+	c.Group = cloneMap(r.Group)
+	c.ErrorsBy = cloneMap(r.ErrorsBy)
+	c.Latency = cloneMap(r.Latency)
+	return c
+}
+
+// cloneMap copies m into a map that is never nil (unlike maps.Clone of a
+// nil map), so that RollupRow.add can add to it.
+func cloneMap[V any](m map[string]V) map[string]V {
+	c := make(map[string]V, len(m))
+	maps.Copy(c, m)
 	return c
 }
 
