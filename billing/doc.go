@@ -18,6 +18,10 @@
 //     are the single list of policies, and IdleTenant the one name of the
 //     idle line: the rollup job, the API, internal/chstore's cost_hour
 //     columns (held equal by a test) and meterctl follow them.
+//   - Billing periods (period.go): calendar months of a tenant's time zone
+//     (UTC, a fixed offset such as +05:30, or an IANA zone), exact to the
+//     instant, and the rule for closing one (ended, a grace delay passed,
+//     ingest caught up past its end).
 //   - Derived figures: cost per 1k tokens, tokens per GPU-hour, list-price
 //     charges from token prices.
 //
