@@ -1,0 +1,275 @@
+package billing
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"slices"
+	"time"
+
+	"golang.org/x/text/currency"
+)
+
+// A statement is what a tenant is billed for one period (ARCHITECTURE
+// "Money and prices"): its usage of each model at list prices, one line per
+// model (and deployment, when asked) and token price in force, plus
+// adjustment lines for late usage of periods already closed. This file
+// computes a statement from usage the caller has read; storing, closing and
+// exporting statements are not here.
+
+// ErrInvalidStatement marks usage a statement cannot be computed from.
+var ErrInvalidStatement = errors.New("invalid statement input")
+
+// StatementUsage is one tenant's usage of one model (on one deployment)
+// over [Start, End), all of it under one token price: the caller splits
+// its usage at the model's price changes (TokenPriceChanges).
+type StatementUsage struct {
+	Start, End        time.Time
+	Model, Deployment string
+	Requests          uint64
+	// InputTokens includes CachedInputTokens.
+	InputTokens, CachedInputTokens, OutputTokens uint64
+	// OriginalPeriod names the closed period late usage belongs to; empty
+	// for usage of the statement's own period.
+	OriginalPeriod string
+}
+
+// LineKind says what a statement line bills.
+type LineKind string
+
+const (
+	// LineUsage bills usage of the statement's period.
+	LineUsage LineKind = "usage"
+	// LineAdjustment bills usage of an earlier, closed period that arrived
+	// after its close, at the price that applied then.
+	LineAdjustment LineKind = "adjustment"
+)
+
+// StatementLine is one line of a statement: a model's (and deployment's)
+// usage under one token price.
+type StatementLine struct {
+	Kind       LineKind `json:"kind"`
+	Model      string   `json:"model"`
+	Deployment string   `json:"deployment,omitempty"`
+	// OriginalPeriod is the period an adjustment's usage belongs to.
+	OriginalPeriod string `json:"original_period,omitempty"`
+	// ChargeStart and ChargeEnd span the line's usage.
+	ChargeStart time.Time `json:"charge_start"`
+	ChargeEnd   time.Time `json:"charge_end"`
+	// PriceID identifies the token price applied (TokenPrice.ID); empty,
+	// with Priced false and a zero charge, when the model had no price.
+	PriceID           string `json:"price_id,omitempty"`
+	Priced            bool   `json:"priced"`
+	Requests          uint64 `json:"requests"`
+	InputTokens       uint64 `json:"input_tokens"`
+	CachedInputTokens uint64 `json:"cached_input_tokens"`
+	OutputTokens      uint64 `json:"output_tokens"`
+	InputPer1M        Money  `json:"input_per_1m"`
+	CachedInputPer1M  Money  `json:"cached_input_per_1m"`
+	OutputPer1M       Money  `json:"output_per_1m"`
+	// Charge is the line's list-price charge in nano-units (ListCharge of
+	// its summed tokens: rounded half to even to a nano-unit once).
+	Charge Money `json:"charge"`
+}
+
+// Statement is one tenant's bill for one period.
+type Statement struct {
+	Tenant string `json:"tenant"`
+	Period string `json:"period"`
+	Zone   string `json:"zone"`
+	// PeriodStart and PeriodEnd are the period's first instants.
+	PeriodStart time.Time `json:"period_start"`
+	PeriodEnd   time.Time `json:"period_end"`
+	Currency    string    `json:"currency"`
+	// PriceBook is the version of the price book the lines were priced with.
+	PriceBook string          `json:"price_book"`
+	Lines     []StatementLine `json:"lines"`
+	// Charge is the sum of the lines' charges, exact in nano-units; Total
+	// is Charge rounded once to the currency's minor unit by Rounding.
+	Charge           Money  `json:"charge"`
+	Total            Money  `json:"total"`
+	Rounding         string `json:"rounding"`
+	UnpricedRequests uint64 `json:"unpriced_requests"`
+	// Hash is the SHA-256 of the statement's canonical JSON without it.
+	Hash string `json:"hash,omitempty"`
+}
+
+// TokenPriceChanges lists the instants in (from, to) at which the model's
+// token price changes, in order: where statement usage must be split.
+func (b *PriceBook) TokenPriceChanges(model string, from, to time.Time) []time.Time {
+	var out []time.Time
+	for _, p := range b.TokenPrices {
+		if p.Model == model && p.EffectiveFrom.After(from) && p.EffectiveFrom.Before(to) {
+			out = append(out, p.EffectiveFrom)
+		}
+	}
+	slices.SortFunc(out, time.Time.Compare)
+	return slices.CompactFunc(out, time.Time.Equal)
+}
+
+// ComputeStatement bills tenant's usage of period p with book: one line
+// per (kind, original period, model, deployment when byDeployment, price),
+// in that order. Usage of p must lie in p; late usage (OriginalPeriod set)
+// must lie before p. Each usage slice must lie under one token price.
+// Errors wrap ErrInvalidStatement.
+func ComputeStatement(tenant string, p Period, book *PriceBook, usage []StatementUsage, byDeployment bool) (Statement, error) {
+	type lineKey struct {
+		kind                        LineKind
+		original, model, dep, price string
+	}
+	lines := map[lineKey]*StatementLine{}
+	var errs []error
+	for i, u := range usage {
+		if !u.End.After(u.Start) || u.CachedInputTokens > u.InputTokens {
+			errs = append(errs, fmt.Errorf("%w: usage %d (%s, %s–%s): empty span or cached input above input", ErrInvalidStatement, i, u.Model, u.Start.Format(time.RFC3339), u.End.Format(time.RFC3339)))
+			continue
+		}
+		kind := LineUsage
+		switch {
+		case u.OriginalPeriod != "":
+			kind = LineAdjustment
+			if u.End.After(p.Start) {
+				errs = append(errs, fmt.Errorf("%w: late usage %d of %s ends at %s, after the start of %s", ErrInvalidStatement, i, u.OriginalPeriod, u.End.Format(time.RFC3339), p))
+				continue
+			}
+		case u.Start.Before(p.Start) || u.End.After(p.End):
+			errs = append(errs, fmt.Errorf("%w: usage %d (%s–%s) lies outside %s", ErrInvalidStatement, i, u.Start.Format(time.RFC3339), u.End.Format(time.RFC3339), p))
+			continue
+		}
+		if ch := book.TokenPriceChanges(u.Model, u.Start, u.End); len(ch) > 0 {
+			errs = append(errs, fmt.Errorf("%w: usage %d of %s spans a price change at %s; split it there", ErrInvalidStatement, i, u.Model, ch[0].Format(time.RFC3339)))
+			continue
+		}
+		price, priced := book.TokenPrice(u.Model, u.Start)
+		k := lineKey{kind: kind, original: u.OriginalPeriod, model: u.Model}
+		if byDeployment {
+			k.dep = u.Deployment
+		}
+		if priced {
+			k.price = price.ID()
+		}
+		l := lines[k]
+		if l == nil {
+			l = &StatementLine{Kind: kind, Model: u.Model, Deployment: k.dep, OriginalPeriod: u.OriginalPeriod,
+				ChargeStart: u.Start, ChargeEnd: u.End, PriceID: k.price, Priced: priced}
+			if priced {
+				l.InputPer1M, l.CachedInputPer1M, l.OutputPer1M = price.InputPer1M, price.CachedInputPer1M, price.OutputPer1M
+			}
+			lines[k] = l
+		}
+		l.ChargeStart, l.ChargeEnd = minTime(l.ChargeStart, u.Start), maxTime(l.ChargeEnd, u.End)
+		l.Requests += u.Requests
+		l.InputTokens += u.InputTokens
+		l.CachedInputTokens += u.CachedInputTokens
+		l.OutputTokens += u.OutputTokens
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Statement{}, err
+	}
+	st := Statement{
+		Tenant: tenant, Period: p.Key, Zone: p.Zone.String(),
+		PeriodStart: p.Start.UTC(), PeriodEnd: p.End.UTC(),
+		Currency: book.Currency, PriceBook: book.Version(),
+	}
+	for _, l := range lines {
+		l.ChargeStart, l.ChargeEnd = l.ChargeStart.UTC(), l.ChargeEnd.UTC()
+		if l.Priced {
+			charge, _, ok := book.ListCharge(l.Model, l.ChargeStart, int64(l.InputTokens), int64(l.CachedInputTokens), int64(l.OutputTokens))
+			if !ok {
+				return Statement{}, fmt.Errorf("%w: the charge of %s's %s line is out of range", ErrInvalidStatement, tenant, l.Model)
+			}
+			l.Charge = charge
+		} else {
+			st.UnpricedRequests += l.Requests
+		}
+		sum, ok := addMoney(st.Charge, l.Charge)
+		if !ok {
+			return Statement{}, fmt.Errorf("%w: %s's charge is out of range", ErrInvalidStatement, tenant)
+		}
+		st.Charge = sum
+		st.Lines = append(st.Lines, *l)
+	}
+	slices.SortFunc(st.Lines, func(a, b StatementLine) int {
+		return cmp.Or(cmp.Compare(kindOrder(a.Kind), kindOrder(b.Kind)), cmp.Compare(a.OriginalPeriod, b.OriginalPeriod),
+			cmp.Compare(a.Model, b.Model), cmp.Compare(a.Deployment, b.Deployment), a.ChargeStart.Compare(b.ChargeStart))
+	})
+	total, rule, err := roundToMinorUnit(st.Charge, st.Currency)
+	if err != nil {
+		return Statement{}, err
+	}
+	st.Total, st.Rounding = total, rule
+	st.Hash, err = st.ContentHash()
+	return st, err
+}
+
+func kindOrder(k LineKind) int {
+	if k == LineUsage {
+		return 0
+	}
+	return 1
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// addMoney adds without overflowing int64 nano-units.
+func addMoney(a, b Money) (Money, bool) {
+	s := a + b
+	if (b > 0 && s < a) || (b < 0 && s > a) {
+		return 0, false
+	}
+	return s, true
+}
+
+// roundToMinorUnit rounds m once to the currency's minor unit (ISO 4217,
+// from golang.org/x/text/currency: 2 decimals for USD and EUR, 0 for JPY, 3
+// for KWD), half away from zero, and describes the rule.
+func roundToMinorUnit(m Money, code string) (Money, string, error) {
+	unit, err := currency.ParseISO(code)
+	if err != nil {
+		return 0, "", fmt.Errorf("%w: currency %q: %v", ErrInvalidStatement, code, err)
+	}
+	scale, _ := currency.Standard.Rounding(unit)
+	step := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(9-scale)), nil) // nano-units per minor unit
+	q, r := new(big.Int).QuoRem(big.NewInt(int64(m)), step, new(big.Int))
+	if twice := new(big.Int).Abs(new(big.Int).Lsh(r, 1)); twice.Cmp(step) >= 0 {
+		if m < 0 {
+			q.Sub(q, big.NewInt(1))
+		} else {
+			q.Add(q, big.NewInt(1))
+		}
+	}
+	rounded := q.Mul(q, step)
+	if !rounded.IsInt64() {
+		return 0, "", fmt.Errorf("%w: total out of range", ErrInvalidStatement)
+	}
+	unitName := fmt.Sprintf("%s %s", Money(step.Int64()).String(), code)
+	return Money(rounded.Int64()), fmt.Sprintf("the sum of the lines' charges (nano-units), rounded once to %s (the minor unit), half away from zero", unitName), nil
+}
+
+// ContentHash is the SHA-256 (hex) of st's canonical JSON with its Hash
+// left out: the same statement always has the same hash.
+func (st Statement) ContentHash() (string, error) {
+	st.Hash = ""
+	b, err := json.Marshal(st)
+	if err != nil {
+		return "", fmt.Errorf("hash statement: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
