@@ -1,6 +1,7 @@
 package query
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -73,6 +74,24 @@ func TestMergeUsage(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("row %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestHourPieces(t *testing.T) {
+	at := func(h, m int) time.Time { return t0.Add(time.Duration(h)*time.Hour + time.Duration(m)*time.Minute) }
+	for _, tc := range []struct {
+		start, end time.Time
+		want       [][2]time.Time
+	}{
+		{at(0, 0), at(5, 0), [][2]time.Time{{at(0, 0), at(5, 0)}}},
+		{at(0, 30), at(5, 30), [][2]time.Time{{at(0, 30), at(1, 0)}, {at(1, 0), at(5, 0)}, {at(5, 0), at(5, 30)}}},
+		{at(0, 30), at(0, 50), [][2]time.Time{{at(0, 30), at(0, 50)}}},
+		{at(0, 30), at(1, 10), [][2]time.Time{{at(0, 30), at(1, 10)}}},
+		{at(0, 30), at(2, 0), [][2]time.Time{{at(0, 30), at(1, 0)}, {at(1, 0), at(2, 0)}}},
+	} {
+		if got := hourPieces(tc.start, tc.end); !slices.EqualFunc(got, tc.want, func(a, b [2]time.Time) bool { return a[0].Equal(b[0]) && a[1].Equal(b[1]) }) {
+			t.Errorf("hourPieces(%s, %s) = %v, want %v", tc.start, tc.end, got, tc.want)
 		}
 	}
 }
