@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
@@ -97,6 +98,10 @@ type Store struct {
 	conn   driver.Conn
 	cfg    Config
 	logger *slog.Logger
+	// saving serializes SaveStatement's check-then-insert in this process
+	// (ClickHouse has no insert-if-absent); closes on several replicas must
+	// run under one lease.
+	saving sync.Mutex
 }
 
 // Open connects to ClickHouse and makes sure the database exists. It does not

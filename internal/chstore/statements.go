@@ -1,0 +1,66 @@
+package chstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"tokenmeter/billing"
+)
+
+// StoredStatement is a closed statement as stored: its canonical JSON, which
+// every re-read returns byte for byte, and its hash.
+type StoredStatement struct {
+	Tenant, Period string
+	Hash           string
+	Content        []byte
+	ClosedAt       time.Time
+}
+
+// SaveStatement stores st, closed at closedAt, unless its tenant's period
+// already has a statement, and returns the statement in force: the first
+// one stored. Saves in this process run one at a time, so a second close
+// gets the first one's statement; ClickHouse has no insert-if-absent, so
+// closes on several replicas must hold one lease (readers still agree on
+// the row with the smallest (closed_at, hash) if two slip through).
+func (s *Store) SaveStatement(ctx context.Context, st billing.Statement, closedAt time.Time) (StoredStatement, error) {
+	s.saving.Lock()
+	defer s.saving.Unlock()
+	if cur, ok, err := s.Statement(ctx, st.Tenant, st.Period); err != nil || ok {
+		return cur, err
+	}
+	content, err := json.Marshal(st)
+	if err != nil {
+		return StoredStatement{}, fmt.Errorf("encode statement of %s for %s: %w", st.Tenant, st.Period, err)
+	}
+	if err := s.insertRow(ctx, "INSERT INTO statements (tenant_id, period, zone, period_start, period_end, hash, content, closed_at)",
+		st.Tenant, st.Period, st.Zone, st.PeriodStart.UTC(), st.PeriodEnd.UTC(), st.Hash, string(content), closedAt.UTC().Truncate(time.Second)); err != nil {
+		return StoredStatement{}, fmt.Errorf("store statement of %s for %s: %w", st.Tenant, st.Period, err)
+	}
+	cur, ok, err := s.Statement(ctx, st.Tenant, st.Period)
+	if err == nil && !ok {
+		err = fmt.Errorf("statement of %s for %s not found after storing it", st.Tenant, st.Period)
+	}
+	return cur, err
+}
+
+// Statement reads the closed statement of tenant's period: the first one
+// stored. ok is false while the period is open.
+func (s *Store) Statement(ctx context.Context, tenant, period string) (StoredStatement, bool, error) {
+	out := StoredStatement{Tenant: tenant, Period: period}
+	var content string
+	found := false
+	err := s.each(ctx, "statement", `SELECT hash, content, closed_at FROM statements
+WHERE tenant_id = ? AND period = ?
+ORDER BY closed_at, hash
+LIMIT 1`, []any{tenant, period}, []any{&out.Hash, &content, &out.ClosedAt}, func() error {
+		found = true
+		return nil
+	})
+	if err != nil || !found {
+		return StoredStatement{}, false, err
+	}
+	out.Content, out.ClosedAt = []byte(content), out.ClosedAt.UTC()
+	return out, true, nil
+}
