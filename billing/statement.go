@@ -98,6 +98,15 @@ type Statement struct {
 	Hash string `json:"hash,omitempty"`
 }
 
+// StoredStatement is a closed statement as stored: its canonical JSON,
+// which every re-read returns byte for byte, and its hash.
+type StoredStatement struct {
+	Tenant, Period string
+	Hash           string
+	Content        []byte
+	ClosedAt       time.Time
+}
+
 // TokenPriceChanges lists the instants in (from, to) at which the model's
 // token price changes, in order: where statement usage must be split.
 func (b *PriceBook) TokenPriceChanges(model string, from, to time.Time) []time.Time {

@@ -9,22 +9,13 @@ import (
 	"tokenmeter/billing"
 )
 
-// StoredStatement is a closed statement as stored: its canonical JSON, which
-// every re-read returns byte for byte, and its hash.
-type StoredStatement struct {
-	Tenant, Period string
-	Hash           string
-	Content        []byte
-	ClosedAt       time.Time
-}
-
 // SaveStatement stores st, closed at closedAt, unless its tenant's period
 // already has a statement, and returns the statement in force: the first
 // one stored. Saves in this process run one at a time, so a second close
 // gets the first one's statement; ClickHouse has no insert-if-absent, so
 // closes on several replicas must hold one lease (readers still agree on
 // the row with the smallest (closed_at, hash) if two slip through).
-func (s *Store) SaveStatement(ctx context.Context, st billing.Statement, closedAt time.Time) (StoredStatement, error) {
+func (s *Store) SaveStatement(ctx context.Context, st billing.Statement, closedAt time.Time) (billing.StoredStatement, error) {
 	s.saving.Lock()
 	defer s.saving.Unlock()
 	if cur, ok, err := s.Statement(ctx, st.Tenant, st.Period); err != nil || ok {
@@ -32,11 +23,11 @@ func (s *Store) SaveStatement(ctx context.Context, st billing.Statement, closedA
 	}
 	content, err := json.Marshal(st)
 	if err != nil {
-		return StoredStatement{}, fmt.Errorf("encode statement of %s for %s: %w", st.Tenant, st.Period, err)
+		return billing.StoredStatement{}, fmt.Errorf("encode statement of %s for %s: %w", st.Tenant, st.Period, err)
 	}
 	if err := s.insertRow(ctx, "INSERT INTO statements (tenant_id, period, zone, period_start, period_end, hash, content, closed_at)",
 		st.Tenant, st.Period, st.Zone, st.PeriodStart.UTC(), st.PeriodEnd.UTC(), st.Hash, string(content), closedAt.UTC().Truncate(time.Second)); err != nil {
-		return StoredStatement{}, fmt.Errorf("store statement of %s for %s: %w", st.Tenant, st.Period, err)
+		return billing.StoredStatement{}, fmt.Errorf("store statement of %s for %s: %w", st.Tenant, st.Period, err)
 	}
 	cur, ok, err := s.Statement(ctx, st.Tenant, st.Period)
 	if err == nil && !ok {
@@ -47,8 +38,8 @@ func (s *Store) SaveStatement(ctx context.Context, st billing.Statement, closedA
 
 // Statement reads the closed statement of tenant's period: the first one
 // stored. ok is false while the period is open.
-func (s *Store) Statement(ctx context.Context, tenant, period string) (StoredStatement, bool, error) {
-	out := StoredStatement{Tenant: tenant, Period: period}
+func (s *Store) Statement(ctx context.Context, tenant, period string) (billing.StoredStatement, bool, error) {
+	out := billing.StoredStatement{Tenant: tenant, Period: period}
 	var content string
 	found := false
 	err := s.each(ctx, "statement", `SELECT hash, content, closed_at FROM statements
@@ -59,7 +50,7 @@ LIMIT 1`, []any{tenant, period}, []any{&out.Hash, &content, &out.ClosedAt}, func
 		return nil
 	})
 	if err != nil || !found {
-		return StoredStatement{}, false, err
+		return billing.StoredStatement{}, false, err
 	}
 	out.Content, out.ClosedAt = []byte(content), out.ClosedAt.UTC()
 	return out, true, nil

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"tokenmeter/billing"
-	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/chstore/chstoretest"
 )
 
@@ -26,7 +25,7 @@ func TestStatementsAreWrittenOnce(t *testing.T) {
 	closedAt := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
 	var (
 		wg  sync.WaitGroup
-		got = make([]chstore.StoredStatement, 4)
+		got = make([]billing.StoredStatement, 4)
 	)
 	for i := range got {
 		wg.Add(1)
