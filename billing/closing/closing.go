@@ -8,6 +8,7 @@ package closing
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -23,12 +24,21 @@ type UsageReader interface {
 	StatementUsage(ctx context.Context, tenant string, start, end time.Time, cuts []time.Time) ([]billing.StatementUsage, error)
 }
 
-// Store keeps closed statements, each written once; *chstore.Store
+// Store keeps closed statements, each written once, and lists the hours
+// that inserts touched since an instant (late events); *chstore.Store
 // implements it.
 type Store interface {
 	Statement(ctx context.Context, tenant, period string) (billing.StoredStatement, bool, error)
 	SaveStatement(ctx context.Context, st billing.Statement, closedAt time.Time) (billing.StoredStatement, error)
+	DirtyHours(ctx context.Context, since, until time.Time) ([]time.Time, error)
+	// ServerNow is the clock that stamps inserts (and so DirtyHours): a
+	// statement's close is stamped with it too.
+	ServerNow(ctx context.Context) (time.Time, error)
 }
+
+// DefaultLookback is how many closed periods before the one being closed
+// are checked for late usage.
+const DefaultLookback = 12
 
 // Tenant is a tenant to bill and its time zone.
 type Tenant struct {
@@ -49,6 +59,9 @@ type Request struct {
 	// Book prices the usage; ByDeployment splits lines per deployment.
 	Book         *billing.PriceBook
 	ByDeployment bool
+	// Lookback is how many periods before Period are checked for late
+	// usage (DefaultLookback when zero).
+	Lookback int
 }
 
 // Closer closes periods.
@@ -107,19 +120,143 @@ func (c *Closer) closeOne(ctx context.Context, tenant string, p billing.Period, 
 	if cur, ok, err := c.store.Statement(ctx, tenant, p.Key); err != nil || ok {
 		return cur, err
 	}
+	// The close is stamped before the usage is read: an event inserted
+	// later is late usage of p (the next close's comparison is exact, so
+	// an event both read here and stamped after is not billed twice).
+	closedAt, err := c.store.ServerNow(ctx)
+	if err != nil {
+		return billing.StoredStatement{}, fmt.Errorf("close %s for %s: %w", p, tenant, err)
+	}
+	usage, err := c.usage.StatementUsage(ctx, tenant, p.Start, p.End, priceCuts(req.Book, p))
+	if err != nil {
+		return billing.StoredStatement{}, fmt.Errorf("close %s for %s: %w", p, tenant, err)
+	}
+	late, err := c.lateUsage(ctx, tenant, p, req)
+	if err != nil {
+		return billing.StoredStatement{}, fmt.Errorf("close %s for %s: %w", p, tenant, err)
+	}
+	st, err := billing.ComputeStatement(tenant, p, req.Book, append(usage, late...), req.ByDeployment)
+	if err != nil {
+		return billing.StoredStatement{}, fmt.Errorf("close %s for %s: %w", p, tenant, err)
+	}
+	return c.store.SaveStatement(ctx, st, closedAt)
+}
+
+// priceCuts are the instants inside p at which a token price changes.
+func priceCuts(book *billing.PriceBook, p billing.Period) []time.Time {
 	var cuts []time.Time
-	for _, tp := range req.Book.TokenPrices {
+	for _, tp := range book.TokenPrices {
 		if tp.EffectiveFrom.After(p.Start) && tp.EffectiveFrom.Before(p.End) {
 			cuts = append(cuts, tp.EffectiveFrom)
 		}
 	}
-	usage, err := c.usage.StatementUsage(ctx, tenant, p.Start, p.End, cuts)
-	if err != nil {
-		return billing.StoredStatement{}, fmt.Errorf("close %s for %s: %w", p, tenant, err)
+	return cuts
+}
+
+// lineKey identifies what a line bills, whatever its kind.
+type lineKey struct{ model, deployment, price string }
+
+// lateUsage is the usage of tenant's closed periods before p (up to
+// req.Lookback of them) that their statements and the adjustments since do
+// not bill: events that arrived after the close. Only periods whose hours
+// inserts touched since their close are read again. Each period's usage is
+// recomputed as its statement would be now and compared line by line (model,
+// deployment, price) with what was billed; what is more becomes late usage
+// of that period, at its line's price. (Usage never shrinks: events are
+// deduplicated and never deleted, so a line billed more than it now has is
+// left as billed.)
+func (c *Closer) lateUsage(ctx context.Context, tenant string, p billing.Period, req Request) ([]billing.StatementUsage, error) {
+	lookback := req.Lookback
+	if lookback <= 0 {
+		lookback = DefaultLookback
 	}
-	st, err := billing.ComputeStatement(tenant, p, req.Book, usage, req.ByDeployment)
-	if err != nil {
-		return billing.StoredStatement{}, fmt.Errorf("close %s for %s: %w", p, tenant, err)
+	var (
+		out    []billing.StatementUsage
+		closed []billing.Statement // the closed periods after q, newest first
+	)
+	q := p
+	for range lookback {
+		q = billing.PeriodOf(q.Start.Add(-time.Nanosecond), p.Zone)
+		stored, ok, err := c.store.Statement(ctx, tenant, q.Key)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		var billed billing.Statement
+		if err := json.Unmarshal(stored.Content, &billed); err != nil {
+			return nil, fmt.Errorf("statement of %s for %s: %w", tenant, q.Key, err)
+		}
+		touched, err := c.touchedSince(ctx, q, stored.ClosedAt)
+		if err != nil {
+			return nil, err
+		}
+		if touched {
+			now, err := c.usage.StatementUsage(ctx, tenant, q.Start, q.End, priceCuts(req.Book, q))
+			if err != nil {
+				return nil, err
+			}
+			current, err := billing.ComputeStatement(tenant, q, req.Book, now, req.ByDeployment)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, unbilled(q.Key, current, append([]billing.Statement{billed}, closed...))...)
+		}
+		closed = append(closed, billed)
 	}
-	return c.store.SaveStatement(ctx, st, req.Now)
+	return out, nil
+}
+
+// touchedSince reports whether inserts stamped since closedAt (both by the
+// server's clock; a minute earlier, for inserts in flight at the close)
+// touched hours of q.
+func (c *Closer) touchedSince(ctx context.Context, q billing.Period, closedAt time.Time) (bool, error) {
+	hours, err := c.store.DirtyHours(ctx, closedAt.Add(-time.Minute), time.Unix(1<<32-1, 0))
+	if err != nil {
+		return false, err
+	}
+	for _, h := range hours {
+		if h.Add(time.Hour).After(q.Start) && h.Before(q.End) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// unbilled is what current's usage lines hold beyond the usage lines of
+// q's statement and the adjustment lines for q of later statements, as late
+// usage of q.
+func unbilled(q string, current billing.Statement, statements []billing.Statement) []billing.StatementUsage {
+	type sums struct{ requests, input, cached, output uint64 }
+	billed := map[lineKey]sums{}
+	for _, st := range statements {
+		for _, l := range st.Lines {
+			if (l.Kind == billing.LineUsage && st.Period == q) || (l.Kind == billing.LineAdjustment && l.OriginalPeriod == q) {
+				k := lineKey{l.Model, l.Deployment, l.PriceID}
+				b := billed[k]
+				billed[k] = sums{b.requests + l.Requests, b.input + l.InputTokens, b.cached + l.CachedInputTokens, b.output + l.OutputTokens}
+			}
+		}
+	}
+	more := func(now, then uint64) uint64 {
+		if now > then {
+			return now - then
+		}
+		return 0
+	}
+	var out []billing.StatementUsage
+	for _, l := range current.Lines {
+		b := billed[lineKey{l.Model, l.Deployment, l.PriceID}]
+		u := billing.StatementUsage{Start: l.ChargeStart, End: l.ChargeEnd, Model: l.Model, Deployment: l.Deployment, OriginalPeriod: q,
+			Requests: more(l.Requests, b.requests), InputTokens: more(l.InputTokens, b.input),
+			CachedInputTokens: more(l.CachedInputTokens, b.cached), OutputTokens: more(l.OutputTokens, b.output)}
+		if u.CachedInputTokens > u.InputTokens {
+			u.InputTokens = u.CachedInputTokens // cached input is input: never bill less input than cached
+		}
+		if u.Requests+u.InputTokens+u.OutputTokens > 0 {
+			out = append(out, u)
+		}
+	}
+	return out
 }

@@ -143,4 +143,38 @@ func TestClosePeriod(t *testing.T) {
 	if h, _ := acme.ContentHash(); h != got[0].Hash || acme.Hash != got[0].Hash {
 		t.Errorf("hash %s, stored %s, in content %s", h, got[0].Hash, acme.Hash)
 	}
+
+	// December's statements bill the late event as an adjustment of
+	// November at November's price, once; globex has nothing late.
+	jan1 := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	chstoretest.Insert(t, s, []*meterv1.InferenceEvent{ev("a6", "acme", "m", jan1.Add(-12*time.Hour), 1_000_000, 0, 0)})
+	dec := req
+	dec.Period, dec.Now, dec.CaughtUp = "2026-12", jan1.Add(25*time.Hour), jan1.Add(25*time.Hour)
+	decs, err := closer.Close(t.Context(), dec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acmeDec, globexDec billing.Statement
+	if err := json.Unmarshal(decs[0].Content, &acmeDec); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(decs[1].Content, &globexDec); err != nil {
+		t.Fatal(err)
+	}
+	if len(acmeDec.Lines) != 2 {
+		t.Fatalf("acme's December lines %+v, want its usage and one adjustment", acmeDec.Lines)
+	}
+	use, adj := acmeDec.Lines[0], acmeDec.Lines[1]
+	if use.Kind != billing.LineUsage || use.InputTokens != 1_000_000 || use.Charge != 1_000_000_000 {
+		t.Errorf("December usage line %+v, want a6: 1M input at 1.00", use)
+	}
+	if adj.Kind != billing.LineAdjustment || adj.OriginalPeriod != "2026-11" || adj.InputTokens != 9_000_000 || adj.Requests != 1 ||
+		adj.Charge != 9_000_000_000 || adj.PriceID != acme.Lines[1].PriceID {
+		t.Errorf("adjustment %+v, want a5: 9M input of 2026-11 at its second price (9.00)", adj)
+	}
+	for _, l := range globexDec.Lines {
+		if l.Kind == billing.LineAdjustment {
+			t.Errorf("globex has an adjustment: %+v", l)
+		}
+	}
 }
