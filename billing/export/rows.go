@@ -1,0 +1,71 @@
+package export
+
+import (
+	"time"
+
+	"tokenmeter/billing"
+)
+
+// StatementRow is one line of a statement with the statement's identity:
+// a row of the statement-lines dataset.
+type StatementRow struct {
+	Tenant, Period, Zone string
+	// PeriodStart and PeriodEnd bound the statement's period (UTC).
+	PeriodStart, PeriodEnd time.Time
+	Currency               string
+	// PriceBook is the version of the price book the statement was priced with.
+	PriceBook string
+	// StatementHash is the statement's content hash.
+	StatementHash string
+	Line          billing.StatementLine
+	// Finance holds the finance-only figures of the line; written only with
+	// Options.Finance, as nulls when nil.
+	Finance *LineFinance
+}
+
+// LineFinance is what finance sees of a line beyond its charge: the GPU
+// cost allocated to it and the margin, charge − allocated cost.
+type LineFinance struct {
+	AllocatedCost, Margin billing.Money
+}
+
+// StatementRows is the rows of st, one per line, in the statement's order.
+func StatementRows(st billing.Statement) []StatementRow {
+	rows := make([]StatementRow, 0, len(st.Lines))
+	for _, l := range st.Lines {
+		rows = append(rows, StatementRow{
+			Tenant: st.Tenant, Period: st.Period, Zone: st.Zone,
+			PeriodStart: st.PeriodStart, PeriodEnd: st.PeriodEnd,
+			Currency: st.Currency, PriceBook: st.PriceBook, StatementHash: st.Hash,
+			Line: l,
+		})
+	}
+	return rows
+}
+
+// UsageCostRow is one tenant's usage of one model on one deployment over
+// one hour (or day), under one token price: a row of the detailed
+// usage-and-cost dataset finance loads into a warehouse.
+type UsageCostRow struct {
+	// ChargePeriodStart and ChargePeriodEnd span the row (UTC).
+	ChargePeriodStart, ChargePeriodEnd time.Time
+	// BillingPeriod is the key of the tenant's billing period holding the
+	// row ("2026-11"); BillingPeriodStart and BillingPeriodEnd bound it.
+	BillingPeriod                        string
+	BillingPeriodStart, BillingPeriodEnd time.Time
+	Tenant, Model, Deployment            string
+	Requests                             uint64
+	// InputTokens includes CachedInputTokens.
+	InputTokens, CachedInputTokens, OutputTokens uint64
+	Currency                                     string
+	// The token list prices per 1M tokens applied; zero when unpriced.
+	InputPer1M, CachedInputPer1M, OutputPer1M billing.Money
+	// ListCharge is the list-price charge of the row's tokens.
+	ListCharge billing.Money
+	// AllocatedCost is the GPU cost allocated to the row (finance only).
+	AllocatedCost billing.Money
+	// PriceID names the token price applied (empty when unpriced);
+	// PriceBook is the version of the price book of the list charge and
+	// the allocated cost.
+	PriceID, PriceBook string
+}

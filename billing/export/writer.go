@@ -1,0 +1,249 @@
+package export
+
+import (
+	"bufio"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/parquet-go/parquet-go"
+)
+
+// DefaultRowGroupRows is the default number of rows of a Parquet row group:
+// what the writer holds in memory before writing it out.
+const DefaultRowGroupRows = 64 * 1024
+
+// ErrClosed marks a write to a closed Writer.
+var ErrClosed = errors.New("export writer closed")
+
+// Options shape an export.
+type Options struct {
+	// Finance adds the finance-only columns (allocated cost, margin). A
+	// tenant's export leaves it false.
+	Finance bool
+	// RowGroupRows bounds a Parquet row group; DefaultRowGroupRows if zero.
+	RowGroupRows int64
+	// Party names the parties of FOCUS rows.
+	Party FocusParty
+}
+
+// FocusParty names the parties and service of FOCUS rows. Empty fields take
+// their defaults.
+type FocusParty struct {
+	// ProviderName, PublisherName and InvoiceIssuerName default to
+	// "tokenmeter"; ServiceName to "tokenmeter inference".
+	ProviderName, PublisherName, InvoiceIssuerName, ServiceName string
+	// BillingAccountID and BillingAccountName default to the row's tenant.
+	BillingAccountID, BillingAccountName string
+}
+
+func (p FocusParty) withDefaults() FocusParty {
+	def := func(s, d string) string {
+		if s == "" {
+			return d
+		}
+		return s
+	}
+	p.ProviderName = def(p.ProviderName, "tokenmeter")
+	p.PublisherName = def(p.PublisherName, "tokenmeter")
+	p.InvoiceIssuerName = def(p.InvoiceIssuerName, "tokenmeter")
+	p.ServiceName = def(p.ServiceName, "tokenmeter inference")
+	return p
+}
+
+// Writer streams rows of type R (StatementRow or UsageCostRow) to an
+// io.Writer in one format. It is not safe for concurrent use.
+type Writer[R any] struct {
+	enc    rowEncoder[R]
+	rows   int64
+	err    error
+	closed bool
+}
+
+// rowEncoder is one format's encoding of rows of type R.
+type rowEncoder[R any] interface {
+	write(r *R) error
+	// flush writes buffered rows out, where the format allows.
+	flush() error
+	// close flushes and ends the output (the Parquet footer).
+	close() error
+}
+
+// Write encodes one row. After an error, every later call returns it.
+func (w *Writer[R]) Write(r R) error {
+	if w.closed {
+		return ErrClosed
+	}
+	if w.err != nil {
+		return w.err
+	}
+	if err := w.enc.write(&r); err != nil {
+		w.err = fmt.Errorf("export row %d: %w", w.rows+1, err)
+		return w.err
+	}
+	w.rows++
+	return nil
+}
+
+// Rows is the number of rows written so far (before the FOCUS expansion).
+func (w *Writer[R]) Rows() int64 { return w.rows }
+
+// Flush writes buffered CSV and JSON lines out to the io.Writer (for
+// streaming responses); Parquet goes out a row group at a time.
+func (w *Writer[R]) Flush() error {
+	if w.err != nil || w.closed {
+		return w.err
+	}
+	if err := w.enc.flush(); err != nil {
+		w.err = fmt.Errorf("flush export: %w", err)
+	}
+	return w.err
+}
+
+// Close writes whatever is buffered and ends the output; it does not close
+// the io.Writer. An empty export is a valid file (a CSV header, an empty
+// JSON lines file, a Parquet file with no rows).
+func (w *Writer[R]) Close() error {
+	if w.closed {
+		return w.err
+	}
+	w.closed = true
+	if err := w.enc.close(); err != nil && w.err == nil {
+		w.err = fmt.Errorf("close export: %w", err)
+	}
+	return w.err
+}
+
+// csvEncoder writes a header, then one record per row.
+type csvEncoder[R any] struct {
+	cw     *csv.Writer
+	record []string
+	fill   func(r *R, record []string) ([]string, error)
+}
+
+func newCSV[R any](w io.Writer, header []string, fill func(*R, []string) ([]string, error)) (*csvEncoder[R], error) {
+	e := &csvEncoder[R]{cw: csv.NewWriter(w), record: make([]string, 0, len(header)), fill: fill}
+	if err := e.cw.Write(header); err != nil {
+		return nil, fmt.Errorf("write csv header: %w", err)
+	}
+	return e, nil
+}
+
+func (e *csvEncoder[R]) write(r *R) error {
+	rec, err := e.fill(r, e.record[:0])
+	if err != nil {
+		return err
+	}
+	e.record = rec
+	return e.cw.Write(rec) // csv.Writer buffers and writes through: bounded
+}
+
+func (e *csvEncoder[R]) flush() error {
+	e.cw.Flush()
+	return e.cw.Error()
+}
+
+func (e *csvEncoder[R]) close() error { return e.flush() }
+
+// jsonlEncoder writes one JSON object per line.
+type jsonlEncoder[R any] struct {
+	bw   *bufio.Writer
+	enc  *json.Encoder
+	conv func(r *R) (any, error)
+}
+
+func newJSONL[R any](w io.Writer, conv func(*R) (any, error)) *jsonlEncoder[R] {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	return &jsonlEncoder[R]{bw: bw, enc: enc, conv: conv}
+}
+
+func (e *jsonlEncoder[R]) write(r *R) error {
+	v, err := e.conv(r)
+	if err != nil {
+		return err
+	}
+	return e.enc.Encode(v) // Encode ends the object with a newline
+}
+
+func (e *jsonlEncoder[R]) flush() error { return e.bw.Flush() }
+
+func (e *jsonlEncoder[R]) close() error { return e.bw.Flush() }
+
+// parquetBatch is how many rows go to the Parquet writer at once.
+const parquetBatch = 1024
+
+// parquetEncoder converts rows to the Parquet struct P and writes them in
+// batches; the Parquet writer cuts row groups of at most RowGroupRows.
+type parquetEncoder[R, P any] struct {
+	pw    *parquet.GenericWriter[P]
+	batch []P
+	conv  func(r *R, p *P) error
+}
+
+// parquetOptions are the writer options of every Parquet export: fixed
+// creator string (no build or version that varies), Snappy pages, bounded
+// row groups, and the money encoding recorded in the footer.
+func parquetOptions(opts Options, dataset string) []parquet.WriterOption {
+	rows := opts.RowGroupRows
+	if rows <= 0 {
+		rows = DefaultRowGroupRows
+	}
+	return []parquet.WriterOption{
+		parquet.CreatedBy("tokenmeter", "export", "1"),
+		parquet.Compression(&parquet.Snappy),
+		parquet.MaxRowsPerRowGroup(rows),
+		parquet.KeyValueMetadata("tokenmeter.dataset", dataset),
+		parquet.KeyValueMetadata("tokenmeter.money", "DECIMAL(38,9): unscaled values are nano-units of the row's currency"),
+	}
+}
+
+func newParquet[R, P any](w io.Writer, opts []parquet.WriterOption, conv func(*R, *P) error) *parquetEncoder[R, P] {
+	return &parquetEncoder[R, P]{
+		pw:    parquet.NewGenericWriter[P](w, opts...),
+		batch: make([]P, 0, parquetBatch),
+		conv:  conv,
+	}
+}
+
+func (e *parquetEncoder[R, P]) write(r *R) error {
+	e.batch = e.batch[:len(e.batch)+1]
+	p := &e.batch[len(e.batch)-1]
+	var zero P
+	*p = zero
+	if err := e.conv(r, p); err != nil {
+		e.batch = e.batch[:len(e.batch)-1]
+		return err
+	}
+	if len(e.batch) == cap(e.batch) {
+		return e.writeBatch()
+	}
+	return nil
+}
+
+func (e *parquetEncoder[R, P]) writeBatch() error {
+	if len(e.batch) == 0 {
+		return nil
+	}
+	_, err := e.pw.Write(e.batch)
+	e.batch = e.batch[:0]
+	if err != nil {
+		return fmt.Errorf("write parquet rows: %w", err)
+	}
+	return nil
+}
+
+func (e *parquetEncoder[R, P]) flush() error { return e.writeBatch() }
+
+func (e *parquetEncoder[R, P]) close() error {
+	if err := e.writeBatch(); err != nil {
+		return err
+	}
+	if err := e.pw.Close(); err != nil {
+		return fmt.Errorf("close parquet: %w", err)
+	}
+	return nil
+}
