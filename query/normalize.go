@@ -141,13 +141,10 @@ func normalizeHours(start, end time.Time, step string) (string, []error) {
 	default:
 		errs = append(errs, fmt.Errorf("%w: step %q: want hour, day, month or total", ErrInvalidQuery, step))
 	}
+	if rerrs := checkRange(start, end, step, 0, false); len(rerrs) > 0 {
+		return step, append(errs, rerrs...)
+	}
 	switch {
-	case start.IsZero() || end.IsZero():
-		errs = append(errs, fmt.Errorf("%w: start and end are required", ErrInvalidQuery))
-	case !end.After(start):
-		errs = append(errs, fmt.Errorf("%w: end (%s) must be after start (%s)", ErrInvalidQuery, end.Format(time.RFC3339), start.Format(time.RFC3339)))
-	case start.Unix() < 0 || end.Unix() > 1<<32-1:
-		errs = append(errs, fmt.Errorf("%w: range must lie between 1970 and 2106", ErrInvalidQuery))
 	case !start.Truncate(time.Hour).Equal(start) || !end.Truncate(time.Hour).Equal(end):
 		errs = append(errs, fmt.Errorf("%w: start and end must lie on whole hours (cost is computed per hour)", ErrInvalidQuery))
 	case step == "hour" && end.Sub(start)/time.Hour > MaxUsageBuckets:
