@@ -94,8 +94,160 @@ type Statement struct {
 	Total            Money  `json:"total"`
 	Rounding         string `json:"rounding"`
 	UnpricedRequests uint64 `json:"unpriced_requests"`
-	// Hash is the SHA-256 of the statement's canonical JSON without it.
+	// Hash is the SHA-256 of the statement's canonical JSON without it and
+	// without Finance: it identifies the bill as the tenant sees it.
 	Hash string `json:"hash,omitempty"`
+	// Finance is what finance sees beyond the bill (AttachFinance); nil in
+	// the tenant's view.
+	Finance *StatementFinance `json:"finance,omitempty"`
+}
+
+// StatementFinance is the finance-only part of a statement: the GPU cost
+// allocated to the tenant over the period, under the price book's policies,
+// and the margin.
+type StatementFinance struct {
+	BusyPolicy string `json:"busy_policy"`
+	IdlePolicy string `json:"idle_policy"`
+	// HourRule says which hours' cost the period holds.
+	HourRule string `json:"hour_rule"`
+	// AllocatedCost is the allocated GPU cost, BusyCost its busy share
+	// and IdleCost its idle share (AllocatedCost = BusyCost + IdleCost).
+	AllocatedCost Money `json:"allocated_cost"`
+	BusyCost      Money `json:"busy_cost"`
+	IdleCost      Money `json:"idle_cost"`
+	// UsageCharge is the charge of the usage lines (adjustments left out:
+	// their cost belongs to the periods they were used in); Margin is
+	// UsageCharge − AllocatedCost.
+	UsageCharge Money `json:"usage_charge"`
+	Margin      Money `json:"margin"`
+	// CostPer1K is AllocatedCost per 1,000 tokens (input and output) of
+	// the usage lines; absent without tokens.
+	CostPer1K *Money `json:"cost_per_1k_tokens,omitempty"`
+	// Lines holds the cost of each usage line, by its index in Lines.
+	Lines []LineCost `json:"lines"`
+	// Unassigned is cost of hours whose model (and deployment) has no
+	// usage line in the period: its usage fell outside the period, in the
+	// part of a boundary hour after it (zones off whole hours).
+	Unassigned Money `json:"unassigned,omitempty"`
+}
+
+// LineCost is the GPU cost allocated to one usage line and its margin.
+type LineCost struct {
+	Line          int   `json:"line"`
+	AllocatedCost Money `json:"allocated_cost"`
+	BusyCost      Money `json:"busy_cost"`
+	IdleCost      Money `json:"idle_cost"`
+	Margin        Money `json:"margin"`
+}
+
+// HourCost is the GPU cost allocated to a tenant's use of one model on one
+// deployment over one UTC hour: Cost in all, Busy its busy share.
+type HourCost struct {
+	Hour              time.Time
+	Model, Deployment string
+	Cost, Busy        Money
+}
+
+// HourCostRule is the rule AttachFinance applies, written in statements.
+const HourCostRule = "GPU cost is allocated per UTC hour; a period holds the cost of the hours that start in it, and each hour's cost goes to the usage line of its model (and deployment) whose price was in force at the hour's start"
+
+// AttachFinance adds the finance part to st from the tenant's allocated
+// cost per hour under the busy and idle policies named: the hours that
+// start in the period count (a zone off whole hours splits its boundary
+// hours, and each goes whole to the period holding its start), each to the
+// usage line of its model (and deployment, when the lines have one) under
+// the price in force at the hour's start, or else to the line of that
+// model nearest in time. The statement's Hash is unchanged: finance is not
+// part of the bill.
+func AttachFinance(st *Statement, busy, idle string, costs []HourCost) error {
+	f := &StatementFinance{BusyPolicy: busy, IdlePolicy: idle, HourRule: HourCostRule}
+	byLine := map[int]*LineCost{}
+	var tokens uint64
+	var errs []error
+	add := func(a *Money, b Money) {
+		s, ok := addMoney(*a, b)
+		if !ok {
+			errs = append(errs, fmt.Errorf("%w: %s's allocated cost is out of range", ErrInvalidStatement, st.Tenant))
+		}
+		*a = s
+	}
+	for _, l := range st.Lines {
+		if l.Kind == LineUsage {
+			add(&f.UsageCharge, l.Charge)
+			tokens += l.InputTokens + l.OutputTokens
+		}
+	}
+	for _, c := range costs {
+		if c.Hour.Before(st.PeriodStart) || !c.Hour.Before(st.PeriodEnd) {
+			continue
+		}
+		idleShare := c.Cost - c.Busy
+		add(&f.AllocatedCost, c.Cost)
+		add(&f.BusyCost, c.Busy)
+		add(&f.IdleCost, idleShare)
+		i := lineOfHour(st.Lines, c)
+		if i < 0 {
+			add(&f.Unassigned, c.Cost)
+			continue
+		}
+		lc := byLine[i]
+		if lc == nil {
+			lc = &LineCost{Line: i}
+			byLine[i] = lc
+		}
+		add(&lc.AllocatedCost, c.Cost)
+		add(&lc.BusyCost, c.Busy)
+		add(&lc.IdleCost, idleShare)
+	}
+	for i, l := range st.Lines {
+		if l.Kind != LineUsage {
+			continue
+		}
+		lc := byLine[i]
+		if lc == nil {
+			lc = &LineCost{Line: i}
+		}
+		m, ok := addMoney(l.Charge, -lc.AllocatedCost)
+		if !ok {
+			errs = append(errs, fmt.Errorf("%w: margin of %s's %s line is out of range", ErrInvalidStatement, st.Tenant, l.Model))
+		}
+		lc.Margin = m
+		f.Lines = append(f.Lines, *lc)
+	}
+	m, ok := addMoney(f.UsageCharge, -f.AllocatedCost)
+	if !ok {
+		errs = append(errs, fmt.Errorf("%w: %s's margin is out of range", ErrInvalidStatement, st.Tenant))
+	}
+	f.Margin = m
+	if per, ok := CostPer1K(f.AllocatedCost, int64(tokens)); ok && tokens <= 1<<62 {
+		f.CostPer1K = &per
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	st.Finance = f
+	return nil
+}
+
+// lineOfHour is the index of the usage line c's cost goes to, or -1.
+func lineOfHour(lines []StatementLine, c HourCost) int {
+	best, bestGap := -1, time.Duration(1<<63-1)
+	for i, l := range lines {
+		if l.Kind != LineUsage || l.Model != c.Model || (l.Deployment != "" && l.Deployment != c.Deployment) {
+			continue
+		}
+		var gap time.Duration
+		switch {
+		case c.Hour.Before(l.ChargeStart):
+			gap = l.ChargeStart.Sub(c.Hour)
+		case !c.Hour.Before(l.ChargeEnd):
+			gap = c.Hour.Sub(l.ChargeEnd) + time.Nanosecond
+		}
+		if gap < bestGap {
+			best, bestGap = i, gap
+		}
+	}
+	return best
 }
 
 // StoredStatement is a closed statement as stored: its canonical JSON,
@@ -272,9 +424,9 @@ func roundToMinorUnit(m Money, code string) (Money, string, error) {
 }
 
 // ContentHash is the SHA-256 (hex) of st's canonical JSON with its Hash
-// left out: the same statement always has the same hash.
+// and Finance left out: the same bill always has the same hash.
 func (st Statement) ContentHash() (string, error) {
-	st.Hash = ""
+	st.Hash, st.Finance = "", nil
 	b, err := json.Marshal(st)
 	if err != nil {
 		return "", fmt.Errorf("hash statement: %w", err)

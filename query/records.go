@@ -237,3 +237,20 @@ func (q CostQuery) Policies() (busy, idle int) {
 	idle = slices.Index(billing.IdlePolicies(), billing.IdlePolicy(q.Idle))
 	return busy, idle
 }
+
+// UsageCostRow is one tenant's usage of one model on one deployment over
+// one step (hour or day) with its list charge and allocated cost, from the
+// cost rollups: a row of the detailed usage-and-cost export.
+type UsageCostRow struct {
+	Start                                    time.Time
+	Tenant, Model, Deployment                string
+	Requests, InputTokens, CachedInputTokens uint64
+	OutputTokens                             uint64
+	// ListCharge is the usage at list prices, ListUnpricedRequests the
+	// requests of models without a price; CostNanos the allocated cost
+	// under the query's policies and BusyNanos its busy share.
+	ListCharge           int64
+	ListUnpricedRequests uint64
+	CostNanos, BusyNanos int64
+	PriceVersions        []string
+}

@@ -411,3 +411,30 @@ func (s *Service) GPUUsage(ctx context.Context, q GPUUsageQuery) ([]GPUUsageRow,
 	}
 	return s.src.GPUUsageRows(ctx, q, GPUTokens{Join: q.tokensJoinable(), Except: billing.IdleTenant})
 }
+
+// UsageCostSource streams the detailed usage-and-cost rows of a normalized
+// cost query (its GroupBy is ignored: rows are per tenant, model and
+// deployment), calling row for each in (step, tenant, model, deployment)
+// order; r is reused from call to call.
+type UsageCostSource interface {
+	EachUsageCost(ctx context.Context, q CostQuery, row func(r *UsageCostRow) error) error
+}
+
+// EachUsageCost streams the usage and cost of q's range per step, tenant,
+// model and deployment (q.Step "hour" or "day"), without holding the rows:
+// the source must be a UsageCostSource.
+func (s *Service) EachUsageCost(ctx context.Context, q CostQuery, row func(r *UsageCostRow) error) error {
+	if q.Step != "hour" && q.Step != "day" {
+		return fmt.Errorf("%w: step %q: the usage-and-cost export is by hour or day", ErrInvalidQuery, q.Step)
+	}
+	q.GroupBy = nil
+	q, err := q.Normalize()
+	if err != nil {
+		return err
+	}
+	src, ok := s.src.(UsageCostSource)
+	if !ok {
+		return fmt.Errorf("%w: this store has no usage-and-cost rows", ErrUnavailable)
+	}
+	return src.EachUsageCost(ctx, q, row)
+}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"tokenmeter/billing"
+	"tokenmeter/query"
 )
 
 // UsageReader reads a tenant's usage of a range per model and deployment,
@@ -62,17 +63,29 @@ type Request struct {
 	// Lookback is how many periods before Period are checked for late
 	// usage (DefaultLookback when zero).
 	Lookback int
+	// SkipEmpty leaves out, unstored, the statements without lines of
+	// tenants that have no closed statement before.
+	SkipEmpty bool
+}
+
+// CostReader reads allocated cost; *query.Service implements it.
+type CostReader interface {
+	Cost(ctx context.Context, q query.CostQuery) ([]query.CostRow, error)
 }
 
 // Closer closes periods.
 type Closer struct {
 	usage UsageReader
 	store Store
+	cost  CostReader
 }
 
 // New returns a Closer reading usage from usage and storing statements in
-// store.
-func New(usage UsageReader, store Store) *Closer { return &Closer{usage: usage, store: store} }
+// store. With cost not nil, statements carry their finance part
+// (billing.AttachFinance) under the price book's allocation policies.
+func New(usage UsageReader, store Store, cost CostReader) *Closer {
+	return &Closer{usage: usage, store: store, cost: cost}
+}
 
 // Close closes req.Period for every tenant of req, returning each tenant's
 // statement as stored, in tenant order. It checks every tenant first and
@@ -106,40 +119,91 @@ func (c *Closer) Close(ctx context.Context, req Request) ([]billing.StoredStatem
 	}
 	out := make([]billing.StoredStatement, 0, len(tenants))
 	for i, t := range tenants {
-		st, err := c.closeOne(ctx, t.ID, periods[i], req)
+		st, ok, err := c.closeOne(ctx, t.ID, periods[i], req)
 		if err != nil {
 			return out, err
 		}
-		out = append(out, st)
+		if ok {
+			out = append(out, st)
+		}
 	}
 	return out, nil
 }
 
-// closeOne closes one tenant's period.
-func (c *Closer) closeOne(ctx context.Context, tenant string, p billing.Period, req Request) (billing.StoredStatement, error) {
+// closeOne closes one tenant's period; ok is false for an empty statement
+// left out (Request.SkipEmpty).
+func (c *Closer) closeOne(ctx context.Context, tenant string, p billing.Period, req Request) (_ billing.StoredStatement, ok bool, _ error) {
 	if cur, ok, err := c.store.Statement(ctx, tenant, p.Key); err != nil || ok {
-		return cur, err
+		return cur, ok, err
 	}
 	// The close is stamped before the usage is read: an event inserted
 	// later is late usage of p (the next close's comparison is exact, so
 	// an event both read here and stamped after is not billed twice).
 	closedAt, err := c.store.ServerNow(ctx)
 	if err != nil {
-		return billing.StoredStatement{}, fmt.Errorf("close %s for %s: %w", p, tenant, err)
+		return billing.StoredStatement{}, false, fmt.Errorf("close %s for %s: %w", p, tenant, err)
 	}
+	st, closedBefore, err := c.statement(ctx, tenant, p, req, c.cost != nil)
+	if err != nil {
+		return billing.StoredStatement{}, false, fmt.Errorf("close %s for %s: %w", p, tenant, err)
+	}
+	if req.SkipEmpty && len(st.Lines) == 0 && !closedBefore {
+		return billing.StoredStatement{}, false, nil
+	}
+	stored, err := c.store.SaveStatement(ctx, st, closedAt)
+	return stored, err == nil, err
+}
+
+// compute is tenant's statement of p as it would close now, not stored,
+// with its finance part when finance.
+func (c *Closer) compute(ctx context.Context, tenant string, p billing.Period, req Request, finance bool) (billing.Statement, error) {
+	st, _, err := c.statement(ctx, tenant, p, req, finance && c.cost != nil)
+	return st, err
+}
+
+// statement computes tenant's statement of p: its usage, the late usage of
+// its closed periods before, and with finance the allocated cost.
+// closedBefore tells whether the tenant has a closed period in the
+// lookback.
+func (c *Closer) statement(ctx context.Context, tenant string, p billing.Period, req Request, finance bool) (_ billing.Statement, closedBefore bool, _ error) {
 	usage, err := c.usage.StatementUsage(ctx, tenant, p.Start, p.End, priceCuts(req.Book, p))
 	if err != nil {
-		return billing.StoredStatement{}, fmt.Errorf("close %s for %s: %w", p, tenant, err)
+		return billing.Statement{}, false, err
 	}
-	late, err := c.lateUsage(ctx, tenant, p, req)
+	late, closedBefore, err := c.lateUsage(ctx, tenant, p, req)
 	if err != nil {
-		return billing.StoredStatement{}, fmt.Errorf("close %s for %s: %w", p, tenant, err)
+		return billing.Statement{}, false, err
 	}
 	st, err := billing.ComputeStatement(tenant, p, req.Book, append(usage, late...), req.ByDeployment)
-	if err != nil {
-		return billing.StoredStatement{}, fmt.Errorf("close %s for %s: %w", p, tenant, err)
+	if err != nil || !finance {
+		return st, closedBefore, err
 	}
-	return c.store.SaveStatement(ctx, st, closedAt)
+	return st, closedBefore, c.attachFinance(ctx, &st, p, req.Book)
+}
+
+// attachFinance adds the allocated cost of the hours starting in p.
+func (c *Closer) attachFinance(ctx context.Context, st *billing.Statement, p billing.Period, book *billing.PriceBook) error {
+	q := query.CostQuery{TenantID: st.Tenant, Start: ceilHour(p.Start), End: ceilHour(p.End), Step: "hour",
+		GroupBy: []string{"model", "deployment"}}.WithDefaults(book)
+	rows, err := c.cost.Cost(ctx, q)
+	if err != nil {
+		return fmt.Errorf("allocated cost: %w", err)
+	}
+	costs := make([]billing.HourCost, 0, len(rows))
+	for _, r := range rows {
+		costs = append(costs, billing.HourCost{Hour: r.Start, Model: r.Group["model"], Deployment: r.Group["deployment"],
+			Cost: billing.Money(r.CostNanos), Busy: billing.Money(r.BusyNanos)})
+	}
+	return billing.AttachFinance(st, q.Busy, q.Idle, costs)
+}
+
+// ceilHour is the first whole UTC hour at or after t.
+func ceilHour(t time.Time) time.Time {
+	h := t.UTC().Truncate(time.Hour)
+	if h.Before(t) {
+		h = h.Add(time.Hour)
+	}
+	return h
 }
 
 // priceCuts are the instants inside p at which a token price changes.
@@ -165,7 +229,7 @@ type lineKey struct{ model, deployment, price string }
 // of that period, at its line's price. (Usage never shrinks: events are
 // deduplicated and never deleted, so a line billed more than it now has is
 // left as billed.)
-func (c *Closer) lateUsage(ctx context.Context, tenant string, p billing.Period, req Request) ([]billing.StatementUsage, error) {
+func (c *Closer) lateUsage(ctx context.Context, tenant string, p billing.Period, req Request) (_ []billing.StatementUsage, closedBefore bool, _ error) {
 	lookback := req.Lookback
 	if lookback <= 0 {
 		lookback = DefaultLookback
@@ -179,34 +243,42 @@ func (c *Closer) lateUsage(ctx context.Context, tenant string, p billing.Period,
 		q = billing.PeriodOf(q.Start.Add(-time.Nanosecond), p.Zone)
 		stored, ok, err := c.store.Statement(ctx, tenant, q.Key)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if !ok {
 			continue
 		}
 		var billed billing.Statement
 		if err := json.Unmarshal(stored.Content, &billed); err != nil {
-			return nil, fmt.Errorf("statement of %s for %s: %w", tenant, q.Key, err)
+			return nil, false, fmt.Errorf("statement of %s for %s: %w", tenant, q.Key, err)
 		}
+		if !billed.PeriodEnd.Equal(q.End) || !billed.PeriodStart.Equal(q.Start) {
+			return nil, false, fmt.Errorf("%w: %s's %s was closed in zone %s (%s to %s), its zone is now %s: periods would overlap or leave a gap; keep the zone, or change it only at a boundary the closed periods share",
+				ErrZoneChanged, tenant, q.Key, billed.Zone, billed.PeriodStart.Format(time.RFC3339), billed.PeriodEnd.Format(time.RFC3339), p.Zone)
+		}
+		closedBefore = true
 		touched, err := c.touchedSince(ctx, q, stored.ClosedAt)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if touched {
 			now, err := c.usage.StatementUsage(ctx, tenant, q.Start, q.End, priceCuts(req.Book, q))
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			current, err := billing.ComputeStatement(tenant, q, req.Book, now, req.ByDeployment)
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			out = append(out, unbilled(q.Key, current, append([]billing.Statement{billed}, closed...))...)
 		}
 		closed = append(closed, billed)
 	}
-	return out, nil
+	return out, closedBefore, nil
 }
+
+// ErrZoneChanged marks a tenant whose zone changed since its last close.
+var ErrZoneChanged = errors.New("billing time zone changed")
 
 // touchedSince reports whether inserts stamped since closedAt (both by the
 // server's clock; a minute earlier, for inserts in flight at the close)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"tokenmeter/query"
 )
@@ -136,5 +137,46 @@ func (s *Store) GPUUsageRows(ctx context.Context, q query.GPUUsageQuery, tokens 
 			out[i].InputTokens, out[i].OutputTokens = in, outT
 		}
 		return nil
+	})
+}
+
+// usageCostSQL builds the detailed usage-and-cost read of a normalized cost
+// query: every line of cost_hour (attributed or not) per step, tenant,
+// model and deployment; under the separate idle policy the idle cost is the
+// idle tenant's (billing.IdleTenant) lines.
+func usageCostSQL(q query.CostQuery) (string, []any, error) {
+	b, i := q.Policies()
+	if b < 0 || i < 0 {
+		return "", nil, fmt.Errorf("%w: cost query with policies %q and %q: normalize it first", query.ErrInvalidQuery, q.Busy, q.Idle)
+	}
+	bucket, args := stepExpr("hour", q.StepSeconds(), q.Start)
+	where, whereArgs := scope("hour", q.Start, q.End, q.TenantID)
+	from, fromArgs := newestRows("cost_hour", "hour", where, whereArgs, "")
+	return fmt.Sprintf(`SELECT %s AS b, tenant_id, model, deployment,
+  sum(requests), sum(input_tokens), sum(cached_input_tokens), sum(output_tokens),
+  sum(list_charge), sumIf(requests, list_priced = 0), sum(%s), sum(%s), groupUniqArray(price_version)
+FROM %s
+GROUP BY b, tenant_id, model, deployment
+ORDER BY b, tenant_id, model, deployment`, bucket, allocationColumns[b][i], busyColumns[b], from),
+		append(args, fromArgs...), nil
+}
+
+// EachUsageCost streams the detailed usage-and-cost rows of a normalized
+// cost query.
+func (s *Store) EachUsageCost(ctx context.Context, q query.CostQuery, row func(r *query.UsageCostRow) error) error {
+	stmt, args, err := usageCostSQL(q)
+	if err != nil {
+		return err
+	}
+	var (
+		r     query.UsageCostRow
+		start uint32
+	)
+	dest := []any{&start, &r.Tenant, &r.Model, &r.Deployment, &r.Requests, &r.InputTokens, &r.CachedInputTokens,
+		&r.OutputTokens, &r.ListCharge, &r.ListUnpricedRequests, &r.CostNanos, &r.BusyNanos, &r.PriceVersions}
+	return s.each(ctx, "usage and cost", stmt, args, dest, func() error {
+		r.Start = time.Unix(int64(start), 0).UTC()
+		slices.Sort(r.PriceVersions)
+		return row(&r)
 	})
 }

@@ -55,3 +55,41 @@ LIMIT 1`, []any{tenant, period}, []any{&out.Hash, &content, &out.ClosedAt}, func
 	out.Content, out.ClosedAt = []byte(content), out.ClosedAt.UTC()
 	return out, true, nil
 }
+
+// EachStatement calls fn with the closed statements of period, of tenant
+// only when tenant is not empty, in tenant order: for each tenant the first
+// one stored.
+func (s *Store) EachStatement(ctx context.Context, period, tenant string, fn func(billing.StoredStatement) error) error {
+	return s.eachStatement(ctx, "period = ? AND (? = '' OR tenant_id = ?)", []any{period, tenant, tenant}, fn)
+}
+
+// TenantStatements returns tenant's closed statements, in period order.
+func (s *Store) TenantStatements(ctx context.Context, tenant string) ([]billing.StoredStatement, error) {
+	var out []billing.StoredStatement
+	err := s.eachStatement(ctx, "tenant_id = ?", []any{tenant}, func(st billing.StoredStatement) error {
+		out = append(out, st)
+		return nil
+	})
+	return out, err
+}
+
+// eachStatement calls fn with the first stored statement of each (tenant,
+// period) matching where, in (tenant, period) order.
+func (s *Store) eachStatement(ctx context.Context, where string, args []any, fn func(billing.StoredStatement) error) error {
+	var (
+		st      billing.StoredStatement
+		content string
+	)
+	// argMin on the (closed_at, hash) tuple picks the first row stored, as
+	// Statement does.
+	stmt := `SELECT tenant_id, period, argMin(hash, (closed_at, hash)), argMin(content, (closed_at, hash)), min(closed_at)
+FROM statements
+WHERE ` + where + `
+GROUP BY tenant_id, period
+ORDER BY tenant_id, period`
+	return s.each(ctx, "statements", stmt, args, []any{&st.Tenant, &st.Period, &st.Hash, &content, &st.ClosedAt}, func() error {
+		out := st
+		out.Content, out.ClosedAt = []byte(content), st.ClosedAt.UTC()
+		return fn(out)
+	})
+}

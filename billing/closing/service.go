@@ -1,0 +1,532 @@
+package closing
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"tokenmeter/billing"
+	"tokenmeter/billing/export"
+	"tokenmeter/internal/ident"
+	"tokenmeter/query"
+)
+
+// Errors of the service, besides billing.ErrInvalidPeriod,
+// billing.ErrPeriodNotEnded and billing.ErrIngestBehind.
+var (
+	// ErrNotFound marks a tenant or statement that does not exist: a
+	// tenant without usage or statements in the period asked.
+	ErrNotFound = errors.New("not found")
+	// ErrNotClosed marks a period that must be closed for what was asked
+	// (an export of statements).
+	ErrNotClosed = errors.New("billing period not closed")
+	// ErrRollupBehind marks a close asked before the rollup job has costed
+	// the period: the allocated cost would be incomplete.
+	ErrRollupBehind = errors.New("rollups have not caught up")
+	// ErrInvalidRequest marks a request with a bad field.
+	ErrInvalidRequest = errors.New("invalid billing request")
+)
+
+// Reads are the queries the service makes besides statement usage;
+// *query.Service implements them.
+type Reads interface {
+	UsageReader
+	Usage(ctx context.Context, q query.UsageQuery) ([]query.UsageRow, error)
+	Cost(ctx context.Context, q query.CostQuery) ([]query.CostRow, error)
+	EachUsageCost(ctx context.Context, q query.CostQuery, row func(*query.UsageCostRow) error) error
+}
+
+// Statements keeps closed statements; *chstore.Store implements it.
+type Statements interface {
+	Store
+	EachStatement(ctx context.Context, period, tenant string, fn func(billing.StoredStatement) error) error
+	TenantStatements(ctx context.Context, tenant string) ([]billing.StoredStatement, error)
+	// Watermark is the server time up to which the rollup job (job
+	// "rollup") has rolled up and costed every insert.
+	Watermark(ctx context.Context, job string) (time.Time, bool, error)
+}
+
+// Locker serializes closes: Lock returns once the caller holds the lock
+// named, and unlock releases it. Closes on several replicas must share one
+// (a Kafka lease); in one process a mutex does.
+type Locker interface {
+	Lock(ctx context.Context, name string) (unlock func(), err error)
+}
+
+// Deps are what a Service reads and writes.
+type Deps struct {
+	Reads Reads
+	Store Statements
+	// Prices returns the price book in force.
+	Prices func(ctx context.Context) (*billing.PriceBook, error)
+	// CaughtUp returns the instant up to which ingest has every event
+	// (now, when the consumer group has no lag); nil: now.
+	CaughtUp func(ctx context.Context) (time.Time, error)
+	// Lock serializes closes; nil: a mutex of this Service.
+	Lock Locker
+}
+
+// Config tunes a Service.
+type Config struct {
+	// Zones maps tenants to their billing time zone; DefaultZone (UTC when
+	// nil) is everyone else's.
+	Zones       map[string]*time.Location
+	DefaultZone *time.Location
+	// Grace is how long after its end a period may close (DefaultGrace
+	// when zero); a close request may ask for another.
+	Grace time.Duration
+	// Lookback is how many closed periods are checked for late usage.
+	Lookback int
+	// ByDeployment splits statement lines per deployment.
+	ByDeployment bool
+	// RollupJob names the rollup job whose watermark says how far cost is
+	// known ("rollup" when empty).
+	RollupJob string
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Service is the billing side of the API: periods, closes, statements and
+// exports.
+type Service struct {
+	d      Deps
+	cfg    Config
+	closer *Closer
+	mu     sync.Mutex
+}
+
+// NewService returns a Service.
+func NewService(d Deps, cfg Config) (*Service, error) {
+	if d.Reads == nil || d.Store == nil || d.Prices == nil {
+		return nil, errors.New("billing service: Reads, Store and Prices are required")
+	}
+	if cfg.DefaultZone == nil {
+		cfg.DefaultZone = time.UTC
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = billing.DefaultGrace
+	}
+	if cfg.Grace < 0 {
+		return nil, fmt.Errorf("billing service: negative grace %s", cfg.Grace)
+	}
+	if cfg.RollupJob == "" {
+		cfg.RollupJob = "rollup"
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	for tenant := range cfg.Zones {
+		if err := ident.Check("tenant_id", tenant); err != nil {
+			return nil, fmt.Errorf("billing service: zone of %w", err)
+		}
+	}
+	s := &Service{d: d, cfg: cfg}
+	s.closer = &Closer{usage: d.Reads, store: d.Store, cost: d.Reads}
+	return s, nil
+}
+
+// Zone is tenant's billing time zone.
+func (s *Service) Zone(tenant string) *time.Location {
+	if z, ok := s.cfg.Zones[tenant]; ok {
+		return z
+	}
+	return s.cfg.DefaultZone
+}
+
+// Grace is the default grace delay of closes.
+func (s *Service) Grace() time.Duration { return s.cfg.Grace }
+
+// PeriodState is one billing period of a tenant and its state.
+type PeriodState struct {
+	Tenant, Period, Zone string
+	Start, End           time.Time
+	Closed               bool
+	// ClosableAt is the end plus the grace delay: the first instant an
+	// open period may close.
+	ClosableAt time.Time
+	// Of a closed period: its statement's hash, close time, currency and
+	// total.
+	Hash     string
+	ClosedAt time.Time
+	Currency string
+	Total    billing.Money
+}
+
+// Periods lists tenant's billing periods, oldest first: the closed ones,
+// then every open one from the first period after the last closed (or the
+// first with usage in the last year, with none closed) to the current one.
+func (s *Service) Periods(ctx context.Context, tenant string) ([]PeriodState, error) {
+	if err := checkTenant(tenant); err != nil {
+		return nil, err
+	}
+	zone := s.Zone(tenant)
+	closed, err := s.d.Store.TenantStatements(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	var out []PeriodState
+	for _, st := range closed {
+		var bill billing.Statement
+		if err := json.Unmarshal(st.Content, &bill); err != nil {
+			return nil, fmt.Errorf("statement of %s for %s: %w", tenant, st.Period, err)
+		}
+		out = append(out, PeriodState{Tenant: tenant, Period: st.Period, Zone: bill.Zone, Start: bill.PeriodStart, End: bill.PeriodEnd,
+			Closed: true, ClosableAt: bill.PeriodEnd.Add(s.cfg.Grace), Hash: st.Hash, ClosedAt: st.ClosedAt,
+			Currency: bill.Currency, Total: bill.Total})
+	}
+	now := s.cfg.Now()
+	current := billing.PeriodOf(now, zone)
+	var first billing.Period
+	if len(out) > 0 {
+		first = billing.PeriodOf(out[len(out)-1].End, zone)
+	} else {
+		first, err = s.firstUsed(ctx, tenant, current)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(out) == 0 && first.Key == "" {
+		return nil, fmt.Errorf("%w: tenant %q has no usage in the last year and no statements", ErrNotFound, tenant)
+	}
+	for p := first; !p.Start.After(current.Start); p = p.Next() {
+		out = append(out, PeriodState{Tenant: tenant, Period: p.Key, Zone: zone.String(), Start: p.Start.UTC(), End: p.End.UTC(),
+			ClosableAt: p.End.Add(s.cfg.Grace).UTC()})
+	}
+	return out, nil
+}
+
+// firstUsed is the first of the last twelve periods up to current in which
+// tenant has usage; a zero Period when none.
+func (s *Service) firstUsed(ctx context.Context, tenant string, current billing.Period) (billing.Period, error) {
+	from := current
+	for range 11 {
+		from = billing.PeriodOf(from.Start.Add(-time.Nanosecond), current.Zone)
+	}
+	start, end := from.Start.UTC().Truncate(time.Hour), current.End.UTC().Truncate(time.Hour).Add(time.Hour)
+	rows, err := s.d.Reads.Usage(ctx, query.UsageQuery{TenantID: tenant, Start: start, End: end, Granularity: "day"})
+	if err != nil {
+		return billing.Period{}, err
+	}
+	for _, r := range rows {
+		if r.Requests > 0 {
+			p := billing.PeriodOf(r.Start, current.Zone)
+			if p.Start.Before(from.Start) {
+				p = from
+			}
+			return p, nil
+		}
+	}
+	return billing.Period{}, nil
+}
+
+// CloseRequest is one close.
+type CloseRequest struct {
+	// Period is the month, "2026-11", in each tenant's zone.
+	Period string
+	// Tenants to close; empty: every tenant with usage in or around the
+	// period, or a statement of the period before.
+	Tenants []string
+	// Grace overrides the default grace delay when not nil.
+	Grace *time.Duration
+}
+
+// Close closes req.Period, returning each tenant's statement as stored.
+// Closes run one at a time (Deps.Lock); a tenant already closed keeps its
+// statement, so closing twice returns the same statements.
+func (s *Service) Close(ctx context.Context, req CloseRequest) ([]billing.StoredStatement, error) {
+	if _, err := billing.ParsePeriod(req.Period, time.UTC); err != nil {
+		return nil, err
+	}
+	grace := s.cfg.Grace
+	if req.Grace != nil {
+		grace = *req.Grace
+		if grace < 0 {
+			return nil, fmt.Errorf("%w: grace %s is negative", ErrInvalidRequest, grace)
+		}
+	}
+	for _, t := range req.Tenants {
+		if err := checkTenant(t); err != nil {
+			return nil, err
+		}
+	}
+	unlock, err := s.lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	book, err := s.d.Prices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tenants := req.Tenants
+	explicit := len(tenants) > 0
+	if !explicit {
+		if tenants, err = s.candidates(ctx, req.Period); err != nil {
+			return nil, err
+		}
+	}
+	now := s.cfg.Now()
+	caughtUp := now
+	if s.d.CaughtUp != nil {
+		if caughtUp, err = s.d.CaughtUp(ctx); err != nil {
+			return nil, fmt.Errorf("close %s: %w", req.Period, err)
+		}
+	}
+	if err := s.checkCosted(ctx, req.Period, tenants); err != nil {
+		return nil, err
+	}
+	r := Request{Period: req.Period, Now: now, CaughtUp: caughtUp, Grace: grace, Book: book,
+		ByDeployment: s.cfg.ByDeployment, Lookback: s.cfg.Lookback, SkipEmpty: !explicit}
+	for _, t := range tenants {
+		r.Tenants = append(r.Tenants, Tenant{ID: t, Zone: s.Zone(t)})
+	}
+	return s.closer.Close(ctx, r)
+}
+
+// lock takes the close lock.
+func (s *Service) lock(ctx context.Context) (func(), error) {
+	if s.d.Lock != nil {
+		return s.d.Lock.Lock(ctx, "billing-close")
+	}
+	s.mu.Lock()
+	return s.mu.Unlock, nil
+}
+
+// checkCosted refuses a close before the rollup job has rolled up and
+// costed every insert up to the latest end of the period among tenants'
+// zones: the statements' allocated cost comes from the cost rollups.
+func (s *Service) checkCosted(ctx context.Context, period string, tenants []string) error {
+	var end time.Time
+	for _, t := range tenants {
+		p, err := billing.ParsePeriod(period, s.Zone(t))
+		if err != nil {
+			return err
+		}
+		if p.End.After(end) {
+			end = p.End
+		}
+	}
+	if len(tenants) == 0 {
+		return nil
+	}
+	wm, ok, err := s.d.Store.Watermark(ctx, s.cfg.RollupJob)
+	if err != nil {
+		return err
+	}
+	if !ok || wm.Before(end) {
+		return fmt.Errorf("%w: %s ends at %s; the rollup job has rolled up the inserts up to %s: close once it passes the end",
+			ErrRollupBehind, period, end.UTC().Format(time.RFC3339), wm.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// candidates are the tenants a close of period without a tenant list
+// closes: those with usage from 15 hours before the UTC month to 15 hours
+// after it (every zone's month lies in it), and those with a statement of
+// the month before (late usage of it becomes adjustments of this one).
+func (s *Service) candidates(ctx context.Context, period string) ([]string, error) {
+	p, err := billing.ParsePeriod(period, time.UTC)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.d.Reads.Usage(ctx, query.UsageQuery{Start: p.Start.Add(-15 * time.Hour), End: p.End.Add(15 * time.Hour), GroupBy: []string{"tenant_id"}})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, r := range rows {
+		if r.TenantID != billing.IdleTenant {
+			out = append(out, r.TenantID)
+		}
+	}
+	prev := billing.PeriodOf(p.Start.Add(-time.Nanosecond), time.UTC)
+	err = s.d.Store.EachStatement(ctx, prev.Key, "", func(st billing.StoredStatement) error {
+		out = append(out, st.Tenant)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// StatementView is a statement as one reader sees it: with the finance
+// part for finance, without it for a tenant, and Content its JSON, the same
+// bytes at every read of a closed statement.
+type StatementView struct {
+	Statement billing.Statement
+	Content   []byte
+	// Closed is false for an open period's draft, computed at the read
+	// and never stored.
+	Closed   bool
+	ClosedAt time.Time
+}
+
+// Statement returns tenant's statement of period: the stored one when the
+// period is closed, else a draft of the usage so far. finance keeps the
+// finance part. A tenant with neither usage nor statements in the period
+// is ErrNotFound.
+func (s *Service) Statement(ctx context.Context, tenant, period string, finance bool) (StatementView, error) {
+	if err := checkTenant(tenant); err != nil {
+		return StatementView{}, err
+	}
+	p, err := billing.ParsePeriod(period, s.Zone(tenant))
+	if err != nil {
+		return StatementView{}, err
+	}
+	stored, ok, err := s.d.Store.Statement(ctx, tenant, p.Key)
+	if err != nil {
+		return StatementView{}, err
+	}
+	if ok {
+		return viewOf(stored, finance)
+	}
+	book, err := s.d.Prices(ctx)
+	if err != nil {
+		return StatementView{}, err
+	}
+	st, err := s.closer.compute(ctx, tenant, p, Request{Book: book, ByDeployment: s.cfg.ByDeployment, Lookback: s.cfg.Lookback}, finance)
+	if err != nil {
+		return StatementView{}, err
+	}
+	if len(st.Lines) == 0 {
+		closed, err := s.d.Store.TenantStatements(ctx, tenant)
+		if err != nil {
+			return StatementView{}, err
+		}
+		if len(closed) == 0 {
+			return StatementView{}, fmt.Errorf("%w: tenant %q has no usage in %s and no statements", ErrNotFound, tenant, p)
+		}
+	}
+	content, err := json.Marshal(st)
+	if err != nil {
+		return StatementView{}, fmt.Errorf("encode statement: %w", err)
+	}
+	return StatementView{Statement: st, Content: content}, nil
+}
+
+// EachStatement calls fn with the closed statements of period (of tenant
+// only, when not empty) in tenant order. A period no statement of which is
+// closed is ErrNotClosed.
+func (s *Service) EachStatement(ctx context.Context, period, tenant string, finance bool, fn func(StatementView) error) error {
+	if _, err := billing.ParsePeriod(period, time.UTC); err != nil {
+		return err
+	}
+	if tenant != "" {
+		if err := checkTenant(tenant); err != nil {
+			return err
+		}
+	}
+	n := 0
+	err := s.d.Store.EachStatement(ctx, period, tenant, func(st billing.StoredStatement) error {
+		v, err := viewOf(st, finance)
+		if err != nil {
+			return err
+		}
+		n++
+		return fn(v)
+	})
+	if err == nil && n == 0 {
+		who := "any tenant"
+		if tenant != "" {
+			who = fmt.Sprintf("tenant %q", tenant)
+		}
+		err = fmt.Errorf("%w: %s is not closed for %s", ErrNotClosed, period, who)
+	}
+	return err
+}
+
+// viewOf is a stored statement as a reader sees it: the stored bytes for
+// finance, the statement re-encoded without its finance part for a tenant
+// (encoding is deterministic, so those bytes never change either).
+func viewOf(st billing.StoredStatement, finance bool) (StatementView, error) {
+	var bill billing.Statement
+	if err := json.Unmarshal(st.Content, &bill); err != nil {
+		return StatementView{}, fmt.Errorf("statement of %s for %s: %w", st.Tenant, st.Period, err)
+	}
+	v := StatementView{Statement: bill, Content: st.Content, Closed: true, ClosedAt: st.ClosedAt}
+	if !finance && bill.Finance != nil {
+		v.Statement.Finance = nil
+		b, err := json.Marshal(v.Statement)
+		if err != nil {
+			return StatementView{}, fmt.Errorf("encode statement: %w", err)
+		}
+		v.Content = b
+	}
+	return v, nil
+}
+
+// UsageCostQuery selects detailed usage-and-cost rows.
+type UsageCostQuery struct {
+	// Tenant restricts to one tenant when not empty.
+	Tenant string
+	// Start (inclusive) and End (exclusive) lie on hour boundaries (day
+	// boundaries for Step "day").
+	Start, End time.Time
+	// Step is "hour" (default) or "day".
+	Step string
+}
+
+// EachUsageCost streams the usage-and-cost rows of q to fn, one per step,
+// tenant, model and deployment, priced with the book in force (its
+// policies allocate the cost). Rows come from the cost rollups: hours the
+// rollup job has not costed yet are not in it.
+func (s *Service) EachUsageCost(ctx context.Context, q UsageCostQuery, fn func(*export.UsageCostRow) error) error {
+	if q.Tenant != "" {
+		if err := checkTenant(q.Tenant); err != nil {
+			return err
+		}
+	}
+	step := q.Step
+	if step == "" {
+		step = "hour"
+	}
+	width := time.Hour
+	if step == "day" {
+		width = 24 * time.Hour
+	}
+	book, err := s.d.Prices(ctx)
+	if err != nil {
+		return err
+	}
+	cq := query.CostQuery{TenantID: q.Tenant, Start: q.Start, End: q.End, Step: step}.WithDefaults(book)
+	var out export.UsageCostRow
+	zones := map[string]billing.Period{} // tenant → the billing period of the last row
+	return s.d.Reads.EachUsageCost(ctx, cq, func(r *query.UsageCostRow) error {
+		p, ok := zones[r.Tenant]
+		if !ok || !p.Contains(r.Start) {
+			p = billing.PeriodOf(r.Start, s.Zone(r.Tenant))
+			zones[r.Tenant] = p
+		}
+		out = export.UsageCostRow{
+			ChargePeriodStart: r.Start, ChargePeriodEnd: r.Start.Add(width),
+			BillingPeriod: p.Key, BillingPeriodStart: p.Start.UTC(), BillingPeriodEnd: p.End.UTC(),
+			Tenant: r.Tenant, Model: r.Model, Deployment: r.Deployment, Requests: r.Requests,
+			InputTokens: r.InputTokens, CachedInputTokens: r.CachedInputTokens, OutputTokens: r.OutputTokens,
+			Currency: book.Currency, ListCharge: billing.Money(r.ListCharge), AllocatedCost: billing.Money(r.CostNanos),
+			PriceBook: strings.Join(r.PriceVersions, " "),
+		}
+		if price, ok := book.TokenPrice(r.Model, r.Start); ok {
+			out.InputPer1M, out.CachedInputPer1M, out.OutputPer1M = price.InputPer1M, price.CachedInputPer1M, price.OutputPer1M
+			out.PriceID = price.ID()
+		}
+		return fn(&out)
+	})
+}
+
+// checkTenant refuses a malformed tenant id.
+func checkTenant(tenant string) error {
+	if tenant == "" {
+		return fmt.Errorf("%w: tenant_id is required", ErrInvalidRequest)
+	}
+	if err := ident.Check("tenant_id", tenant); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	return nil
+}
