@@ -184,3 +184,58 @@ func TestRoundToMinorUnit(t *testing.T) {
 		t.Errorf("bad currency: err = %v", err)
 	}
 }
+
+// TestAttachFinance checks which hours' cost a +05:30 November holds (those
+// starting in it), which line each hour goes to (the price in force at its
+// start), the margin, and that the hash ignores the finance part.
+func TestAttachFinance(t *testing.T) {
+	zone, err := ParseZone("+05:30")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ParsePeriod("2026-11", zone) // 2026-10-31T18:30Z to 2026-11-30T18:30Z
+	if err != nil {
+		t.Fatal(err)
+	}
+	book := statementBook(t, "USD")
+	change := time.Date(2026, 11, 15, 12, 0, 0, 0, time.UTC)
+	usage := []StatementUsage{
+		{Start: p.Start, End: p.Start.Add(30 * time.Minute), Model: "m", Deployment: "d1", Requests: 1, InputTokens: 1_000_000},
+		hourUsage("m", "d1", change.Add(-time.Hour), 1_000_000, 0, 0),
+		hourUsage("m", "d1", change.Add(time.Hour), 2_000_000, 0, 0),
+		hourUsage("x", "d1", change, 5, 0, 5),
+	}
+	st, err := ComputeStatement("acme", p, book, usage, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash := st.Hash
+	costs := []HourCost{
+		{Hour: time.Date(2026, 10, 31, 18, 0, 0, 0, time.UTC), Model: "m", Deployment: "d1", Cost: 1_000, Busy: 1_000}, // starts before the period
+		{Hour: time.Date(2026, 10, 31, 19, 0, 0, 0, time.UTC), Model: "m", Deployment: "d1", Cost: 10, Busy: 7},
+		{Hour: change.Add(-time.Hour), Model: "m", Deployment: "d1", Cost: 20, Busy: 20},
+		{Hour: change.Add(time.Hour), Model: "m", Deployment: "d1", Cost: 40, Busy: 30},
+		{Hour: time.Date(2026, 11, 30, 18, 0, 0, 0, time.UTC), Model: "m", Deployment: "d1", Cost: 80, Busy: 80}, // starts in it, ends after
+		{Hour: change, Model: "y", Deployment: "d1", Cost: 3, Busy: 3},                                            // no line of model y
+	}
+	if err := AttachFinance(&st, "tokens", "shared_weighted", costs); err != nil {
+		t.Fatal(err)
+	}
+	f := st.Finance
+	if f.AllocatedCost != 153 || f.BusyCost != 140 || f.IdleCost != 13 || f.Unassigned != 3 {
+		t.Errorf("cost %s (busy %s, idle %s, unassigned %s), want 153 (140, 13, 3)", f.AllocatedCost, f.BusyCost, f.IdleCost, f.Unassigned)
+	}
+	// Lines: m at the first price, m at the second, x (unpriced).
+	want := map[int]Money{0: 30, 1: 120, 2: 0}
+	for _, lc := range f.Lines {
+		if lc.AllocatedCost != want[lc.Line] || lc.Margin != st.Lines[lc.Line].Charge-lc.AllocatedCost {
+			t.Errorf("line %d (%s at %s): cost %s margin %s, want cost %s", lc.Line, st.Lines[lc.Line].Model, st.Lines[lc.Line].PriceID, lc.AllocatedCost, lc.Margin, want[lc.Line])
+		}
+	}
+	if len(f.Lines) != 3 || f.Margin != st.Charge-153 || f.UsageCharge != st.Charge || f.CostPer1K == nil || *f.CostPer1K != 0 {
+		t.Errorf("finance %+v (charge %s)", f, st.Charge)
+	}
+	if h, _ := st.ContentHash(); h != hash {
+		t.Errorf("the finance part changed the hash")
+	}
+}

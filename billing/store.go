@@ -44,3 +44,25 @@ func EnsurePriceBook(ctx context.Context, store PriceBookStore, book *PriceBook,
 func EmptyPriceBook() *PriceBook {
 	return &PriceBook{Currency: DefaultCurrency, Allocation: DefaultPolicy()}
 }
+
+// BookReader reads the price book in force; *chstore.Store implements it.
+type BookReader interface {
+	CurrentPriceBook(ctx context.Context) (version, book string, createdAt time.Time, ok bool, err error)
+}
+
+// BookInForce is the price book in force in store; without one, the empty
+// book (every amount is then unpriced, never priced at zero).
+func BookInForce(ctx context.Context, store BookReader) (*PriceBook, error) {
+	_, doc, _, ok, err := store.CurrentPriceBook(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return EmptyPriceBook(), nil
+	}
+	book, err := ParsePriceBook([]byte(doc))
+	if err != nil {
+		return nil, fmt.Errorf("stored price book: %w", err)
+	}
+	return book, nil
+}

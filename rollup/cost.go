@@ -25,18 +25,7 @@ type CostStore interface {
 // currentPrices reads the price book in force; without one, an empty book
 // (every GPU-second is then reported unpriced, never priced at zero).
 func currentPrices(ctx context.Context, store CostStore) (*billing.PriceBook, error) {
-	_, doc, _, ok, err := store.CurrentPriceBook(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return billing.EmptyPriceBook(), nil
-	}
-	book, err := billing.ParsePriceBook([]byte(doc))
-	if err != nil {
-		return nil, fmt.Errorf("stored price book: %w", err)
-	}
-	return book, nil
+	return billing.BookInForce(ctx, store)
 }
 
 // costPolicies are every (busy, idle) pair, in CostRow order.

@@ -277,6 +277,24 @@ func (s *Service) Close(ctx context.Context, req CloseRequest) ([]billing.Stored
 			return nil, fmt.Errorf("close %s: %w", req.Period, err)
 		}
 	}
+	// Each tenant's period must be over (and ingest caught up) before the
+	// cost rollups are asked about.
+	zones := []*time.Location{time.UTC}
+	if len(tenants) > 0 {
+		zones = zones[:0]
+		for _, t := range tenants {
+			zones = append(zones, s.Zone(t))
+		}
+	}
+	for _, z := range zones {
+		p, err := billing.ParsePeriod(req.Period, z)
+		if err == nil {
+			err = p.CheckClose(now, grace, caughtUp)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 	if err := s.checkCosted(ctx, req.Period, tenants); err != nil {
 		return nil, err
 	}
