@@ -216,7 +216,7 @@ func TestAttachFinance(t *testing.T) {
 		{Hour: change.Add(-time.Hour), Model: "m", Deployment: "d1", Cost: 20, Busy: 20},
 		{Hour: change.Add(time.Hour), Model: "m", Deployment: "d1", Cost: 40, Busy: 30},
 		{Hour: time.Date(2026, 11, 30, 18, 0, 0, 0, time.UTC), Model: "m", Deployment: "d1", Cost: 80, Busy: 80}, // starts in it, ends after
-		{Hour: change, Model: "y", Deployment: "d1", Cost: 3, Busy: 3},                                            // no line of model y
+		{Hour: change, Model: "y", Deployment: "d1", Cost: 3, Busy: 3},                                           // no line of model y
 	}
 	if err := AttachFinance(&st, "tokens", "shared_weighted", costs); err != nil {
 		t.Fatal(err)
