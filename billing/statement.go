@@ -36,6 +36,9 @@ type StatementUsage struct {
 	// OriginalPeriod names the closed period late usage belongs to; empty
 	// for usage of the statement's own period.
 	OriginalPeriod string
+	// Book prices late usage with the book its period was billed with;
+	// nil: the statement's book.
+	Book *PriceBook
 }
 
 // LineKind says what a statement line bills.
@@ -74,6 +77,9 @@ type StatementLine struct {
 	// Charge is the line's list-price charge in nano-units (ListCharge of
 	// its summed tokens: rounded half to even to a nano-unit once).
 	Charge Money `json:"charge"`
+	// PriceBook is the version of the book that priced an adjustment when
+	// it is not the statement's (its period was billed with another).
+	PriceBook string `json:"price_book,omitempty"`
 }
 
 // Statement is one tenant's bill for one period.
@@ -279,10 +285,11 @@ func (b *PriceBook) TokenPriceChanges(model string, from, to time.Time) []time.T
 // Errors wrap ErrInvalidStatement.
 func ComputeStatement(tenant string, p Period, book *PriceBook, usage []StatementUsage, byDeployment bool) (Statement, error) {
 	type lineKey struct {
-		kind                        LineKind
-		original, model, dep, price string
+		kind                              LineKind
+		original, model, dep, price, book string
 	}
 	lines := map[lineKey]*StatementLine{}
+	books := map[*StatementLine]*PriceBook{} // the book of each line
 	var errs []error
 	for i, u := range usage {
 		if !u.End.After(u.Start) || u.CachedInputTokens > u.InputTokens {
@@ -301,12 +308,16 @@ func ComputeStatement(tenant string, p Period, book *PriceBook, usage []Statemen
 			errs = append(errs, fmt.Errorf("%w: usage %d (%s–%s) lies outside %s", ErrInvalidStatement, i, u.Start.Format(time.RFC3339), u.End.Format(time.RFC3339), p))
 			continue
 		}
-		if ch := book.TokenPriceChanges(u.Model, u.Start, u.End); len(ch) > 0 {
+		ub := book
+		if u.Book != nil {
+			ub = u.Book
+		}
+		if ch := ub.TokenPriceChanges(u.Model, u.Start, u.End); len(ch) > 0 {
 			errs = append(errs, fmt.Errorf("%w: usage %d of %s spans a price change at %s; split it there", ErrInvalidStatement, i, u.Model, ch[0].Format(time.RFC3339)))
 			continue
 		}
-		price, priced := book.TokenPrice(u.Model, u.Start)
-		k := lineKey{kind: kind, original: u.OriginalPeriod, model: u.Model}
+		price, priced := ub.TokenPrice(u.Model, u.Start)
+		k := lineKey{kind: kind, original: u.OriginalPeriod, model: u.Model, book: ub.Version()}
 		if byDeployment {
 			k.dep = u.Deployment
 		}
@@ -320,7 +331,11 @@ func ComputeStatement(tenant string, p Period, book *PriceBook, usage []Statemen
 			if priced {
 				l.InputPer1M, l.CachedInputPer1M, l.OutputPer1M = price.InputPer1M, price.CachedInputPer1M, price.OutputPer1M
 			}
+			if ub != book {
+				l.PriceBook = ub.Version()
+			}
 			lines[k] = l
+			books[l] = ub
 		}
 		l.ChargeStart, l.ChargeEnd = minTime(l.ChargeStart, u.Start), maxTime(l.ChargeEnd, u.End)
 		l.Requests += u.Requests
@@ -339,7 +354,7 @@ func ComputeStatement(tenant string, p Period, book *PriceBook, usage []Statemen
 	for _, l := range lines {
 		l.ChargeStart, l.ChargeEnd = l.ChargeStart.UTC(), l.ChargeEnd.UTC()
 		if l.Priced {
-			charge, _, ok := book.ListCharge(l.Model, l.ChargeStart, int64(l.InputTokens), int64(l.CachedInputTokens), int64(l.OutputTokens))
+			charge, _, ok := books[l].ListCharge(l.Model, l.ChargeStart, int64(l.InputTokens), int64(l.CachedInputTokens), int64(l.OutputTokens))
 			if !ok {
 				return Statement{}, fmt.Errorf("%w: the charge of %s's %s line is out of range", ErrInvalidStatement, tenant, l.Model)
 			}

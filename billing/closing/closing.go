@@ -35,6 +35,9 @@ type Store interface {
 	// ServerNow is the clock that stamps inserts (and so DirtyHours): a
 	// statement's close is stamped with it too.
 	ServerNow(ctx context.Context) (time.Time, error)
+	// PriceBookVersion returns a stored price book by version: the one a
+	// closed statement was priced with.
+	PriceBookVersion(ctx context.Context, version string) (book string, ok bool, err error)
 }
 
 // DefaultLookback is how many closed periods before the one being closed
@@ -262,15 +265,25 @@ func (c *Closer) lateUsage(ctx context.Context, tenant string, p billing.Period,
 			return nil, false, err
 		}
 		if touched {
-			now, err := c.usage.StatementUsage(ctx, tenant, q.Start, q.End, priceCuts(req.Book, q))
+			// q is read again under the book it was billed with: the same
+			// cuts and price ids as its lines, and late usage priced as
+			// then, whatever the book in force says now.
+			book, err := c.bookOf(ctx, billed.PriceBook, req.Book)
+			if err != nil {
+				return nil, false, fmt.Errorf("statement of %s for %s: %w", tenant, q.Key, err)
+			}
+			now, err := c.usage.StatementUsage(ctx, tenant, q.Start, q.End, priceCuts(book, q))
 			if err != nil {
 				return nil, false, err
 			}
-			current, err := billing.ComputeStatement(tenant, q, req.Book, now, req.ByDeployment)
+			current, err := billing.ComputeStatement(tenant, q, book, now, req.ByDeployment)
 			if err != nil {
 				return nil, false, err
 			}
-			out = append(out, unbilled(q.Key, current, append([]billing.Statement{billed}, closed...))...)
+			for _, u := range unbilled(q.Key, current, append([]billing.Statement{billed}, closed...)) {
+				u.Book = book
+				out = append(out, u)
+			}
 		}
 		closed = append(closed, billed)
 	}
@@ -279,6 +292,25 @@ func (c *Closer) lateUsage(ctx context.Context, tenant string, p billing.Period,
 
 // ErrZoneChanged marks a tenant whose zone changed since its last close.
 var ErrZoneChanged = errors.New("billing time zone changed")
+
+// bookOf is the price book of version: inForce when it is that version,
+// else the stored one.
+func (c *Closer) bookOf(ctx context.Context, version string, inForce *billing.PriceBook) (*billing.PriceBook, error) {
+	if inForce.Version() == version {
+		return inForce, nil
+	}
+	if empty := billing.EmptyPriceBook(); empty.Version() == version {
+		return empty, nil
+	}
+	doc, ok, err := c.store.PriceBookVersion(ctx, version)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("price book version %s is not stored", version)
+	}
+	return billing.ParsePriceBook([]byte(doc))
+}
 
 // touchedSince reports whether inserts stamped since closedAt (both by the
 // server's clock; a minute earlier, for inserts in flight at the close)

@@ -274,6 +274,21 @@ func TestServiceLateUsageAndErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The price book changes after the close: new amounts for the entry
+	// September was billed with, and a new price from September 18.
+	// September's late usage is still priced as September was billed.
+	oldVersion := before.Statement.PriceBook
+	repriced, err := billing.ParsePriceBook([]byte(strings.Replace(serviceBook,
+		`"token_prices": [{"model": "m", "effective_from": "2026-01-01T00:00:00Z", "input_per_1m": "0.60"`,
+		`"token_prices": [{"model": "m", "effective_from": "2026-09-18T00:00:00Z", "input_per_1m": "0.90", "output_per_1m": "2.70"},
+			{"model": "m", "effective_from": "2026-01-01T00:00:00Z", "input_per_1m": "0.70"`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, stored, err := billing.EnsurePriceBook(ctx, f.store, repriced, "test", time.Now()); err != nil || !stored {
+		t.Fatalf("new price book: stored %v, %v", stored, err)
+	}
+
 	// Late events: acme's September on d1 and d2.
 	late := []*meterv1.InferenceEvent{
 		ev("late-1", "acme", "m", time.Date(2026, 9, 15, 12, 30, 0, 0, time.UTC), 7_000, 1_000, 300),
@@ -299,10 +314,13 @@ func TestServiceLateUsageAndErrors(t *testing.T) {
 	}
 	var adj struct{ requests, in, cached, out uint64 }
 	var charge billing.Money
+	if oct.Statement.PriceBook != repriced.Version() {
+		t.Errorf("October priced with %s, want the book in force %s", oct.Statement.PriceBook, repriced.Version())
+	}
 	for _, l := range oct.Statement.Lines {
 		if l.Kind == billing.LineAdjustment {
-			if l.OriginalPeriod != "2026-09" {
-				t.Errorf("adjustment of %q, want 2026-09", l.OriginalPeriod)
+			if l.OriginalPeriod != "2026-09" || l.PriceBook != oldVersion {
+				t.Errorf("adjustment of %q priced with %q, want 2026-09 with %s", l.OriginalPeriod, l.PriceBook, oldVersion)
 			}
 			adj.requests, adj.in, adj.cached, adj.out = adj.requests+l.Requests, adj.in+l.InputTokens, adj.cached+l.CachedInputTokens, adj.out+l.OutputTokens
 			charge += l.Charge

@@ -33,10 +33,14 @@ type LineFinance struct {
 func StatementRows(st billing.Statement) []StatementRow {
 	rows := make([]StatementRow, 0, len(st.Lines))
 	for _, l := range st.Lines {
+		book := st.PriceBook
+		if l.PriceBook != "" {
+			book = l.PriceBook // an adjustment priced with its period's book
+		}
 		rows = append(rows, StatementRow{
 			Tenant: st.Tenant, Period: st.Period, Zone: st.Zone,
 			PeriodStart: st.PeriodStart, PeriodEnd: st.PeriodEnd,
-			Currency: st.Currency, PriceBook: st.PriceBook, StatementHash: st.Hash,
+			Currency: st.Currency, PriceBook: book, StatementHash: st.Hash,
 			Line: l,
 		})
 	}

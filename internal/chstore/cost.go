@@ -192,3 +192,14 @@ func (s *Store) PutPriceBook(ctx context.Context, version, book, source string, 
 	}
 	return nil
 }
+
+// PriceBookVersion returns the stored price book of a version (the book a
+// closed statement was priced with); ok is false when no such version was
+// stored.
+func (s *Store) PriceBookVersion(ctx context.Context, version string) (book string, ok bool, err error) {
+	err = s.each(ctx, "price book", "SELECT book FROM price_books WHERE version = ? ORDER BY seq LIMIT 1", []any{version}, []any{&book}, func() error {
+		ok = true
+		return nil
+	})
+	return book, ok, err
+}
