@@ -251,3 +251,21 @@ func TestDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestStatementRowsCarryFinance checks that the finance part of a statement
+// reaches its usage lines' rows, and nothing of it the tenant's view.
+func TestStatementRowsCarryFinance(t *testing.T) {
+	st := billing.Statement{Tenant: "acme", Period: "2026-11", Lines: []billing.StatementLine{
+		{Kind: billing.LineUsage, Model: "m", Charge: 100}, {Kind: billing.LineAdjustment, Model: "m", Charge: 5}}}
+	st.Finance = &billing.StatementFinance{Lines: []billing.LineCost{{Line: 0, AllocatedCost: 30, Margin: 70}}}
+	rows := export.StatementRows(st)
+	if rows[0].Finance == nil || rows[0].Finance.AllocatedCost != 30 || rows[0].Finance.Margin != 70 || rows[1].Finance != nil {
+		t.Errorf("finance rows %+v, %+v", rows[0].Finance, rows[1].Finance)
+	}
+	st.Finance = nil
+	for _, r := range export.StatementRows(st) {
+		if r.Finance != nil {
+			t.Errorf("tenant's view row has finance %+v", r.Finance)
+		}
+	}
+}

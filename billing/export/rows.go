@@ -29,7 +29,9 @@ type LineFinance struct {
 	AllocatedCost, Margin billing.Money
 }
 
-// StatementRows is the rows of st, one per line, in the statement's order.
+// StatementRows is the rows of st, one per line, in the statement's order;
+// with st's finance part (finance's view), each usage line carries its
+// allocated cost and margin.
 func StatementRows(st billing.Statement) []StatementRow {
 	rows := make([]StatementRow, 0, len(st.Lines))
 	for _, l := range st.Lines {
@@ -43,6 +45,13 @@ func StatementRows(st billing.Statement) []StatementRow {
 			Currency: st.Currency, PriceBook: book, StatementHash: st.Hash,
 			Line: l,
 		})
+	}
+	if st.Finance != nil {
+		for _, lc := range st.Finance.Lines {
+			if lc.Line >= 0 && lc.Line < len(rows) {
+				rows[lc.Line].Finance = &LineFinance{AllocatedCost: lc.AllocatedCost, Margin: lc.Margin}
+			}
+		}
 	}
 	return rows
 }
