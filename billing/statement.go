@@ -39,6 +39,11 @@ type StatementUsage struct {
 	// Book prices late usage with the book its period was billed with;
 	// nil: the statement's book.
 	Book *PriceBook
+	// Repricing, when not nil, makes this a repricing of the closed period
+	// OriginalPeriod: no usage, a charge of *Repricing (positive or
+	// negative), the difference between the period's usage under the
+	// statement's book and what was billed for it.
+	Repricing *Money
 }
 
 // LineKind says what a statement line bills.
@@ -50,6 +55,9 @@ const (
 	// LineAdjustment bills usage of an earlier, closed period that arrived
 	// after its close, at the price that applied then.
 	LineAdjustment LineKind = "adjustment"
+	// LineRepricing bills (or credits) the difference a price book change
+	// makes to an earlier, closed period, when an admin asks for it.
+	LineRepricing LineKind = "repricing"
 )
 
 // StatementLine is one line of a statement: a model's (and deployment's)
@@ -296,6 +304,29 @@ func ComputeStatement(tenant string, p Period, book *PriceBook, usage []Statemen
 			errs = append(errs, fmt.Errorf("%w: usage %d (%s, %s–%s): empty span or cached input above input", ErrInvalidStatement, i, u.Model, u.Start.Format(time.RFC3339), u.End.Format(time.RFC3339)))
 			continue
 		}
+		if u.Repricing != nil {
+			if u.OriginalPeriod == "" || u.End.After(p.Start) || u.Requests+u.InputTokens+u.OutputTokens > 0 {
+				errs = append(errs, fmt.Errorf("%w: repricing %d: want a closed period before %s and no usage", ErrInvalidStatement, i, p))
+				continue
+			}
+			k := lineKey{kind: LineRepricing, original: u.OriginalPeriod, model: u.Model, book: book.Version()}
+			if byDeployment {
+				k.dep = u.Deployment
+			}
+			l := lines[k]
+			if l == nil {
+				l = &StatementLine{Kind: LineRepricing, Model: u.Model, Deployment: k.dep, OriginalPeriod: u.OriginalPeriod,
+					ChargeStart: u.Start, ChargeEnd: u.End, Priced: true}
+				lines[k] = l
+			}
+			l.ChargeStart, l.ChargeEnd = minTime(l.ChargeStart, u.Start), maxTime(l.ChargeEnd, u.End)
+			sum, ok := addMoney(l.Charge, *u.Repricing)
+			if !ok {
+				errs = append(errs, fmt.Errorf("%w: repricing %d is out of range", ErrInvalidStatement, i))
+			}
+			l.Charge = sum
+			continue
+		}
 		kind := LineUsage
 		switch {
 		case u.OriginalPeriod != "":
@@ -353,7 +384,8 @@ func ComputeStatement(tenant string, p Period, book *PriceBook, usage []Statemen
 	}
 	for _, l := range lines {
 		l.ChargeStart, l.ChargeEnd = l.ChargeStart.UTC(), l.ChargeEnd.UTC()
-		if l.Priced {
+		// A repricing's charge is the difference the caller computed.
+		if l.Priced && l.Kind != LineRepricing {
 			charge, _, ok := books[l].ListCharge(l.Model, l.ChargeStart, int64(l.InputTokens), int64(l.CachedInputTokens), int64(l.OutputTokens))
 			if !ok {
 				return Statement{}, fmt.Errorf("%w: the charge of %s's %s line is out of range", ErrInvalidStatement, tenant, l.Model)
@@ -383,10 +415,13 @@ func ComputeStatement(tenant string, p Period, book *PriceBook, usage []Statemen
 }
 
 func kindOrder(k LineKind) int {
-	if k == LineUsage {
+	switch k {
+	case LineUsage:
 		return 0
+	case LineAdjustment:
+		return 1
 	}
-	return 1
+	return 2
 }
 
 func minTime(a, b time.Time) time.Time {

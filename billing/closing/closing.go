@@ -7,10 +7,12 @@
 package closing
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -69,6 +71,10 @@ type Request struct {
 	// SkipEmpty leaves out, unstored, the statements without lines of
 	// tenants that have no closed statement before.
 	SkipEmpty bool
+	// Reprice lists closed periods before Period to reprice with Book: the
+	// difference their usage makes under Book to what was billed for them
+	// becomes repricing lines (an admin's explicit request).
+	Reprice []string
 }
 
 // CostReader reads allocated cost; *query.Service implements it.
@@ -177,7 +183,11 @@ func (c *Closer) statement(ctx context.Context, tenant string, p billing.Period,
 	if err != nil {
 		return billing.Statement{}, false, err
 	}
-	st, err := billing.ComputeStatement(tenant, p, req.Book, append(usage, late...), req.ByDeployment)
+	rep, err := c.repricings(ctx, tenant, p, req, late)
+	if err != nil {
+		return billing.Statement{}, false, err
+	}
+	st, err := billing.ComputeStatement(tenant, p, req.Book, slices.Concat(usage, late, rep), req.ByDeployment)
 	if err != nil || !finance {
 		return st, closedBefore, err
 	}
@@ -292,6 +302,104 @@ func (c *Closer) lateUsage(ctx context.Context, tenant string, p billing.Period,
 
 // ErrZoneChanged marks a tenant whose zone changed since its last close.
 var ErrZoneChanged = errors.New("billing time zone changed")
+
+// repricings are the repricing items of tenant's closed periods
+// req.Reprice: for each model (and deployment), the charge of the period's
+// usage now under req.Book less everything billed for it (its usage lines,
+// the adjustment and repricing lines for it of later statements, and the
+// late usage of it this close adds, late).
+func (c *Closer) repricings(ctx context.Context, tenant string, p billing.Period, req Request, late []billing.StatementUsage) ([]billing.StatementUsage, error) {
+	type key struct{ model, deployment string }
+	keyOf := func(model, dep string) key {
+		if !req.ByDeployment {
+			dep = ""
+		}
+		return key{model, dep}
+	}
+	var out []billing.StatementUsage
+	for _, name := range req.Reprice {
+		q, err := billing.ParsePeriod(name, p.Zone)
+		if err != nil {
+			return nil, err
+		}
+		if !q.Start.Before(p.Start) {
+			return nil, fmt.Errorf("%w: repricing %s in %s: only periods before it can be repriced", ErrInvalidRequest, q.Key, p.Key)
+		}
+		charges := map[key]billing.Money{} // now − billed, per key
+		add := func(k key, m billing.Money) error {
+			sum := charges[k] + m
+			if (m > 0 && sum < charges[k]) || (m < 0 && sum > charges[k]) {
+				return fmt.Errorf("%w: repricing of %s: out of range", billing.ErrInvalidStatement, q.Key)
+			}
+			charges[k] = sum
+			return nil
+		}
+		usage, err := c.usage.StatementUsage(ctx, tenant, q.Start, q.End, priceCuts(req.Book, q))
+		if err != nil {
+			return nil, err
+		}
+		now, err := billing.ComputeStatement(tenant, q, req.Book, usage, req.ByDeployment)
+		if err != nil {
+			return nil, err
+		}
+		var billed []billing.StatementLine
+		for r := q; r.Start.Before(p.Start); r = r.Next() {
+			stored, ok, err := c.store.Statement(ctx, tenant, r.Key)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				if r.Key == q.Key {
+					return nil, fmt.Errorf("%w: %s of tenant %s is not closed: there is nothing to reprice", ErrNotClosed, q.Key, tenant)
+				}
+				continue
+			}
+			var st billing.Statement
+			if err := json.Unmarshal(stored.Content, &st); err != nil {
+				return nil, fmt.Errorf("statement of %s for %s: %w", tenant, r.Key, err)
+			}
+			for _, l := range st.Lines {
+				if (r.Key == q.Key && l.Kind == billing.LineUsage) || (r.Key != q.Key && l.Kind != billing.LineUsage && l.OriginalPeriod == q.Key) {
+					billed = append(billed, l)
+				}
+			}
+		}
+		var lateOfQ []billing.StatementUsage
+		for _, u := range late {
+			if u.OriginalPeriod == q.Key {
+				lateOfQ = append(lateOfQ, u)
+			}
+		}
+		if len(lateOfQ) > 0 {
+			// Priced as this close's statement prices them: the same lines.
+			lateSt, err := billing.ComputeStatement(tenant, p, req.Book, lateOfQ, req.ByDeployment)
+			if err != nil {
+				return nil, err
+			}
+			billed = append(billed, lateSt.Lines...)
+		}
+		for _, l := range now.Lines {
+			if err := add(keyOf(l.Model, l.Deployment), l.Charge); err != nil {
+				return nil, err
+			}
+		}
+		for _, l := range billed {
+			if err := add(keyOf(l.Model, l.Deployment), -l.Charge); err != nil {
+				return nil, err
+			}
+		}
+		keys := slices.SortedFunc(maps.Keys(charges), func(a, b key) int {
+			return cmp.Or(strings.Compare(a.model, b.model), strings.Compare(a.deployment, b.deployment))
+		})
+		for _, k := range keys {
+			if d := charges[k]; d != 0 {
+				out = append(out, billing.StatementUsage{Start: q.Start, End: q.End, Model: k.model, Deployment: k.deployment,
+					OriginalPeriod: q.Key, Repricing: &d})
+			}
+		}
+	}
+	return out, nil
+}
 
 // bookOf is the price book of version: inForce when it is that version,
 // else the stored one.

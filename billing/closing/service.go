@@ -233,6 +233,10 @@ type CloseRequest struct {
 	Tenants []string
 	// Grace overrides the default grace delay when not nil.
 	Grace *time.Duration
+	// Reprice lists closed periods before Period whose usage is to be
+	// repriced with the book in force: the difference to what was billed
+	// for them becomes repricing lines of Period's statements.
+	Reprice []string
 }
 
 // Close closes req.Period, returning each tenant's statement as stored.
@@ -252,6 +256,15 @@ func (s *Service) Close(ctx context.Context, req CloseRequest) ([]billing.Stored
 	for _, t := range req.Tenants {
 		if err := checkTenant(t); err != nil {
 			return nil, err
+		}
+	}
+	for _, r := range req.Reprice {
+		q, err := billing.ParsePeriod(r, time.UTC)
+		if err != nil {
+			return nil, err
+		}
+		if q.Key >= req.Period {
+			return nil, fmt.Errorf("%w: repricing %s in %s: only periods before it can be repriced", ErrInvalidRequest, q.Key, req.Period)
 		}
 	}
 	unlock, err := s.lock(ctx)
@@ -299,7 +312,7 @@ func (s *Service) Close(ctx context.Context, req CloseRequest) ([]billing.Stored
 		return nil, err
 	}
 	r := Request{Period: req.Period, Now: now, CaughtUp: caughtUp, Grace: grace, Book: book,
-		ByDeployment: s.cfg.ByDeployment, Lookback: s.cfg.Lookback, SkipEmpty: !explicit}
+		ByDeployment: s.cfg.ByDeployment, Lookback: s.cfg.Lookback, SkipEmpty: !explicit, Reprice: req.Reprice}
 	for _, t := range tenants {
 		r.Tenants = append(r.Tenants, Tenant{ID: t, Zone: s.Zone(t)})
 	}

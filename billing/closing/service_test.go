@@ -305,7 +305,11 @@ func TestServiceLateUsageAndErrors(t *testing.T) {
 	if !bytes.Equal(after.Content, before.Content) {
 		t.Fatalf("late events changed the closed statement")
 	}
-	if _, err := f.svc.Close(ctx, closing.CloseRequest{Period: "2026-10"}); err != nil {
+	if _, err := f.svc.Close(ctx, closing.CloseRequest{Period: "2026-10", Tenants: []string{"beta"}}); err != nil {
+		t.Fatal(err)
+	}
+	// acme's October close reprices September with the new book.
+	if _, err := f.svc.Close(ctx, closing.CloseRequest{Period: "2026-10", Tenants: []string{"acme"}, Reprice: []string{"2026-09"}}); err != nil {
 		t.Fatal(err)
 	}
 	oct, err := f.svc.Statement(ctx, "acme", "2026-10", false)
@@ -331,6 +335,40 @@ func TestServiceLateUsageAndErrors(t *testing.T) {
 	wantCharge := billing.Money((6_000*600 + 1_000*300 + 300*1_800) + (11_000*600 + 900*1_800))
 	if adj.requests != 2 || adj.in != 18_000 || adj.cached != 1_000 || adj.out != 1_200 || charge != wantCharge {
 		t.Errorf("adjustments %+v charging %s, want the late usage: 2 requests, 18,000/1,000/1,200 tokens, %s", adj, charge, wantCharge)
+	}
+
+	// The repricing lines bring what is billed for September (its lines,
+	// the adjustments and the repricings) to its usage under the new book,
+	// exactly.
+	octF, err := f.svc.Statement(ctx, "acme", "2026-10", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	billed := before.Statement.Charge
+	var repricings int
+	for _, l := range octF.Statement.Lines {
+		if l.OriginalPeriod == "2026-09" {
+			billed += l.Charge
+		}
+		if l.Kind == billing.LineRepricing {
+			repricings++
+			if l.InputTokens+l.OutputTokens+l.Requests != 0 || l.Charge == 0 {
+				t.Errorf("repricing line %+v", l)
+			}
+		}
+	}
+	sep, _ := billing.ParsePeriod("2026-09", time.UTC)
+	cut := time.Date(2026, 9, 18, 0, 0, 0, 0, time.UTC)
+	nowUsage, err := f.reads.StatementUsage(ctx, "acme", sep.Start, sep.End, []time.Time{cut})
+	if err != nil {
+		t.Fatal(err)
+	}
+	underNew, err := billing.ComputeStatement("acme", sep, repriced, nowUsage, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if repricings != 2 || billed != underNew.Charge {
+		t.Errorf("%d repricing lines; September billed %s in all, its usage under the new book %s", repricings, billed, underNew.Charge)
 	}
 
 	// Periods: September and October closed (with their hashes), then open

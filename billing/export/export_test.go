@@ -129,8 +129,11 @@ func TestStatementCSV(t *testing.T) {
 	if sum != st.Charge {
 		t.Errorf("sum of CSV charges %s, want the statement's %s", sum, st.Charge)
 	}
-	if last := recs[len(recs)-1]; last[8] != "adjustment" || last[11] != "2026-10" {
-		t.Errorf("last line %v: want the adjustment of 2026-10", last)
+	if adj := recs[len(recs)-2]; adj[8] != "adjustment" || adj[11] != "2026-10" {
+		t.Errorf("line %v: want the adjustment of 2026-10", adj)
+	}
+	if last := recs[len(recs)-1]; last[8] != "repricing" || last[11] != "2026-10" || last[len(last)-1] != "-1.234567891" {
+		t.Errorf("last line %v: want the repricing of 2026-10, a credit of 1.234567891", last)
 	}
 
 	rows[0].Finance = &export.LineFinance{AllocatedCost: 400_000_000, Margin: 560_006_000}

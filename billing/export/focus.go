@@ -25,7 +25,7 @@ var tokenKindWords = [3]string{"input", "cached input", "output"}
 type focusSource struct {
 	tenant, currency, period                         string
 	billingStart, billingEnd, chargeStart, chargeEnd time.Time
-	adjustment                                       bool
+	adjustment, repricing                            bool
 	originalPeriod, model, deployment                string
 	requests                                         uint64
 	// tokens and prices per kind: uncached input, cached input, output.
@@ -302,7 +302,10 @@ func (l *focusLine) description() string {
 	} else {
 		d += " (no list price)"
 	}
-	if s.adjustment {
+	switch {
+	case s.repricing:
+		d = "repricing of " + s.originalPeriod + " with price book " + s.priceBook + ": " + s.model + " at the prices in force now, less what was billed"
+	case s.adjustment:
 		d = "late usage of " + s.originalPeriod + ": " + d
 	}
 	return d

@@ -138,8 +138,8 @@ func TestFocusParquetColumns(t *testing.T) {
 			t.Errorf("row %d: ChargeCategory %q", i, *cat)
 		}
 	}
-	if adjustments != 6 { // 3 token kinds × 2 statements
-		t.Errorf("got %d adjustment rows, want 6", adjustments)
+	if adjustments != 8 { // (3 token kinds of the late usage + 1 repricing) × 2 statements
+		t.Errorf("got %d adjustment rows, want 8", adjustments)
 	}
 	var tokens uint64
 	for _, r := range rows {

@@ -201,10 +201,10 @@ func statementFocusLines(r *StatementRow) (focusSource, error) {
 	src := focusSource{
 		tenant: r.Tenant, currency: r.Currency, period: r.Period,
 		billingStart: r.PeriodStart, billingEnd: r.PeriodEnd, chargeStart: l.ChargeStart, chargeEnd: l.ChargeEnd,
-		adjustment: l.Kind == billing.LineAdjustment, originalPeriod: l.OriginalPeriod,
+		adjustment: l.Kind != billing.LineUsage, repricing: l.Kind == billing.LineRepricing, originalPeriod: l.OriginalPeriod,
 		model: l.Model, deployment: l.Deployment, requests: l.Requests,
 		tokens: [3]uint64{l.InputTokens - l.CachedInputTokens, l.CachedInputTokens, l.OutputTokens},
-		priced: l.Priced, prices: [3]billing.Money{l.InputPer1M, l.CachedInputPer1M, l.OutputPer1M},
+		priced: l.Priced && l.Kind != billing.LineRepricing, prices: [3]billing.Money{l.InputPer1M, l.CachedInputPer1M, l.OutputPer1M},
 		charge: l.Charge, priceID: l.PriceID, priceBook: r.PriceBook, statementHash: r.StatementHash,
 	}
 	if r.Finance != nil {

@@ -44,6 +44,7 @@ func testStatement(t testing.TB, tenant string) billing.Statement {
 	}
 	late := hour("m", "d1", p.Start.Add(-3*time.Hour), 777_777, 111_111, 33_333)
 	late.OriginalPeriod = "2026-10"
+	credit := billing.Money(-1_234_567_891) // a repricing of October, in the tenant's favour
 	usage := []billing.StatementUsage{
 		hour("m", "d1", change.Add(-2*time.Hour), 1_000_000, 400_000, 100_000),
 		hour("m", "d1", change.Add(-time.Hour), 500_001, 0, 3),
@@ -51,6 +52,7 @@ func testStatement(t testing.TB, tenant string) billing.Statement {
 		hour("n", "d1", change, 1_234_567, 7, 0),
 		hour("x", "d1", change, 50, 0, 50),
 		late,
+		{Start: p.Start.AddDate(0, -1, 0), End: p.Start, Model: "m", Deployment: "d2", OriginalPeriod: "2026-10", Repricing: &credit},
 	}
 	st, err := billing.ComputeStatement(tenant, p, testBook(t), usage, true)
 	if err != nil {
