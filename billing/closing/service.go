@@ -65,7 +65,8 @@ type Deps struct {
 	// Prices returns the price book in force.
 	Prices func(ctx context.Context) (*billing.PriceBook, error)
 	// CaughtUp returns the instant up to which ingest has every event
-	// (now, when the consumer group has no lag); nil: now.
+	// (now, when the consumer group has no lag), or an error wrapping
+	// billing.ErrIngestBehind while it lags; nil: now.
 	CaughtUp func(ctx context.Context) (time.Time, error)
 	// Lock serializes closes; nil: a mutex of this Service.
 	Lock Locker
@@ -87,9 +88,15 @@ type Config struct {
 	// RollupJob names the rollup job whose watermark says how far cost is
 	// known ("rollup" when empty).
 	RollupJob string
+	// CatchUpWait is how long a close waits for ingest to catch up before
+	// it gives up (DefaultCatchUpWait when zero; negative: no wait).
+	CatchUpWait time.Duration
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
+
+// DefaultCatchUpWait is how long a close waits for ingest to catch up.
+const DefaultCatchUpWait = 30 * time.Second
 
 // Service is the billing side of the API: periods, closes, statements and
 // exports.
@@ -119,6 +126,9 @@ func NewService(d Deps, cfg Config) (*Service, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.CatchUpWait == 0 {
+		cfg.CatchUpWait = DefaultCatchUpWait
 	}
 	for tenant := range cfg.Zones {
 		if err := ident.Check("tenant_id", tenant); err != nil {
@@ -283,13 +293,11 @@ func (s *Service) Close(ctx context.Context, req CloseRequest) ([]billing.Stored
 			return nil, err
 		}
 	}
-	now := s.cfg.Now()
-	caughtUp := now
-	if s.d.CaughtUp != nil {
-		if caughtUp, err = s.d.CaughtUp(ctx); err != nil {
-			return nil, fmt.Errorf("close %s: %w", req.Period, err)
-		}
+	caughtUp, err := s.caughtUp(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("close %s: %w", req.Period, err)
 	}
+	now := s.cfg.Now()
 	// Each tenant's period must be over (and ingest caught up) before the
 	// cost rollups are asked about.
 	zones := []*time.Location{time.UTC}
@@ -317,6 +325,26 @@ func (s *Service) Close(ctx context.Context, req CloseRequest) ([]billing.Stored
 		r.Tenants = append(r.Tenants, Tenant{ID: t, Zone: s.Zone(t)})
 	}
 	return s.closer.Close(ctx, r)
+}
+
+// caughtUp asks Deps.CaughtUp until ingest has caught up, for up to
+// CatchUpWait (once a second): a close waits out a short lag.
+func (s *Service) caughtUp(ctx context.Context) (time.Time, error) {
+	if s.d.CaughtUp == nil {
+		return s.cfg.Now(), nil
+	}
+	deadline := time.Now().Add(s.cfg.CatchUpWait)
+	for {
+		t, err := s.d.CaughtUp(ctx)
+		if err == nil || !errors.Is(err, billing.ErrIngestBehind) || !time.Now().Before(deadline) {
+			return t, err
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // lock takes the close lock.

@@ -414,6 +414,36 @@ func TestServiceLateUsageAndErrors(t *testing.T) {
 	}
 }
 
+// TestServiceWaitsForIngest checks that a close waits out a short ingest
+// lag, and gives up with ErrIngestBehind after CatchUpWait.
+func TestServiceWaitsForIngest(t *testing.T) {
+	f := newServiceFixture(t)
+	calls := 0
+	caughtUp := func(context.Context) (time.Time, error) {
+		calls++
+		if calls < 3 {
+			return time.Time{}, fmt.Errorf("%w: 12 messages not yet ingested", billing.ErrIngestBehind)
+		}
+		return time.Now(), nil
+	}
+	prices := func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, f.store) }
+	patient, err := closing.NewService(closing.Deps{Reads: f.reads, Store: f.store, Prices: prices, CaughtUp: caughtUp}, closing.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := patient.Close(t.Context(), closing.CloseRequest{Period: "2026-09", Tenants: []string{"acme"}}); err != nil || len(st) != 1 || calls != 3 {
+		t.Fatalf("close after a lag: %d statements, %d calls, %v", len(st), calls, err)
+	}
+	calls = -100
+	hasty, err := closing.NewService(closing.Deps{Reads: f.reads, Store: f.store, Prices: prices, CaughtUp: caughtUp}, closing.Config{CatchUpWait: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hasty.Close(t.Context(), closing.CloseRequest{Period: "2026-09", Tenants: []string{"beta"}}); !errors.Is(err, billing.ErrIngestBehind) || calls != -99 {
+		t.Errorf("close while ingest lags: err = %v after %d calls, want ErrIngestBehind at once", err, calls+100)
+	}
+}
+
 func closeErr(svc *closing.Service, period string) error {
 	_, err := svc.Close(context.Background(), closing.CloseRequest{Period: period})
 	return err
