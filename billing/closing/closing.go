@@ -37,6 +37,8 @@ type Store interface {
 	// ServerNow is the clock that stamps inserts (and so DirtyHours): a
 	// statement's close is stamped with it too.
 	ServerNow(ctx context.Context) (time.Time, error)
+	// TenantStatements returns tenant's closed statements.
+	TenantStatements(ctx context.Context, tenant string) ([]billing.StoredStatement, error)
 	// PriceBookVersion returns a stored price book by version: the one a
 	// closed statement was priced with.
 	PriceBookVersion(ctx context.Context, version string) (book string, ok bool, err error)
@@ -251,13 +253,19 @@ func (c *Closer) lateUsage(ctx context.Context, tenant string, p billing.Period,
 		out    []billing.StatementUsage
 		closed []billing.Statement // the closed periods after q, newest first
 	)
+	// One read of the tenant's closed statements, not one per period.
+	all, err := c.store.TenantStatements(ctx, tenant)
+	if err != nil {
+		return nil, false, err
+	}
+	byPeriod := make(map[string]billing.StoredStatement, len(all))
+	for _, st := range all {
+		byPeriod[st.Period] = st
+	}
 	q := p
 	for range lookback {
 		q = billing.PeriodOf(q.Start.Add(-time.Nanosecond), p.Zone)
-		stored, ok, err := c.store.Statement(ctx, tenant, q.Key)
-		if err != nil {
-			return nil, false, err
-		}
+		stored, ok := byPeriod[q.Key]
 		if !ok {
 			continue
 		}

@@ -45,7 +45,6 @@ type Reads interface {
 type Statements interface {
 	Store
 	EachStatement(ctx context.Context, period, tenant string, fn func(billing.StoredStatement) error) error
-	TenantStatements(ctx context.Context, tenant string) ([]billing.StoredStatement, error)
 	// Watermark is the server time up to which the rollup job (job
 	// "rollup") has rolled up and costed every insert.
 	Watermark(ctx context.Context, job string) (time.Time, bool, error)
