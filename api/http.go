@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -66,10 +67,17 @@ func newHTTPGuard(keys *Keys, maxBody int64) (*httpGuard, error) {
 		if err != nil {
 			return nil, err
 		}
-		g.routes[r.Method+" "+r.Path] = route
+		g.routes[r.Method+" "+patternKey(r.Path)] = route
 	}
 	return g, nil
 }
+
+// pathVar matches a path variable of an api.yaml path, "{period}".
+var pathVar = regexp.MustCompile(`\{([a-z_.]+)\}`)
+
+// patternKey is an api.yaml path as the gateway's runtime.Pattern writes
+// it: a variable "{period}" is "{period=*}".
+func patternKey(path string) string { return pathVar.ReplaceAllString(path, "{$1=*}") }
 
 // newHTTPRoute reads the query parameters of a route from its request
 // message: every field path the body does not fill, as the gateway
@@ -346,7 +354,15 @@ func errorHandler(logger *slog.Logger) runtime.ErrorHandlerFunc {
 		if errors.As(err, &hs) {
 			inner = hs.Err
 		}
-		if s, ok := status.FromError(inner); !ok || s.Code() == codes.Internal || s.Code() == codes.Unknown || s.Code() == codes.DataLoss {
+		s, ok := status.FromError(inner)
+		if ok && s.Code() == codes.FailedPrecondition && hs == nil {
+			// The gateway's default is 400; a well-formed request that the
+			// state of a billing period refuses (not closed, not over, ingest
+			// or rollups behind) is 409 Conflict, so that clients can tell it
+			// from a malformed one and retry later.
+			err = &runtime.HTTPStatusError{HTTPStatus: http.StatusConflict, Err: inner}
+		}
+		if !ok || s.Code() == codes.Internal || s.Code() == codes.Unknown || s.Code() == codes.DataLoss {
 			logger.ErrorContext(ctx, "REST request failed", "method", r.Method, "path", r.URL.Path, "error", err)
 			inner = status.Error(codes.Internal, "internal error")
 			if hs != nil {

@@ -38,6 +38,9 @@ type Config struct {
 	// to the end of the response (default 2m); IdleTimeout closes a keep-alive
 	// connection idle this long (default 2m).
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// ExportChunkBytes is the size of the chunks billing exports are
+	// streamed in (default DefaultExportChunkBytes).
+	ExportChunkBytes int
 	// TLS, when set, serves both listeners with TLS only: the certificate
 	// (tlsfiles reloads it when its files change) and, for mutual TLS, the
 	// client verification. Nil serves plaintext.
@@ -59,6 +62,9 @@ func (c Config) Validate() error {
 	if c.ReadTimeout < 0 || c.WriteTimeout < 0 || c.IdleTimeout < 0 {
 		errs = append(errs, errors.New("api: HTTP timeouts must not be negative"))
 	}
+	if c.ExportChunkBytes < 0 {
+		errs = append(errs, errors.New("api: the export chunk size must not be negative"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -78,6 +84,9 @@ type Services struct {
 	Prices PriceBookStore
 	// Admin manages SLO sets and price books; nil leaves it unregistered.
 	Admin AdminStore
+	// Billing serves billing periods, closes, statements and exports; nil
+	// leaves it unregistered.
+	Billing Billing
 }
 
 // Server is the gRPC server and the HTTP server (REST gateway, metrics, health).
@@ -121,6 +130,9 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = 2 * time.Minute
 	}
+	if cfg.ExportChunkBytes == 0 {
+		cfg.ExportChunkBytes = DefaultExportChunkBytes
+	}
 	keys := &Keys{}
 	if svc != nil && svc.Keys != nil {
 		keys = svc.Keys
@@ -156,6 +168,7 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
 		grpc.InTapHandle(authTap(keys)),
 		grpc.ChainUnaryInterceptor(errorInterceptor(logger), authInterceptor(keys)),
+		grpc.ChainStreamInterceptor(errorStreamInterceptor(logger), authStreamInterceptor(keys)),
 	)
 	if svc != nil {
 		// The services offered, each served over gRPC and through the
@@ -181,6 +194,9 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 			{"admin", svc.Admin != nil, func(r grpc.ServiceRegistrar) {
 				meterv1.RegisterAdminServiceServer(r, &adminService{store: svc.Admin})
 			}, meterv1.RegisterAdminServiceHandler},
+			{"billing", svc.Billing != nil, func(r grpc.ServiceRegistrar) {
+				meterv1.RegisterBillingServiceServer(r, &billingService{b: svc.Billing, chunk: cfg.ExportChunkBytes})
+			}, meterv1.RegisterBillingServiceHandler},
 		}
 		for _, sv := range services {
 			if sv.offered {
@@ -225,6 +241,15 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 		if err := gw.HandlePath(http.MethodPost, "/v1/events", pe.serve); err != nil {
 			s.close()
 			return nil, fmt.Errorf("register publish handler: %w", err)
+		}
+		if svc.Billing != nil {
+			// Registered after the generated billing handlers, so that
+			// exports stream as files (see billing_http.go).
+			ex := &exportHandler{mux: gw, client: meterv1.NewBillingServiceClient(s.conn), writeTimeout: cfg.WriteTimeout, logger: logger}
+			if err := ex.register(gw); err != nil {
+				s.close()
+				return nil, err
+			}
 		}
 		mux.Handle("/v1/", gw)
 	}

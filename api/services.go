@@ -14,6 +14,9 @@ import (
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"tokenmeter/billing"
+	"tokenmeter/billing/closing"
+	"tokenmeter/billing/export"
 	"tokenmeter/ingest"
 	"tokenmeter/internal/ident"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -48,6 +51,14 @@ var methodRoles = map[string][]Role{
 	meterv1.AdminService_PutSloSet_FullMethodName:      {RoleAdmin},
 	meterv1.AdminService_GetPriceBook_FullMethodName:   {RoleFinance, RoleAdmin},
 	meterv1.AdminService_PutPriceBook_FullMethodName:   {RoleAdmin},
+	// Billing: a tenant key reads its own tenant without the finance
+	// parts, finance and admin read everything; only admin closes (see
+	// billingService).
+	meterv1.BillingService_ListBillingPeriods_FullMethodName: {RoleTenant, RoleFinance, RoleAdmin},
+	meterv1.BillingService_GetStatement_FullMethodName:       {RoleTenant, RoleFinance, RoleAdmin},
+	meterv1.BillingService_ExportStatements_FullMethodName:   {RoleTenant, RoleFinance, RoleAdmin},
+	meterv1.BillingService_ExportUsageCost_FullMethodName:    {RoleTenant, RoleFinance, RoleAdmin},
+	meterv1.BillingService_CloseBillingPeriod_FullMethodName: {RoleAdmin},
 }
 
 // errTooLarge is a request beyond the batch length limit.
@@ -71,6 +82,30 @@ func authInterceptor(keys *Keys) grpc.UnaryServerInterceptor {
 		return handler(withPrincipal(ctx, p), req)
 	}
 }
+
+// authStreamInterceptor is authInterceptor for server streams: it
+// authenticates the call, checks its role and gives the handler a stream
+// whose context holds the principal.
+func authStreamInterceptor(keys *Keys) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		p, err := keys.Authenticate(ss.Context())
+		if err == nil {
+			err = checkRole(p, info.FullMethod)
+		}
+		if err != nil {
+			return toStatus(ss.Context(), nil, err)
+		}
+		return handler(srv, &principalStream{ServerStream: ss, ctx: withPrincipal(ss.Context(), p)})
+	}
+}
+
+// principalStream is a server stream whose context holds the principal.
+type principalStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *principalStream) Context() context.Context { return s.ctx }
 
 // checkRole tells whether p's role may call the gRPC method fullMethod.
 func checkRole(p Principal, fullMethod string) error {
@@ -111,6 +146,18 @@ func errorInterceptor(logger *slog.Logger) grpc.UnaryServerInterceptor {
 	}
 }
 
+// errorStreamInterceptor is errorInterceptor for server streams. An error
+// after the first message ends the stream with its status: the client then
+// knows that what it received is incomplete.
+func errorStreamInterceptor(logger *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := handler(srv, ss); err != nil {
+			return toStatus(ss.Context(), logger.With("method", info.FullMethod), err)
+		}
+		return nil
+	}
+}
+
 // toStatus is the one place that maps domain errors to gRPC status codes.
 // Messages of our own domain errors are written for clients; anything else is
 // logged and answered with a generic message, so backend errors never leak.
@@ -129,6 +176,15 @@ func toStatus(ctx context.Context, logger *slog.Logger, err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, query.ErrInvalidQuery), errors.Is(err, errInvalidDocument):
 		code = codes.InvalidArgument
+	case errors.Is(err, closing.ErrNotFound):
+		code = codes.NotFound
+	case errors.Is(err, closing.ErrInvalidRequest), errors.Is(err, billing.ErrInvalidPeriod), errors.Is(err, export.ErrUnknownFormat):
+		code = codes.InvalidArgument
+	case errors.Is(err, closing.ErrNotClosed), errors.Is(err, billing.ErrPeriodNotEnded), errors.Is(err, billing.ErrIngestBehind),
+		errors.Is(err, closing.ErrRollupBehind), errors.Is(err, closing.ErrZoneChanged):
+		// The request is well formed but the period's state does not
+		// allow it (yet): REST answers 409 Conflict (errorHandler).
+		code = codes.FailedPrecondition
 	case errors.Is(err, ingest.ErrUnavailable):
 		code, msg = codes.Unavailable, "event log unavailable: nothing of this batch was accepted; retry later (retries are safe, events are deduplicated by event_id)"
 	case errors.Is(err, query.ErrUnavailable):

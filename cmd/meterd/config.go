@@ -9,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"tokenmeter/billing"
 	"tokenmeter/ingest"
 	"tokenmeter/internal/envflag"
+	"tokenmeter/internal/ident"
 	"tokenmeter/internal/kafkaconn"
 	"tokenmeter/internal/logsetup"
 	"tokenmeter/internal/tlsfiles"
@@ -51,6 +53,42 @@ type Config struct {
 	MemoryMiB    int
 	ValidateOnly bool
 	Security     Security
+	// BillingGrace is how long after its end a billing period may close.
+	BillingGrace time.Duration
+	// BillingZones is --billing-zones: "tenant=zone,..." (see billingZones).
+	BillingZones string
+	// BillingByDeployment splits statement lines per deployment.
+	BillingByDeployment bool
+}
+
+// billingZones reads BillingZones, "acme=Asia/Kolkata,beta=+05:30": each
+// tenant's billing time zone (billing.ParseZone), UTC for the others.
+func (c Config) billingZones() (map[string]*time.Location, error) {
+	zones := map[string]*time.Location{}
+	var errs []error
+	for _, entry := range envflag.List(c.BillingZones) {
+		tenant, name, ok := strings.Cut(entry, "=")
+		tenant, name = strings.TrimSpace(tenant), strings.TrimSpace(name)
+		if !ok || tenant == "" || name == "" {
+			errs = append(errs, fmt.Errorf("--billing-zones: %q: want tenant=zone, such as acme=Asia/Kolkata or acme=+05:30", entry))
+			continue
+		}
+		if err := ident.Check("tenant_id", tenant); err != nil {
+			errs = append(errs, fmt.Errorf("--billing-zones: %q: %w", entry, err))
+			continue
+		}
+		if _, dup := zones[tenant]; dup {
+			errs = append(errs, fmt.Errorf("--billing-zones: tenant %q is given twice", tenant))
+			continue
+		}
+		z, err := billing.ParseZone(name)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--billing-zones: tenant %q: %w", tenant, err))
+			continue
+		}
+		zones[tenant] = z
+	}
+	return zones, errors.Join(errs...)
 }
 
 // Security is the transport security and credentials of meterd's
@@ -167,6 +205,12 @@ func (c Config) Validate() error {
 	if err := logsetup.CheckLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
+	if c.BillingGrace <= 0 {
+		errs = append(errs, fmt.Errorf("--billing-grace %s: must be positive", c.BillingGrace))
+	}
+	if _, err := c.billingZones(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.Security.validate(c.Dev, c.Dev && c.ClickHouse == ""); err != nil {
 		errs = append(errs, err)
 	}
@@ -205,6 +249,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.IntVar(&c.MemoryMiB, "memory-limit-mib", 256, "soft limit of the Go heap in MiB (runtime/debug.SetMemoryLimit; GOMEMLIMIT overrides; 0 = none)")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --http-addr")
+	fs.DurationVar(&c.BillingGrace, "billing-grace", billing.DefaultGrace, "how long after its end a billing period may close (an admin's close may ask for another)")
+	fs.StringVar(&c.BillingZones, "billing-zones", "", "billing time zones of tenants, tenant=zone,...: an IANA name or an offset (acme=Asia/Kolkata,beta=+05:30); UTC for the others")
+	fs.BoolVar(&c.BillingByDeployment, "billing-by-deployment", false, "split statement lines per deployment as well as per model")
 	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the configuration and exit")
 	sec := &c.Security
 	fs.StringVar(&sec.TLS.CertFile, "tls-cert", "", "serve gRPC and HTTP over TLS with this certificate (PEM, chain first); read again when it changes")

@@ -18,6 +18,7 @@ import (
 
 	"tokenmeter/api"
 	"tokenmeter/billing"
+	"tokenmeter/billing/closing"
 	"tokenmeter/ingest"
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/kafkaconn"
@@ -142,7 +143,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		defer pub.Close()
 		reads := query.New(store, query.Config{})
-		svc = &api.Services{Keys: keys, Publisher: pub, Usage: reads, Rollups: reads, Cost: reads, Prices: store, Admin: store}
+		zones, err := cfg.billingZones()
+		if err != nil {
+			return err
+		}
+		// CaughtUp and Lock are left nil. CaughtUp nil: a close takes ingest
+		// as caught up at the moment of the close (the consumer group's lag
+		// is not checked; the grace delay is what lets late events land).
+		// Lock nil: closes are serialized by a mutex of this process only, so
+		// two api replicas closing the same period at once are not.
+		bill, err := closing.NewService(closing.Deps{Reads: reads, Store: store, Prices: api.PricesInForce(store)},
+			closing.Config{Zones: zones, Grace: cfg.BillingGrace, ByDeployment: cfg.BillingByDeployment, Now: now})
+		if err != nil {
+			return err
+		}
+		svc = &api.Services{Keys: keys, Publisher: pub, Usage: reads, Rollups: reads, Cost: reads, Prices: store, Admin: store, Billing: bill}
 	}
 	ready := func(ctx context.Context) error {
 		if consumer != nil && !consumer.Healthy() {
