@@ -146,13 +146,11 @@ func serveExport(h *exportHandler, w http.ResponseWriter, r *http.Request, metho
 		hdr.Set("X-Statement-Hash", hs.GetStatementHash())
 	}
 	rc := http.NewResponseController(w)
-	// The server's read timeout would otherwise end the request's context
-	// midway through a long export (net/http's background read of the idle
-	// connection times out); the write deadline, renewed per chunk, bounds
-	// a client that stops reading instead.
-	_ = rc.SetReadDeadline(time.Time{})
 	w.WriteHeader(http.StatusOK)
 	for msg := first; ; {
+		// The server's write timeout bounds a whole response; an export
+		// may take longer, so it bounds each chunk instead (a client that
+		// stops reading is still cut off).
 		_ = rc.SetWriteDeadline(time.Now().Add(h.writeTimeout))
 		if _, err := w.Write(msg.GetData()); err != nil {
 			return // the client is gone; cancel ends the stream

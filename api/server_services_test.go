@@ -19,6 +19,7 @@ func TestNewRegistersOfferedServices(t *testing.T) {
 	base := Services{Keys: &Keys{}, Publisher: struct{ Publisher }{}, Usage: struct{ UsageReader }{}}
 	all := base
 	all.Rollups, all.Cost, all.Prices, all.Admin = struct{ RollupReader }{}, struct{ CostReader }{}, struct{ PriceBookStore }{}, struct{ AdminStore }{}
+	all.Billing = struct{ Billing }{}
 	tests := []struct {
 		name     string
 		svc      *Services
@@ -28,10 +29,12 @@ func TestNewRegistersOfferedServices(t *testing.T) {
 		{"none", nil, nil, map[string]bool{"/v1/usage": false}},
 		{"ingest and usage", &base,
 			[]string{"tokenmeter.v1.IngestService", "tokenmeter.v1.UsageService"},
-			map[string]bool{"/v1/usage": true, "/v1/latency": false, "/v1/cost": false, "/v1/admin/slo": false}},
+			map[string]bool{"/v1/usage": true, "/v1/latency": false, "/v1/cost": false, "/v1/admin/slo": false,
+				"/v1/billing/periods": false, "/v1/billing/usage-cost/export": false}},
 		{"all", &all,
-			[]string{"tokenmeter.v1.AdminService", "tokenmeter.v1.CostService", "tokenmeter.v1.IngestService", "tokenmeter.v1.MetricsService", "tokenmeter.v1.UsageService"},
-			map[string]bool{"/v1/usage": true, "/v1/latency": true, "/v1/cost": true}},
+			[]string{"tokenmeter.v1.AdminService", "tokenmeter.v1.BillingService", "tokenmeter.v1.CostService", "tokenmeter.v1.IngestService", "tokenmeter.v1.MetricsService", "tokenmeter.v1.UsageService"},
+			map[string]bool{"/v1/usage": true, "/v1/latency": true, "/v1/cost": true,
+				"/v1/billing/periods": true, "/v1/billing/statements/2026-10/export": true, "/v1/billing/usage-cost/export": true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
