@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -26,14 +27,19 @@ const (
 	usageCostExportPath  = "/v1/billing/usage-cost/export"
 )
 
+// exportRowsTrailer is the trailer of a complete export response: the
+// number of rows of the file (statement lines, or usage-and-cost rows).
+const exportRowsTrailer = "X-Export-Rows"
+
 // exportHandler serves the billing exports over REST in place of the
 // generated gateway handlers, which write each message of a stream as a
 // JSON object (or, for google.api.HttpBody, the data followed by a newline)
 // and put an error met midway into the body as one more object: a file cut
 // short would look whole. Here the response is the file itself: the
 // format's Content-Type, a Content-Disposition file name, the statement's
-// hash in X-Statement-Hash when one tenant's statement is exported, and the
-// chunks written as they come from the gRPC stream (through the in-process
+// hash in X-Statement-Hash when one tenant's statement is exported, the
+// chunks written as they come from the gRPC stream, and the number of rows
+// in the trailer X-Export-Rows once the file is complete (through the in-process
 // connection, so authentication, roles and error mapping are the gRPC
 // service's).
 //
@@ -99,6 +105,7 @@ type exportChunk interface {
 	GetData() []byte
 	GetContentType() string
 	GetFileName() string
+	GetRows() int64
 }
 
 // recvOf is the receive function of an export stream.
@@ -145,6 +152,7 @@ func serveExport(h *exportHandler, w http.ResponseWriter, r *http.Request, metho
 	if hs, ok := first.(interface{ GetStatementHash() string }); ok && hs.GetStatementHash() != "" {
 		hdr.Set("X-Statement-Hash", hs.GetStatementHash())
 	}
+	hdr.Set("Trailer", exportRowsTrailer)
 	rc := http.NewResponseController(w)
 	w.WriteHeader(http.StatusOK)
 	for msg := first; ; {
@@ -158,8 +166,10 @@ func serveExport(h *exportHandler, w http.ResponseWriter, r *http.Request, metho
 		if err := rc.Flush(); err != nil {
 			return
 		}
+		rows := msg.GetRows()
 		msg, err = recv()
 		if errors.Is(err, io.EOF) {
+			hdr.Set(exportRowsTrailer, strconv.FormatInt(rows, 10))
 			return
 		}
 		if err != nil {

@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -29,73 +28,18 @@ import (
 	"tokenmeter/billing"
 	"tokenmeter/billing/closing"
 	"tokenmeter/billing/export"
+	"tokenmeter/internal/billingtest"
 	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/chstore/chstoretest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
-	"tokenmeter/rollup"
 )
 
-// billingBook prices two models and the H100s of deployment "d".
-const billingBook = `{"currency":"USD",
- "gpu_prices":[{"gpu_type":"H100","effective_from":"2026-01-01T00:00:00Z","per_hour":"3.60"}],
- "token_prices":[
-  {"model":"m","effective_from":"2026-01-01T00:00:00Z","input_per_1m":"0.60","cached_input_per_1m":"0.30","output_per_1m":"1.80"},
-  {"model":"m2","effective_from":"2026-01-01T00:00:00Z","input_per_1m":"2.00","cached_input_per_1m":"1.00","output_per_1m":"6.00"}]}`
+// billingHour is the first hour of the test's usage (billingtest.Hour).
+var billingHour = billingtest.Hour
 
-// billingHour is the first hour of the test's usage, in October 2026
-// (closed by the tests: the period ended and its grace passed).
-var billingHour = time.Date(2026, 10, 20, 10, 0, 0, 0, time.UTC)
-
-// newBillingData fills a new database with two hours of usage of tenants
-// acme and globex on two models, GPU samples of deployment "d" and the
-// price book, runs the rollup job over it (which costs it and moves the
-// watermark past October), and returns the store and the billing service.
-func newBillingData(t *testing.T) (*chstore.Store, *closing.Service) {
-	t.Helper()
-	ctx := t.Context()
-	store := chstoretest.OpenMigrated(t)
-	book, err := billing.ParsePriceBook([]byte(billingBook))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := billing.EnsurePriceBook(ctx, store, book, "test", time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	var events []*meterv1.InferenceEvent
-	for i := range 120 {
-		tenant := []string{"acme", "globex"}[i%2]
-		model := []string{"m", "m2"}[(i/2)%2]
-		events = append(events, &meterv1.InferenceEvent{
-			EventId: fmt.Sprintf("e%d", i), TenantId: tenant, Model: model, Deployment: "d",
-			CompletedAt:  timestamppb.New(billingHour.Add(time.Duration(i) * time.Minute)),
-			PromptTokens: proto.Int64(int64(1000 + i)), CachedPromptTokens: proto.Int64(int64(i % 100)), OutputTokens: proto.Int64(int64(100 + i)),
-			TtftMs: proto.Float64(10), E2EMs: proto.Float64(20),
-		})
-	}
-	chstoretest.Insert(t, store, events)
-	var gpus chstore.GPUBatch
-	for k := range 720 {
-		gpus.Append(&meterv1.GpuSample{SampleId: fmt.Sprint(k), GpuUuid: "GPU-1", GpuType: "H100", Deployment: "d",
-			SampledAt: timestamppb.New(billingHour.Add(time.Duration(k) * 10 * time.Second)), IntervalS: 10, Utilization: 0.5}, time.Now())
-	}
-	if err := store.InsertGPUSamples(ctx, &gpus); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(1100 * time.Millisecond) // the rollup job takes inserts of whole seconds before its run
-	job, err := rollup.NewJob(rollup.Config{Settle: -time.Second}, store, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := job.RunOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	svc, err := closing.NewService(closing.Deps{Reads: query.New(store, query.Config{}), Store: store, Prices: api.PricesInForce(store)}, closing.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return store, svc
-}
+// newBillingData is billingtest.New: usage of acme and globex in October
+// 2026, costed, and the billing service over it.
+func newBillingData(t *testing.T) (*chstore.Store, *closing.Service) { return billingtest.New(t) }
 
 type billStack struct {
 	srv    *api.Server
@@ -131,10 +75,10 @@ func startBillingAPI(t *testing.T, store *chstore.Store, b api.Billing, cfg api.
 
 // restResp is a REST answer.
 type restResp struct {
-	code   int
-	header http.Header
-	body   []byte
-	err    error // reading the body
+	code            int
+	header, trailer http.Header
+	body            []byte
+	err             error // reading the body
 }
 
 func (s *billStack) get(t *testing.T, method, path, key, body string) restResp {
@@ -152,7 +96,7 @@ func (s *billStack) get(t *testing.T, method, path, key, body string) restResp {
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return restResp{code: resp.StatusCode, header: resp.Header, body: b, err: err}
+	return restResp{code: resp.StatusCode, header: resp.Header, trailer: resp.Trailer, body: b, err: err}
 }
 
 // chunk is what the tests read of an export message.
@@ -611,6 +555,9 @@ func TestBillingExportStreams(t *testing.T) {
 	if got := r.header.Get("Content-Disposition"); !strings.Contains(got, "usage-cost-20261020T10Z-20261020T12Z-hour.csv") {
 		t.Errorf("Content-Disposition %q", got)
 	}
+	if got := r.trailer.Get("X-Export-Rows"); got != fmt.Sprint(rows) {
+		t.Errorf("trailer X-Export-Rows %q, want %d", got, rows)
+	}
 }
 
 // failingBilling fails an export midway: it streams the real rows three
@@ -650,8 +597,9 @@ func TestBillingExportFailsMidway(t *testing.T) {
 		t.Errorf("gRPC: %d chunks, then %v; want some chunks, then Internal without the backend's text", len(chunks), err)
 	}
 	r := s.get(t, "GET", usageCostExportPath("", "csv"), testKeys["finance"], "")
-	if r.code != 200 || len(r.body) == 0 || !errors.Is(r.err, io.ErrUnexpectedEOF) {
-		t.Errorf("REST: %d, %d bytes, read error %v; want 200, some bytes, then an unexpected EOF", r.code, len(r.body), r.err)
+	if r.code != 200 || len(r.body) == 0 || !errors.Is(r.err, io.ErrUnexpectedEOF) || r.trailer.Get("X-Export-Rows") != "" {
+		t.Errorf("REST: %d, %d bytes, read error %v, rows trailer %q; want 200, some bytes, then an unexpected EOF and no trailer",
+			r.code, len(r.body), r.err, r.trailer.Get("X-Export-Rows"))
 	}
 }
 

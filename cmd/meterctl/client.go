@@ -133,6 +133,11 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	if resp.StatusCode/100 == 2 {
 		return data, nil
 	}
+	return nil, newAPIError(op, resp, data)
+}
+
+// newAPIError is the error of a non-2xx answer whose body is data.
+func newAPIError(op string, resp *http.Response, data []byte) *apiError {
 	ae := &apiError{Op: op, Status: resp.StatusCode}
 	var gw struct {
 		Code    *int    `json:"code"`
@@ -155,5 +160,5 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
 		ae.RetryAfter = time.Duration(s) * time.Second
 	}
-	return nil, ae
+	return ae
 }

@@ -25,6 +25,7 @@ Commands:
   cost       print GPU cost allocated to tenants, per 1k tokens, from GET /v1/cost
   gpu-usage  print GPU-hours, utilization, energy and GPU cost from GET /v1/gpu-usage
   gpu-samples  write synthetic GPU samples of the demo fleet for gpu-agent --source replay
+  billing    billing periods, closes, statements and exports ("meterctl billing help")
   keys new   create an API key and its entry for meterd's --auth-keys file
   help       show this text; "meterctl help <command>" shows a command's flags
 
@@ -80,6 +81,8 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return runGPUUsage(ctx, rest, getenv, stdout, stderr)
 	case "gpu-samples":
 		return runGPUSamples(ctx, rest, getenv, stdout, stderr)
+	case "billing":
+		return runBilling(ctx, rest, getenv, stdout, stderr)
 	case "keys":
 		if len(rest) == 0 || rest[0] != "new" {
 			return errors.New(`keys: want "meterctl keys new --name NAME --role ROLE [--tenant ID]"`)
