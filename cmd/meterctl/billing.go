@@ -291,7 +291,11 @@ func writeStatement(w io.Writer, st *meterv1.Statement) error {
 	}
 	fmt.Fprintf(w, "Statement of %s for %s (%s, %s to %s): %s\n", st.GetTenantId(), st.GetPeriod(), st.GetZone(),
 		ts(st.GetPeriodStart()), ts(st.GetPeriodEnd()), state)
-	fmt.Fprintf(w, "Hash %s; price book %s.\n\n", st.GetHash(), st.GetPriceBook())
+	hash := "Hash " + st.GetHash()
+	if !st.GetClosed() {
+		hash = "Hash of this draft " + st.GetHash()
+	}
+	fmt.Fprintf(w, "%s; price book %s.\n\n", hash, st.GetPriceBook())
 	fin := st.GetFinance() != nil
 	g := &grid{cols: []column{{head: "KIND"}, {head: "MODEL"}, {head: "DEPLOYMENT"}, {head: "OF"}, {head: "FROM"}, {head: "TO"}}}
 	g.cols = append(g.cols, numColumns("REQUESTS", "INPUT", "CACHED", "OUTPUT", "IN/1M", "CACHED/1M", "OUT/1M", "CHARGE")...)
