@@ -418,6 +418,13 @@ func TestBillingBadInput(t *testing.T) {
 				return err
 			}, codes.InvalidArgument, "negative"},
 	}
+	// A route with a path variable and the wrong method: 405 naming the right one.
+	if r := s.get(t, "DELETE", "/v1/billing/statements/2026-10", fin, ""); r.code != 405 || r.header.Get("Allow") != "GET" {
+		t.Errorf("DELETE a statement: %d, Allow %q; want 405, Allow GET", r.code, r.header.Get("Allow"))
+	}
+	if r := s.get(t, "GET", "/v1/billing/periods/2026-10:close", admin, ""); r.code != 405 || r.header.Get("Allow") != "POST" {
+		t.Errorf("GET a close: %d, Allow %q; want 405, Allow POST", r.code, r.header.Get("Allow"))
+	}
 	httpCode := map[codes.Code]int{codes.InvalidArgument: 400, codes.NotFound: 404, codes.FailedPrecondition: 409}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

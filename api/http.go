@@ -75,6 +75,29 @@ func newHTTPGuard(keys *Keys, maxBody int64) (*httpGuard, error) {
 // pathVar matches a path variable of an api.yaml path, "{period}".
 var pathVar = regexp.MustCompile(`\{([a-z_.]+)\}`)
 
+// pathMatches tells whether path fits the api.yaml path template: equal
+// segments, a variable ("{period}", "{period}:close") taking any non-empty
+// segment (with the verb after it).
+func pathMatches(template, path string) bool {
+	ts, ps := strings.Split(template, "/"), strings.Split(path, "/")
+	if len(ts) != len(ps) {
+		return false
+	}
+	for i, t := range ts {
+		if end := strings.IndexByte(t, '}'); strings.HasPrefix(t, "{") && end > 0 {
+			verb := t[end+1:]
+			if !strings.HasSuffix(ps[i], verb) || len(ps[i]) == len(verb) {
+				return false
+			}
+			continue
+		}
+		if t != ps[i] {
+			return false
+		}
+	}
+	return true
+}
+
 // patternKey is an api.yaml path as the gateway's runtime.Pattern writes
 // it: a variable "{period}" is "{period=*}".
 func patternKey(path string) string { return pathVar.ReplaceAllString(path, "{$1=*}") }
@@ -329,7 +352,7 @@ func (g *httpGuard) routingError(ctx context.Context, mux *runtime.ServeMux, m r
 	case http.StatusMethodNotAllowed:
 		var allow []string
 		for _, route := range g.routes {
-			if route.Path == r.URL.Path {
+			if pathMatches(route.Path, r.URL.Path) {
 				allow = append(allow, route.Method)
 			}
 		}
