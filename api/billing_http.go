@@ -174,7 +174,7 @@ func serveExport(h *exportHandler, w http.ResponseWriter, r *http.Request, metho
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				h.logger.ErrorContext(ctx, "export failed midway; response aborted", "method", method, "path", r.URL.Path,
+				h.logger.WarnContext(ctx, "export failed midway; response aborted", "method", method, "path", r.URL.Path,
 					"code", status.Code(err).String(), "error", err)
 			}
 			panic(http.ErrAbortHandler)
