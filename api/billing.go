@@ -32,12 +32,6 @@ type Billing interface {
 
 var _ Billing = (*closing.Service)(nil)
 
-// PricesInForce returns the price book in force in store (the empty book
-// before any is stored), as closing.Deps.Prices wants it.
-func PricesInForce(store PriceBookStore) func(context.Context) (*billing.PriceBook, error) {
-	return func(ctx context.Context) (*billing.PriceBook, error) { return bookInForce(ctx, store) }
-}
-
 // DefaultExportChunkBytes is the size of the chunks an export is streamed
 // in: what the server holds of a file besides the encoder's own buffers.
 const DefaultExportChunkBytes = 64 << 10
@@ -86,7 +80,7 @@ func (s *billingService) ListBillingPeriods(ctx context.Context, req *meterv1.Li
 }
 
 func (s *billingService) CloseBillingPeriod(ctx context.Context, req *meterv1.CloseBillingPeriodRequest) (*meterv1.CloseBillingPeriodResponse, error) {
-	cr := closing.CloseRequest{Period: req.GetPeriod(), Tenants: req.GetTenantIds()}
+	cr := closing.CloseRequest{Period: req.GetPeriod(), Tenants: req.GetTenantIds(), Reprice: req.GetRepricePeriods()}
 	if g := req.GetGrace(); g != nil {
 		if err := g.CheckValid(); err != nil {
 			return nil, fmt.Errorf("%w: grace: %w", closing.ErrInvalidRequest, err)
@@ -146,7 +140,7 @@ func statementProto(v closing.StatementView) *meterv1.Statement {
 			PriceId: l.PriceID, Priced: l.Priced, Requests: l.Requests,
 			InputTokens: l.InputTokens, CachedInputTokens: l.CachedInputTokens, OutputTokens: l.OutputTokens,
 			InputPer_1M: m(l.InputPer1M), CachedInputPer_1M: m(l.CachedInputPer1M), OutputPer_1M: m(l.OutputPer1M),
-			Charge: m(l.Charge),
+			Charge: m(l.Charge), PriceBook: l.PriceBook,
 		})
 	}
 	if f := st.Finance; f != nil {
@@ -166,20 +160,6 @@ func statementProto(v closing.StatementView) *meterv1.Statement {
 		}
 	}
 	return out
-}
-
-// statementRows are the export rows of v, with each usage line's
-// allocated cost and margin when v has its finance part.
-func statementRows(v closing.StatementView) []export.StatementRow {
-	rows := export.StatementRows(v.Statement)
-	if f := v.Statement.Finance; f != nil {
-		for _, lc := range f.Lines {
-			if lc.Line >= 0 && lc.Line < len(rows) {
-				rows[lc.Line].Finance = &export.LineFinance{AllocatedCost: lc.AllocatedCost, Margin: lc.Margin}
-			}
-		}
-	}
-	return rows
 }
 
 // ExportStatements streams the statement lines of a closed period. The
@@ -223,7 +203,7 @@ func (s *billingService) ExportStatements(req *meterv1.ExportStatementsRequest, 
 				return err
 			}
 		}
-		for _, r := range statementRows(v) {
+		for _, r := range export.StatementRows(v.Statement) {
 			if err := w.Write(r); err != nil {
 				return err
 			}

@@ -411,7 +411,12 @@ func TestBillingBadInput(t *testing.T) {
 			func() error {
 				_, err := s.client.CloseBillingPeriod(withKey(admin), &meterv1.CloseBillingPeriodRequest{Period: "2026-11", TenantIds: []string{"acme"}})
 				return err
-			}, codes.FailedPrecondition, "2026-11 ends at"},
+			}, codes.FailedPrecondition, "may close"},
+		{"repricing a later period", "POST", "/v1/billing/periods/2026-10:close", admin, `{"reprice_periods":["2026-11"]}`,
+			func() error {
+				_, err := s.client.CloseBillingPeriod(withKey(admin), &meterv1.CloseBillingPeriodRequest{Period: "2026-10", RepricePeriods: []string{"2026-11"}})
+				return err
+			}, codes.InvalidArgument, "only periods before"},
 		{"negative grace", "POST", "/v1/billing/periods/2026-10:close", admin, `{"grace":"-5s"}`,
 			func() error {
 				_, err := s.client.CloseBillingPeriod(withKey(admin), &meterv1.CloseBillingPeriodRequest{Period: "2026-10", Grace: durationpb.New(-5 * time.Second)})

@@ -32,7 +32,8 @@ them; only admin keys close periods.
 
 Commands:
   periods [--tenant T]                       list a tenant's periods, open and closed
-  close PERIOD [--tenant T ...] [--grace D]  close a period (every tenant with usage, or those named)
+  close PERIOD [--tenant T ...] [--grace D] [--reprice P ...]
+                                             close a period (every tenant with usage, or those named)
   statement PERIOD --tenant T [-o table|json]
                                              print a tenant's statement (a draft while the period is open)
   export statements PERIOD [--tenant T] --format F -o FILE
@@ -196,10 +197,10 @@ func exactMoney(m *meterv1.Money) string {
 
 func runBillingClose(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var conn connConfig
-	var tenants tenantList
+	var tenants, reprice tenantList
 	var out string
 	var grace *time.Duration
-	fs := newFlagSet("billing close", "PERIOD [--tenant T ...] [--grace D] [-o table|json]",
+	fs := newFlagSet("billing close", "PERIOD [--tenant T ...] [--grace D] [--reprice P ...] [-o table|json]",
 		"Closes PERIOD (\"2026-11\") with POST /v1/billing/periods/PERIOD:close (admin key):\n"+
 			"the statements of the tenants named, or of every tenant with usage, are stored\n"+
 			"and never change. Closing again returns the same statements. The server refuses\n"+
@@ -207,6 +208,7 @@ func runBillingClose(ctx context.Context, args []string, getenv func(string) str
 			"up past its end, or the rollups have not costed it.", stderr)
 	conn.register(fs)
 	fs.Var(&tenants, "tenant", "tenant to close (repeat or use commas; default every tenant with usage)")
+	fs.Var(&reprice, "reprice", "closed period before PERIOD to reprice with the price book in force (repeat or use commas): the difference becomes repricing lines")
 	fs.Func("grace", "grace delay after the period's end (default: meterd's --billing-grace)", func(s string) error {
 		d, err := time.ParseDuration(s)
 		if err != nil {
@@ -227,6 +229,9 @@ func runBillingClose(ctx context.Context, args []string, getenv func(string) str
 	body := map[string]any{}
 	if len(tenants) > 0 {
 		body["tenant_ids"] = []string(tenants)
+	}
+	if len(reprice) > 0 {
+		body["reprice_periods"] = []string(reprice)
 	}
 	if grace != nil {
 		body["grace"] = fmt.Sprintf("%.9fs", grace.Seconds())

@@ -77,6 +77,10 @@ func TestBillingCommands(t *testing.T) {
 	if _, _, err := runArgs(t, nil, with("tm_finance", "billing", "close", "2026-10", "--tenant", "acme")...); !errors.As(err, &ae) || ae.Status != http.StatusForbidden {
 		t.Errorf("close with a finance key: %v, want 403", err)
 	}
+	if _, _, err := runArgs(t, nil, with("tm_admin", "billing", "close", "2026-10", "--reprice", "2026-11")...); !errors.As(err, &ae) ||
+		ae.Status != http.StatusBadRequest || !strings.Contains(ae.Message, "2026-11") {
+		t.Errorf("close repricing a later period: %v, want 400", err)
+	}
 	out, _, err = runArgs(t, nil, with("tm_admin", "billing", "close", "--tenant", "acme,globex", "2026-10", "--grace", "24h", "-o", "json")...)
 	if err != nil {
 		t.Fatalf("close: %v", err)

@@ -152,7 +152,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		// is not checked; the grace delay is what lets late events land).
 		// Lock nil: closes are serialized by a mutex of this process only, so
 		// two api replicas closing the same period at once are not.
-		bill, err := closing.NewService(closing.Deps{Reads: reads, Store: store, Prices: api.PricesInForce(store)},
+		bill, err := closing.NewService(closing.Deps{Reads: reads, Store: store, Prices: func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, store) }},
 			closing.Config{Zones: zones, Grace: cfg.BillingGrace, ByDeployment: cfg.BillingByDeployment, Now: now})
 		if err != nil {
 			return err

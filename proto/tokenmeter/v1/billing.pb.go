@@ -256,9 +256,13 @@ type CloseBillingPeriodRequest struct {
 	TenantIds []string `protobuf:"bytes,2,rep,name=tenant_ids,json=tenantIds,proto3" json:"tenant_ids,omitempty"`
 	// grace overrides the server's grace delay after the period's end
 	// (--billing-grace); unset: the server's.
-	Grace         *durationpb.Duration `protobuf:"bytes,3,opt,name=grace,proto3" json:"grace,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Grace *durationpb.Duration `protobuf:"bytes,3,opt,name=grace,proto3" json:"grace,omitempty"`
+	// reprice_periods lists closed periods before period ("YYYY-MM") whose
+	// usage is repriced with the price book in force: the difference to what
+	// was billed for them becomes repricing lines of period's statements.
+	RepricePeriods []string `protobuf:"bytes,4,rep,name=reprice_periods,json=repricePeriods,proto3" json:"reprice_periods,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CloseBillingPeriodRequest) Reset() {
@@ -308,6 +312,13 @@ func (x *CloseBillingPeriodRequest) GetTenantIds() []string {
 func (x *CloseBillingPeriodRequest) GetGrace() *durationpb.Duration {
 	if x != nil {
 		return x.Grace
+	}
+	return nil
+}
+
+func (x *CloseBillingPeriodRequest) GetRepricePeriods() []string {
+	if x != nil {
+		return x.RepricePeriods
 	}
 	return nil
 }
@@ -651,14 +662,16 @@ func (x *Statement) GetFinance() *StatementFinance {
 // usage under one token price.
 type StatementLine struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// kind is "usage" (usage of the period) or "adjustment" (late usage of an
-	// earlier, closed period, at the price that applied then).
+	// kind is "usage" (usage of the period), "adjustment" (late usage of an
+	// earlier, closed period, at the price that applied then) or "repricing"
+	// (the difference a price book change makes to an earlier, closed period,
+	// when an admin asked for it: a charge or a credit, without usage).
 	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	// model is the model used.
 	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
 	// deployment is the deployment, when statements are split per deployment.
 	Deployment string `protobuf:"bytes,3,opt,name=deployment,proto3" json:"deployment,omitempty"`
-	// original_period is the period an adjustment's usage belongs to.
+	// original_period is the period an adjustment or repricing belongs to.
 	OriginalPeriod string `protobuf:"bytes,4,opt,name=original_period,json=originalPeriod,proto3" json:"original_period,omitempty"`
 	// charge_start is the start of the line's usage.
 	ChargeStart *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=charge_start,json=chargeStart,proto3" json:"charge_start,omitempty"`
@@ -686,7 +699,10 @@ type StatementLine struct {
 	Charge *Money `protobuf:"bytes,16,opt,name=charge,proto3" json:"charge,omitempty"`
 	// finance is the line's allocated GPU cost and margin (finance only;
 	// usage lines only).
-	Finance       *StatementLineFinance `protobuf:"bytes,17,opt,name=finance,proto3" json:"finance,omitempty"`
+	Finance *StatementLineFinance `protobuf:"bytes,17,opt,name=finance,proto3" json:"finance,omitempty"`
+	// price_book is the version of the price book that priced an adjustment
+	// when it is not the statement's (its period was billed with another).
+	PriceBook     string `protobuf:"bytes,18,opt,name=price_book,json=priceBook,proto3" json:"price_book,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -838,6 +854,13 @@ func (x *StatementLine) GetFinance() *StatementLineFinance {
 		return x.Finance
 	}
 	return nil
+}
+
+func (x *StatementLine) GetPriceBook() string {
+	if x != nil {
+		return x.PriceBook
+	}
+	return ""
 }
 
 // StatementLineFinance is the GPU cost allocated to one usage line.
@@ -1368,12 +1391,13 @@ const file_tokenmeter_v1_billing_proto_rawDesc = "" +
 	"\x04hash\x18\b \x01(\tR\x04hash\x127\n" +
 	"\tclosed_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bclosedAt\x12*\n" +
 	"\x05total\x18\n" +
-	" \x01(\v2\x14.tokenmeter.v1.MoneyR\x05total\"\x83\x01\n" +
+	" \x01(\v2\x14.tokenmeter.v1.MoneyR\x05total\"\xac\x01\n" +
 	"\x19CloseBillingPeriodRequest\x12\x16\n" +
 	"\x06period\x18\x01 \x01(\tR\x06period\x12\x1d\n" +
 	"\n" +
 	"tenant_ids\x18\x02 \x03(\tR\ttenantIds\x12/\n" +
-	"\x05grace\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05grace\"T\n" +
+	"\x05grace\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05grace\x12'\n" +
+	"\x0freprice_periods\x18\x04 \x03(\tR\x0erepricePeriods\"T\n" +
 	"\x1aCloseBillingPeriodResponse\x126\n" +
 	"\aperiods\x18\x01 \x03(\v2\x1c.tokenmeter.v1.BillingPeriodR\aperiods\"J\n" +
 	"\x13GetStatementRequest\x12\x16\n" +
@@ -1400,7 +1424,7 @@ const file_tokenmeter_v1_billing_proto_rawDesc = "" +
 	"\x04hash\x18\r \x01(\tR\x04hash\x12\x16\n" +
 	"\x06closed\x18\x0e \x01(\bR\x06closed\x127\n" +
 	"\tclosed_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\bclosedAt\x129\n" +
-	"\afinance\x18\x10 \x01(\v2\x1f.tokenmeter.v1.StatementFinanceR\afinance\"\xe7\x05\n" +
+	"\afinance\x18\x10 \x01(\v2\x1f.tokenmeter.v1.StatementFinanceR\afinance\"\x86\x06\n" +
 	"\rStatementLine\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1e\n" +
@@ -1423,7 +1447,9 @@ const file_tokenmeter_v1_billing_proto_rawDesc = "" +
 	"\x13cached_input_per_1m\x18\x0e \x01(\v2\x14.tokenmeter.v1.MoneyR\x10cachedInputPer1m\x128\n" +
 	"\routput_per_1m\x18\x0f \x01(\v2\x14.tokenmeter.v1.MoneyR\voutputPer1m\x12,\n" +
 	"\x06charge\x18\x10 \x01(\v2\x14.tokenmeter.v1.MoneyR\x06charge\x12=\n" +
-	"\afinance\x18\x11 \x01(\v2#.tokenmeter.v1.StatementLineFinanceR\afinance\"\xe7\x01\n" +
+	"\afinance\x18\x11 \x01(\v2#.tokenmeter.v1.StatementLineFinanceR\afinance\x12\x1d\n" +
+	"\n" +
+	"price_book\x18\x12 \x01(\tR\tpriceBook\"\xe7\x01\n" +
 	"\x14StatementLineFinance\x12;\n" +
 	"\x0eallocated_cost\x18\x01 \x01(\v2\x14.tokenmeter.v1.MoneyR\rallocatedCost\x121\n" +
 	"\tbusy_cost\x18\x02 \x01(\v2\x14.tokenmeter.v1.MoneyR\bbusyCost\x121\n" +
