@@ -60,8 +60,8 @@ type Request struct {
 	Period  string
 	Tenants []Tenant
 	// Now is the time of the close; Grace how long after a period's end
-	// it may close (billing.DefaultGrace when zero); CaughtUp the instant up
-	// to which ingest has every event.
+	// it may close (zero: at once; Service passes its --billing-grace);
+	// CaughtUp the instant up to which ingest has every event.
 	Now, CaughtUp time.Time
 	Grace         time.Duration
 	// Book prices the usage; ByDeployment splits lines per deployment.
@@ -108,9 +108,6 @@ func (c *Closer) Close(ctx context.Context, req Request) ([]billing.StoredStatem
 		return nil, errors.New("close: no price book")
 	}
 	grace := req.Grace
-	if grace == 0 {
-		grace = billing.DefaultGrace
-	}
 	tenants := slices.Clone(req.Tenants)
 	slices.SortFunc(tenants, func(a, b Tenant) int { return strings.Compare(a.ID, b.ID) })
 	periods := make([]billing.Period, len(tenants))

@@ -61,7 +61,7 @@ func TestClosePeriod(t *testing.T) {
 	tenants := []closing.Tenant{{ID: "globex", Zone: time.UTC}, {ID: "acme", Zone: plus0530}}
 	closer := closing.New(reads, s, nil)
 	dec1 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	req := closing.Request{Period: "2026-11", Tenants: tenants, Book: b, Now: dec1.Add(12 * time.Hour), CaughtUp: dec1.Add(12 * time.Hour)}
+	req := closing.Request{Period: "2026-11", Tenants: tenants, Book: b, Grace: billing.DefaultGrace, Now: dec1.Add(12 * time.Hour), CaughtUp: dec1.Add(12 * time.Hour)}
 
 	if _, err := closer.Close(t.Context(), req); !errors.Is(err, billing.ErrPeriodNotEnded) {
 		t.Fatalf("close within the grace delay: err = %v, want ErrPeriodNotEnded", err)

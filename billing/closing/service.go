@@ -462,6 +462,9 @@ func (s *Service) Statement(ctx context.Context, tenant, period string, finance 
 			return StatementView{}, fmt.Errorf("%w: tenant %q has no usage in %s and no statements", ErrNotFound, tenant, p)
 		}
 	}
+	// A draft changes as usage arrives: it has no hash, which names closed
+	// statements only.
+	st.Hash = ""
 	content, err := json.Marshal(st)
 	if err != nil {
 		return StatementView{}, fmt.Errorf("encode statement: %w", err)

@@ -298,7 +298,7 @@ func writeStatement(w io.Writer, st *meterv1.Statement) error {
 		ts(st.GetPeriodStart()), ts(st.GetPeriodEnd()), state)
 	hash := "Hash " + st.GetHash()
 	if !st.GetClosed() {
-		hash = "Hash of this draft " + st.GetHash()
+		hash = "No hash (a draft)"
 	}
 	fmt.Fprintf(w, "%s; price book %s.\n\n", hash, st.GetPriceBook())
 	fin := st.GetFinance() != nil

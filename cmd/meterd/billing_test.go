@@ -1,10 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 func TestBillingFlags(t *testing.T) {
@@ -61,5 +70,97 @@ func TestDevServesBilling(t *testing.T) {
 	code, body, err = m.do("GET", "/v1/billing/usage-cost/export?"+q.Encode(), fin, nil)
 	if err != nil || code != 200 || !strings.HasPrefix(string(body), "charge_period_start,") {
 		t.Errorf("usage-cost export: %d %q %v, want a CSV file", code, body, err)
+	}
+}
+
+// TestDevClosesPeriod closes a month on the real meterd --dev: the close
+// checks the ingest consumer groups' lag on the embedded broker and takes
+// the Kafka lock; late events of the closed month leave its statement
+// byte-identical and become adjustment lines of the next close.
+func TestDevClosesPeriod(t *testing.T) {
+	m := startDev(t)
+	sep := time.Date(2026, 9, 10, 12, 0, 0, 0, time.UTC)
+	publish := func(prefix string, n int) {
+		t.Helper()
+		var req meterv1.PublishEventsRequest
+		for i := range n {
+			req.Events = append(req.Events, &meterv1.InferenceEvent{
+				EventId: fmt.Sprintf("%s-%d", prefix, i), TenantId: []string{"acme", "globex"}[i%2], Model: "m", Deployment: "d",
+				CompletedAt:  timestamppb.New(sep.Add(time.Duration(i) * time.Minute)),
+				PromptTokens: proto.Int64(int64(100 + i)), OutputTokens: proto.Int64(10),
+				TtftMs: proto.Float64(5), E2EMs: proto.Float64(50),
+			})
+		}
+		body, _ := protojson.Marshal(&req)
+		if code, out, err := m.do("POST", "/v1/events", m.key(t, "ingest"), body); err != nil || code != 200 {
+			t.Fatalf("publish: %d %s %v", code, out, err)
+		}
+	}
+	closePeriod := func(period string) []byte {
+		t.Helper()
+		var code int
+		var body []byte
+		var err error
+		// 409 while the rollup job has not costed the inserts yet.
+		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+			code, body, err = m.do("POST", "/v1/billing/periods/"+period+":close", m.key(t, "admin"), []byte(`{"tenant_ids": ["acme", "globex"]}`))
+			if err == nil && code != http.StatusConflict {
+				break
+			}
+		}
+		if err != nil || code != 200 {
+			t.Fatalf("close %s: %d %s %v\nlog:\n%s", period, code, body, err, m.log)
+		}
+		return body
+	}
+	statement := func(period string) []byte {
+		t.Helper()
+		code, body, err := m.do("GET", "/v1/billing/statements/"+period+"?tenant_id=acme", m.key(t, "tenant-acme"), nil)
+		if err != nil || code != 200 {
+			t.Fatalf("statement %s: %d %s %v", period, code, body, err)
+		}
+		return body
+	}
+
+	publish("e", 40)
+	m.waitUsage(t, sep, sep.Add(time.Hour), 40)
+	if code, body, _ := m.do("POST", "/v1/billing/periods/2026-09:close", m.key(t, "finance"), nil); code != http.StatusForbidden {
+		t.Errorf("finance closes: %d %s, want 403", code, body)
+	}
+	closed := closePeriod("2026-09")
+	first := statement("2026-09")
+	var st struct {
+		Statement struct {
+			Hash   string `json:"hash"`
+			Closed bool   `json:"closed"`
+			Lines  []struct {
+				Kind     string `json:"kind"`
+				Requests string `json:"requests"`
+				Input    string `json:"input_tokens"`
+			} `json:"lines"`
+		} `json:"statement"`
+	}
+	if err := json.Unmarshal(first, &st); err != nil {
+		t.Fatal(err)
+	}
+	if !st.Statement.Closed || st.Statement.Hash == "" || !bytes.Contains(closed, []byte(st.Statement.Hash)) ||
+		len(st.Statement.Lines) != 1 || st.Statement.Lines[0].Requests != "20" {
+		t.Fatalf("acme's September: %s (close answered %s)", first, closed)
+	}
+
+	// Late events of September: 6 more, 3 of them acme's.
+	publish("late", 6)
+	m.waitUsage(t, sep, sep.Add(time.Hour), 46)
+	if again := statement("2026-09"); !bytes.Equal(again, first) {
+		t.Errorf("late events changed the closed statement:\n%s\n%s", first, again)
+	}
+	closePeriod("2026-10")
+	if err := json.Unmarshal(statement("2026-10"), &st); err != nil {
+		t.Fatal(err)
+	}
+	// The late events are e-0..e-5 again under other ids: acme's are
+	// late-0, late-2, late-4 with 100, 102 and 104 input tokens.
+	if len(st.Statement.Lines) != 1 || st.Statement.Lines[0].Kind != "adjustment" || st.Statement.Lines[0].Requests != "3" || st.Statement.Lines[0].Input != "306" {
+		t.Errorf("acme's October: %+v, want one adjustment of 3 requests and 306 input tokens", st.Statement.Lines)
 	}
 }

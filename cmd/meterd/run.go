@@ -22,6 +22,7 @@ import (
 	"tokenmeter/ingest"
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/kafkaconn"
+	"tokenmeter/internal/kafkalock"
 	"tokenmeter/internal/logsetup"
 	"tokenmeter/internal/tlsfiles"
 	"tokenmeter/query"
@@ -147,12 +148,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
-		// CaughtUp and Lock are left nil. CaughtUp nil: a close takes ingest
-		// as caught up at the moment of the close (the consumer group's lag
-		// is not checked; the grace delay is what lets late events land).
-		// Lock nil: closes are serialized by a mutex of this process only, so
-		// two api replicas closing the same period at once are not.
-		bill, err := closing.NewService(closing.Deps{Reads: reads, Store: store, Prices: func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, store) }},
+		caughtUp, err := ingestCaughtUp(cfg, kafkaConn)
+		if err != nil {
+			return err
+		}
+		// Closes run one at a time across api replicas: a Kafka lock on the
+		// rollup lease topic (a consumer group of its own per lock).
+		lock, err := kafkalock.New(kafkalock.Config{Brokers: cfg.KafkaBrokers, Kafka: kafkaConn, Topic: rollup.DefaultLeaseTopic, Logger: logger})
+		if err != nil {
+			return err
+		}
+		bill, err := closing.NewService(closing.Deps{Reads: reads, Store: store, CaughtUp: caughtUp, Lock: lock,
+			Prices: func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, store) }},
 			closing.Config{Zones: zones, Grace: cfg.BillingGrace, ByDeployment: cfg.BillingByDeployment, Now: now})
 		if err != nil {
 			return err
@@ -267,4 +274,41 @@ func migrate(ctx context.Context, store *chstore.Store, logger *slog.Logger) err
 		}
 		backoff = min(backoff*2, 10*time.Second)
 	}
+}
+
+var _ closing.Locker = (*kafkalock.Locker)(nil)
+
+// ingestCaughtUp is the billing close's check that ingest has every event:
+// the consumer groups of events (and of GPU samples, whose cost the
+// statements' finance part holds) have committed everything their topics
+// held when it was asked. A lag wraps billing.ErrIngestBehind.
+func ingestCaughtUp(cfg Config, conn *kafkaconn.Conn) (func(context.Context) (time.Time, error), error) {
+	checks := []ingest.LagConfig{{Brokers: cfg.KafkaBrokers, Kafka: conn, GroupID: cfg.GroupID, Topics: []string{cfg.EventsTopic}}}
+	if cfg.GPUTopic != "" {
+		checks = append(checks, ingest.LagConfig{Brokers: cfg.KafkaBrokers, Kafka: conn, GroupID: cfg.GroupID + "-gpu", Topics: []string{cfg.GPUTopic}})
+	}
+	var lcs []*ingest.LagChecker
+	for _, c := range checks {
+		lc, err := ingest.NewLagChecker(c)
+		if err != nil {
+			return nil, err
+		}
+		lcs = append(lcs, lc)
+	}
+	return func(ctx context.Context) (time.Time, error) {
+		var first time.Time
+		for i, lc := range lcs {
+			t, err := lc.CaughtUp(ctx)
+			if errors.Is(err, ingest.ErrLagging) {
+				err = fmt.Errorf("%w: %w", billing.ErrIngestBehind, err)
+			}
+			if err != nil {
+				return time.Time{}, err
+			}
+			if i == 0 || t.Before(first) {
+				first = t
+			}
+		}
+		return first, nil
+	}, nil
 }

@@ -502,7 +502,7 @@ type Statement struct {
 	// unpriced_requests counts requests of models without a list price.
 	UnpricedRequests uint64 `protobuf:"varint,12,opt,name=unpriced_requests,json=unpricedRequests,proto3" json:"unpriced_requests,omitempty"`
 	// hash is the statement's content hash (SHA-256 of its canonical JSON
-	// without the hash and the finance part, hex).
+	// without the hash and the finance part, hex); empty for a draft.
 	Hash string `protobuf:"bytes,13,opt,name=hash,proto3" json:"hash,omitempty"`
 	// closed is true for a stored statement of a closed period, false for a
 	// draft of an open period (computed at the read, never stored).
