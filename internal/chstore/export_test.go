@@ -1,7 +1,35 @@
 package chstore
 
-import "context"
+import (
+	"context"
+	"strconv"
+)
 
 // Exec runs a statement on the store's database, for tests that change
 // what the store sees.
 func (s *Store) Exec(ctx context.Context, stmt string) error { return s.conn.Exec(ctx, stmt) }
+
+// SetUsageCostChunkRows bounds the rows of one query of EachUsageCost.
+func (s *Store) SetUsageCostChunkRows(n int) { s.usageCostChunk = n }
+
+// UsageCostResultRows returns the rows each finished usage-and-cost query
+// returned that ran with max_query_size set to marker (a harmless setting
+// that tells a test's queries apart in system.query_log; they must run with
+// log_queries).
+func (s *Store) UsageCostResultRows(ctx context.Context, marker uint64) ([]uint64, error) {
+	if err := s.conn.Exec(ctx, "SYSTEM FLUSH LOGS"); err != nil {
+		return nil, err
+	}
+	var (
+		out []uint64
+		n   uint64
+	)
+	err := s.each(ctx, "query log", `SELECT result_rows FROM system.query_log
+WHERE type = 2 AND Settings.Values[indexOf(Settings.Names, 'max_query_size')] = ?
+  AND query LIKE '%GROUP BY b, tenant_id, model, deployment%'
+ORDER BY event_time`, []any{strconv.FormatUint(marker, 10)}, []any{&n}, func() error {
+		out = append(out, n)
+		return nil
+	})
+	return out, err
+}

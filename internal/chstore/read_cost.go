@@ -161,10 +161,29 @@ ORDER BY b, tenant_id, model, deployment`, bucket, allocationColumns[b][i], busy
 		append(args, fromArgs...), nil
 }
 
+// usageCostChunkRows bounds the cost_hour rows one query of EachUsageCost
+// reads. Each query reads most of the month's partition again (cost_hour
+// is ordered by tenant first), so chunks are not smaller: on the bench's
+// month of 1,000 tenants (2.9M rows), 64k-row chunks took ClickHouse 12.5 s
+// of CPU, 128k 8.8 s and 256k 8.5 s; the process's peak RSS was 58, 89 and
+// 145 MiB.
+const usageCostChunkRows = 128 * 1024
+
 // EachUsageCost streams the detailed usage-and-cost rows of a normalized
 // cost query.
+//
+// ClickHouse (18.16) sends the result of a sorted GROUP BY as one block,
+// and the driver decodes a block whole before the first row is scanned: one
+// query of a month of 1,000 tenants' hours (2.9M rows) held 1.1 GiB in
+// memory for 30-40 s before the first row came. The range is read in
+// chunks of whole steps instead, each of at most about usageCostChunkRows
+// rows of cost_hour (a step with more is a chunk of its own), one query
+// each, in order.
 func (s *Store) EachUsageCost(ctx context.Context, q query.CostQuery, row func(r *query.UsageCostRow) error) error {
-	stmt, args, err := usageCostSQL(q)
+	if _, _, err := usageCostSQL(q); err != nil {
+		return err
+	}
+	chunks, err := s.usageCostChunks(ctx, q)
 	if err != nil {
 		return err
 	}
@@ -174,9 +193,56 @@ func (s *Store) EachUsageCost(ctx context.Context, q query.CostQuery, row func(r
 	)
 	dest := []any{&start, &r.Tenant, &r.Model, &r.Deployment, &r.Requests, &r.InputTokens, &r.CachedInputTokens,
 		&r.OutputTokens, &r.ListCharge, &r.ListUnpricedRequests, &r.CostNanos, &r.BusyNanos, &r.PriceVersions}
-	return s.each(ctx, "usage and cost", stmt, args, dest, func() error {
-		r.Start = time.Unix(int64(start), 0).UTC()
-		slices.Sort(r.PriceVersions)
-		return row(&r)
+	for _, c := range chunks {
+		cq := q
+		cq.Start, cq.End = c[0], c[1]
+		stmt, args, err := usageCostSQL(cq)
+		if err != nil {
+			return err
+		}
+		err = s.each(ctx, "usage and cost", stmt, args, dest, func() error {
+			r.Start = time.Unix(int64(start), 0).UTC()
+			slices.Sort(r.PriceVersions)
+			return row(&r)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// usageCostChunks splits q's range at step boundaries into consecutive
+// ranges of at most s's chunk of cost_hour rows each (counting the rows of
+// every computation of an hour: at least as many as are read). A step with
+// more rows is a range of its own.
+func (s *Store) usageCostChunks(ctx context.Context, q query.CostQuery) ([][2]time.Time, error) {
+	limit := uint64(s.usageCostChunk)
+	if limit == 0 {
+		limit = usageCostChunkRows
+	}
+	bucket, args := stepExpr("hour", q.StepSeconds(), q.Start)
+	where, whereArgs := scope("hour", q.Start, q.End, q.TenantID)
+	stmt := fmt.Sprintf("SELECT %s AS b, count() FROM cost_hour WHERE %s GROUP BY b ORDER BY b", bucket, where)
+	var (
+		out   [][2]time.Time
+		from  = q.Start
+		rows  uint64
+		b     uint32
+		count uint64
+	)
+	err := s.each(ctx, "usage and cost rows per step", stmt, append(args, whereArgs...), []any{&b, &count}, func() error {
+		// A step's bucket starts on the step grid: cutting there keeps each
+		// step whole in one range.
+		if step := time.Unix(int64(b), 0).UTC(); rows > 0 && rows+count > limit && step.After(from) {
+			out = append(out, [2]time.Time{from, step})
+			from, rows = step, 0
+		}
+		rows += count
+		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return append(out, [2]time.Time{from, q.End}), nil
 }

@@ -102,6 +102,9 @@ type Store struct {
 	// (ClickHouse has no insert-if-absent); closes on several replicas must
 	// run under one lease.
 	saving sync.Mutex
+	// usageCostChunk bounds the rows of one query of EachUsageCost;
+	// usageCostChunkRows when zero (tests set it).
+	usageCostChunk int
 }
 
 // Open connects to ClickHouse and makes sure the database exists. It does not
