@@ -52,6 +52,10 @@ TOOL_PKGS := github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/prot
 bench-queries: ## query benchmark: 100M events + 52M GPU samples, rollups vs raw (takes ~40 min)
 	$(GO) run ./cmd/meterbench queries --reps 20 --raw-reps 2
 
+.PHONY: bench-billing
+bench-billing: ## billing benchmark: month close of 1,000 tenants, statement p99s, hourly export rows/s and RSS (REUSE=DIR: a cp -al copy of a `meterbench queries --keep` folder; else loads 100M events first, ~50 min)
+	$(GO) run ./cmd/meterbench billing $(if $(REUSE),--reuse $(REUSE))
+
 .PHONY: bench-hour
 bench-hour: ## rollup of one hour of 1M events, 6 times 10 s apart (the rollup job's interval), with ClickHouse's time per query (~3 min)
 	$(GO) run ./cmd/meterbench hour --runs 6 --pause 10s --query-log

@@ -113,7 +113,7 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			len(walls), warm[len(warm)/2].Seconds(), warm[len(warm)-1].Seconds(), walls[0].Seconds())
 	}
 	if *queryLog {
-		return printQueryLog(ctx, conn, stdout)
+		return printQueryLog(ctx, conn, stdout, "ClickHouse's time per query of the last rollup:")
 	}
 	return nil
 }
@@ -138,10 +138,10 @@ func waitForMerges(ctx context.Context, conn driver.Conn) error {
 	return nil
 }
 
-// printQueryLog prints the finished queries of system.query_log: how long
+// printQueryLog prints the finished queries of system.query_log under title: how long
 // ClickHouse spent on each, the CPU time its threads used, and the rows it
 // read and wrote.
-func printQueryLog(ctx context.Context, conn driver.Conn, stdout io.Writer) error {
+func printQueryLog(ctx context.Context, conn driver.Conn, stdout io.Writer, title string) error {
 	if err := conn.Exec(ctx, "SYSTEM FLUSH LOGS"); err != nil {
 		return err
 	}
@@ -153,7 +153,7 @@ FROM system.query_log WHERE type = 2 AND query NOT LIKE '%system.%' ORDER BY eve
 		return err
 	}
 	defer rows.Close()
-	fmt.Fprintln(stdout, "ClickHouse's time per query of the last rollup:")
+	fmt.Fprintln(stdout, title)
 	for rows.Next() {
 		var (
 			d, cpu, read uint64
