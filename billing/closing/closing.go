@@ -15,6 +15,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"tokenmeter/billing"
@@ -102,7 +103,10 @@ func New(usage UsageReader, store Store, cost CostReader) *Closer {
 // statement as stored, in tenant order. It checks every tenant first and
 // closes none when one may not close yet (errors wrap
 // billing.ErrPeriodNotEnded or billing.ErrIngestBehind); a tenant already
-// closed keeps its statement.
+// closed keeps its statement. It closes up to closeWorkers tenants at once;
+// on an error it returns the statements of the tenants before the first one
+// not closed (later ones may be closed too: closing them again returns
+// their statements).
 func (c *Closer) Close(ctx context.Context, req Request) ([]billing.StoredStatement, error) {
 	if req.Book == nil {
 		return nil, errors.New("close: no price book")
@@ -125,18 +129,63 @@ func (c *Closer) Close(ctx context.Context, req Request) ([]billing.StoredStatem
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	out := make([]billing.StoredStatement, 0, len(tenants))
-	for i, t := range tenants {
-		st, ok, err := c.closeOne(ctx, t.ID, periods[i], req)
-		if err != nil {
-			return out, err
+	type result struct {
+		st  billing.StoredStatement
+		ok  bool
+		err error
+	}
+	results := make([]result, len(tenants))
+	next := make(chan int)
+	failed := make(chan struct{}) // closed at the first error: no tenant starts after it
+	var (
+		wg   sync.WaitGroup
+		once sync.Once
+	)
+	for range min(closeWorkers, len(tenants)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				st, ok, err := c.closeOne(ctx, tenants[i].ID, periods[i], req)
+				results[i] = result{st: st, ok: ok, err: err}
+				if err != nil {
+					once.Do(func() { close(failed) })
+				}
+			}
+		}()
+	}
+	fed := 0
+feed:
+	for ; fed < len(tenants); fed++ {
+		select {
+		case next <- fed:
+		case <-failed:
+			break feed
 		}
-		if ok {
-			out = append(out, st)
+	}
+	close(next)
+	wg.Wait()
+	// As one at a time: the statements of the tenants before the first that
+	// failed (every one before it was started, and finished), and its error.
+	out := make([]billing.StoredStatement, 0, len(tenants))
+	for _, r := range results[:fed] {
+		if r.err != nil {
+			return out, r.err
+		}
+		if r.ok {
+			out = append(out, r.st)
 		}
 	}
 	return out, nil
 }
+
+// closeWorkers is how many tenants a close closes at once. A tenant's close
+// is a dozen small queries one after the other, so one at a time meterd and
+// ClickHouse mostly waited on each other: closing 1,000 tenants' month took
+// 80 s on the 2-core bench machine (meterbench billing), four at a time 48 s
+// (ClickHouse busy on both cores: 78 s of CPU). Saves are still serialized
+// (chstore.Store.SaveStatement).
+const closeWorkers = 4
 
 // closeOne closes one tenant's period; ok is false for an empty statement
 // left out (Request.SkipEmpty).
