@@ -8,7 +8,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -16,16 +18,19 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"tokenmeter/api"
 	"tokenmeter/billing"
 	"tokenmeter/billing/closing"
 	"tokenmeter/billing/export"
 	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/devenv"
 	"tokenmeter/internal/logsetup"
 	"tokenmeter/query"
 	"tokenmeter/rollup"
@@ -54,7 +59,7 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	tokenPrices := fs.Bool("token-prices", true, "when the book in force has no token prices, store one with the bench's (a change in mid-period) and recost the hours")
 	profileDir := fs.String("profile", "", "write a CPU profile of each timed phase into this folder")
 	phaseList := fs.String("phases", "drafts,close,reread,export", "what to time, of drafts, close, reread (needs close) and export")
-	closeWorkers := fs.Int("close-workers", 0, "with 2 or more, also close every tenant again with this many Close calls at once over disjoint tenant sets (after emptying the statements)")
+	meterd := fs.String("meterd", "bin/meterd", "meterd binary whose REST usage-and-cost export is timed (make build); empty: in process only")
 	queryLog := fs.Bool("query-log", false, "print ClickHouse's own time for each query of one tenant's close (system.query_log)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -72,6 +77,11 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("--phases: unknown phase %q", name)
 		}
 		phases[name] = true
+	}
+	if *meterd != "" && phases["export"] {
+		if _, err := os.Stat(*meterd); err != nil {
+			return fmt.Errorf("--meterd: %w (run make build, or --meterd '' to time the export in process only)", err)
+		}
 	}
 	if phases["reread"] && !phases["close"] {
 		return errors.New("--phases: reread needs close")
@@ -238,7 +248,6 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		{"drafts", func() error { return b.drafts(*draftReps) }},
 		{"close", func() error { return b.closes(zone, *zoneTenants, *queryLog) }},
 		{"reread", func() error { return b.rereads(*rereadReps) }},
-		{"workers", func() error { return b.closeConcurrently(*closeWorkers) }},
 		{"export", func() error {
 			for _, f := range fmts {
 				r, err := timeExport(ctx, svc, f, dataStart, dataEnd, phase)
@@ -247,11 +256,19 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 				}
 				b.res = append(b.res, r)
 			}
+			if *meterd == "" {
+				return nil
+			}
+			rs, err := timeRESTExport(ctx, *meterd, bch.addr, fmts, dataStart, dataEnd, phase, progress)
+			if err != nil {
+				return fmt.Errorf("REST export: %w", err)
+			}
+			b.res = append(b.res, rs...)
 			return nil
 		}},
 	}
 	for _, st := range steps {
-		if run := phases[st.name] || (st.name == "workers" && *closeWorkers >= 2); !run {
+		if !phases[st.name] {
 			continue
 		}
 		if err := st.run(); err != nil {
@@ -260,21 +277,22 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	res := b.res
 
-	fmt.Fprintf(stdout, "%-100s %-44s %s\n", "", "measured", "target")
+	fmt.Fprintln(stdout, "results (what; measured, target; CPU used meanwhile):")
 	for _, r := range res {
-		mark := ""
+		fmt.Fprintf(stdout, "\n%s\n    %-58s", r.what, r.got)
 		if r.target != "" {
-			mark = "  met"
+			mark := "met"
 			if !r.ok {
-				mark = "  MISSED"
+				mark = "MISSED"
 			}
+			fmt.Fprintf(stdout, " target %s: %s", r.target, mark)
 		}
-		fmt.Fprintf(stdout, "%-100s %-44s %s%s\n", r.what, r.got, r.target, mark)
+		fmt.Fprintln(stdout)
 		if r.note != "" {
 			fmt.Fprintf(stdout, "    %s\n", r.note)
 		}
 	}
-	fmt.Fprintf(stdout, "\nload average at the end: %s (2 cores shared with other work)\n", loadAverage())
+	fmt.Fprintf(stdout, "\nload average at the end: %s (%d cores, shared with whatever else runs)\n", loadAverage(), runtime.NumCPU())
 	return nil
 }
 
@@ -299,7 +317,7 @@ type billingBench struct {
 
 // request is a close of the period for tenants in zone.
 func (b *billingBench) request(tenants []string, zone *time.Location) closing.Request {
-	req := closing.Request{Period: b.period.Key, Now: b.now, CaughtUp: b.now, Book: b.book, SkipEmpty: true}
+	req := closing.Request{Period: b.period.Key, Now: b.now, CaughtUp: b.now, Grace: billing.DefaultGrace, Book: b.book, SkipEmpty: true}
 	for _, t := range tenants {
 		req.Tenants = append(req.Tenants, closing.Tenant{ID: t, Zone: zone})
 	}
@@ -484,46 +502,6 @@ func (b *billingBench) rereads(reps int) error {
 			note: cpuNote(l, len(d)),
 		})
 	}
-	return nil
-}
-
-// closeConcurrently empties the statements and closes every tenant again
-// with workers Close calls at once, each over its own share of the tenants:
-// what a Close that closed tenants concurrently would take.
-func (b *billingBench) closeConcurrently(workers int) error {
-	if err := b.conn.Exec(b.ctx, "TRUNCATE TABLE statements"); err != nil {
-		return err
-	}
-	closer := closing.New(b.reads, b.store, b.reads)
-	done, err := b.phase(fmt.Sprintf("close-%d-workers", workers))
-	if err != nil {
-		return err
-	}
-	t0 := time.Now()
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	for w := range workers {
-		var share []string
-		for i := w; i < len(b.tenants); i += workers {
-			share = append(share, b.tenants[i])
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[w] = closer.Close(b.ctx, b.request(share, time.UTC))
-		}()
-	}
-	wg.Wait()
-	el := time.Since(t0)
-	l := done()
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("close with %d workers: %w", workers, err)
-	}
-	b.res = append(b.res, benchResult{
-		what: fmt.Sprintf("close %s, all %d tenants in UTC, %d Close calls at once over disjoint tenants (not what Close does)", b.period.Key, len(b.tenants), workers),
-		got:  fmt.Sprintf("%.1f s (%.0f ms a tenant)", el.Seconds(), ms(el)/float64(len(b.tenants))),
-		note: cpuNote(l, 0),
-	})
 	return nil
 }
 
@@ -784,4 +762,114 @@ func latest(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// timeRESTExport streams the same export as timeExport through a real
+// `meterd --role api` process on the bench's ClickHouse, over REST
+// (GET /v1/billing/usage-cost/export with a finance key), to a counter of
+// bytes, and samples that process's RSS while it runs.
+func timeRESTExport(ctx context.Context, meterd, chAddr string, fmts []export.Format, start, end time.Time,
+	phase func(string) (func() cpuLap, error), progress func(string, ...any)) ([]benchResult, error) {
+	dir, err := os.MkdirTemp("", "meterbench-billing-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	const key = "meterbench-finance"
+	keys, err := json.Marshal(api.KeysFile{Keys: []api.KeyEntry{{Name: "finance", SHA256: api.HashKey(key), Role: api.RoleFinance}}})
+	if err != nil {
+		return nil, err
+	}
+	keysFile := filepath.Join(dir, "keys.json")
+	if err := os.WriteFile(keysFile, keys, 0o600); err != nil {
+		return nil, err
+	}
+	// Closes would ask Kafka for the ingest lag; an export does not, but
+	// meterd wants brokers to point at.
+	broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Partitions: 1})
+	if err != nil {
+		return nil, err
+	}
+	defer broker.Close()
+	httpAddr := freeAddr()
+	cmd := exec.CommandContext(ctx, meterd, "--role", "api", "--clickhouse", chAddr, "--clickhouse-database", "bench_q",
+		"--clickhouse-compression", "none", "--kafka-brokers", broker.Addr(), "--auth-keys", keysFile,
+		"--http-addr", httpAddr, "--grpc-addr", freeAddr(), "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start meterd: %w", err)
+	}
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	}()
+	base := "http://" + httpAddr
+	for deadline := time.Now().Add(time.Minute); ; {
+		resp, err := http.Get(base + "/healthz/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("meterd at %s not ready after a minute (%v)", httpAddr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	pid := cmd.Process.Pid
+	var out []benchResult
+	for _, f := range fmts {
+		progress("REST export %s through meterd (pid %d)", f, pid)
+		u := fmt.Sprintf("%s/v1/billing/usage-cost/export?start=%s&end=%s&step=hour&format=%s", base,
+			start.Format(time.RFC3339), end.Format(time.RFC3339), f)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+key)
+		before, _ := procStatus(pid, "VmRSS")
+		watch := watchRSS(pid, 10*time.Millisecond)
+		done, err := phase("rest-export-" + string(f))
+		if err != nil {
+			watch()
+			return nil, err
+		}
+		meterdCPU, _, _ := processCPU(pid)
+		t0 := time.Now()
+		var cw countWriter
+		var first time.Duration
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			first = time.Since(t0)
+			if resp.StatusCode != http.StatusOK {
+				b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+				err = fmt.Errorf("GET %s: %s: %s", u, resp.Status, bytes.TrimSpace(b))
+			} else {
+				_, err = io.Copy(&cw, resp.Body)
+			}
+			resp.Body.Close()
+		}
+		el := time.Since(t0)
+		l := done()
+		peak, hwm := watch()
+		if err != nil {
+			return nil, err
+		}
+		after, _, _ := processCPU(pid)
+		rows, err := strconv.ParseInt(resp.Trailer.Get("X-Export-Rows"), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("GET %s: trailer X-Export-Rows %q: the export did not complete", u, resp.Trailer.Get("X-Export-Rows"))
+		}
+		rate := float64(rows) / el.Seconds()
+		out = append(out, benchResult{
+			what: fmt.Sprintf("usage-and-cost export, hourly, %d days, all tenants, %s with finance columns (%d rows, %.0f MiB), REST through meterd --role api",
+				int(end.Sub(start)/(24*time.Hour)), f, rows, mib(uint64(cw.n))),
+			got:    fmt.Sprintf("%.0f rows/s (%.1f s), meterd peak RSS %.0f MiB", rate, el.Seconds(), mib(max(peak, hwm))),
+			target: "≥ 500,000 rows/s, RSS < 300 MiB", ok: rate >= 500_000 && max(peak, hwm) < 300<<20,
+			note: fmt.Sprintf("headers after %.2f s; meterd RSS before %.0f MiB, sampled peak %.0f MiB, VmHWM %.0f MiB; CPU: meterd %.1f s, meterbench %.1f s (the client), ClickHouse %.1f s",
+				first.Seconds(), mib(before), mib(peak), mib(hwm), (after - meterdCPU).Seconds(), l.cpu[0].Seconds(), l.cpu[1].Seconds()),
+		})
+	}
+	return out, nil
 }

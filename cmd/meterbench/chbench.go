@@ -25,7 +25,8 @@ import (
 type benchClickHouse struct {
 	store *chstore.Store
 	conn  driver.Conn
-	pid   int // ClickHouse's process
+	pid   int    // ClickHouse's process
+	addr  string // its native address
 	stops []func()
 }
 
@@ -52,7 +53,7 @@ func startClickHouse(ctx context.Context, logger *slog.Logger, dir, db string, o
 		return nil, err
 	}
 	b.stops = append(b.stops, func() { ch.Stop(context.WithoutCancel(ctx)) })
-	b.pid = ch.Pid()
+	b.pid, b.addr = ch.Pid(), ch.Addr()
 	if b.store, err = chstore.Open(chstore.Config{Addr: []string{ch.Addr()}, Database: db, Compression: "none"}, logger); err != nil {
 		return nil, err
 	}
