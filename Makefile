@@ -53,7 +53,7 @@ bench-queries: ## query benchmark: 100M events + 52M GPU samples, rollups vs raw
 	$(GO) run ./cmd/meterbench queries --reps 20 --raw-reps 2
 
 .PHONY: bench-billing
-bench-billing: ## billing benchmark: month close of 1,000 tenants, statement p99s, hourly export rows/s and RSS (REUSE=DIR: a cp -al copy of a `meterbench queries --keep` folder; else loads 100M events first, ~50 min)
+bench-billing: build ## billing benchmark: month close of 1,000 tenants, statement p99s, hourly export rows/s and RSS (REUSE=DIR: a cp -al copy of a `meterbench queries --keep` folder; else loads 100M events first, ~50 min)
 	$(GO) run ./cmd/meterbench billing $(if $(REUSE),--reuse $(REUSE))
 
 .PHONY: bench-hour
