@@ -48,7 +48,7 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	days := fs.Int("days", 30, "days the events span: the range of the export")
 	tenants := fs.Int("tenants", 1000, "tenants (without --reuse)")
 	gpus := fs.Int("gpus", 200, "GPUs sampled every 10 s (without --reuse)")
-	reuse := fs.String("reuse", "", "run on the ClickHouse directory of an earlier `meterbench queries --keep DIR` (a copy: `cp -al DIR COPY`; the bench stores statements and a price book in it)")
+	reuse := fs.String("reuse", "", "run on `DIR`, a copy (cp -al, see docs/performance.md) of the ClickHouse folder of an earlier meterbench queries --keep; the bench stores statements and a price book in it")
 	keep := fs.String("keep", "", "load into a new ClickHouse directory DIR and keep it")
 	periodFlag := fs.String("period", "", "billing period to close (default: the UTC month of the data's last day)")
 	zoneName := fs.String("zone", "+05:30", "time zone of the second close")
