@@ -181,7 +181,7 @@ func toStatus(ctx context.Context, logger *slog.Logger, err error) error {
 	case errors.Is(err, closing.ErrInvalidRequest), errors.Is(err, billing.ErrInvalidPeriod), errors.Is(err, export.ErrUnknownFormat):
 		code = codes.InvalidArgument
 	case errors.Is(err, closing.ErrNotClosed), errors.Is(err, billing.ErrPeriodNotEnded), errors.Is(err, billing.ErrIngestBehind),
-		errors.Is(err, closing.ErrRollupBehind), errors.Is(err, closing.ErrZoneChanged):
+		errors.Is(err, closing.ErrRollupBehind), errors.Is(err, closing.ErrZoneChanged), errors.Is(err, closing.ErrLaterClosed):
 		// The request is well formed but the period's state does not
 		// allow it (yet): REST answers 409 Conflict (errorHandler).
 		code = codes.FailedPrecondition

@@ -40,6 +40,8 @@ type Store interface {
 	ServerNow(ctx context.Context) (time.Time, error)
 	// TenantStatements returns tenant's closed statements.
 	TenantStatements(ctx context.Context, tenant string) ([]billing.StoredStatement, error)
+	// FirstClosedPeriod is the earliest period of any closed statement.
+	FirstClosedPeriod(ctx context.Context) (period string, ok bool, err error)
 	// PriceBookVersion returns a stored price book by version: the one a
 	// closed statement was priced with.
 	PriceBookVersion(ctx context.Context, version string) (book string, ok bool, err error)
@@ -74,6 +76,10 @@ type Request struct {
 	// SkipEmpty leaves out, unstored, the statements without lines of
 	// tenants that have no closed statement before.
 	SkipEmpty bool
+	// firstClosed is the earliest period any tenant has closed (empty: none):
+	// billing started there, so a tenant's open periods before it are not
+	// gaps to bill. Close and compute fill it.
+	firstClosed string
 	// Reprice lists closed periods before Period to reprice with Book: the
 	// difference their usage makes under Book to what was billed for them
 	// becomes repricing lines (an admin's explicit request).
@@ -129,6 +135,11 @@ func (c *Closer) Close(ctx context.Context, req Request) ([]billing.StoredStatem
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	first, _, err := c.store.FirstClosedPeriod(ctx)
+	if err != nil {
+		return nil, err
+	}
+	req.firstClosed = first
 	type result struct {
 		st  billing.StoredStatement
 		ok  bool
@@ -191,6 +202,10 @@ const closeWorkers = 4
 // left out (Request.SkipEmpty).
 func (c *Closer) closeOne(ctx context.Context, tenant string, p billing.Period, req Request) (_ billing.StoredStatement, ok bool, _ error) {
 	if cur, ok, err := c.store.Statement(ctx, tenant, p.Key); err != nil || ok {
+		if ok && len(req.Reprice) > 0 {
+			return billing.StoredStatement{}, false, fmt.Errorf("%w: %s is already closed for %s, so it can no longer carry a repricing: name the periods to reprice in the next close",
+				ErrInvalidRequest, p.Key, tenant)
+		}
 		return cur, ok, err
 	}
 	// The close is stamped before the usage is read: an event inserted
@@ -204,8 +219,11 @@ func (c *Closer) closeOne(ctx context.Context, tenant string, p billing.Period, 
 	if err != nil {
 		return billing.StoredStatement{}, false, fmt.Errorf("close %s for %s: %w", p, tenant, err)
 	}
-	if req.SkipEmpty && len(st.Lines) == 0 && !closedBefore {
-		return billing.StoredStatement{}, false, nil
+	if len(st.Lines) == 0 && !closedBefore {
+		if req.SkipEmpty {
+			return billing.StoredStatement{}, false, nil
+		}
+		return billing.StoredStatement{}, false, fmt.Errorf("%w: tenant %q has no usage in %s and no closed periods: nothing to close", ErrNotFound, tenant, p)
 	}
 	stored, err := c.store.SaveStatement(ctx, st, closedAt)
 	return stored, err == nil, err
@@ -214,6 +232,11 @@ func (c *Closer) closeOne(ctx context.Context, tenant string, p billing.Period, 
 // compute is tenant's statement of p as it would close now, not stored,
 // with its finance part when finance.
 func (c *Closer) compute(ctx context.Context, tenant string, p billing.Period, req Request, finance bool) (billing.Statement, error) {
+	first, _, err := c.store.FirstClosedPeriod(ctx)
+	if err != nil {
+		return billing.Statement{}, err
+	}
+	req.firstClosed = first
 	st, _, err := c.statement(ctx, tenant, p, req, finance && c.cost != nil)
 	return st, err
 }
@@ -227,11 +250,7 @@ func (c *Closer) statement(ctx context.Context, tenant string, p billing.Period,
 	if err != nil {
 		return billing.Statement{}, false, err
 	}
-	late, closedBefore, err := c.lateUsage(ctx, tenant, p, req)
-	if err != nil {
-		return billing.Statement{}, false, err
-	}
-	rep, err := c.repricings(ctx, tenant, p, req, late)
+	late, rep, closedBefore, err := c.earlier(ctx, tenant, p, req)
 	if err != nil {
 		return billing.Statement{}, false, err
 	}
@@ -281,175 +300,247 @@ func priceCuts(book *billing.PriceBook, p billing.Period) []time.Time {
 // lineKey identifies what a line bills, whatever its kind.
 type lineKey struct{ model, deployment, price string }
 
-// lateUsage is the usage of tenant's closed periods before p (up to
-// req.Lookback of them) that their statements and the adjustments since do
-// not bill: events that arrived after the close. Only periods whose hours
-// inserts touched since their close are read again. Each period's usage is
-// recomputed as its statement would be now and compared line by line (model,
-// deployment, price) with what was billed; what is more becomes late usage
-// of that period, at its line's price. (Usage never shrinks: events are
-// deduplicated and never deleted, so a line billed more than it now has is
-// left as billed.)
-func (c *Closer) lateUsage(ctx context.Context, tenant string, p billing.Period, req Request) (_ []billing.StatementUsage, closedBefore bool, _ error) {
+// ErrZoneChanged marks a tenant whose zone changed since its last close.
+var ErrZoneChanged = errors.New("billing time zone changed")
+
+// ErrLaterClosed marks a period that may no longer close: a later period of
+// the tenant is closed, and has billed (or will bill) its usage as late
+// usage.
+var ErrLaterClosed = errors.New("a later billing period is closed")
+
+// earlier is what tenant's periods before p (up to req.Lookback of them)
+// add to p's statement: late usage, and the repricings req.Reprice asks
+// for. closedBefore tells whether the tenant has a closed period in the
+// lookback.
+//
+// Each earlier period q is compared with what was billed for it: its own
+// usage lines when it is closed, and the adjustment lines for it of later
+// statements. A closed q, or one billed through adjustments, is read again
+// only when inserts touched its hours since the close that billed it; an
+// open q after the tenant's last close (a gap: the tenant had nothing to
+// bill when q closed for the others, or q was never closed) is read when
+// the tenant has usage in the gap. Open periods before the first period any
+// tenant closed are before billing started, and not billed. So closing p closes everything before
+// it: usage of an open earlier period is billed here, and that period may
+// not close after (ErrLaterClosed).
+//
+// q is read again under the book that billed it (the same cuts and price
+// ids as its lines, late usage priced as then) and compared line by line
+// (model, deployment, price; deployment only when q was billed per
+// deployment); what is more becomes late usage of q. Usage never shrinks
+// (events are deduplicated and never deleted), so a line billed more than
+// it now has is left as billed. A repricing of q prices that same read with
+// req.Book, so that late usage and repricing agree on what q holds.
+func (c *Closer) earlier(ctx context.Context, tenant string, p billing.Period, req Request) (late, rep []billing.StatementUsage, closedBefore bool, _ error) {
 	lookback := req.Lookback
 	if lookback <= 0 {
 		lookback = DefaultLookback
 	}
-	var (
-		out    []billing.StatementUsage
-		closed []billing.Statement // the closed periods after q, newest first
-	)
+	reprice := map[string]bool{}
+	for _, r := range req.Reprice {
+		reprice[r] = true
+	}
 	// One read of the tenant's closed statements, not one per period.
 	all, err := c.store.TenantStatements(ctx, tenant)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	byPeriod := make(map[string]billing.StoredStatement, len(all))
-	for _, st := range all {
-		byPeriod[st.Period] = st
+	var lastClosedEnd time.Time // the end of the tenant's last closed period before p
+	for _, stored := range all {
+		var st billing.Statement
+		if err := json.Unmarshal(stored.Content, &st); err != nil {
+			return nil, nil, false, fmt.Errorf("statement of %s for %s: %w", tenant, stored.Period, err)
+		}
+		if !st.PeriodStart.Before(p.End) {
+			return nil, nil, false, fmt.Errorf("%w: %s of tenant %s is closed, so %s may not close: its usage is billed as late usage of the later closes",
+				ErrLaterClosed, stored.Period, tenant, p.Key)
+		}
+		byPeriod[stored.Period] = stored
+		lastClosedEnd = maxTime(lastClosedEnd, st.PeriodEnd)
 	}
+	type billedStatement struct {
+		st       billing.Statement
+		closedAt time.Time
+	}
+	var (
+		after      []billedStatement // the closed statements after q, newest first
+		gapChecked bool
+		gapUsage   bool
+	)
 	q := p
 	for range lookback {
 		q = billing.PeriodOf(q.Start.Add(-time.Nanosecond), p.Zone)
-		stored, ok := byPeriod[q.Key]
-		if !ok {
-			continue
-		}
-		var billed billing.Statement
-		if err := json.Unmarshal(stored.Content, &billed); err != nil {
-			return nil, false, fmt.Errorf("statement of %s for %s: %w", tenant, q.Key, err)
-		}
-		if !billed.PeriodEnd.Equal(q.End) || !billed.PeriodStart.Equal(q.Start) {
-			return nil, false, fmt.Errorf("%w: %s's %s was closed in zone %s (%s to %s), its zone is now %s: periods would overlap or leave a gap; keep the zone, or change it only at a boundary the closed periods share",
-				ErrZoneChanged, tenant, q.Key, billed.Zone, billed.PeriodStart.Format(time.RFC3339), billed.PeriodEnd.Format(time.RFC3339), p.Zone)
-		}
-		closedBefore = true
-		touched, err := c.touchedSince(ctx, q, stored.ClosedAt)
-		if err != nil {
-			return nil, false, err
-		}
-		if touched {
-			// q is read again under the book it was billed with: the same
-			// cuts and price ids as its lines, and late usage priced as
-			// then, whatever the book in force says now.
-			book, err := c.bookOf(ctx, billed.PriceBook, req.Book)
-			if err != nil {
-				return nil, false, fmt.Errorf("statement of %s for %s: %w", tenant, q.Key, err)
+		stored, closed := byPeriod[q.Key]
+		var (
+			billed []billing.StatementLine
+			own    billing.Statement
+			book   = req.Book
+			since  time.Time // inserts stamped since are late; zero: a gap
+		)
+		if closed {
+			if err := json.Unmarshal(stored.Content, &own); err != nil {
+				return nil, nil, false, fmt.Errorf("statement of %s for %s: %w", tenant, q.Key, err)
 			}
-			now, err := c.usage.StatementUsage(ctx, tenant, q.Start, q.End, priceCuts(book, q))
-			if err != nil {
-				return nil, false, err
+			if !own.PeriodEnd.Equal(q.End) || !own.PeriodStart.Equal(q.Start) {
+				return nil, nil, false, fmt.Errorf("%w: %s's %s was closed in zone %s (%s to %s), its zone is now %s: periods would overlap or leave a gap; keep the zone, or change it only at a boundary the closed periods share",
+					ErrZoneChanged, tenant, q.Key, own.Zone, own.PeriodStart.Format(time.RFC3339), own.PeriodEnd.Format(time.RFC3339), p.Zone)
 			}
-			current, err := billing.ComputeStatement(tenant, q, book, now, req.ByDeployment)
-			if err != nil {
-				return nil, false, err
-			}
-			for _, u := range unbilled(q.Key, current, append([]billing.Statement{billed}, closed...)) {
-				u.Book = book
-				out = append(out, u)
-			}
-		}
-		closed = append(closed, billed)
-	}
-	return out, closedBefore, nil
-}
-
-// ErrZoneChanged marks a tenant whose zone changed since its last close.
-var ErrZoneChanged = errors.New("billing time zone changed")
-
-// repricings are the repricing items of tenant's closed periods
-// req.Reprice: for each model (and deployment), the charge of the period's
-// usage now under req.Book less everything billed for it (its usage lines,
-// the adjustment and repricing lines for it of later statements, and the
-// late usage of it this close adds, late).
-func (c *Closer) repricings(ctx context.Context, tenant string, p billing.Period, req Request, late []billing.StatementUsage) ([]billing.StatementUsage, error) {
-	type key struct{ model, deployment string }
-	keyOf := func(model, dep string) key {
-		if !req.ByDeployment {
-			dep = ""
-		}
-		return key{model, dep}
-	}
-	var out []billing.StatementUsage
-	for _, name := range req.Reprice {
-		q, err := billing.ParsePeriod(name, p.Zone)
-		if err != nil {
-			return nil, err
-		}
-		if !q.Start.Before(p.Start) {
-			return nil, fmt.Errorf("%w: repricing %s in %s: only periods before it can be repriced", ErrInvalidRequest, q.Key, p.Key)
-		}
-		charges := map[key]billing.Money{} // now − billed, per key
-		add := func(k key, m billing.Money) error {
-			sum := charges[k] + m
-			if (m > 0 && sum < charges[k]) || (m < 0 && sum > charges[k]) {
-				return fmt.Errorf("%w: repricing of %s: out of range", billing.ErrInvalidStatement, q.Key)
-			}
-			charges[k] = sum
-			return nil
-		}
-		usage, err := c.usage.StatementUsage(ctx, tenant, q.Start, q.End, priceCuts(req.Book, q))
-		if err != nil {
-			return nil, err
-		}
-		now, err := billing.ComputeStatement(tenant, q, req.Book, usage, req.ByDeployment)
-		if err != nil {
-			return nil, err
-		}
-		var billed []billing.StatementLine
-		for r := q; r.Start.Before(p.Start); r = r.Next() {
-			stored, ok, err := c.store.Statement(ctx, tenant, r.Key)
-			if err != nil {
-				return nil, err
-			}
-			if !ok {
-				if r.Key == q.Key {
-					return nil, fmt.Errorf("%w: %s of tenant %s is not closed: there is nothing to reprice", ErrNotClosed, q.Key, tenant)
+			closedBefore = true
+			for _, l := range own.Lines {
+				if l.Kind == billing.LineUsage {
+					billed = append(billed, l)
 				}
-				continue
 			}
-			var st billing.Statement
-			if err := json.Unmarshal(stored.Content, &st); err != nil {
-				return nil, fmt.Errorf("statement of %s for %s: %w", tenant, r.Key, err)
+			if book, err = c.bookOf(ctx, own.PriceBook, req.Book); err != nil {
+				return nil, nil, false, fmt.Errorf("statement of %s for %s: %w", tenant, q.Key, err)
 			}
-			for _, l := range st.Lines {
-				if (r.Key == q.Key && l.Kind == billing.LineUsage) || (r.Key != q.Key && l.Kind != billing.LineUsage && l.OriginalPeriod == q.Key) {
+			since = stored.ClosedAt
+		}
+		// Adjustments for q of later statements, oldest first: for an open
+		// q, the first one says which book and close billed it.
+		for i := len(after) - 1; i >= 0; i-- {
+			for _, l := range after[i].st.Lines {
+				if l.Kind == billing.LineAdjustment && l.OriginalPeriod == q.Key {
+					if !closed && since.IsZero() {
+						since = after[i].closedAt
+						if book, err = c.bookOf(ctx, cmp.Or(l.PriceBook, after[i].st.PriceBook), req.Book); err != nil {
+							return nil, nil, false, err
+						}
+					}
 					billed = append(billed, l)
 				}
 			}
 		}
-		var lateOfQ []billing.StatementUsage
-		for _, u := range late {
-			if u.OriginalPeriod == q.Key {
-				lateOfQ = append(lateOfQ, u)
-			}
+		if !closed && since.IsZero() && (req.firstClosed == "" || q.Key < req.firstClosed) {
+			continue // before billing started: not billed
 		}
-		if len(lateOfQ) > 0 {
-			// Priced as this close's statement prices them: the same lines.
-			lateSt, err := billing.ComputeStatement(tenant, p, req.Book, lateOfQ, req.ByDeployment)
+		if !closed && since.IsZero() && len(after) > 0 {
+			// Open, nothing billed, a later period closed: what was inserted
+			// since the oldest later close is late (before it, q was a gap
+			// of that close and billed there).
+			since = after[len(after)-1].closedAt
+		}
+		var read bool
+		if since.IsZero() {
+			if !gapChecked {
+				// One read for the whole gap: does the tenant have usage
+				// between its last close and p?
+				u, err := c.usage.StatementUsage(ctx, tenant, gapStart(p, lookback, lastClosedEnd), p.Start, nil)
+				if err != nil {
+					return nil, nil, false, err
+				}
+				gapChecked, gapUsage = true, len(u) > 0
+			}
+			read = gapUsage
+		} else if read, err = c.touchedSince(ctx, q, since); err != nil {
+			return nil, nil, false, err
+		}
+		if read || (reprice[q.Key] && len(billed) > 0) {
+			byDep := req.ByDeployment
+			if len(billed) > 0 {
+				byDep = slices.ContainsFunc(billed, func(l billing.StatementLine) bool { return l.Deployment != "" })
+			}
+			cuts := priceCuts(book, q)
+			if reprice[q.Key] {
+				cuts = append(cuts, priceCuts(req.Book, q)...)
+			}
+			now, err := c.usage.StatementUsage(ctx, tenant, q.Start, q.End, cuts)
 			if err != nil {
-				return nil, err
+				return nil, nil, false, err
 			}
-			billed = append(billed, lateSt.Lines...)
+			current, err := billing.ComputeStatement(tenant, q, book, now, byDep)
+			if err != nil {
+				return nil, nil, false, err
+			}
+			lateQ := unbilled(q.Key, current, billed, byDep)
+			for i := range lateQ {
+				lateQ[i].Book = book
+			}
+			late = append(late, lateQ...)
+			if reprice[q.Key] && len(billed) > 0 {
+				r, err := repricing(tenant, p, q, req, now, billed, lateQ, byDep)
+				if err != nil {
+					return nil, nil, false, err
+				}
+				rep = append(rep, r...)
+			}
 		}
-		for _, l := range now.Lines {
-			if err := add(keyOf(l.Model, l.Deployment), l.Charge); err != nil {
-				return nil, err
-			}
+		delete(reprice, q.Key)
+		if closed {
+			after = append(after, billedStatement{st: own, closedAt: stored.ClosedAt})
 		}
-		for _, l := range billed {
-			if err := add(keyOf(l.Model, l.Deployment), -l.Charge); err != nil {
-				return nil, err
-			}
+	}
+	for r := range reprice {
+		if r < p.Key {
+			return nil, nil, false, fmt.Errorf("%w: repricing %s in %s: only the %d periods before it can be repriced", ErrInvalidRequest, r, p.Key, lookback)
 		}
-		keys := slices.SortedFunc(maps.Keys(charges), func(a, b key) int {
-			return cmp.Or(strings.Compare(a.model, b.model), strings.Compare(a.deployment, b.deployment))
-		})
-		for _, k := range keys {
-			if d := charges[k]; d != 0 {
-				out = append(out, billing.StatementUsage{Start: q.Start, End: q.End, Model: k.model, Deployment: k.deployment,
-					OriginalPeriod: q.Key, Repricing: &d})
-			}
+		return nil, nil, false, fmt.Errorf("%w: repricing %s in %s: only periods before it can be repriced", ErrInvalidRequest, r, p.Key)
+	}
+	return late, rep, closedBefore, nil
+}
+
+// gapStart is where the tenant's unbilled gap before p starts: the end of
+// its last closed period, or the start of the lookback.
+func gapStart(p billing.Period, lookback int, lastClosedEnd time.Time) time.Time {
+	start := p
+	for range lookback {
+		start = billing.PeriodOf(start.Start.Add(-time.Nanosecond), p.Zone)
+	}
+	return maxTime(start.Start, lastClosedEnd)
+}
+
+// repricing is the repricing of q in p's statement: per model (and
+// deployment, when q was billed per deployment), the charge of q's usage
+// now under req.Book less everything billed for it (billed) and the late
+// usage of it this close adds (lateQ, priced as p's statement prices it).
+func repricing(tenant string, p, q billing.Period, req Request, now []billing.StatementUsage, billed []billing.StatementLine, lateQ []billing.StatementUsage, byDep bool) ([]billing.StatementUsage, error) {
+	type key struct{ model, deployment string }
+	keyOf := func(model, dep string) key {
+		if !byDep {
+			dep = ""
+		}
+		return key{model, dep}
+	}
+	underNew, err := billing.ComputeStatement(tenant, q, req.Book, now, byDep)
+	if err != nil {
+		return nil, err
+	}
+	lines := slices.Clone(billed)
+	if len(lateQ) > 0 {
+		lateSt, err := billing.ComputeStatement(tenant, p, req.Book, lateQ, req.ByDeployment)
+		if err != nil {
+			return nil, err
+		}
+		lines = append(lines, lateSt.Lines...)
+	}
+	charges := map[key]billing.Money{} // now − billed, per key
+	add := func(k key, m billing.Money) error {
+		sum := charges[k] + m
+		if (m > 0 && sum < charges[k]) || (m < 0 && sum > charges[k]) {
+			return fmt.Errorf("%w: repricing of %s: out of range", billing.ErrInvalidStatement, q.Key)
+		}
+		charges[k] = sum
+		return nil
+	}
+	for _, l := range underNew.Lines {
+		if err := add(keyOf(l.Model, l.Deployment), l.Charge); err != nil {
+			return nil, err
+		}
+	}
+	for _, l := range lines {
+		if err := add(keyOf(l.Model, l.Deployment), -l.Charge); err != nil {
+			return nil, err
+		}
+	}
+	keys := slices.SortedFunc(maps.Keys(charges), func(a, b key) int {
+		return cmp.Or(strings.Compare(a.model, b.model), strings.Compare(a.deployment, b.deployment))
+	})
+	var out []billing.StatementUsage
+	for _, k := range keys {
+		if d := charges[k]; d != 0 {
+			out = append(out, billing.StatementUsage{Start: q.Start, End: q.End, Model: k.model, Deployment: k.deployment,
+				OriginalPeriod: q.Key, Repricing: &d})
 		}
 	}
 	return out, nil
@@ -490,20 +581,23 @@ func (c *Closer) touchedSince(ctx context.Context, q billing.Period, closedAt ti
 	return false, nil
 }
 
-// unbilled is what current's usage lines hold beyond the usage lines of
-// q's statement and the adjustment lines for q of later statements, as late
-// usage of q.
-func unbilled(q string, current billing.Statement, statements []billing.Statement) []billing.StatementUsage {
+// unbilled is what current's usage lines hold beyond billed (everything
+// billed for q: its usage lines and the adjustment lines for it), as late
+// usage of q. Lines are matched by model, price and, with byDep, deployment.
+func unbilled(q string, current billing.Statement, billed []billing.StatementLine, byDep bool) []billing.StatementUsage {
 	type sums struct{ requests, input, cached, output uint64 }
-	billed := map[lineKey]sums{}
-	for _, st := range statements {
-		for _, l := range st.Lines {
-			if (l.Kind == billing.LineUsage && st.Period == q) || (l.Kind == billing.LineAdjustment && l.OriginalPeriod == q) {
-				k := lineKey{l.Model, l.Deployment, l.PriceID}
-				b := billed[k]
-				billed[k] = sums{b.requests + l.Requests, b.input + l.InputTokens, b.cached + l.CachedInputTokens, b.output + l.OutputTokens}
-			}
+	keyOf := func(l billing.StatementLine) lineKey {
+		k := lineKey{l.Model, l.Deployment, l.PriceID}
+		if !byDep {
+			k.deployment = ""
 		}
+		return k
+	}
+	was := map[lineKey]sums{}
+	for _, l := range billed {
+		k := keyOf(l)
+		b := was[k]
+		was[k] = sums{b.requests + l.Requests, b.input + l.InputTokens, b.cached + l.CachedInputTokens, b.output + l.OutputTokens}
 	}
 	more := func(now, then uint64) uint64 {
 		if now > then {
@@ -513,7 +607,7 @@ func unbilled(q string, current billing.Statement, statements []billing.Statemen
 	}
 	var out []billing.StatementUsage
 	for _, l := range current.Lines {
-		b := billed[lineKey{l.Model, l.Deployment, l.PriceID}]
+		b := was[keyOf(l)]
 		u := billing.StatementUsage{Start: l.ChargeStart, End: l.ChargeEnd, Model: l.Model, Deployment: l.Deployment, OriginalPeriod: q,
 			Requests: more(l.Requests, b.requests), InputTokens: more(l.InputTokens, b.input),
 			CachedInputTokens: more(l.CachedInputTokens, b.cached), OutputTokens: more(l.OutputTokens, b.output)}
@@ -525,4 +619,11 @@ func unbilled(q string, current billing.Statement, statements []billing.Statemen
 		}
 	}
 	return out
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

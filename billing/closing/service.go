@@ -267,6 +267,7 @@ func (s *Service) Close(ctx context.Context, req CloseRequest) ([]billing.Stored
 			return nil, err
 		}
 	}
+	req.Reprice = slices.Compact(slices.Sorted(slices.Values(req.Reprice))) // a period named twice is repriced once
 	for _, r := range req.Reprice {
 		q, err := billing.ParsePeriod(r, time.UTC)
 		if err != nil {
@@ -315,7 +316,7 @@ func (s *Service) Close(ctx context.Context, req CloseRequest) ([]billing.Stored
 			return nil, err
 		}
 	}
-	if err := s.checkCosted(ctx, req.Period, tenants); err != nil {
+	if err := s.checkCosted(ctx, req.Period, tenants, caughtUp); err != nil {
 		return nil, err
 	}
 	r := Request{Period: req.Period, Now: now, CaughtUp: caughtUp, Grace: grace, Book: book,
@@ -355,10 +356,12 @@ func (s *Service) lock(ctx context.Context) (func(), error) {
 	return s.mu.Unlock, nil
 }
 
-// checkCosted refuses a close before the rollup job has rolled up and
-// costed every insert up to the latest end of the period among tenants'
-// zones: the statements' allocated cost comes from the cost rollups.
-func (s *Service) checkCosted(ctx context.Context, period string, tenants []string) error {
+// checkCosted waits (up to CatchUpWait) for the rollup job to have rolled
+// up and costed every insert up to the latest end of the period among
+// tenants' zones and, with an ingest check, up to the instant ingest caught
+// up (events of the period inserted in the grace delay): the statements'
+// allocated cost comes from the cost rollups, and is stored for good.
+func (s *Service) checkCosted(ctx context.Context, period string, tenants []string, caughtUp time.Time) error {
 	var end time.Time
 	for _, t := range tenants {
 		p, err := billing.ParsePeriod(period, s.Zone(t))
@@ -372,27 +375,43 @@ func (s *Service) checkCosted(ctx context.Context, period string, tenants []stri
 	if len(tenants) == 0 {
 		return nil
 	}
-	wm, ok, err := s.d.Store.Watermark(ctx, s.cfg.RollupJob)
-	if err != nil {
-		return err
+	if s.d.CaughtUp != nil && caughtUp.After(end) {
+		end = caughtUp
 	}
-	if !ok || wm.Before(end) {
-		return fmt.Errorf("%w: %s ends at %s; the rollup job has rolled up the inserts up to %s: close once it passes the end",
-			ErrRollupBehind, period, end.UTC().Format(time.RFC3339), wm.UTC().Format(time.RFC3339))
+	deadline := time.Now().Add(s.cfg.CatchUpWait)
+	for {
+		wm, ok, err := s.d.Store.Watermark(ctx, s.cfg.RollupJob)
+		if err != nil {
+			return err
+		}
+		if ok && !wm.Before(end) {
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("%w: %s needs every insert up to %s rolled up and costed; the rollup job has reached %s: retry once it passes",
+				ErrRollupBehind, period, end.UTC().Format(time.RFC3339), wm.UTC().Format(time.RFC3339))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
-	return nil
 }
 
 // candidates are the tenants a close of period without a tenant list
-// closes: those with usage from 15 hours before the UTC month to 15 hours
-// after it (every zone's month lies in it), and those with a statement of
-// the month before (late usage of it becomes adjustments of this one).
+// closes: those with usage from 15 hours before the UTC month before it to
+// 15 hours after it (every zone's month lies in it, and late usage of the
+// month before, of tenants that had none when it closed), and those with a
+// statement of the month before (late usage of it becomes adjustments of
+// this one).
 func (s *Service) candidates(ctx context.Context, period string) ([]string, error) {
 	p, err := billing.ParsePeriod(period, time.UTC)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.d.Reads.Usage(ctx, query.UsageQuery{Start: p.Start.Add(-15 * time.Hour), End: p.End.Add(15 * time.Hour), GroupBy: []string{"tenant_id"}})
+	prev := billing.PeriodOf(p.Start.Add(-time.Nanosecond), time.UTC)
+	rows, err := s.d.Reads.Usage(ctx, query.UsageQuery{Start: prev.Start.Add(-15 * time.Hour), End: p.End.Add(15 * time.Hour), GroupBy: []string{"tenant_id"}})
 	if err != nil {
 		return nil, err
 	}
@@ -402,7 +421,6 @@ func (s *Service) candidates(ctx context.Context, period string) ([]string, erro
 			out = append(out, r.TenantID)
 		}
 	}
-	prev := billing.PeriodOf(p.Start.Add(-time.Nanosecond), time.UTC)
 	err = s.d.Store.EachStatement(ctx, prev.Key, "", func(st billing.StoredStatement) error {
 		out = append(out, st.Tenant)
 		return nil

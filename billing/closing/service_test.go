@@ -424,7 +424,7 @@ func TestServiceWaitsForIngest(t *testing.T) {
 		if calls < 3 {
 			return time.Time{}, fmt.Errorf("%w: 12 messages not yet ingested", billing.ErrIngestBehind)
 		}
-		return time.Now(), nil
+		return time.Now().Add(-time.Minute), nil // the rollup job has run since
 	}
 	prices := func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, f.store) }
 	patient, err := closing.NewService(closing.Deps{Reads: f.reads, Store: f.store, Prices: prices, CaughtUp: caughtUp}, closing.Config{})
@@ -461,4 +461,96 @@ type mutexLock struct{ mu sync.Mutex }
 func (l *mutexLock) Lock(context.Context, string) (func(), error) {
 	l.mu.Lock()
 	return l.mu.Unlock, nil
+}
+
+// TestServiceCloseOrderAndGaps covers what a reviewer found: a tenant left
+// out of a close as empty still gets its late usage billed at its next
+// close; an earlier period may not close after a later one; a closed
+// period is compared the way it was closed (per deployment or not) when
+// --billing-by-deployment changes; a repricing named twice counts once and
+// one asked on an already closed period is refused; an explicit close of
+// an unknown tenant is 404.
+func TestServiceCloseOrderAndGaps(t *testing.T) {
+	f := newServiceFixture(t)
+	ctx := t.Context()
+	if _, err := f.svc.Close(ctx, closing.CloseRequest{Period: "2026-08"}); err != nil {
+		t.Fatal(err)
+	}
+	// gamma had nothing in August when it closed; its late August event
+	// arrives after.
+	chstoretest.Insert(t, f.store, []*meterv1.InferenceEvent{ev("gamma-late", "gamma", "m", time.Date(2026, 8, 20, 0, 0, 0, 0, time.UTC), 4_000, 0, 40)})
+	f.rollUp(t)
+	if _, err := f.svc.Close(ctx, closing.CloseRequest{Period: "2026-09", Tenants: []string{"nobody"}}); !errors.Is(err, closing.ErrNotFound) {
+		t.Errorf("explicit close of an unknown tenant: err = %v, want ErrNotFound", err)
+	}
+	if _, err := f.svc.Close(ctx, closing.CloseRequest{Period: "2026-09"}); err != nil {
+		t.Fatal(err)
+	}
+	gamma, err := f.svc.Statement(ctx, "gamma", "2026-09", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls := gamma.Statement.Lines; !gamma.Closed || len(ls) != 1 || ls[0].Kind != billing.LineAdjustment || ls[0].OriginalPeriod != "2026-08" || ls[0].InputTokens != 4_000 {
+		t.Errorf("gamma's September %+v, want its late August usage as an adjustment", gamma.Statement.Lines)
+	}
+	if _, err := f.svc.Close(ctx, closing.CloseRequest{Period: "2026-08", Tenants: []string{"gamma"}}); !errors.Is(err, closing.ErrLaterClosed) {
+		t.Errorf("closing gamma's August after its September: err = %v, want ErrLaterClosed", err)
+	}
+	if _, err := f.svc.Close(ctx, closing.CloseRequest{Period: "2026-09", Tenants: []string{"acme"}, Reprice: []string{"2026-08"}}); !errors.Is(err, closing.ErrInvalidRequest) {
+		t.Errorf("repricing in a closed period: err = %v, want ErrInvalidRequest", err)
+	}
+
+	// August and September were closed per deployment; October closes
+	// without: one late event is one request late, not a month.
+	chstoretest.Insert(t, f.store, []*meterv1.InferenceEvent{ev("acme-late", "acme", "m", time.Date(2026, 9, 30, 20, 0, 0, 0, time.UTC), 1, 0, 0)})
+	f.rollUp(t)
+	flat, err := closing.NewService(closing.Deps{Reads: f.reads, Store: f.store,
+		Prices: func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, f.store) }},
+		closing.Config{Zones: map[string]*time.Location{"beta": f.zone}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A new book, then October for acme with September repriced, named
+	// twice.
+	repriced, err := billing.ParsePriceBook([]byte(strings.Replace(serviceBook, `"input_per_1m": "0.60"`, `"input_per_1m": "0.80"`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := billing.EnsurePriceBook(ctx, f.store, repriced, "test", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := flat.Close(ctx, closing.CloseRequest{Period: "2026-10", Tenants: []string{"acme"}, Reprice: []string{"2026-09", "2026-09"}}); err != nil {
+		t.Fatal(err)
+	}
+	oct, err := flat.Statement(ctx, "acme", "2026-10", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sepSt, err := flat.Statement(ctx, "acme", "2026-09", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	billed := sepSt.Statement.Charge
+	var lateRequests uint64
+	for _, l := range oct.Statement.Lines {
+		if l.OriginalPeriod == "2026-09" {
+			billed += l.Charge
+			if l.Kind == billing.LineAdjustment {
+				lateRequests += l.Requests
+			}
+		}
+	}
+	sep, _ := billing.ParsePeriod("2026-09", time.UTC)
+	nowUsage, err := f.reads.StatementUsage(ctx, "acme", sep.Start, sep.End, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	underNew, err := billing.ComputeStatement("acme", sep, repriced, nowUsage, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lateRequests != 1 || billed != underNew.Charge {
+		t.Errorf("October: %d late requests of September (want 1); September billed %s in all, its usage under the new book %s",
+			lateRequests, billed, underNew.Charge)
+	}
 }

@@ -93,3 +93,13 @@ ORDER BY tenant_id, period`
 		return fn(out)
 	})
 }
+
+// FirstClosedPeriod is the earliest period of any closed statement; ok is
+// false before the first close.
+func (s *Store) FirstClosedPeriod(ctx context.Context) (period string, ok bool, err error) {
+	err = s.each(ctx, "first closed period", "SELECT period FROM statements ORDER BY period LIMIT 1", nil, []any{&period}, func() error {
+		ok = true
+		return nil
+	})
+	return period, ok, err
+}
