@@ -20,6 +20,8 @@ import (
 
 	"tokenmeter/billing"
 	"tokenmeter/query"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // UsageReader reads a tenant's usage of a range per model and deployment,
@@ -241,40 +243,56 @@ func (c *Closer) compute(ctx context.Context, tenant string, p billing.Period, r
 	return st, err
 }
 
-// statement computes tenant's statement of p: its usage, the late usage of
-// its closed periods before, and with finance the allocated cost.
-// closedBefore tells whether the tenant has a closed period in the
-// lookback.
+// statement computes tenant's statement of p: its usage, what its earlier
+// periods add (late usage, repricings) and, with finance, the allocated
+// cost. The three reads run at once. closedBefore tells whether the tenant
+// has a closed period in the lookback.
 func (c *Closer) statement(ctx context.Context, tenant string, p billing.Period, req Request, finance bool) (_ billing.Statement, closedBefore bool, _ error) {
-	usage, err := c.usage.StatementUsage(ctx, tenant, p.Start, p.End, priceCuts(req.Book, p))
-	if err != nil {
-		return billing.Statement{}, false, err
+	var (
+		usage, late, rep []billing.StatementUsage
+		costs            []billing.HourCost
+		costQ            query.CostQuery
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		usage, err = c.usage.StatementUsage(gctx, tenant, p.Start, p.End, priceCuts(req.Book, p))
+		return err
+	})
+	g.Go(func() (err error) {
+		late, rep, closedBefore, err = c.earlier(gctx, tenant, p, req)
+		return err
+	})
+	if finance {
+		costQ = query.CostQuery{TenantID: tenant, Start: ceilHour(p.Start), End: ceilHour(p.End), Step: "hour",
+			GroupBy: []string{"model", "deployment"}}.WithDefaults(req.Book)
+		g.Go(func() (err error) {
+			costs, err = c.hourCosts(gctx, costQ)
+			return err
+		})
 	}
-	late, rep, closedBefore, err := c.earlier(ctx, tenant, p, req)
-	if err != nil {
+	if err := g.Wait(); err != nil {
 		return billing.Statement{}, false, err
 	}
 	st, err := billing.ComputeStatement(tenant, p, req.Book, slices.Concat(usage, late, rep), req.ByDeployment)
 	if err != nil || !finance {
 		return st, closedBefore, err
 	}
-	return st, closedBefore, c.attachFinance(ctx, &st, p, req.Book)
+	return st, closedBefore, billing.AttachFinance(&st, costQ.Busy, costQ.Idle, costs)
 }
 
-// attachFinance adds the allocated cost of the hours starting in p.
-func (c *Closer) attachFinance(ctx context.Context, st *billing.Statement, p billing.Period, book *billing.PriceBook) error {
-	q := query.CostQuery{TenantID: st.Tenant, Start: ceilHour(p.Start), End: ceilHour(p.End), Step: "hour",
-		GroupBy: []string{"model", "deployment"}}.WithDefaults(book)
+// hourCosts reads the allocated cost of q (a tenant's hours that start in
+// a period, per model and deployment).
+func (c *Closer) hourCosts(ctx context.Context, q query.CostQuery) ([]billing.HourCost, error) {
 	rows, err := c.cost.Cost(ctx, q)
 	if err != nil {
-		return fmt.Errorf("allocated cost: %w", err)
+		return nil, fmt.Errorf("allocated cost: %w", err)
 	}
 	costs := make([]billing.HourCost, 0, len(rows))
 	for _, r := range rows {
 		costs = append(costs, billing.HourCost{Hour: r.Start, Model: r.Group["model"], Deployment: r.Group["deployment"],
 			Cost: billing.Money(r.CostNanos), Busy: billing.Money(r.BusyNanos)})
 	}
-	return billing.AttachFinance(st, q.Busy, q.Idle, costs)
+	return costs, nil
 }
 
 // ceilHour is the first whole UTC hour at or after t.
