@@ -5,24 +5,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/billing"
 	"tokenmeter/billing/closing"
 	"tokenmeter/billing/export"
+	"tokenmeter/internal/billingtest"
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/chstore/chstoretest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
-	"tokenmeter/rollup"
 )
 
 // serviceBook prices model m at whole nano-units per token (so that a
@@ -101,14 +98,7 @@ func newServiceFixture(t *testing.T) *serviceFixture {
 // rollUp runs the rollup job over everything inserted so far.
 func (f *serviceFixture) rollUp(t *testing.T) {
 	t.Helper()
-	time.Sleep(1100 * time.Millisecond) // past the second of the last insert
-	job, err := rollup.NewJob(rollup.Config{Settle: -time.Second}, f.store, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := job.RunOnce(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	billingtest.RollUp(t, f.store)
 }
 
 func (f *serviceFixture) newService(t *testing.T, lock closing.Locker) *closing.Service {

@@ -76,19 +76,26 @@ func New(t testing.TB) (*chstore.Store, *closing.Service) {
 	if err := store.InsertGPUSamples(ctx, &gpus); err != nil {
 		t.Fatal(err)
 	}
-	// The rollup job takes the inserts of whole seconds before its run.
-	time.Sleep(1100 * time.Millisecond)
-	job, err := rollup.NewJob(rollup.Config{Settle: -time.Second}, store, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := job.RunOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
+	RollUp(t, store)
 	prices := func(ctx context.Context) (*billing.PriceBook, error) { return book, nil }
 	svc, err := closing.NewService(closing.Deps{Reads: query.New(store, query.Config{}), Store: store, Prices: prices}, closing.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return store, svc
+}
+
+// RollUp runs the rollup job once over everything inserted so far: usage
+// rolled up and costed, the watermark past the inserts.
+func RollUp(t testing.TB, store *chstore.Store) {
+	t.Helper()
+	// The rollup job takes the inserts of whole seconds before its run.
+	time.Sleep(1100 * time.Millisecond)
+	job, err := rollup.NewJob(rollup.Config{Settle: -time.Second}, store, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := job.RunOnce(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 }
