@@ -61,7 +61,12 @@ type GetCapacityReportRequest struct {
 	LowUtilization float64 `protobuf:"fixed64,11,opt,name=low_utilization,json=lowUtilization,proto3" json:"low_utilization,omitempty"`
 	// headroom_risk is the headroom below which a unit is reported at risk,
 	// in (0, 1); default 0.2.
-	HeadroomRisk  float64 `protobuf:"fixed64,12,opt,name=headroom_risk,json=headroomRisk,proto3" json:"headroom_risk,omitempty"`
+	HeadroomRisk float64 `protobuf:"fixed64,12,opt,name=headroom_risk,json=headroomRisk,proto3" json:"headroom_risk,omitempty"`
+	// format chooses the REST answer: "json" (default), "csv" (one row per
+	// unit) or "html" (one self-contained file with charts). Over gRPC only
+	// "json" or empty is accepted: gRPC clients render the report themselves
+	// (meterctl report capacity --format).
+	Format        string `protobuf:"bytes,13,opt,name=format,proto3" json:"format,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -178,6 +183,13 @@ func (x *GetCapacityReportRequest) GetHeadroomRisk() float64 {
 		return x.HeadroomRisk
 	}
 	return 0
+}
+
+func (x *GetCapacityReportRequest) GetFormat() string {
+	if x != nil {
+		return x.Format
+	}
+	return ""
 }
 
 // GetCapacityReportResponse holds the report.
@@ -1627,7 +1639,7 @@ var File_tokenmeter_v1_report_proto protoreflect.FileDescriptor
 
 const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\n" +
-	"\x1atokenmeter/v1/report.proto\x12\rtokenmeter.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18tokenmeter/v1/cost.proto\"\xe4\x03\n" +
+	"\x1atokenmeter/v1/report.proto\x12\rtokenmeter.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18tokenmeter/v1/cost.proto\"\xfc\x03\n" +
 	"\x18GetCapacityReportRequest\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x19\n" +
@@ -1643,7 +1655,8 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\x0emiss_tolerance\x18\n" +
 	" \x01(\x01R\rmissTolerance\x12'\n" +
 	"\x0flow_utilization\x18\v \x01(\x01R\x0elowUtilization\x12#\n" +
-	"\rheadroom_risk\x18\f \x01(\x01R\fheadroomRisk\"R\n" +
+	"\rheadroom_risk\x18\f \x01(\x01R\fheadroomRisk\x12\x16\n" +
+	"\x06format\x18\r \x01(\tR\x06format\"R\n" +
 	"\x19GetCapacityReportResponse\x125\n" +
 	"\x06report\x18\x01 \x01(\v2\x1d.tokenmeter.v1.CapacityReportR\x06report\"\xa0\x05\n" +
 	"\x0eCapacityReport\x120\n" +
