@@ -124,8 +124,10 @@ type Unit struct {
 	Needed []GPUsNeeded
 
 	// Profile is the mean tokens per second per UTC weekday (0 Sunday) and
-	// hour of day, over every hour of the range.
-	Profile [7][24]float64
+	// hour of day, over every hour of the range in that slot; ProfileHours
+	// counts those hours (0: the slot is not in the range).
+	Profile      [7][24]float64
+	ProfileHours [7][24]int
 	// Trend is the weekly growth and the forecast of the peak.
 	Trend Trend
 	// HourPoints are the unit's hours with GPU samples or traffic, in time

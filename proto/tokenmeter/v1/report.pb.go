@@ -1047,10 +1047,14 @@ type LoadProfileDay struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// weekday is 0 (Sunday) to 6 (Saturday), UTC.
 	Weekday int32 `protobuf:"varint,1,opt,name=weekday,proto3" json:"weekday,omitempty"`
-	// tokens_per_second holds 24 values, one per UTC hour of the day.
+	// tokens_per_second holds 24 values, one per UTC hour of the day: the
+	// mean over that slot's hours in the range (0 where hours is 0).
 	TokensPerSecond []float64 `protobuf:"fixed64,2,rep,packed,name=tokens_per_second,json=tokensPerSecond,proto3" json:"tokens_per_second,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// hours holds 24 counts: the range's hours in each slot (0: the slot is
+	// not in the range, and its value means nothing).
+	Hours         []int32 `protobuf:"varint,3,rep,packed,name=hours,proto3" json:"hours,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LoadProfileDay) Reset() {
@@ -1093,6 +1097,13 @@ func (x *LoadProfileDay) GetWeekday() int32 {
 func (x *LoadProfileDay) GetTokensPerSecond() []float64 {
 	if x != nil {
 		return x.TokensPerSecond
+	}
+	return nil
+}
+
+func (x *LoadProfileDay) GetHours() []int32 {
+	if x != nil {
+		return x.Hours
 	}
 	return nil
 }
@@ -1744,10 +1755,11 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\n" +
 	"arithmetic\x18\x04 \x01(\tR\n" +
 	"arithmetic\x12\x16\n" +
-	"\x06change\x18\x05 \x01(\x03R\x06change\"V\n" +
+	"\x06change\x18\x05 \x01(\x03R\x06change\"l\n" +
 	"\x0eLoadProfileDay\x12\x18\n" +
 	"\aweekday\x18\x01 \x01(\x05R\aweekday\x12*\n" +
-	"\x11tokens_per_second\x18\x02 \x03(\x01R\x0ftokensPerSecond\"\xfc\x01\n" +
+	"\x11tokens_per_second\x18\x02 \x03(\x01R\x0ftokensPerSecond\x12\x14\n" +
+	"\x05hours\x18\x03 \x03(\x05R\x05hours\"\xfc\x01\n" +
 	"\rCapacityTrend\x121\n" +
 	"\x05weeks\x18\x01 \x03(\v2\x1b.tokenmeter.v1.CapacityWeekR\x05weeks\x12!\n" +
 	"\fgrowth_known\x18\x02 \x01(\bR\vgrowthKnown\x12\x16\n" +
