@@ -44,11 +44,13 @@ type Query struct {
 	// attainment to count (default 100).
 	MinHourRequests uint64
 	// MissTolerance is the share of hours at or below the sustainable load
-	// that may miss the target (isolated incidents; default 0.05).
-	MissTolerance float64
+	// that may miss the target (isolated incidents; nil: 0.05).
+	MissTolerance *float64
 	// LowUtilization and HeadroomRisk are the thresholds of the findings
 	// (defaults 0.3 and 0.2).
 	LowUtilization, HeadroomRisk float64
+	// Currency labels the amounts (the price book's currency).
+	Currency string
 }
 
 // Report is the capacity report of a range.

@@ -54,8 +54,8 @@ type GetCapacityReportRequest struct {
 	MinHourRequests uint64 `protobuf:"varint,9,opt,name=min_hour_requests,json=minHourRequests,proto3" json:"min_hour_requests,omitempty"`
 	// miss_tolerance is the share of the hours at or below the sustainable
 	// load that may miss the target (isolated incidents), in [0, 0.5);
-	// default 0.05.
-	MissTolerance float64 `protobuf:"fixed64,10,opt,name=miss_tolerance,json=missTolerance,proto3" json:"miss_tolerance,omitempty"`
+	// default 0.05 (unset).
+	MissTolerance *float64 `protobuf:"fixed64,10,opt,name=miss_tolerance,json=missTolerance,proto3,oneof" json:"miss_tolerance,omitempty"`
 	// low_utilization is the utilization below which a unit is reported as
 	// over-provisioned, in (0, 1); default 0.3.
 	LowUtilization float64 `protobuf:"fixed64,11,opt,name=low_utilization,json=lowUtilization,proto3" json:"low_utilization,omitempty"`
@@ -165,8 +165,8 @@ func (x *GetCapacityReportRequest) GetMinHourRequests() uint64 {
 }
 
 func (x *GetCapacityReportRequest) GetMissTolerance() float64 {
-	if x != nil {
-		return x.MissTolerance
+	if x != nil && x.MissTolerance != nil {
+		return *x.MissTolerance
 	}
 	return 0
 }
@@ -1650,7 +1650,7 @@ var File_tokenmeter_v1_report_proto protoreflect.FileDescriptor
 
 const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\n" +
-	"\x1atokenmeter/v1/report.proto\x12\rtokenmeter.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18tokenmeter/v1/cost.proto\"\xfc\x03\n" +
+	"\x1atokenmeter/v1/report.proto\x12\rtokenmeter.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18tokenmeter/v1/cost.proto\"\x94\x04\n" +
 	"\x18GetCapacityReportRequest\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x19\n" +
@@ -1662,12 +1662,13 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\x06growth\x18\x06 \x01(\tR\x06growth\x127\n" +
 	"\x18target_tokens_per_second\x18\a \x01(\x01R\x15targetTokensPerSecond\x12#\n" +
 	"\rhorizon_weeks\x18\b \x01(\x05R\fhorizonWeeks\x12*\n" +
-	"\x11min_hour_requests\x18\t \x01(\x04R\x0fminHourRequests\x12%\n" +
+	"\x11min_hour_requests\x18\t \x01(\x04R\x0fminHourRequests\x12*\n" +
 	"\x0emiss_tolerance\x18\n" +
-	" \x01(\x01R\rmissTolerance\x12'\n" +
+	" \x01(\x01H\x00R\rmissTolerance\x88\x01\x01\x12'\n" +
 	"\x0flow_utilization\x18\v \x01(\x01R\x0elowUtilization\x12#\n" +
 	"\rheadroom_risk\x18\f \x01(\x01R\fheadroomRisk\x12\x16\n" +
-	"\x06format\x18\r \x01(\tR\x06format\"R\n" +
+	"\x06format\x18\r \x01(\tR\x06formatB\x11\n" +
+	"\x0f_miss_tolerance\"R\n" +
 	"\x19GetCapacityReportResponse\x125\n" +
 	"\x06report\x18\x01 \x01(\v2\x1d.tokenmeter.v1.CapacityReportR\x06report\"\xa0\x05\n" +
 	"\x0eCapacityReport\x120\n" +
@@ -1883,6 +1884,7 @@ func file_tokenmeter_v1_report_proto_init() {
 		return
 	}
 	file_tokenmeter_v1_cost_proto_init()
+	file_tokenmeter_v1_report_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -1,0 +1,283 @@
+package capacity
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"tokenmeter/query"
+)
+
+// ErrNotFound marks a report of a deployment the range knows nothing of.
+var ErrNotFound = errors.New("not found")
+
+// Source is what a report reads; *query.Service implements it.
+type Source interface {
+	GPUUsage(ctx context.Context, q query.GPUUsageQuery) ([]query.GPUUsageRow, error)
+	Rollups(ctx context.Context, q query.RollupQuery) ([]query.RollupRow, error)
+}
+
+var _ Source = (*query.Service)(nil)
+
+// Limits and defaults of a query.
+const (
+	// MaxRange is the longest range a report covers.
+	MaxRange = 400 * 24 * time.Hour
+	// MinQualifyingHours is the fewest qualifying hours a sustainable
+	// throughput estimate needs.
+	MinQualifyingHours = 24
+	// MaxHorizonWeeks bounds the forecast horizon.
+	MaxHorizonWeeks = 104
+
+	defaultTarget          = 0.99
+	defaultHorizonWeeks    = 13
+	defaultMinHourRequests = 100
+	defaultMissTolerance   = 0.05
+	defaultLowUtilization  = 0.3
+	defaultHeadroomRisk    = 0.2
+)
+
+// decimal is the form of a growth factor: digits with an optional fraction.
+var decimal = regexp.MustCompile(`^[0-9]{1,6}(\.[0-9]{1,9})?$`)
+
+// Normalize fills the defaults of q and checks it, joining every problem;
+// errors wrap query.ErrInvalidQuery.
+func (q Query) Normalize() (Query, error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", query.ErrInvalidQuery, fmt.Sprintf(format, a...))
+	}
+	var errs []error
+	q.Start, q.End = q.Start.UTC(), q.End.UTC()
+	switch {
+	case q.Start.IsZero() || q.End.IsZero():
+		errs = append(errs, bad("start and end are required"))
+	case !q.End.After(q.Start):
+		errs = append(errs, bad("the range is empty: end (%s) must be after start (%s)", q.End.Format(time.RFC3339), q.Start.Format(time.RFC3339)))
+	case !q.Start.Truncate(time.Hour).Equal(q.Start) || !q.End.Truncate(time.Hour).Equal(q.End):
+		errs = append(errs, bad("start and end must lie on whole hours (GPU time is computed per hour)"))
+	case q.End.Sub(q.Start) > MaxRange:
+		errs = append(errs, bad("range of %s is longer than %d days", q.End.Sub(q.Start), int(MaxRange/(24*time.Hour))))
+	case q.Start.Unix() < 0 || q.End.Unix() > 1<<32-1:
+		errs = append(errs, bad("range must lie between 1970 and 2106"))
+	}
+	switch q.GroupBy {
+	case "":
+		q.GroupBy = ByDeployment
+	case ByDeployment, ByModel, ByGPUType:
+	default:
+		errs = append(errs, bad("group_by %q: want deployment, model or gpu_type", q.GroupBy))
+	}
+	if q.Target == 0 {
+		q.Target = defaultTarget
+	}
+	if !(q.Target > 0 && q.Target <= 1) {
+		errs = append(errs, bad("target %v: want an attainment in (0, 1], e.g. 0.99", q.Target))
+	}
+	if q.Growth == "" {
+		q.Growth = "1"
+	}
+	if g, ok := parseGrowth(q.Growth); !ok || g.Sign() <= 0 {
+		errs = append(errs, bad("growth %q: want a decimal number greater than 0, e.g. 1.3", q.Growth))
+	}
+	if !(q.TargetTokensPerSecond >= 0 && q.TargetTokensPerSecond < 1e15) {
+		errs = append(errs, bad("target tokens per second %v: want a number of at least 0", q.TargetTokensPerSecond))
+	}
+	if q.HorizonWeeks == 0 {
+		q.HorizonWeeks = defaultHorizonWeeks
+	}
+	if q.HorizonWeeks < 0 || q.HorizonWeeks > MaxHorizonWeeks {
+		errs = append(errs, bad("horizon of %d weeks: want 1 to %d", q.HorizonWeeks, MaxHorizonWeeks))
+	}
+	if q.MinHourRequests == 0 {
+		q.MinHourRequests = defaultMinHourRequests
+	}
+	tolerance := defaultMissTolerance
+	if q.MissTolerance != nil {
+		tolerance = *q.MissTolerance
+	}
+	q.MissTolerance = &tolerance
+	if !(tolerance >= 0 && tolerance < 0.5) {
+		errs = append(errs, bad("miss tolerance %v: want a share in [0, 0.5)", tolerance))
+	}
+	if q.LowUtilization == 0 {
+		q.LowUtilization = defaultLowUtilization
+	}
+	if !(q.LowUtilization > 0 && q.LowUtilization < 1) {
+		errs = append(errs, bad("low utilization %v: want a share in (0, 1)", q.LowUtilization))
+	}
+	if q.HeadroomRisk == 0 {
+		q.HeadroomRisk = defaultHeadroomRisk
+	}
+	if !(q.HeadroomRisk > 0 && q.HeadroomRisk < 1) {
+		errs = append(errs, bad("headroom risk %v: want a share in (0, 1)", q.HeadroomRisk))
+	}
+	return q, errors.Join(errs...)
+}
+
+// depHour is one deployment's hour: GPU time and cost from the GPU
+// rollups, requests and tokens from the usage rollups.
+type depHour struct {
+	gpuSec, busySec, unpricedSec float64
+	maxGPUs                      uint32
+	cost, busyCost, idleCost     int64
+	requests, good, in, out      uint64
+}
+
+func (h *depHour) add(o *depHour) {
+	h.gpuSec += o.gpuSec
+	h.busySec += o.busySec
+	h.unpricedSec += o.unpricedSec
+	h.maxGPUs += o.maxGPUs // distinct deployments' GPUs add up
+	h.cost += o.cost
+	h.busyCost += o.busyCost
+	h.idleCost += o.idleCost
+	h.requests += o.requests
+	h.good += o.good
+	h.in += o.in
+	h.out += o.out
+}
+
+func (h *depHour) tokens() uint64 { return h.in + h.out }
+
+// deployment is what the range holds of one deployment.
+type deployment struct {
+	name   string
+	hours  map[int]*depHour // hour index from the range start
+	models map[string]uint64
+	types  map[string]float64 // GPU seconds per GPU type
+}
+
+func (d *deployment) hour(i int) *depHour {
+	h := d.hours[i]
+	if h == nil {
+		h = &depHour{}
+		d.hours[i] = h
+	}
+	return h
+}
+
+// Build reads the range's hourly GPU usage and usage rollups and computes
+// the report. Invalid queries fail with errors wrapping
+// query.ErrInvalidQuery; a deployment the range knows nothing of with
+// ErrNotFound. Amounts are in the price book's currency, which the caller
+// sets (Report.Currency).
+func Build(ctx context.Context, src Source, q Query) (*Report, error) {
+	q, err := q.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	var (
+		gpuRows []query.GPUUsageRow
+		useRows []query.RollupRow
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		gpuRows, err = src.GPUUsage(gctx, query.GPUUsageQuery{Start: q.Start, End: q.End, Step: "hour", GroupBy: []string{"deployment", "gpu_type"}})
+		return err
+	})
+	g.Go(func() (err error) {
+		// A limit, so that a long range of many deployments is not refused
+		// as too many series: the rows are summed here, not returned.
+		useRows, err = src.Rollups(gctx, query.RollupQuery{Start: q.Start, End: q.End, Step: "hour",
+			GroupBy: []string{"model", "deployment"}, Columns: query.CounterColumns, Limit: math.MaxInt32})
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	deps := map[string]*deployment{}
+	dep := func(name string) *deployment {
+		d := deps[name]
+		if d == nil {
+			d = &deployment{name: name, hours: map[int]*depHour{}, models: map[string]uint64{}, types: map[string]float64{}}
+			deps[name] = d
+		}
+		return d
+	}
+	index := func(t time.Time) int { return int(t.Sub(q.Start) / time.Hour) }
+	for i := range gpuRows {
+		r := &gpuRows[i]
+		d := dep(r.Group["deployment"])
+		h := d.hour(index(r.Start))
+		h.gpuSec += r.GPUSeconds
+		h.busySec += r.BusySeconds
+		h.unpricedSec += r.UnpricedSeconds
+		h.maxGPUs += r.MaxGPUs
+		h.cost += r.CostNanos
+		h.busyCost += r.BusyCostNanos
+		h.idleCost += r.IdleCostNanos
+		d.types[r.Group["gpu_type"]] += r.GPUSeconds
+	}
+	for i := range useRows {
+		r := &useRows[i]
+		d := dep(r.Group["deployment"])
+		h := d.hour(index(r.Start))
+		h.requests += r.Requests
+		h.good += r.GoodRequests
+		h.in += r.PromptTokens
+		h.out += r.OutputTokens
+		d.models[r.Group["model"]] += r.PromptTokens + r.OutputTokens
+	}
+	if q.Deployment != "" {
+		d, ok := deps[q.Deployment]
+		if !ok {
+			return nil, fmt.Errorf("%w: deployment %q has neither GPU samples nor traffic between %s and %s",
+				ErrNotFound, q.Deployment, q.Start.Format(time.RFC3339), q.End.Format(time.RFC3339))
+		}
+		deps = map[string]*deployment{q.Deployment: d}
+	}
+	rep := &Report{Start: q.Start, End: q.End, GroupBy: q.GroupBy, Target: q.Target, Growth: q.Growth,
+		TargetTPS: q.TargetTokensPerSecond, HorizonWeeks: q.HorizonWeeks, MinHourRequests: q.MinHourRequests,
+		MissTolerance: *q.MissTolerance, LowUtilization: q.LowUtilization, HeadroomRisk: q.HeadroomRisk, Currency: q.Currency}
+	all := make([]*deployment, 0, len(deps))
+	for _, d := range deps {
+		all = append(all, d)
+	}
+	slices.SortFunc(all, func(a, b *deployment) int { return cmp.Compare(a.name, b.name) })
+	rep.Fleet = computeUnit(q, "fleet", all, false)
+	if len(all) == 0 {
+		rep.NotEnoughData = fmt.Sprintf("no GPU samples and no traffic between %s and %s",
+			q.Start.Format(time.RFC3339), q.End.Format(time.RFC3339))
+		return rep, nil
+	}
+	groups := map[string][]*deployment{}
+	for _, d := range all {
+		key := d.name
+		switch q.GroupBy {
+		case ByModel:
+			key = largest(d.models, "(no traffic)")
+		case ByGPUType:
+			key = largest(d.types, "(no GPU samples)")
+		}
+		groups[key] = append(groups[key], d)
+	}
+	names := make([]string, 0, len(groups))
+	for name := range groups {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		rep.Units = append(rep.Units, computeUnit(q, name, groups[name], true))
+	}
+	rep.Findings = findings(q, rep.Units)
+	return rep, nil
+}
+
+// largest is the key of m's largest positive value (the first in key
+// order on a tie), or none when m has none.
+func largest[V uint64 | float64](m map[string]V, none string) string {
+	best, bestV := none, V(0)
+	for k, v := range m {
+		if v > bestV || (v == bestV && v > 0 && k < best) {
+			best, bestV = k, v
+		}
+	}
+	return best
+}

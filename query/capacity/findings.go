@@ -1,0 +1,136 @@
+package capacity
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"tokenmeter/billing"
+)
+
+// Finding kinds.
+const (
+	KindAtRisk          = "at_risk"
+	KindOverProvisioned = "over_provisioned"
+	KindSaturated       = "saturated"
+	KindNotEnoughData   = "not_enough_data"
+)
+
+// findings states in plain words what a planner acts on: units at risk
+// (little headroom, attainment falling at high load), units that miss the
+// target at every load, over-provisioned units (low utilization, idle
+// cost) and what the data could not support. Most urgent first.
+func findings(q Query, units []Unit) []Finding {
+	var out []Finding
+	add := func(u *Unit, kind string, severity int, format string, a ...any) {
+		out = append(out, Finding{Unit: u.Name, Kind: kind, Severity: severity, Text: u.Name + " " + fmt.Sprintf(format, a...)})
+	}
+	for i := range units {
+		u := &units[i]
+		s := &u.Sustainable
+		switch {
+		case u.HoursWithGPUs > 0 && u.Requests == 0:
+			add(u, KindOverProvisioned, 2, "served no traffic: all %s GPU-hours were idle, costing %s.",
+				number(u.GPUHours, 1), money(u.IdleCostNanos, q.Currency))
+		case u.HoursWithGPUs > 0 && u.Utilization < q.LowUtilization:
+			text := fmt.Sprintf("is over-provisioned: utilization %s (p95 of hours %s); %s of %s GPU-hours were idle, costing %s",
+				percent(u.Utilization), percent(u.P95Utilization), number(u.IdleGPUHours, 1), number(u.GPUHours, 1), money(u.IdleCostNanos, q.Currency))
+			if u.CostNanos > 0 {
+				text += fmt.Sprintf(" (%s of its GPU cost)", percent(float64(u.IdleCostNanos)/float64(u.CostNanos)))
+			}
+			if len(u.Needed) > 0 && u.Needed[0].Change < 0 {
+				text += fmt.Sprintf(". Its observed peak needs %d GPUs of the %d it ran", u.Needed[0].GPUs, u.MaxGPUs)
+			}
+			add(u, KindOverProvisioned, 1, "%s.", text)
+		}
+		switch {
+		case !s.Known && s.QualifyingHours >= MinQualifyingHours:
+			add(u, KindSaturated, 2, "misses its SLO under load: %s", s.Reason)
+		case !s.Known && u.Requests > 0:
+			add(u, KindNotEnoughData, 0, "has no sustainable-throughput estimate: %s.", s.Reason)
+		case s.Known && s.LowerBound:
+			add(u, KindNotEnoughData, 0, "never missed the %s target at any observed load: its sustainable throughput is at least %s tokens/s per GPU (%d supporting hours).",
+				percent(q.Target), number(s.TokensPerSecondPerGPU, 1), s.SupportingHours)
+		}
+		// Against a lower bound, headroom is a lower bound too: no risk shown.
+		if u.HeadroomKnown && !s.LowerBound && u.Headroom < q.HeadroomRisk {
+			text := fmt.Sprintf("is at risk: headroom %s at the peak hour %s (%s tokens/s per GPU against a sustainable %s)",
+				percent(u.Headroom), u.Peak.Start.Format("2006-01-02 15:04 UTC"), number(u.Peak.TokensPerSecondPerGPU, 1), number(s.TokensPerSecondPerGPU, 1))
+			for _, n := range u.Needed {
+				if n.Change > 0 {
+					text += fmt.Sprintf("; %s needs %d GPUs (%+d)", n.For, n.GPUs, n.Change)
+				}
+			}
+			add(u, KindAtRisk, 2, "%s.", text)
+		}
+		if good, all, hours := highLoadAttainment(u.HourPoints); hours > 0 && float64(good) < q.Target*float64(all) {
+			add(u, KindAtRisk, 2, "drops below its SLO at high load: attainment %s over its %d busiest qualifying hours (per GPU), against the %s target.",
+				percent(float64(good)/float64(all)), hours, percent(q.Target))
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Finding) int {
+		return cmp.Or(cmp.Compare(b.Severity, a.Severity), cmp.Compare(a.Unit, b.Unit), cmp.Compare(a.Kind, b.Kind))
+	})
+	return out
+}
+
+// highLoadAttainment pools the requests of the highest-load tenth (at
+// least one) of the qualifying hours.
+func highLoadAttainment(points []HourPoint) (good, all uint64, hours int) {
+	var qual []HourPoint
+	for _, p := range points {
+		if p.Qualifies {
+			qual = append(qual, p)
+		}
+	}
+	if len(qual) == 0 {
+		return 0, 0, 0
+	}
+	slices.SortStableFunc(qual, func(a, b HourPoint) int { return cmp.Compare(b.TokensPerSecondPerGPU, a.TokensPerSecondPerGPU) })
+	hours = max(1, len(qual)/10)
+	for _, p := range qual[:hours] {
+		good += p.GoodRequests
+		all += p.Requests
+	}
+	return good, all, hours
+}
+
+// number writes v with thousands separators and the given decimals.
+func number(v float64, decimals int) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	return grouped(strconv.FormatFloat(v, 'f', decimals, 64))
+}
+
+// grouped puts thousands separators into a decimal string.
+func grouped(s string) string {
+	sign := ""
+	if strings.HasPrefix(s, "-") {
+		sign, s = "-", s[1:]
+	}
+	intPart, frac, hasFrac := strings.Cut(s, ".")
+	var b strings.Builder
+	b.WriteString(sign)
+	for i, c := range intPart {
+		if i > 0 && (len(intPart)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if hasFrac {
+		b.WriteString("." + frac)
+	}
+	return b.String()
+}
+
+// percent writes a share as a percentage with one decimal.
+func percent(v float64) string { return number(v*100, 1) + "%" }
+
+// money writes an amount rounded to cents, with its currency.
+func money(nanos int64, currency string) string {
+	return strings.TrimSpace(currency + " " + grouped(billing.Money(nanos).StringFixed(2)))
+}
