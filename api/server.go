@@ -87,6 +87,9 @@ type Services struct {
 	// Billing serves billing periods, closes, statements and exports; nil
 	// leaves it unregistered.
 	Billing Billing
+	// Reports serves the capacity report, with the currency of the price
+	// book in force from Prices; nil leaves it unregistered.
+	Reports ReportReader
 }
 
 // Server is the gRPC server and the HTTP server (REST gateway, metrics, health).
@@ -113,6 +116,11 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 			// The price book in force labels amounts and gives the default
 			// policies: without one, answers would quietly use the empty book.
 			return nil, errors.New("api: Services.Cost needs Services.Prices (or a Cost that keeps the price books)")
+		}
+	}
+	if svc != nil && svc.Reports != nil && svc.Prices == nil {
+		if _, ok := svc.Reports.(PriceBookStore); !ok {
+			return nil, errors.New("api: Services.Reports needs Services.Prices (or a Reports that keeps the price books)")
 		}
 	}
 	if cfg.MaxBatchEvents == 0 {
@@ -197,6 +205,9 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 			{"billing", svc.Billing != nil, func(r grpc.ServiceRegistrar) {
 				meterv1.RegisterBillingServiceServer(r, &billingService{b: svc.Billing, chunk: cfg.ExportChunkBytes})
 			}, meterv1.RegisterBillingServiceHandler},
+			{"report", svc.Reports != nil, func(r grpc.ServiceRegistrar) {
+				meterv1.RegisterReportServiceServer(r, newReportService(svc))
+			}, meterv1.RegisterReportServiceHandler},
 		}
 		for _, sv := range services {
 			if sv.offered {

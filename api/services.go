@@ -20,6 +20,7 @@ import (
 	"tokenmeter/ingest"
 	"tokenmeter/internal/ident"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
+	"tokenmeter/query/capacity"
 )
 
 // Publisher is the publish path the ingest service needs; *ingest.Publisher implements it.
@@ -59,6 +60,8 @@ var methodRoles = map[string][]Role{
 	meterv1.BillingService_ExportStatements_FullMethodName:   {RoleTenant, RoleFinance, RoleAdmin},
 	meterv1.BillingService_ExportUsageCost_FullMethodName:    {RoleTenant, RoleFinance, RoleAdmin},
 	meterv1.BillingService_CloseBillingPeriod_FullMethodName: {RoleAdmin},
+	// The capacity report shows every deployment's GPUs and cost.
+	meterv1.ReportService_GetCapacityReport_FullMethodName: {RoleFinance, RoleAdmin},
 }
 
 // errTooLarge is a request beyond the batch length limit.
@@ -176,7 +179,7 @@ func toStatus(ctx context.Context, logger *slog.Logger, err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, query.ErrInvalidQuery), errors.Is(err, errInvalidDocument):
 		code = codes.InvalidArgument
-	case errors.Is(err, closing.ErrNotFound):
+	case errors.Is(err, closing.ErrNotFound), errors.Is(err, capacity.ErrNotFound):
 		code = codes.NotFound
 	case errors.Is(err, closing.ErrInvalidRequest), errors.Is(err, billing.ErrInvalidPeriod), errors.Is(err, export.ErrUnknownFormat):
 		code = codes.InvalidArgument

@@ -100,7 +100,7 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer cancel()
 	reads := query.New(store, query.Config{})
 	srv, err := api.New(sctx, api.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"},
-		&api.Services{Keys: keys, Usage: reads, Rollups: reads, Cost: reads, Prices: store}, store.Ping, prometheus.NewRegistry(), logger)
+		&api.Services{Keys: keys, Usage: reads, Rollups: reads, Cost: reads, Prices: store, Reports: reads}, store.Ping, prometheus.NewRegistry(), logger)
 	if err != nil {
 		return err
 	}
