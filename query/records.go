@@ -191,6 +191,9 @@ type GPUUsageQuery struct {
 	Step string
 	// GroupBy lists fields of GPUGroupFields.
 	GroupBy []string
+	// NoTokens leaves out the tokens served, for a caller that reads them
+	// elsewhere (the join reads every cost row of the range).
+	NoTokens bool
 }
 
 // StepSeconds is the width of the query's step in seconds: 0 for "total",

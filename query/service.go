@@ -403,13 +403,13 @@ func (s *Service) Cost(ctx context.Context, q CostQuery) ([]CostRow, error) {
 }
 
 // GPUUsage runs a GPU usage query; the tokens served are joined when the
-// grouping allows (GPUUsageRow.TokensKnown).
+// grouping allows (GPUUsageRow.TokensKnown) and the query wants them.
 func (s *Service) GPUUsage(ctx context.Context, q GPUUsageQuery) ([]GPUUsageRow, error) {
 	q, err := q.Normalize()
 	if err != nil {
 		return nil, err
 	}
-	return s.src.GPUUsageRows(ctx, q, GPUTokens{Join: q.tokensJoinable(), Except: billing.IdleTenant})
+	return s.src.GPUUsageRows(ctx, q, GPUTokens{Join: q.tokensJoinable() && !q.NoTokens, Except: billing.IdleTenant})
 }
 
 // UsageCostSource streams the detailed usage-and-cost rows of a normalized

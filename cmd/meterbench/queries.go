@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -43,11 +44,16 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	reuse := fs.String("reuse", "", "time the queries only, on the ClickHouse directory of an earlier run (a copy: `cp -al` of its clickhouse folder while it runs), loaded the same day")
 	keep := fs.String("keep", "", "load into a new ClickHouse directory DIR and keep it, for later runs with --reuse DIR")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed queries to this file")
+	match := fs.String("match", "", "time only the queries whose description matches this regular expression")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *keep != "" && *reuse != "" {
 		return errors.New("--keep and --reuse exclude each other")
+	}
+	only, err := regexp.Compile(*match)
+	if err != nil {
+		return fmt.Errorf("--match: %w", err)
 	}
 	progress := func(format string, a ...any) { fmt.Fprintf(stderr, "meterbench: "+format+"\n", a...) }
 	logger := logsetup.Warnings(stderr)
@@ -114,6 +120,7 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	usage := meterv1.NewUsageServiceClient(gc)
 	metrics := meterv1.NewMetricsServiceClient(gc)
 	cost := meterv1.NewCostServiceClient(gc)
+	reports := meterv1.NewReportServiceClient(gc)
 	key := func(k string) context.Context {
 		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+k)
 	}
@@ -180,8 +187,19 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			_, err := cost.GetGpuUsage(key("finance"), &meterv1.GetGpuUsageRequest{Start: ts(start), End: ts(end), Step: "hour", GroupBy: []string{"deployment"}})
 			return err
 		}},
+		{"GetCapacityReport, all deployments, 30 days, growth 1.3 (finance)", *reps, func() error {
+			_, err := reports.GetCapacityReport(key("finance"), &meterv1.GetCapacityReportRequest{Start: ts(start), End: ts(end), Growth: "1.3"})
+			return err
+		}},
+		{"GetCapacityReport, by model, 30 days (finance)", *reps, func() error {
+			_, err := reports.GetCapacityReport(key("finance"), &meterv1.GetCapacityReportRequest{Start: ts(start), End: ts(end), GroupBy: "model"})
+			return err
+		}},
 	}
 	for _, s := range steps {
+		if !only.MatchString(s.what) {
+			continue
+		}
 		// One untimed call first: the first query of a table after a
 		// server start loads its marks and reads from disk.
 		if s.n > 2 {

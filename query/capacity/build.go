@@ -179,7 +179,8 @@ func Build(ctx context.Context, src Source, q Query) (*Report, error) {
 	)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() (err error) {
-		gpuRows, err = src.GPUUsage(gctx, query.GPUUsageQuery{Start: q.Start, End: q.End, Step: "hour", GroupBy: []string{"deployment", "gpu_type"}})
+		gpuRows, err = src.GPUUsage(gctx, query.GPUUsageQuery{Start: q.Start, End: q.End, Step: "hour", GroupBy: []string{"deployment", "gpu_type"},
+			NoTokens: true}) // tokens come from the counters
 		return err
 	})
 	g.Go(func() (err error) {

@@ -111,7 +111,7 @@ func TestSaturatingDeployment(t *testing.T) {
 	}
 	// What the report reads: hourly GPU usage by deployment and GPU type,
 	// hourly counters by model and deployment.
-	if len(f.gpuQ) != 1 || f.gpuQ[0].Step != "hour" || !slices.Equal(f.gpuQ[0].GroupBy, []string{"deployment", "gpu_type"}) {
+	if len(f.gpuQ) != 1 || f.gpuQ[0].Step != "hour" || !f.gpuQ[0].NoTokens || !slices.Equal(f.gpuQ[0].GroupBy, []string{"deployment", "gpu_type"}) {
 		t.Errorf("GPU usage queries %+v", f.gpuQ)
 	}
 	if len(f.useQ) != 1 || f.useQ[0].Step != "hour" || f.useQ[0].Columns != query.CounterColumns {
