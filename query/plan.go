@@ -20,6 +20,10 @@ const (
 	LevelTenantHour
 	// LevelTotalHour: one row per hour, every tenant together.
 	LevelTotalHour
+	// LevelDeploymentHour: one row per hour, model and deployment, every
+	// tenant together (the capacity report's read, Service.DeploymentHours;
+	// levelFor never picks it).
+	LevelDeploymentHour
 )
 
 // levelFor picks the coarsest rollup level that answers a query: the hour

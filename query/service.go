@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"tokenmeter/billing"
 	"tokenmeter/rollup"
 	"tokenmeter/rollup/sketch"
@@ -410,6 +412,88 @@ func (s *Service) GPUUsage(ctx context.Context, q GPUUsageQuery) ([]GPUUsageRow,
 		return nil, err
 	}
 	return s.src.GPUUsageRows(ctx, q, GPUTokens{Join: q.tokensJoinable() && !q.NoTokens, Except: billing.IdleTenant})
+}
+
+// LevelVersionSource reads the newest version of each hour of a range at an
+// hour level of the rollups.
+type LevelVersionSource interface {
+	LevelVersions(ctx context.Context, level Level, from, to time.Time) (map[time.Time]uint64, error)
+}
+
+// DeploymentHours reads the counters (requests, goodput, tokens, errors)
+// of a whole-hour range per hour, model and deployment, every tenant
+// together, from the deployment level of the rollups: a few rows per hour
+// instead of every tenant's. An hour whose newest rows there are older
+// than its newest all-tenant row (an hour rolled up before the level
+// existed and not yet backfilled, or by a replica of older code) is read
+// from the hour rows instead, so the answer is the same as from the hour
+// rows alone. A source without hour versions reads the hour rows.
+func (s *Service) DeploymentHours(ctx context.Context, start, end time.Time) ([]RollupRow, error) {
+	q, err := RollupQuery{Start: start, End: end, Step: "hour", GroupBy: []string{"model", "deployment"}, Columns: CounterColumns}.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	if !q.Start.Truncate(time.Hour).Equal(q.Start) || !q.End.Truncate(time.Hour).Equal(q.End) {
+		return nil, fmt.Errorf("%w: start and end must lie on whole hours", ErrInvalidQuery)
+	}
+	read := func(q RollupQuery, level Level) ([]RollupRow, error) {
+		var out []RollupRow
+		err := s.src.RollupRows(ctx, RollupRead{Query: q, Level: level, Merge: true}, func(r *RollupRow) error {
+			out = append(out, cloneRollupRow(r))
+			return nil
+		})
+		return out, err
+	}
+	versions, ok := s.src.(LevelVersionSource)
+	if !ok {
+		return read(q, LevelHour)
+	}
+	var (
+		rows             []RollupRow
+		depVers, allVers map[time.Time]uint64
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) { rows, err = read(q, LevelDeploymentHour); return err })
+	g.Go(func() (err error) {
+		depVers, err = versions.LevelVersions(gctx, LevelDeploymentHour, q.Start, q.End)
+		return err
+	})
+	g.Go(func() (err error) {
+		allVers, err = versions.LevelVersions(gctx, LevelTotalHour, q.Start, q.End)
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	stale := map[time.Time]bool{}
+	for h, v := range allVers {
+		if depVers[h] < v {
+			stale[h] = true
+		}
+	}
+	if len(stale) == 0 {
+		return rows, nil
+	}
+	// The stale hours from the hour rows, a run of consecutive hours per read.
+	out := slices.DeleteFunc(rows, func(r RollupRow) bool { return stale[r.Start] })
+	hours := slices.Collect(maps.Keys(stale))
+	slices.SortFunc(hours, func(a, b time.Time) int { return a.Compare(b) })
+	for i := 0; i < len(hours); {
+		j := i
+		for j+1 < len(hours) && hours[j+1].Equal(hours[j].Add(time.Hour)) {
+			j++
+		}
+		run := q
+		run.Start, run.End = hours[i], hours[j].Add(time.Hour)
+		more, err := read(run, LevelHour)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, more...)
+		i = j + 1
+	}
+	slices.SortStableFunc(out, func(a, b RollupRow) int { return a.Start.Compare(b.Start) })
+	return out, nil
 }
 
 // UsageCostSource streams the detailed usage-and-cost rows of a normalized

@@ -1,6 +1,7 @@
 package rollup
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -508,6 +509,48 @@ func (h *hourRollup) levels() map[string][]RollupRecord {
 	if h.total.Requests > 0 {
 		setPeaks(&h.total)
 		out["rollup_total_hour"] = []RollupRecord{h.total}
+	}
+	if deps := h.deploymentLevel(&merge); len(deps) > 0 {
+		out["rollup_deployment_hour"] = deps
+	}
+	return out
+}
+
+// deploymentLevel is the hour per model and deployment, every tenant
+// together (the other dimensions left empty), in the table's key order
+// (deployment, then model).
+func (h *hourRollup) deploymentLevel(merge *sketch.Merger) []RollupRecord {
+	type key struct{ deployment, model string }
+	groups := map[key][]*hourGroup{}
+	var keys []key
+	for _, g := range h.order {
+		if g.acc.Requests == 0 {
+			continue
+		}
+		k := key{g.acc.Dims[3], g.acc.Dims[1]}
+		if _, ok := groups[k]; !ok {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], g)
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		return cmp.Or(cmp.Compare(a.deployment, b.deployment), cmp.Compare(a.model, b.model))
+	})
+	out := make([]RollupRecord, 0, len(keys))
+	for _, k := range keys {
+		r := RollupRecord{Bucket: h.hour, Dims: [6]string{1: k.model, 3: k.deployment}}
+		for _, g := range groups[k] {
+			addTotals(&r, &g.acc)
+		}
+		for m := range LatencyMetrics {
+			for _, g := range groups[k] {
+				merge.Add(sketch.Histogram{Keys: g.acc.Keys[m], Counts: g.acc.Counts[m]})
+			}
+			d := merge.Take()
+			r.Keys[m], r.Counts[m] = d.Keys, d.Counts
+		}
+		setPeaks(&r)
+		out = append(out, r)
 	}
 	return out
 }

@@ -73,6 +73,7 @@ func TestHourRollupOrder(t *testing.T) {
 	if total := levels["rollup_total_hour"][0]; total.Requests != 4 || total.Output != 12 || total.Count[0] != 4 {
 		t.Errorf("total row %+v: want 4 requests, 12 output tokens", total)
 	}
+	checkDeploymentLevel(t, levels)
 
 	h, _ = start()
 	if err := h.add(ev(2, 70, 1)); err != nil {
@@ -138,7 +139,12 @@ func TestHourRollupPeaks(t *testing.T) {
 		Minute5          uint64 // requests in minute 5
 	}
 	got := map[string]peak{}
-	for table, rows := range h.levels() {
+	levels := h.levels()
+	checkDeploymentLevel(t, levels)
+	for table, rows := range levels {
+		if table == "rollup_deployment_hour" {
+			continue // checked against the hour rows
+		}
 		for _, r := range rows {
 			if len(r.MinuteRequests) != MinutesPerHour || len(r.MinuteOutput) != MinutesPerHour {
 				t.Fatalf("%s %v: %d and %d minutes, want %d", table, r.Dims, len(r.MinuteRequests), len(r.MinuteOutput), MinutesPerHour)
@@ -189,7 +195,7 @@ func TestRollupHourFailures(t *testing.T) {
 		}
 		switch tc.name {
 		case "ok":
-			want := map[string]int{"rollup_minute": 30_000, "rollup_hour": 500, "rollup_tenant_hour": 7, "rollup_total_hour": 1}
+			want := map[string]int{"rollup_minute": 30_000, "rollup_hour": 500, "rollup_tenant_hour": 7, "rollup_total_hour": 1, "rollup_deployment_hour": 1}
 			if !maps.Equal(tc.store.landed, want) {
 				t.Errorf("ok: rows landed %v, want %v", tc.store.landed, want)
 			}
@@ -476,4 +482,65 @@ func (f *fakeHourStore) land(table string, rows int) {
 		f.landed = map[string]int{}
 	}
 	f.landed[table] += rows
+}
+
+// checkDeploymentLevel compares the per-model-and-deployment rows with the
+// hour rows summed by brute force: counters, minutes, busiest minute and
+// histograms.
+func checkDeploymentLevel(t *testing.T, levels map[string][]RollupRecord) {
+	t.Helper()
+	want := map[[2]string]*RollupRecord{}
+	hist := map[[2]string]map[int]map[int16]uint64{}
+	for _, r := range levels["rollup_hour"] {
+		k := [2]string{r.Dims[3], r.Dims[1]}
+		w := want[k]
+		if w == nil {
+			w = &RollupRecord{Bucket: r.Bucket, Dims: [6]string{1: r.Dims[1], 3: r.Dims[3]}, MinuteRequests: make([]uint64, MinutesPerHour), MinuteOutput: make([]uint64, MinutesPerHour)}
+			want[k], hist[k] = w, map[int]map[int16]uint64{}
+		}
+		w.Requests += r.Requests
+		w.Output += r.Output
+		w.Good += r.Good
+		for m := range MinutesPerHour {
+			w.MinuteRequests[m] += r.MinuteRequests[m]
+			w.MinuteOutput[m] += r.MinuteOutput[m]
+		}
+		for m := range LatencyMetrics {
+			if hist[k][m] == nil {
+				hist[k][m] = map[int16]uint64{}
+			}
+			for i, key := range r.Keys[m] {
+				hist[k][m][key] += r.Counts[m][i]
+			}
+		}
+	}
+	got := levels["rollup_deployment_hour"]
+	if len(got) != len(want) {
+		t.Fatalf("%d deployment rows, want %d", len(got), len(want))
+	}
+	for i, r := range got {
+		k := [2]string{r.Dims[3], r.Dims[1]}
+		w := want[k]
+		if i > 0 && (got[i-1].Dims[3] > r.Dims[3] || got[i-1].Dims[3] == r.Dims[3] && got[i-1].Dims[1] >= r.Dims[1]) {
+			t.Errorf("deployment rows out of (deployment, model) order at %d", i)
+		}
+		if w == nil || r.Dims != w.Dims || r.Requests != w.Requests || r.Output != w.Output || r.Good != w.Good ||
+			!slices.Equal(r.MinuteRequests, w.MinuteRequests) || !slices.Equal(r.MinuteOutput, w.MinuteOutput) ||
+			r.PeakRequests != slices.Max(w.MinuteRequests) || r.PeakOutput != slices.Max(w.MinuteOutput) {
+			t.Errorf("deployment row %v: %+v, want %+v", k, r, w)
+			continue
+		}
+		for m := range LatencyMetrics {
+			h := map[int16]uint64{}
+			for j, key := range r.Keys[m] {
+				if j > 0 && r.Keys[m][j-1] >= key {
+					t.Errorf("deployment row %v: %s keys not ascending", k, LatencyMetrics[m])
+				}
+				h[key] = r.Counts[m][j]
+			}
+			if !maps.Equal(h, hist[k][m]) {
+				t.Errorf("deployment row %v: %s histogram %v, want %v", k, LatencyMetrics[m], h, hist[k][m])
+			}
+		}
+	}
 }

@@ -10,4 +10,6 @@ import (
 var (
 	_ rollup.Store = (*Store)(nil)
 	_ query.Source = (*Store)(nil)
+	// The capacity report's freshness check of the deployment level.
+	_ query.LevelVersionSource = (*Store)(nil)
 )

@@ -40,6 +40,8 @@ var levelTables = map[query.Level]string{
 	query.LevelHour:       "rollup_hour",
 	query.LevelTenantHour: "rollup_tenant_hour",
 	query.LevelTotalHour:  "rollup_total_hour",
+	// Written since migration 0011, and for older hours by it.
+	query.LevelDeploymentHour: "rollup_deployment_hour",
 }
 
 // stepExpr buckets the DateTime expression col by steps of width seconds

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"tokenmeter/query"
 )
 
 // rollupColumns is the column list of every rollup table.
@@ -151,4 +153,31 @@ func (s *Store) insertRow(ctx context.Context, insert string, values ...any) err
 		return err
 	}
 	return classify(batch.Send())
+}
+
+// LevelVersions reads the newest version of each hour of [from, to) at a
+// rollup level (hour levels only).
+func (s *Store) LevelVersions(ctx context.Context, level query.Level, from, to time.Time) (map[time.Time]uint64, error) {
+	table, ok := levelTables[level]
+	if !ok || level == query.LevelMinute {
+		return nil, fmt.Errorf("hour versions: no hour level %d", level)
+	}
+	rows, err := s.conn.Query(ctx, "SELECT bucket, max(version) FROM "+table+
+		" WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?) GROUP BY bucket", from.Unix(), to.Unix())
+	if err != nil {
+		return nil, fmt.Errorf("read hour versions of %s: %w", table, classify(err))
+	}
+	defer rows.Close()
+	out := map[time.Time]uint64{}
+	for rows.Next() {
+		var (
+			h time.Time
+			v uint64
+		)
+		if err := rows.Scan(&h, &v); err != nil {
+			return nil, fmt.Errorf("read hour versions of %s: %w", table, err)
+		}
+		out[h.UTC()] = v
+	}
+	return out, rows.Err()
 }

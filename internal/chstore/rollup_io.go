@@ -122,7 +122,7 @@ func (s *Store) readHourGroups(ctx context.Context, hour time.Time, known map[ui
 }
 
 // RollupTables are the tables an hour's rollup writes.
-var RollupTables = []string{"rollup_minute", "rollup_hour", "rollup_tenant_hour", "rollup_total_hour"}
+var RollupTables = []string{"rollup_minute", "rollup_hour", "rollup_tenant_hour", "rollup_total_hour", "rollup_deployment_hour"}
 
 // rollupBlock holds the columns of rollupColumns for a block of rows,
 // reused from block to block.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"regexp"
 	"slices"
 	"time"
@@ -21,7 +20,7 @@ var ErrNotFound = errors.New("not found")
 // Source is what a report reads; *query.Service implements it.
 type Source interface {
 	GPUUsage(ctx context.Context, q query.GPUUsageQuery) ([]query.GPUUsageRow, error)
-	Rollups(ctx context.Context, q query.RollupQuery) ([]query.RollupRow, error)
+	DeploymentHours(ctx context.Context, start, end time.Time) ([]query.RollupRow, error)
 }
 
 var _ Source = (*query.Service)(nil)
@@ -184,10 +183,7 @@ func Build(ctx context.Context, src Source, q Query) (*Report, error) {
 		return err
 	})
 	g.Go(func() (err error) {
-		// A limit, so that a long range of many deployments is not refused
-		// as too many series: the rows are summed here, not returned.
-		useRows, err = src.Rollups(gctx, query.RollupQuery{Start: q.Start, End: q.End, Step: "hour",
-			GroupBy: []string{"model", "deployment"}, Columns: query.CounterColumns, Limit: math.MaxInt32})
+		useRows, err = src.DeploymentHours(gctx, q.Start, q.End)
 		return err
 	})
 	if err := g.Wait(); err != nil {

@@ -21,7 +21,7 @@ type fleet struct {
 	use []query.RollupRow
 	// asked records the queries, to check what the report reads.
 	gpuQ []query.GPUUsageQuery
-	useQ []query.RollupQuery
+	useQ [][2]time.Time
 }
 
 func (f *fleet) GPUUsage(_ context.Context, q query.GPUUsageQuery) ([]query.GPUUsageRow, error) {
@@ -35,11 +35,11 @@ func (f *fleet) GPUUsage(_ context.Context, q query.GPUUsageQuery) ([]query.GPUU
 	return out, nil
 }
 
-func (f *fleet) Rollups(_ context.Context, q query.RollupQuery) ([]query.RollupRow, error) {
-	f.useQ = append(f.useQ, q)
+func (f *fleet) DeploymentHours(_ context.Context, start, end time.Time) ([]query.RollupRow, error) {
+	f.useQ = append(f.useQ, [2]time.Time{start, end})
 	var out []query.RollupRow
 	for _, r := range f.use {
-		if !r.Start.Before(q.Start) && r.Start.Before(q.End) {
+		if !r.Start.Before(start) && r.Start.Before(end) {
 			out = append(out, r)
 		}
 	}
@@ -114,8 +114,8 @@ func TestSaturatingDeployment(t *testing.T) {
 	if len(f.gpuQ) != 1 || f.gpuQ[0].Step != "hour" || !f.gpuQ[0].NoTokens || !slices.Equal(f.gpuQ[0].GroupBy, []string{"deployment", "gpu_type"}) {
 		t.Errorf("GPU usage queries %+v", f.gpuQ)
 	}
-	if len(f.useQ) != 1 || f.useQ[0].Step != "hour" || f.useQ[0].Columns != query.CounterColumns {
-		t.Errorf("rollup queries %+v", f.useQ)
+	if len(f.useQ) != 1 || !f.useQ[0][0].Equal(day0) || !f.useQ[0][1].Equal(day0.Add(hours*time.Hour)) {
+		t.Errorf("deployment hour reads %+v", f.useQ)
 	}
 	u := unit(t, r, "sat")
 
