@@ -262,6 +262,15 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 				return nil, err
 			}
 		}
+		if svc.Reports != nil {
+			// Registered after the generated report handler, so that
+			// format=csv and format=html answer files (see report_http.go).
+			rh := &reportHandler{mux: gw, client: meterv1.NewReportServiceClient(s.conn), logger: logger}
+			if err := rh.register(gw); err != nil {
+				s.close()
+				return nil, fmt.Errorf("register capacity report handler: %w", err)
+			}
+		}
 		mux.Handle("/v1/", gw)
 	}
 	s.http = &http.Server{

@@ -77,10 +77,11 @@ type bar struct {
 	Title      string
 }
 
-// cell is a heat map cell: <rect class="cell">.
+// cell is a heat map cell: <rect class="cell"> ("cell none" for a slot
+// outside the range).
 type cell struct {
 	X, Y, W, H    float64
-	Fill          string
+	Class, Fill   string
 	Weekday, Hour int
 	DV            string
 	Title         string

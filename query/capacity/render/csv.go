@@ -41,14 +41,18 @@ var csvHeader = func() []string {
 // CSV writes r as a CSV file: a header row, then one row per unit, the
 // fleet first. A figure the report does not know is an empty cell, never
 // 0. The findings are not rows of this file (they are in the HTML and the
-// JSON). A report with not enough data has only the header, or the header
-// and rows whose unknown figures are empty.
+// JSON). A report with not enough data has only the header: it supports
+// no figure (the JSON and HTML say why).
 func CSV(w io.Writer, r *meterv1.CapacityReport) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(csvHeader); err != nil {
 		return fmt.Errorf("write capacity CSV: %w", err)
 	}
-	for _, u := range units(r) {
+	var rows []*meterv1.CapacityUnit
+	if r.GetNotEnoughData() == "" {
+		rows = units(r)
+	}
+	for _, u := range rows {
 		row, err := csvRow(r, u)
 		if err != nil {
 			return err

@@ -102,8 +102,21 @@ func fixtureUnit(name string, days int, gpus float64, peakTPS, satLoad float64, 
 	u.GpusNeeded = []*meterv1.GpusNeeded{need("observed peak", peak.TokensPerSecond), need("growth 1.3", 1.3*peak.TokensPerSecond)}
 	for wd := 0; wd < 7; wd++ {
 		d := &meterv1.LoadProfileDay{Weekday: int32(wd)}
+		// The range starts on a Monday: the days-long range covers each
+		// weekday's slots n times.
+		n := 0
+		for day := 0; day < days; day++ {
+			if (1+day)%7 == wd {
+				n++
+			}
+		}
 		for h := 0; h < 24; h++ {
-			d.TokensPerSecond = append(d.TokensPerSecond, peakTPS*(0.5-0.45*math.Cos(2*math.Pi*float64(h)/24))*(1+0.02*float64(wd)))
+			v := 0.0
+			if n > 0 {
+				v = peakTPS * (0.5 - 0.45*math.Cos(2*math.Pi*float64(h)/24)) * (1 + 0.02*float64(wd))
+			}
+			d.TokensPerSecond = append(d.TokensPerSecond, v)
+			d.Hours = append(d.Hours, int32(n))
 		}
 		u.LoadProfile = append(u.LoadProfile, d)
 	}
@@ -194,6 +207,9 @@ func emptyReport() *meterv1.CapacityReport {
 		Start: ts(fixtureStart), End: ts(fixtureStart.AddDate(0, 0, 7)), GroupBy: "deployment",
 		Target: 0.99, Growth: "1", HorizonWeeks: 13, MinHourRequests: 100, MissTolerance: 0.05, LowUtilization: 0.3, HeadroomRisk: 0.2,
 		Currency:      "USD",
-		NotEnoughData: "the range has no GPU samples and no traffic",
+		NotEnoughData: "no GPU samples and no traffic between 2026-11-02T00:00:00Z and 2026-11-09T00:00:00Z",
+		// As the API sends it: a fleet of nothing.
+		Fleet: &meterv1.CapacityUnit{Name: "fleet", Hours: 168, Sustainable: &meterv1.SustainableLoad{Reason: "no qualifying hour"},
+			Cost: usd(0), BusyCost: usd(0), IdleCost: usd(0), Trend: &meterv1.CapacityTrend{Reason: "no complete week with tokens"}},
 	}
 }

@@ -511,13 +511,16 @@ func attainmentChart(r *meterv1.CapacityReport, u *meterv1.CapacityUnit) chart {
 	return c
 }
 
+// noDataFill marks a heat map slot outside the range.
+const noDataFill = "#f6f8fa"
+
 var weekdays = [7]string{"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"}
 
 // heatmapChart is (c): the mean tokens per second of each UTC weekday and
 // hour of day.
 func heatmapChart(u *meterv1.CapacityUnit) chart {
 	c := chart{Kind: "heatmap", Title: "Load by weekday and hour (UTC)",
-		About:  "Mean tokens per second of each weekday and hour of the day over the range.",
+		About:  "Mean tokens per second of each weekday and hour of the day over the range; blank slots are not in the range.",
 		XLabel: "hour of day (UTC)", Box: box{heatLeft, heatTop, heatRight, heatBottom}}
 	prof := u.GetLoadProfile()
 	if len(prof) == 0 {
@@ -526,8 +529,10 @@ func heatmapChart(u *meterv1.CapacityUnit) chart {
 	}
 	hi := 0.0
 	for _, d := range prof {
-		for _, v := range d.GetTokensPerSecond() {
-			hi = math.Max(hi, finite(v))
+		for h, v := range d.GetTokensPerSecond() {
+			if hours := d.GetHours(); h >= len(hours) || hours[h] > 0 {
+				hi = math.Max(hi, finite(v))
+			}
 		}
 	}
 	cw, ch := float64(heatRight-heatLeft)/24, float64(heatBottom-heatTop)/7
@@ -541,12 +546,23 @@ func heatmapChart(u *meterv1.CapacityUnit) chart {
 			if h >= 24 {
 				break
 			}
+			x := heatLeft + float64(h)*cw
+			if hours := d.GetHours(); h < len(hours) && hours[h] == 0 {
+				// The slot is not in the range: its value means nothing.
+				c.Cells = append(c.Cells, cell{X: x, Y: y, W: cw, H: ch, Class: "cell none", Fill: noDataFill, Weekday: wd, Hour: h,
+					Title: fmt.Sprintf("%s %02d:00: not in the range", weekdays[wd], h)})
+				continue
+			}
 			share := 0.0
 			if hi > 0 {
 				share = finite(v) / hi
 			}
-			c.Cells = append(c.Cells, cell{X: heatLeft + float64(h)*cw, Y: y, W: cw, H: ch, Fill: heatColour(share), Weekday: wd, Hour: h,
-				DV: num(v), Title: fmt.Sprintf("%s %02d:00: %s tokens/s", weekdays[wd], h, human(v))})
+			n := ""
+			if hours := d.GetHours(); h < len(hours) {
+				n = fmt.Sprintf(" (mean of %d hours)", hours[h])
+			}
+			c.Cells = append(c.Cells, cell{X: x, Y: y, W: cw, H: ch, Class: "cell", Fill: heatColour(share), Weekday: wd, Hour: h,
+				DV: num(v), Title: fmt.Sprintf("%s %02d:00: %s tokens/s%s", weekdays[wd], h, human(v), n)})
 		}
 	}
 	for wd, name := range weekdays {

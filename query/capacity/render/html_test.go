@@ -322,7 +322,7 @@ func TestHTMLNotEnoughData(t *testing.T) {
 	if b == nil {
 		t.Fatal("no not-enough-data banner")
 	}
-	if got := textOf(b); !strings.Contains(got, "Not enough data") || !strings.Contains(got, "the range has no GPU samples and no traffic") {
+	if got := textOf(b); !strings.Contains(got, "Not enough data") || !strings.Contains(got, "no GPU samples and no traffic between") {
 		t.Errorf("banner %q does not give the reason", got)
 	}
 	for _, what := range []struct{ tag, class string }{{"div", "card"}, {"svg", ""}, {"section", "unit"}, {"table", ""}} {
@@ -376,6 +376,16 @@ func TestHTMLUnknownFigures(t *testing.T) {
 	fc := byID(short, "unit-3-forecast")
 	if got := textOf(fc); !strings.Contains(got, "Not enough data: 0 complete weeks in the range; growth needs 2") {
 		t.Errorf("forecast chart without weeks says %q", got)
+	}
+	// Two days from a Monday: the other weekdays' slots are blank.
+	heat := byID(short, "unit-3-heatmap")
+	if n, none := len(find(heat, "rect", "cell")), len(find(heat, "rect", "cell", "none")); n != 7*24 || none != 5*24 {
+		t.Errorf("heat map of two days: %d cells, %d of them blank; want %d and %d", n, none, 7*24, 5*24)
+	}
+	for _, c := range find(heat, "rect", "cell", "none") {
+		if v, _ := attr(c, "data-v"); v != "" {
+			t.Errorf("a blank slot has the value %q", v)
+		}
 	}
 	if !strings.Contains(textOf(short), "No GPUs-needed figure") {
 		t.Error("no word on the missing GPUs-needed figure")

@@ -1,0 +1,106 @@
+package api
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+	"tokenmeter/query/capacity/render"
+)
+
+// capacityReportPath is the REST route of the capacity report (api.yaml).
+const capacityReportPath = "/v1/reports/capacity"
+
+// reportFormats are the files GET /v1/reports/capacity answers besides
+// the JSON: their Content-Type, file extension and renderer.
+var reportFormats = map[string]struct {
+	contentType, ext string
+	render           func(io.Writer, *meterv1.CapacityReport) error
+}{
+	"csv":  {"text/csv; charset=utf-8", "csv", render.CSV},
+	"html": {"text/html; charset=utf-8", "html", render.HTML},
+}
+
+// reportHTMLPolicy is the Content-Security-Policy of the HTML report: it
+// needs nothing but its inline style (the file carries the same policy in
+// a meta tag, for when it is opened from disk).
+const reportHTMLPolicy = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; sandbox"
+
+// reportHandler serves GET /v1/reports/capacity in place of the generated
+// gateway handler: format=csv and format=html answer the report as a file
+// (the format's Content-Type and a Content-Disposition file name, rendered
+// by query/capacity/render, which meterctl uses too); format=json or none
+// answers the gateway's JSON, as the generated handler does. The report
+// comes from the gRPC service through the in-process connection, so that
+// authentication, roles, validation and error mapping are the service's,
+// and errors keep the gateway's JSON form and codes.
+type reportHandler struct {
+	mux    *runtime.ServeMux
+	client meterv1.ReportServiceClient
+	logger *slog.Logger
+}
+
+func (h *reportHandler) register(gw *runtime.ServeMux) error {
+	return gw.HandlePath(http.MethodGet, capacityReportPath, h.capacity)
+}
+
+func (h *reportHandler) capacity(w http.ResponseWriter, r *http.Request, _ map[string]string) {
+	_, out := runtime.MarshalerForRequest(h.mux, r)
+	ctx, err := runtime.AnnotateContext(r.Context(), h.mux, r, meterv1.ReportService_GetCapacityReport_FullMethodName,
+		runtime.WithHTTPPathPattern(capacityReportPath))
+	if err != nil {
+		runtime.HTTPError(r.Context(), h.mux, out, w, r, err)
+		return
+	}
+	req := &meterv1.GetCapacityReportRequest{}
+	if err := populate(req, r, utilities.NewDoubleArray(nil)); err != nil {
+		runtime.HTTPError(ctx, h.mux, out, w, r, err)
+		return
+	}
+	format := req.GetFormat()
+	file, isFile := reportFormats[format]
+	if !isFile && format != "" && format != "json" {
+		runtime.HTTPError(ctx, h.mux, out, w, r, status.Errorf(codes.InvalidArgument, "format %q: want json, csv or html", format))
+		return
+	}
+	if isFile {
+		req.Format = "" // the service answers the report; the file is rendered here
+	}
+	var md runtime.ServerMetadata
+	resp, err := h.client.GetCapacityReport(ctx, req, grpc.Header(&md.HeaderMD), grpc.Trailer(&md.TrailerMD))
+	ctx = runtime.NewServerMetadataContext(ctx, md)
+	if err != nil {
+		runtime.HTTPError(ctx, h.mux, out, w, r, err)
+		return
+	}
+	if !isFile {
+		runtime.ForwardResponseMessage(ctx, h.mux, out, w, r, resp, h.mux.GetForwardResponseOptions()...)
+		return
+	}
+	var buf bytes.Buffer
+	if err := file.render(&buf, resp.GetReport()); err != nil {
+		h.logger.ErrorContext(ctx, "render capacity report", "format", format, "error", err)
+		runtime.HTTPError(ctx, h.mux, out, w, r, status.Error(codes.Internal, "internal error"))
+		return
+	}
+	hdr := w.Header()
+	hdr.Set("Content-Type", file.contentType)
+	hdr.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": render.FileName(resp.GetReport(), file.ext)}))
+	hdr.Set("Content-Length", strconv.Itoa(buf.Len()))
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	if format == "html" {
+		hdr.Set("Content-Security-Policy", reportHTMLPolicy)
+	}
+	w.WriteHeader(http.StatusOK)
+	_, _ = buf.WriteTo(w) // a client gone away is no error of ours
+}
