@@ -26,6 +26,7 @@ Commands:
   gpu-usage  print GPU-hours, utilization, energy and GPU cost from GET /v1/gpu-usage
   gpu-samples  write synthetic GPU samples of the demo fleet for gpu-agent --source replay
   billing    billing periods, closes, statements and exports ("meterctl billing help")
+  report capacity  write the capacity report (GET /v1/reports/capacity) as HTML, CSV or JSON
   keys new   create an API key and its entry for meterd's --auth-keys file
   help       show this text; "meterctl help <command>" shows a command's flags
 
@@ -41,6 +42,11 @@ cost and gpu-usage take the same flags on whole hours: --start and --end
 deployment, gpu_type, pool, region, mig_profile), --page-size and --output.
 cost also takes --tenant, --busy-policy (tokens, weighted_tokens,
 request_time) and --idle-policy (separate, shared_weighted, shared_even).
+
+report capacity takes --start and --end on whole hours (default the last 4
+weeks), --group-by (deployment, model, gpu_type), --deployment, --target,
+--growth or --target-tps, --horizon-weeks, --format (html, json, csv) and
+-o FILE (default standard output).
 
 Environment:
   METER_ADDR     API base URL when --addr is not given (default ` + defaultAddr + `)
@@ -83,6 +89,8 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return runGPUSamples(ctx, rest, getenv, stdout, stderr)
 	case "billing":
 		return runBilling(ctx, rest, getenv, stdout, stderr)
+	case "report":
+		return runReport(ctx, rest, getenv, stdout, stderr)
 	case "keys":
 		if len(rest) == 0 || rest[0] != "new" {
 			return errors.New(`keys: want "meterctl keys new --name NAME --role ROLE [--tenant ID]"`)
