@@ -168,7 +168,7 @@ func overview(r *meterv1.CapacityReport, u *meterv1.CapacityUnit, anchor string)
 		o.Sustainable = sustainableValue(s)
 	}
 	if u.GetHeadroomKnown() {
-		o.Headroom = percent(u.GetHeadroom())
+		o.Headroom = headroomValue(u)
 		o.HeadroomClass = headroomClass(r, u)
 	}
 	for _, n := range u.GetGpusNeeded() {
@@ -194,8 +194,22 @@ func overview(r *meterv1.CapacityReport, u *meterv1.CapacityUnit, anchor string)
 	return o
 }
 
+// headroomValue is a unit's headroom; "≥" when the sustainable throughput
+// is a lower bound (the unit never saturated), and so the headroom too.
+func headroomValue(u *meterv1.CapacityUnit) string {
+	if u.GetSustainable().GetLowerBound() {
+		return "≥ " + percent(u.GetHeadroom())
+	}
+	return percent(u.GetHeadroom())
+}
+
+// headroomClass colours a headroom: below 0 the peak is past the
+// sustainable load, below the risk threshold it is close; a lower bound is
+// no risk.
 func headroomClass(r *meterv1.CapacityReport, u *meterv1.CapacityUnit) string {
 	switch {
+	case u.GetSustainable().GetLowerBound():
+		return ""
 	case u.GetHeadroom() < 0:
 		return "bad"
 	case u.GetHeadroom() < r.GetHeadroomRisk():
@@ -344,7 +358,10 @@ func unitCards(r *meterv1.CapacityReport, u *meterv1.CapacityUnit) []card {
 		if peak != nil && s.GetKnown() {
 			sub = "1 − " + human(peak.GetTokensPerSecondPerGpu()) + " ÷ " + human(s.GetTokensPerSecondPerGpu()) + " tokens/s per GPU"
 		}
-		add(card{Key: "headroom", Label: "Headroom", Value: percent(u.GetHeadroom()), Raw: num(u.GetHeadroom()), Sub: sub, Class: headroomClass(r, u)})
+		if s.GetLowerBound() {
+			sub += "; never saturated, so at least this"
+		}
+		add(card{Key: "headroom", Label: "Headroom", Value: headroomValue(u), Raw: num(u.GetHeadroom()), Sub: sub, Class: headroomClass(r, u)})
 	} else {
 		sub := "needs the sustainable throughput and a peak hour with GPU samples"
 		if !s.GetKnown() && s.GetReason() != "" {
@@ -488,7 +505,8 @@ func attainmentChart(r *meterv1.CapacityReport, u *meterv1.CapacityUnit) chart {
 	}
 	ty := ys.at(r.GetTarget())
 	c.Lines = append(c.Lines, line{X1: plotLeft, Y1: ty, X2: plotRight, Y2: ty, Class: "target"})
-	c.Texts = append(c.Texts, text{X: plotLeft + 4, Y: ty - 4, Anchor: "start", Class: "target-label", Text: "target " + percent(r.GetTarget())})
+	// Below the line: the hours meeting the target are above it.
+	c.Texts = append(c.Texts, text{X: plotLeft + 4, Y: math.Min(ty+14, plotBottom-4), Anchor: "start", Class: "target-label", Text: "target " + percent(r.GetTarget())})
 	if s.GetKnown() {
 		x := xs.at(s.GetTokensPerSecondPerGpu())
 		y := ty

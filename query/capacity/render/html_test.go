@@ -405,3 +405,27 @@ func TestHTMLUnknownFigures(t *testing.T) {
 		t.Errorf("attainment chart without requests says %q", got)
 	}
 }
+
+// TestHTMLLowerBound checks that a sustainable throughput that is a lower
+// bound (the unit never saturated) shows as one, and its headroom too,
+// without the risk colour.
+func TestHTMLLowerBound(t *testing.T) {
+	r := sampleReport()
+	u := r.GetUnits()[0]
+	u.Sustainable.LowerBound = true
+	u.Headroom = 0
+	d := renderHTML(t, r)
+	sec := byID(d.root, "unit-1")
+	if shown, _, _ := cardValue(t, sec, "sustainable"); !strings.HasPrefix(shown, "≥ ") {
+		t.Errorf("sustainable card %q, want a lower bound (≥)", shown)
+	}
+	shown, _, sub := cardValue(t, sec, "headroom")
+	if shown != "≥ 0.0%" || !strings.Contains(sub, "never saturated") {
+		t.Errorf("headroom card %q (%q), want ≥ 0.0%% saying it never saturated", shown, sub)
+	}
+	for _, c := range find(sec, "div", "card") {
+		if k, _ := attr(c, "data-key"); k == "headroom" && (hasClass(c, "warn") || hasClass(c, "bad")) {
+			t.Error("a lower-bound headroom is coloured as a risk")
+		}
+	}
+}
