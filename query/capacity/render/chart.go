@@ -2,8 +2,11 @@ package render
 
 import (
 	"fmt"
+	"html"
+	"html/template"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -50,6 +53,79 @@ type chart struct {
 	Legend []bar
 	// Keys explains the marks (a list under the chart).
 	Keys []key
+	// Marks are Points, Bars and Cells as markup (see marks).
+	Marks marks
+}
+
+// marks are the data marks of a chart, written here rather than by the
+// template: a report has tens of thousands of them, and html/template's
+// per-value escaping through reflection made rendering ten times slower.
+// Every value is escaped with html.EscapeString.
+type marks struct {
+	Points, Bars, Cells template.HTML
+}
+
+// writeMarks lays out c.Marks from c.Points, c.Bars and c.Cells.
+func (c *chart) writeMarks() {
+	var b strings.Builder
+	attr := func(name, v string) {
+		b.WriteByte(' ')
+		b.WriteString(name)
+		b.WriteString(`="`)
+		b.WriteString(html.EscapeString(v))
+		b.WriteByte('"')
+	}
+	title := func(t string) {
+		b.WriteString("<title>")
+		b.WriteString(html.EscapeString(t))
+		b.WriteString("</title>")
+	}
+	for _, p := range c.Points {
+		b.WriteString("<circle")
+		attr("class", p.Class)
+		attr("cx", px(p.X))
+		attr("cy", px(p.Y))
+		attr("r", px(p.R))
+		attr("data-x", p.DX)
+		attr("data-y", p.DY)
+		attr("data-t", p.DT)
+		b.WriteByte('>')
+		title(p.Title)
+		b.WriteString("</circle>")
+	}
+	c.Marks.Points = template.HTML(b.String()) // every value is escaped above
+	b.Reset()
+	for _, r := range c.Bars {
+		b.WriteString("<rect")
+		attr("class", r.Class)
+		attr("x", px(r.X))
+		attr("y", px(r.Y))
+		attr("width", px(r.W))
+		attr("height", px(r.H))
+		attr("data-t", r.DT)
+		attr("data-v", r.DV)
+		b.WriteByte('>')
+		title(r.Title)
+		b.WriteString("</rect>")
+	}
+	c.Marks.Bars = template.HTML(b.String()) // every value is escaped above
+	b.Reset()
+	for _, e := range c.Cells {
+		b.WriteString("<rect")
+		attr("class", e.Class)
+		attr("x", px(e.X))
+		attr("y", px(e.Y))
+		attr("width", px(e.W))
+		attr("height", px(e.H))
+		attr("fill", e.Fill)
+		attr("data-weekday", strconv.Itoa(e.Weekday))
+		attr("data-hour", strconv.Itoa(e.Hour))
+		attr("data-v", e.DV)
+		b.WriteByte('>')
+		title(e.Title)
+		b.WriteString("</rect>")
+	}
+	c.Marks.Cells = template.HTML(b.String()) // every value is escaped above
 }
 
 type box struct{ Left, Top, Right, Bottom float64 }

@@ -1,7 +1,7 @@
 package render
 
 import (
-	"bytes"
+	"bufio"
 	_ "embed"
 	"fmt"
 	"html/template"
@@ -75,12 +75,11 @@ var tmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 // inline SVG charts. Every name in it is escaped. When r has not enough
 // data the file says so and shows no figure.
 func HTML(w io.Writer, r *meterv1.CapacityReport) error {
-	p := buildPage(r)
-	var buf bytes.Buffer
-	if err := tmpl.Execute(&buf, p); err != nil {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	if err := tmpl.Execute(bw, buildPage(r)); err != nil {
 		return fmt.Errorf("render capacity HTML: %w", err)
 	}
-	if _, err := buf.WriteTo(w); err != nil {
+	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("write capacity HTML: %w", err)
 	}
 	return nil
@@ -262,6 +261,7 @@ func buildUnit(r *meterv1.CapacityReport, u *meterv1.CapacityUnit, anchor, headi
 	}
 	for i := range v.Charts {
 		v.Charts[i].ID = anchor + "-" + v.Charts[i].Kind
+		v.Charts[i].writeMarks()
 	}
 	return v
 }
