@@ -36,11 +36,11 @@ func (f *Fleet) GPUUsage(_ context.Context, q query.GPUUsageQuery) ([]query.GPUU
 	return out, nil
 }
 
-// Rollups returns the counter rows in [q.Start, q.End).
-func (f *Fleet) Rollups(_ context.Context, q query.RollupQuery) ([]query.RollupRow, error) {
+// DeploymentHours returns the counter rows in [start, end).
+func (f *Fleet) DeploymentHours(_ context.Context, start, end time.Time) ([]query.RollupRow, error) {
 	var out []query.RollupRow
 	for _, r := range f.Use {
-		if !r.Start.Before(q.Start) && r.Start.Before(q.End) {
+		if !r.Start.Before(start) && r.Start.Before(end) {
 			out = append(out, r)
 		}
 	}
