@@ -336,6 +336,9 @@ func TestHTMLNotEnoughData(t *testing.T) {
 			t.Errorf("%d <%s class=%q>, want none", len(n), what.tag, what.class)
 		}
 	}
+	if got := textOf(byID(d.root, "findings")); !strings.Contains(got, "no data to judge") {
+		t.Errorf("findings of a report without data say %q", got)
+	}
 	if d := renderHTML(t, sampleReport()); byID(d.root, "not-enough-data") != nil {
 		t.Error("a report with data has the not-enough-data banner")
 	}
