@@ -117,5 +117,12 @@ echo
 echo "== GPU cost allocated to tenants (tokens policy, idle kept apart), from GET /v1/cost"
 "$BIN"/meterctl cost --addr "http://$HTTP" --key "$FINANCE" --group-by tenant_id --start "$START" --end "$END"
 echo
+echo "== capacity report by deployment (growth 1.3), from GET /v1/reports/capacity"
+if "$BIN"/meterctl report capacity --addr "http://$HTTP" --key "$FINANCE" --start "$START" --end "$END" --growth 1.3 \
+  --format html -o "$DATA/capacity.html"; then
+  echo "written to $DATA/capacity.html (one file: open it in a browser)"
+fi
+echo
+echo "Dashboard: http://$HTTP/ui/ (paste a key: $DATA/keys/finance.key for everything, $DATA/keys/tenant-acme.key for tenant acme)"
 echo "meterd keeps running (logs in $DATA.log); try the keys above with meterctl or curl. Ctrl-C stops it."
 wait $pid
