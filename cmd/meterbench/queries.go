@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -45,6 +46,7 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	keep := fs.String("keep", "", "load into a new ClickHouse directory DIR and keep it, for later runs with --reuse DIR")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed queries to this file")
 	match := fs.String("match", "", "time only the queries whose description matches this regular expression")
+	dashReps := fs.Int("dashboard-reps", 10, "loads of the dashboard's first page in headless Chromium (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -210,6 +212,21 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err := report(s.what, s.n, s.fn); err != nil {
 			return err
 		}
+	}
+	for _, view := range []struct{ what, fragment string }{
+		{"dashboard first page (metrics, last 24 h, finance key), every API call drawn", "tab=metrics&range=24h"},
+		{"dashboard metrics, 30 days (finance key), every API call drawn", "tab=metrics&range=30d"},
+		{"dashboard capacity tab, 30 days (finance key), every API call drawn", "tab=capacity&range=30d"},
+	} {
+		if *dashReps <= 0 || !only.MatchString(view.what) {
+			continue
+		}
+		d, err := dashboardTimes(ctx, srv.HTTPAddr(), "finance", view.fragment, *dashReps)
+		if err != nil {
+			return fmt.Errorf("%s: %w", view.what, err)
+		}
+		slices.Sort(d)
+		fmt.Fprintf(stdout, "%-68s p50 %7.1f ms  p90 %7.1f ms  p99 %7.1f ms  (n=%d)\n", view.what, ms(d[len(d)/2]), ms(d[len(d)*9/10]), ms(d[len(d)*99/100]), len(d))
 	}
 	if *reuse != "" {
 		return nil // the raw baselines do not change with the code

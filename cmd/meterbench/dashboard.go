@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// dashboardTimes loads the dashboard (GET /ui/ of the API at httpAddr) n
+// times in headless Chromium with key, each a fresh page load of the view
+// fragment names (e.g. "tab=metrics&range=30d"), and returns the time from
+// navigation to the page's first "ready" state (every API call of the view
+// drawn), as the page measures it (body data-ready-ms).
+func dashboardTimes(ctx context.Context, httpAddr, key, fragment string, n int) ([]time.Duration, error) {
+	chromium := os.Getenv("CHROMIUM")
+	if chromium == "" {
+		var err error
+		if chromium, err = exec.LookPath("chromium"); err != nil {
+			return nil, errors.New("no chromium on PATH (Debian: apt-get install chromium), or set CHROMIUM")
+		}
+	}
+	actx, cancel := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1280, 800))...)
+	defer cancel()
+	bctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	base := "http://" + httpAddr + "/ui/"
+	// The key is entered once per browser session.
+	if err := chromedp.Do(bctx, chromedp.Navigate(base)); err != nil {
+		return nil, fmt.Errorf("open the dashboard: %w", err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[any](fmt.Sprintf("sessionStorage.setItem('tokenmeter.key', %q)", key))); err != nil {
+		return nil, fmt.Errorf("enter the key: %w", err)
+	}
+	var out []time.Duration
+	for i := range n + 1 {
+		lctx, cancel := context.WithTimeout(bctx, time.Minute)
+		err := chromedp.Do(lctx,
+			chromedp.Navigate(fmt.Sprintf("%s?load=%d#%s", base, i, fragment)),
+			chromedp.WaitVisible(chromedp.CSS(`body[data-state="ready"], body[data-state="error"]`)))
+		var got [2]string
+		if err == nil {
+			got, err = chromedp.Run(lctx, chromedp.Evaluate[[2]string](`[document.body.dataset.state, document.body.dataset.readyMs || ""]`))
+		}
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("load %d of the dashboard: %w", i, err)
+		}
+		state, ms := got[0], got[1]
+		if state != "ready" {
+			return nil, fmt.Errorf("load %d of the dashboard ended in state %q", i, state)
+		}
+		v, err := strconv.ParseFloat(ms, 64)
+		if err != nil {
+			return nil, fmt.Errorf("load %d: data-ready-ms %q: %w", i, ms, err)
+		}
+		if i > 0 { // the first load warms the browser's cache of the page's files
+			out = append(out, time.Duration(v*float64(time.Millisecond)))
+		}
+	}
+	return out, nil
+}
