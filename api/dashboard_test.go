@@ -29,10 +29,9 @@ import (
 // reads "acme".
 var dashTenants = []string{"acme", "globex", "initech"}
 
-// dashboardDays is how far back the dashboard's data goes: four complete
-// weeks and a day, so that the capacity report has a trend and a forecast
-// over the "last 30 days".
-const dashboardDays = 29
+// dashboardDays is how far back the dashboard's data goes: three complete
+// weeks and a day, so that the capacity report has a trend and a forecast.
+const dashboardDays = 22
 
 // fillDashboard writes dashboardDays of traffic and GPU samples ending now
 // (every hour of the last day, the daily peak hours before): three tenants
@@ -40,7 +39,8 @@ const dashboardDays = 29
 // qualifies for the sustainable load and misses its SLO at the top of the
 // peak from the third week, "spare" nearly idle), growing week by week, with
 // failed requests outside the peaks; then it runs the rollups.
-func fillDashboard(t *testing.T, s *stack) {
+// It returns the first hour of the data.
+func fillDashboard(t *testing.T, s *stack) time.Time {
 	t.Helper()
 	ctx := t.Context()
 	if code, body := s.rest(t, "PUT", "/v1/admin/price-book", testKeys["admin"], []byte(prices)); code != 200 {
@@ -55,14 +55,14 @@ func fillDashboard(t *testing.T, s *stack) {
 	for at := start; at.Before(end); at = at.Add(time.Hour) {
 		week := int(at.Sub(start) / (7 * 24 * time.Hour))
 		n := 12 + 2*week
-		peak := at.Hour() >= 14 && at.Hour() < 18
+		peak := at.Hour() >= 15 && at.Hour() < 18
 		if !peak && at.Before(full) {
 			// Before the last day only the daily peaks: they make the
 			// trend, and fewer hours keep the rollup short.
 			continue
 		}
 		if peak {
-			n = 110 + 25*week + 10*(at.Hour()-14)
+			n = 110 + 25*week + 10*(at.Hour()-15)
 		}
 		for i := range n {
 			completed := at.Add(time.Duration(i) * time.Hour / time.Duration(n))
@@ -85,7 +85,7 @@ func fillDashboard(t *testing.T, s *stack) {
 			if i%5 == 4 {
 				e.Deployment = "spare"
 			}
-			if !peak && i%9 == 0 {
+			if !peak && i%7 == 3 {
 				e.Status = meterv1.Status_STATUS_TIMEOUT
 			}
 			events.Append(e, ingest.ITL(e), time.Now(), chstore.Source{})
@@ -116,6 +116,7 @@ func fillDashboard(t *testing.T, s *stack) {
 		t.Fatal(err)
 	}
 	billingtest.RollUp(t, s.store)
+	return start
 }
 
 // TestDashboard opens the dashboard in a real headless Chromium against
@@ -128,7 +129,7 @@ func TestDashboard(t *testing.T) {
 	b := browsertest.New(t)
 	s := newStack(t, false)
 	began := time.Now()
-	fillDashboard(t, s)
+	first := fillDashboard(t, s)
 	t.Logf("data written and rolled up in %v", time.Since(began).Round(time.Millisecond))
 	base := "http://" + s.server.HTTPAddr()
 
@@ -211,14 +212,47 @@ func TestDashboard(t *testing.T) {
 		p.Run(t, chromedp.Reload())
 		waitReady(t, p)
 		ms := browsertest.Value(t, p, chromedp.Evaluate[string](`document.body.dataset.readyMs`))
-		t.Logf("first page (grouped by model, %d events over %d days; 24 h shown) drawn %s ms after navigation", traffic.Series[0].Summary.GetRequests(), dashboardDays, ms)
+		t.Logf("first page (last 24 h: %d requests; grouped by model) drawn %s ms after navigation", traffic.Series[0].Summary.GetRequests(), ms)
 		selectValue(t, p, "#group", "")
 		waitReady(t, p)
 		p.Run(t, chromedp.Reload())
 		waitReady(t, p)
 		ms = browsertest.Value(t, p, chromedp.Evaluate[string](`document.body.dataset.readyMs`))
 		t.Logf("first page (ungrouped, admin) drawn %s ms after navigation", ms)
+
+		// A custom range of whole hours: metrics and cost over the same hours.
+		selectValue(t, p, "#range", "custom")
+		end := time.Now().UTC().Truncate(time.Hour)
+		start := end.Add(-6 * time.Hour)
+		browsertest.Value(t, p, chromedp.Evaluate[bool](fmt.Sprintf(
+			`document.getElementById("start").value = %q; document.getElementById("end").value = %q; true`,
+			start.Format("2006-01-02T15:04"), end.Format("2006-01-02T15:04"))))
+		p.Run(t, chromedp.Click(chromedp.CSS(`#controls button[type="submit"]`)))
+		waitReady(t, p)
+		rg = pageRange(t, p)
+		if want := (dashRange{start.Format(time.RFC3339), end.Format(time.RFC3339), start.Format(time.RFC3339), end.Format(time.RFC3339), "hour"}); rg != want {
+			t.Errorf("custom range: page used %+v, want %+v", rg, want)
+		}
+		checkMetricCards(t, p, base, testKeys["admin"], rg, "", 0)
+		if got := chartPoints(t, p, "#metric-charts")["traffic-requests"]; got != 6 {
+			t.Errorf("custom range of 6 hours: traffic chart has %d points, want 6", got)
+		}
 		noErrors(t, p)
+		p.Screenshot(t, "dashboard-metrics-custom-range")
+
+		// The page's arithmetic: steps by range, exact counts and money.
+		got := browsertest.Value(t, p, chromedp.Evaluate[[]string](`(async () => {
+			const a = await import("./js/api.js");
+			const f = await import("./js/format.js");
+			const H = 3600e3;
+			return [a.stepFor(0, 2 * H), a.stepFor(0, 2 * H + 60e3), a.stepFor(0, 168 * H), a.stepFor(0, 169 * H),
+				f.count("18446744073709551615"), f.count("0"),
+				f.moneySum([{nanos: "9007199254740993"}, {nanos: "1"}, {nanos: "-5"}], "USD").amount, f.nanosAmount(-5n)];
+		})()`, chromedp.EvalAwaitPromise))
+		wantMath := []string{"minute", "hour", "hour", "day", "18,446,744,073,709,551,615", "0", "9007199.254740989", "-0.000000005"}
+		if !slices.Equal(got, wantMath) {
+			t.Errorf("page arithmetic = %q, want %q", got, wantMath)
+		}
 	})
 
 	t.Run("finance", func(t *testing.T) {
@@ -265,7 +299,9 @@ func TestDashboard(t *testing.T) {
 	})
 
 	t.Run("capacity", func(t *testing.T) {
-		p := b.Open(t, base+"/ui/#tab=capacity&range=30d")
+		// The whole weeks of the data: the report has a trend and a forecast.
+		end := time.Now().UTC().Truncate(time.Hour).Add(time.Hour)
+		p := b.Open(t, base+"/ui/#tab=capacity&range=custom&start="+first.Format(time.RFC3339)+"&end="+end.Format(time.RFC3339))
 		signIn(t, p, testKeys["finance"])
 		waitReady(t, p)
 		rg := pageRange(t, p)

@@ -84,6 +84,9 @@ function syncControls() {
   }
   $("group").value = state.group;
   $("tenant").value = state.tenant;
+  // Grouping is the metrics tab's; the capacity report covers every tenant.
+  $("group-label").hidden = state.tab !== "metrics";
+  $("tenant-label").hidden = !isFinance() || state.tab === "capacity";
   for (const b of document.querySelectorAll(".tabs [role=tab]")) {
     const on = b.dataset.tab === state.tab;
     b.setAttribute("aria-selected", String(on));

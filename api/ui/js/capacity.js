@@ -152,7 +152,7 @@ function drawForecast(el, u) {
     const at = api.ts(t.forecast.at);
     const line = [];
     for (let k = 0, x = w0; x <= at; k++, x += WEEK) line.push([x, t.forecast.intercept + t.forecast.slope * k]);
-    series.push({ name: "fit", points: line, dashed: true, color: "#5a6472" });
+    series.push({ name: "fit", points: line, dashed: true, color: "#5a6472", noPoints: true });
     series.push({ name: "forecast", points: [[at, t.forecast.tokens_per_second]], color: "#a3261b" });
     marks.push({ t: at, label: `forecast ${f.num(t.forecast.tokens_per_second)} tokens/s` });
   }

@@ -190,12 +190,12 @@ function dataTable(fig, head, rows) {
 }
 
 // lineChart draws series of [t, value] points over the time domain
-// [t0, t1]: opts {series: [{name, points, color?, dashed?}], t0, t1, step,
+// [t0, t1]: opts {series: [{name, points, color?, dashed?, noPoints?}], t0, t1, step,
 // yFormat, yMax?, yLabel?, marks?: [{t, label}] (vertical lines)}.
 export function lineChart(fig, opts) {
   const series = opts.series.filter((s) => s.points.length > 0);
   const yFormat = opts.yFormat || f.num;
-  const n = series.reduce((a, s) => a + s.points.length, 0);
+  const n = series.reduce((a, s) => a + (s.noPoints ? 0 : s.points.length), 0);
   if (n === 0) return empty(fig);
   let lo = 0;
   let hi = 0;
@@ -233,6 +233,7 @@ export function lineChart(fig, opts) {
     const g = svg("g", { fill: s.color }, r);
     for (const [t, v] of pts) {
       times.add(t);
+      if (s.noPoints) continue;
       svg("circle", { class: "pt", cx: xs(t).toFixed(1), cy: ys(v).toFixed(1), r: pts.length > 120 ? 1.6 : 2.6, "data-t": t, "data-v": v, "data-series": s.name }, g);
     }
   });
