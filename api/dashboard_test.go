@@ -7,12 +7,15 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -192,6 +195,15 @@ func TestDashboard(t *testing.T) {
 		if got, want := counts["cost-busy-idle"], 2*len(gpu.Series[0].Points); got != want {
 			t.Errorf("cost-busy-idle chart has %d bars, want %d (busy and idle per hour)", got, want)
 		}
+		// Hover: the values of the nearest step.
+		p.Run(t, chromedp.ScrollIntoView(chromedp.CSS(`[data-chart="traffic-requests"]`)))
+		xy := browsertest.Value(t, p, chromedp.Evaluate[[2]float64](
+			`(() => { const r = document.querySelector('[data-chart="traffic-requests"] rect.overlay').getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2]; })()`))
+		p.Run(t, chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, xy[0], xy[1]))
+		tip := browsertest.Value(t, p, chromedp.Evaluate[string](`(e => e.hidden ? "" : e.textContent)(document.getElementById("tooltip"))`))
+		if !strings.Contains(tip, "all: ") || !strings.Contains(tip, "req/s") {
+			t.Errorf("tooltip over the requests chart = %q, want the step's rate", tip)
+		}
 		noErrors(t, p)
 		p.Screenshot(t, "dashboard-metrics-admin")
 
@@ -276,7 +288,7 @@ func TestDashboard(t *testing.T) {
 		if idle == 0 {
 			t.Fatalf("the API's cost by tenant has no __idle__ line: the fixture should idle")
 		}
-		cards := readCards(t, p, "#finance-cards")
+		cards := dashCards(t, p, "#finance-cards")
 		for name, want := range map[string]int64{"finance_cost": total, "finance_idle": idle, "finance_allocated": total - idle} {
 			if got := cards[name]; got != nanosAmount(want) {
 				t.Errorf("card %s = %q, want %q (the API's sum)", name, got, nanosAmount(want))
@@ -308,7 +320,7 @@ func TestDashboard(t *testing.T) {
 		var answer meterv1.GetCapacityReportResponse
 		apiGet(t, base, testKeys["finance"], "/v1/reports/capacity", url.Values{"start": {rg.HourStart}, "end": {rg.HourEnd}}, &answer)
 		fleet := answer.GetReport().GetFleet()
-		cards := readCards(t, p, "#capacity-cards")
+		cards := dashCards(t, p, "#capacity-cards")
 		checkFloat(t, cards, "cap_utilization", fleet.GetUtilization())
 		checkFloat(t, cards, "cap_gpus", fleet.GetMeanGpus())
 		checkFloat(t, cards, "cap_tokens_per_gpu", fleet.GetTokensPerSecondPerGpu())
@@ -344,7 +356,7 @@ func TestDashboard(t *testing.T) {
 			t.Fatalf("the fixture's deployment busy has no sustainable load: %s", busy.GetSustainable().GetReason())
 		}
 		selectValue(t, p, "#unit", "busy")
-		cards = readCards(t, p, "#capacity-cards")
+		cards = dashCards(t, p, "#capacity-cards")
 		checkFloat(t, cards, "cap_utilization", busy.GetUtilization())
 		checkFloat(t, cards, "cap_sustainable", busy.GetSustainable().GetTokensPerSecondPerGpu())
 		checkFloat(t, cards, "cap_headroom", busy.GetHeadroom())
@@ -356,6 +368,25 @@ func TestDashboard(t *testing.T) {
 		}
 		noErrors(t, p)
 		p.Screenshot(t, "dashboard-capacity-busy")
+
+		// The same report as files, fetched with the key and saved.
+		dir := p.AllowDownloads(t)
+		for _, c := range []struct{ button, ext, has string }{
+			{"#download-csv", ".csv", "name,deployments,models"},
+			{"#download-html", ".html", "<svg"},
+		} {
+			browsertest.Value(t, p, chromedp.Evaluate[bool](`delete document.body.dataset.downloaded; true`))
+			p.Run(t, chromedp.Click(chromedp.CSS(c.button)))
+			name := browsertest.Value(t, p, chromedp.Poll[string](`document.body.dataset.downloaded || false`, chromedp.WithPollingTimeout(20*time.Second)))
+			if !strings.HasPrefix(name, "capacity-") || !strings.HasSuffix(name, c.ext) {
+				t.Errorf("%s saved %q, want capacity-…%s", c.button, name, c.ext)
+			}
+			data := waitFile(t, filepath.Join(dir, name))
+			if !strings.Contains(data, c.has) {
+				t.Errorf("%s: %s holds %.100q…, want %q in it", c.button, name, data, c.has)
+			}
+		}
+		noErrors(t, p)
 	})
 
 	t.Run("tenant", func(t *testing.T) {
@@ -437,6 +468,22 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("after sign out the session holds key %q", key)
 		}
 	})
+}
+
+// waitFile waits for a download to be complete and returns its text.
+func waitFile(t *testing.T, path string) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		// Chromium writes NAME.crdownload and renames it when done.
+		if data, err := os.ReadFile(path); err == nil && len(data) > 0 {
+			return string(data)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no download %s", path)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // signIn enters key in the sign-in form and submits it.
@@ -523,8 +570,8 @@ func withParams(v url.Values, kv ...string) url.Values {
 	return out
 }
 
-// readCards returns the data-value of every data-card under sel.
-func readCards(t *testing.T, p *browsertest.Page, sel string) map[string]string {
+// dashCards returns the data-value of every data-card under sel.
+func dashCards(t *testing.T, p *browsertest.Page, sel string) map[string]string {
 	t.Helper()
 	return browsertest.Value(t, p, chromedp.Evaluate[map[string]string](fmt.Sprintf(
 		`Object.fromEntries([...document.querySelectorAll(%q)].map(e => [e.dataset.card, e.dataset.value]))`, sel+" [data-card]")))
@@ -555,7 +602,7 @@ func checkCharts(t *testing.T, counts map[string]int, want []string) {
 // tenant, which a tenant's page must show fewer of.
 func checkMetricCards(t *testing.T, p *browsertest.Page, base, key string, rg dashRange, tenant string, more int64) {
 	t.Helper()
-	cards := readCards(t, p, "#metric-cards")
+	cards := dashCards(t, p, "#metric-cards")
 	var usage meterv1.GetUsageResponse
 	apiGet(t, base, key, "/v1/usage", withParams(rg.sel(), "granularity", "total", "tenant_id", tenant), &usage)
 	if len(usage.Buckets) != 1 {

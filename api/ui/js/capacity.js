@@ -190,7 +190,10 @@ export async function download(ctx, format) {
   const url = URL.createObjectURL(blob);
   const a = document.createElement("a");
   a.href = url;
-  a.download = `capacity-${api.iso(ctx.range.hourStart).slice(0, 13)}-${api.iso(ctx.range.hourEnd).slice(0, 13)}.${format}`;
+  // The server's file name (Content-Disposition), else one of the range.
+  const named = /filename="?([^";]+)"?/.exec(res.headers.get("Content-Disposition") || "");
+  a.download = named ? named[1] : `capacity-${api.iso(ctx.range.hourStart).slice(0, 13)}-${api.iso(ctx.range.hourEnd).slice(0, 13)}.${format}`;
+  document.body.dataset.downloaded = a.download;
   document.body.appendChild(a);
   a.click();
   a.remove();
