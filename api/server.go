@@ -272,6 +272,9 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 			}
 		}
 		mux.Handle("/v1/", gw)
+		// The web dashboard: static files, and /ui/session for the key's role.
+		mux.Handle("GET /ui/", dashboard(keys))
+		mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	}
 	s.http = &http.Server{
 		Handler:           mux,

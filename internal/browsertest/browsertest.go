@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
@@ -181,6 +182,23 @@ func Value[T any](t testing.TB, p *Page, a chromedp.Action[T]) T {
 		t.Fatalf("browsertest: %v (page errors: %q)", err, p.Errors())
 	}
 	return v
+}
+
+// AllowDownloads lets the page download files (a link with a download
+// attribute, an attachment) into a fresh temporary directory, which it
+// returns; downloads are refused otherwise.
+func (p *Page) AllowDownloads(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	p.Run(t, chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		_, err := chromedp.CallBrowser(ctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+			Behavior:         browser.SetDownloadBehaviorBehaviorAllow,
+			BrowserContextID: chromedp.FromContext(ctx).BrowserContextID,
+			DownloadPath:     dir,
+		})
+		return err
+	}))
+	return dir
 }
 
 // Errors returns the errors recorded on the page so far, in order.

@@ -6,8 +6,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -105,6 +107,36 @@ func TestScreenshot(t *testing.T) {
 	}
 	if !bytes.HasPrefix(data, []byte("\x89PNG\r\n\x1a\n")) {
 		t.Errorf("%s is no PNG (starts %q)", path, data[:min(8, len(data))])
+	}
+}
+
+func TestAllowDownloads(t *testing.T) {
+	srv := pages(t)
+	b := browsertest.New(t)
+	p := b.Open(t, srv.URL+"/good")
+	dir := p.AllowDownloads(t)
+	browsertest.Value(t, p, chromedp.Evaluate[bool](`(() => {
+		const a = document.createElement("a");
+		a.href = URL.createObjectURL(new Blob(["a,b\n1,2\n"], {type: "text/csv"}));
+		a.download = "table.csv";
+		document.body.appendChild(a);
+		a.click();
+		return true;
+	})()`))
+	path := filepath.Join(dir, "table.csv")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		data, err := os.ReadFile(path)
+		if err == nil && string(data) == "a,b\n1,2\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("download %s: %q, %v; want the blob's text", path, data, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if errs := p.Errors(); len(errs) > 0 {
+		t.Errorf("page errors: %q", errs)
 	}
 }
 
