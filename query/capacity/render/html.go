@@ -683,10 +683,15 @@ func forecastChart(u *meterv1.CapacityUnit) chart {
 	c.YTicks = valueTicks(ys, yt, numberFormat(step))
 	for _, w := range weeks {
 		at := w.GetStart().AsTime()
+		// A week without traffic has no peak hour.
+		peakAt, title := "", "week of "+dayText(at)+": no traffic"
+		if w.GetPeakHour() != nil && w.GetTokens() > 0 {
+			peakAt = rfc3339(w.GetPeakHour().AsTime())
+			title = "week of " + dayText(at) + ": peak " + human(w.GetPeakTokensPerSecond()) + " tokens/s at " + hourText(w.GetPeakHour().AsTime()) +
+				", " + countU(w.GetTokens()) + " tokens"
+		}
 		c.Points = append(c.Points, point{X: xs.at(float64(at.Unix())), Y: ys.at(w.GetPeakTokensPerSecond()), R: 3.5, Class: "pt week",
-			DX: rfc3339(at), DY: num(w.GetPeakTokensPerSecond()), DT: rfc3339(w.GetPeakHour().AsTime()),
-			Title: "week of " + dayText(at) + ": peak " + human(w.GetPeakTokensPerSecond()) + " tokens/s at " + hourText(w.GetPeakHour().AsTime()) +
-				", " + countU(w.GetTokens()) + " tokens"})
+			DX: rfc3339(at), DY: num(w.GetPeakTokensPerSecond()), DT: peakAt, Title: title})
 	}
 	c.Keys = []key{{"key-week", "weekly peak"}}
 	if f == nil {

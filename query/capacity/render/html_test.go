@@ -432,3 +432,25 @@ func TestHTMLLowerBound(t *testing.T) {
 		}
 	}
 }
+
+// TestHTMLWeekWithoutTraffic: a complete week without traffic has no peak
+// hour (the report leaves it out); its point says so instead of naming an
+// hour of 1970.
+func TestHTMLWeekWithoutTraffic(t *testing.T) {
+	r := sampleReport()
+	u := r.GetUnits()[0]
+	w := u.GetTrend().GetWeeks()[0]
+	w.Tokens, w.PeakTokensPerSecond, w.PeakHour = 0, 0, nil
+	u.Trend.GrowthKnown, u.Trend.Forecast = false, nil
+	u.Trend.Reason = "no trend: the week of " + dayText(w.GetStart().AsTime()) + " has no traffic"
+	d := renderHTML(t, r)
+	pts := find(byID(d.root, "unit-1-forecast"), "circle", "pt", "week")
+	if len(pts) == 0 {
+		t.Fatal("no weekly points")
+	}
+	got, _ := attr(pts[0], "data-t")
+	title := textOf(pts[0])
+	if got != "" || strings.Contains(title, "1970") || !strings.Contains(title, "no traffic") {
+		t.Errorf("week without traffic: data-t %q, title %q; want no peak hour and a title saying it had no traffic", got, title)
+	}
+}
