@@ -289,6 +289,27 @@ func TestIdleAndUnderusedDeployments(t *testing.T) {
 	}
 }
 
+// TestBusyWithoutTraffic: GPUs busy 70% of the time with no request
+// counted (the traffic under another deployment name, or work outside the
+// meter) are not "all idle": the finding says what the data shows.
+func TestBusyWithoutTraffic(t *testing.T) {
+	f := &fleet{}
+	for i := range 24 {
+		f.gpuHour("ghost", "L4", day0.Add(time.Duration(i)*time.Hour), 2, 0.7, 1_000_000_000)
+	}
+	r, err := Build(context.Background(), f, Query{Start: day0, End: day0.Add(24 * time.Hour), Currency: "USD"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Findings) == 0 {
+		t.Fatal("no finding")
+	}
+	text := r.Findings[0].Text
+	if strings.Contains(text, "were idle") || !strings.Contains(text, "70.0%") || !strings.Contains(text, "USD 14.40") {
+		t.Errorf("finding %q: want the busy share 70.0%% and the idle cost USD 14.40, not all hours idle", text)
+	}
+}
+
 // TestWeeklyGrowth: five weeks whose traffic grows by exactly 25% a week
 // over a weekday × hour pattern. Growth, the forecast and the load profile
 // are checked against brute-force computations.
