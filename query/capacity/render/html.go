@@ -170,17 +170,18 @@ func overview(r *meterv1.CapacityReport, u *meterv1.CapacityUnit, anchor string)
 		o.Headroom = headroomValue(u)
 		o.HeadroomClass = headroomClass(r, u)
 	}
+	atMost := atMostMark(u)
 	for _, n := range u.GetGpusNeeded() {
 		switch neededSlot(n.GetFor()) {
 		case slotPeak:
-			o.NeededPeak = strconv.FormatInt(n.GetGpus(), 10)
+			o.NeededPeak = atMost + strconv.FormatInt(n.GetGpus(), 10)
 		case slotGrowth, slotTarget:
 			if o.NeededGrowth != unknown {
 				o.NeededGrowth += ", "
 			} else {
 				o.NeededGrowth = ""
 			}
-			o.NeededGrowth += strconv.FormatInt(n.GetGpus(), 10) + " (" + n.GetFor() + ")"
+			o.NeededGrowth += atMost + strconv.FormatInt(n.GetGpus(), 10) + " (" + n.GetFor() + ")"
 		}
 	}
 	var kinds []string
@@ -191,6 +192,15 @@ func overview(r *meterv1.CapacityReport, u *meterv1.CapacityUnit, anchor string)
 	}
 	o.Findings = strings.Join(kinds, ", ")
 	return o
+}
+
+// atMostMark prefixes GPUs needed against a sustainable throughput that is
+// a lower bound: they are at most the figure.
+func atMostMark(u *meterv1.CapacityUnit) string {
+	if u.GetSustainable().GetLowerBound() {
+		return "≤ "
+	}
+	return ""
 }
 
 // headroomValue is a unit's headroom; "≥" when the sustainable throughput
@@ -242,8 +252,8 @@ func buildUnit(r *meterv1.CapacityReport, u *meterv1.CapacityUnit, anchor, headi
 		if n.GetChange() > 0 {
 			change = "+" + change
 		}
-		v.Needed = append(v.Needed, needed{For: n.GetFor(), Load: human(n.GetTokensPerSecond()), GPUs: strconv.FormatInt(n.GetGpus(), 10),
-			Change: change, Arithmetic: n.GetArithmetic()})
+		v.Needed = append(v.Needed, needed{For: n.GetFor(), Load: human(n.GetTokensPerSecond()), GPUs: atMostMark(u) + strconv.FormatInt(n.GetGpus(), 10),
+			Change: atMostMark(u) + change, Arithmetic: n.GetArithmetic()})
 	}
 	if len(v.Needed) == 0 {
 		v.NeededNote = "No GPUs-needed figure: it needs a sustainable throughput"

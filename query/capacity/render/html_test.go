@@ -431,6 +431,21 @@ func TestHTMLLowerBound(t *testing.T) {
 			t.Error("a lower-bound headroom is coloured as a risk")
 		}
 	}
+	// Against a lower bound of the sustainable load, GPUs needed are at
+	// most the figure: shown as such in the unit's table and the overview.
+	for _, row := range find(find(sec, "table", "needed")[0], "tr")[1:] {
+		cells := find(row, "td")
+		if gpus, change := textOf(cells[2]), textOf(cells[3]); !strings.HasPrefix(gpus, "≤ ") || !strings.HasPrefix(change, "≤ ") {
+			t.Errorf("GPUs needed %q, change %q against a lower bound: want at most (≤)", gpus, change)
+		}
+	}
+	for _, row := range find(find(d.root, "table", "overview")[0], "tr") {
+		if cells := find(row, "td"); len(cells) > 7 && strings.Contains(textOf(cells[0]), u.GetName()) {
+			if peak := textOf(cells[7]); !strings.HasPrefix(peak, "≤ ") {
+				t.Errorf("overview GPUs for peak %q against a lower bound: want at most (≤)", peak)
+			}
+		}
+	}
 }
 
 // TestHTMLWeekWithoutTraffic: a complete week without traffic has no peak
