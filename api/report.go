@@ -120,8 +120,11 @@ func capacityUnit(cur string, u *capacity.Unit) *meterv1.CapacityUnit {
 	t := u.Trend
 	out.Trend = &meterv1.CapacityTrend{GrowthKnown: t.GrowthKnown, Reason: t.Reason, TokensGrowth: t.TokensGrowth, PeakGrowth: t.PeakGrowth}
 	for _, w := range t.Weeks {
-		out.Trend.Weeks = append(out.Trend.Weeks, &meterv1.CapacityWeek{Start: timestamppb.New(w.Start), Tokens: w.Tokens,
-			PeakTokensPerSecond: w.PeakTokensPerSecond, PeakHour: timestamppb.New(w.PeakTokensPerSecondHour)})
+		cw := &meterv1.CapacityWeek{Start: timestamppb.New(w.Start), Tokens: w.Tokens, PeakTokensPerSecond: w.PeakTokensPerSecond}
+		if w.Tokens > 0 { // a week without traffic has no peak hour
+			cw.PeakHour = timestamppb.New(w.PeakTokensPerSecondHour)
+		}
+		out.Trend.Weeks = append(out.Trend.Weeks, cw)
 	}
 	if f := t.Forecast; f != nil {
 		out.Trend.Forecast = &meterv1.PeakForecast{At: timestamppb.New(f.At), TokensPerSecond: f.TokensPerSecond, Slope: f.Slope,

@@ -224,6 +224,37 @@ func TestExactGPUsNeededAtTheBoundary(t *testing.T) {
 	}
 }
 
+// TestExactGPUsNeededForATargetLoad: a target load is the decimal the
+// planner wrote, not its nearest float64: 2,400.3 tokens/s at a sustainable
+// 800.1 tokens/s per GPU is exactly 3 GPUs (the float64 of 2400.3 is a
+// little above it, which rounded up to 4).
+func TestExactGPUsNeededForATargetLoad(t *testing.T) {
+	f := &fleet{}
+	for i := range 30 {
+		at := day0.Add(time.Duration(i) * time.Hour)
+		// 800.1 tokens/s per GPU on 8 GPUs: 23,042,880 tokens an hour.
+		f.gpuHour("d", "H100", at, 8, 0.5, 1)
+		f.traffic("m", "d", at, 1000, 1000, 0, 23_042_880)
+	}
+	for _, c := range []struct {
+		tps  float64
+		want int64
+	}{{2400.3, 3}, {2400.30001, 4}, {800.1, 1}, {1e5, 125}} {
+		r, err := Build(context.Background(), f, Query{Start: day0, End: day0.Add(30 * time.Hour), TargetTokensPerSecond: c.tps})
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := unit(t, r, "d")
+		if u.Sustainable.TokensPerSecondPerGPU != 800.1 {
+			t.Fatalf("sustainable %+v, want 800.1", u.Sustainable)
+		}
+		last := u.Needed[len(u.Needed)-1]
+		if !strings.HasPrefix(last.For, "target") || last.GPUs != c.want {
+			t.Errorf("target %v tokens/s: %s needs %d GPUs, want %d (%s)", c.tps, last.For, last.GPUs, c.want, last.Arithmetic)
+		}
+	}
+}
+
 // TestIdleAndUnderusedDeployments: a deployment that serves nothing and
 // one at 10% utilization are reported as over-provisioned, with their idle
 // cost.
@@ -255,6 +286,27 @@ func TestIdleAndUnderusedDeployments(t *testing.T) {
 	// The fleet sums both and gets no per-GPU estimate.
 	if r.Fleet.GPUHours != 72*6 || r.Fleet.MaxGPUs != 6 || r.Fleet.Sustainable.Known || r.Fleet.Sustainable.Reason == "" {
 		t.Errorf("fleet: %v GPU-hours, max %d GPUs, sustainable %+v", r.Fleet.GPUHours, r.Fleet.MaxGPUs, r.Fleet.Sustainable)
+	}
+}
+
+// TestBusyWithoutTraffic: GPUs busy 70% of the time with no request
+// counted (the traffic under another deployment name, or work outside the
+// meter) are not "all idle": the finding says what the data shows.
+func TestBusyWithoutTraffic(t *testing.T) {
+	f := &fleet{}
+	for i := range 24 {
+		f.gpuHour("ghost", "L4", day0.Add(time.Duration(i)*time.Hour), 2, 0.7, 1_000_000_000)
+	}
+	r, err := Build(context.Background(), f, Query{Start: day0, End: day0.Add(24 * time.Hour), Currency: "USD"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Findings) == 0 {
+		t.Fatal("no finding")
+	}
+	text := r.Findings[0].Text
+	if strings.Contains(text, "were idle") || !strings.Contains(text, "70.0%") || !strings.Contains(text, "USD 14.40") {
+		t.Errorf("finding %q: want the busy share 70.0%% and the idle cost USD 14.40, not all hours idle", text)
 	}
 }
 

@@ -32,6 +32,11 @@ func findings(q Query, units []Unit) []Finding {
 		u := &units[i]
 		s := &u.Sustainable
 		switch {
+		case u.HoursWithGPUs > 0 && u.Requests == 0 && u.BusyGPUHours > 0:
+			// Busy GPUs without a request counted: traffic under another
+			// deployment name, or work the meter does not see.
+			add(u, KindOverProvisioned, 2, "served no traffic, yet its GPUs were busy %s of their %s GPU-hours (is its traffic recorded under another deployment name?); the idle time cost %s of %s.",
+				percent(u.Utilization), number(u.GPUHours, 1), money(u.IdleCostNanos, q.Currency), money(u.CostNanos, q.Currency))
 		case u.HoursWithGPUs > 0 && u.Requests == 0:
 			add(u, KindOverProvisioned, 2, "served no traffic: all %s GPU-hours were idle, costing %s.",
 				number(u.GPUHours, 1), money(u.IdleCostNanos, q.Currency))

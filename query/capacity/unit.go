@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/big"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -128,7 +129,9 @@ func computeUnit(q Query, name string, deps []*deployment, capacity bool) Unit {
 		}
 	}
 	if q.TargetTokensPerSecond > 0 {
-		t := new(big.Rat).SetFloat64(q.TargetTokensPerSecond)
+		// The decimal the planner wrote (its shortest form), not the
+		// float64 nearest to it, which may lie above it.
+		t, _ := new(big.Rat).SetString(strconv.FormatFloat(q.TargetTokensPerSecond, 'g', -1, 64))
 		u.Needed = append(u.Needed, gpusNeeded(fmt.Sprintf("target %s tokens/s", number(q.TargetTokensPerSecond, 1)), "", nil, t, at, u.MaxGPUs))
 	}
 	if f := u.Trend.Forecast; f != nil {

@@ -12,8 +12,10 @@ SETTINGS index_granularity = 256;
 
 -- The hours rolled up before this migration, from their newest rollup_hour
 -- rows, summed as the job sums them (histograms by key, minutes by
--- position). Hours already present at their newest version are skipped, so
--- that a run that stopped half-way does not count an hour twice. Hours
+-- position). Rows already present at their hour's newest version are
+-- skipped, row by row (a run that stopped half-way may have written part of
+-- an hour: an INSERT ... SELECT is written in blocks), so that running it
+-- again neither counts a row twice nor leaves an hour incomplete. Hours
 -- the job recomputes meanwhile (another replica of older code) are read
 -- from rollup_hour by the capacity report until they are here at their
 -- newest version.
@@ -37,5 +39,5 @@ SELECT bucket, '', model, '', deployment, '', '',
   sumForEach(minute_requests), sumForEach(minute_output_tokens)
 FROM rollup_hour
 WHERE (bucket, version) IN (SELECT bucket, max(version) FROM rollup_hour GROUP BY bucket)
-  AND (bucket, version) NOT IN (SELECT bucket, version FROM rollup_deployment_hour)
+  AND (bucket, deployment, model, version) NOT IN (SELECT bucket, deployment, model, version FROM rollup_deployment_hour)
 GROUP BY bucket, model, deployment, version;

@@ -170,17 +170,18 @@ func overview(r *meterv1.CapacityReport, u *meterv1.CapacityUnit, anchor string)
 		o.Headroom = headroomValue(u)
 		o.HeadroomClass = headroomClass(r, u)
 	}
+	atMost := atMostMark(u)
 	for _, n := range u.GetGpusNeeded() {
 		switch neededSlot(n.GetFor()) {
 		case slotPeak:
-			o.NeededPeak = strconv.FormatInt(n.GetGpus(), 10)
+			o.NeededPeak = atMost + strconv.FormatInt(n.GetGpus(), 10)
 		case slotGrowth, slotTarget:
 			if o.NeededGrowth != unknown {
 				o.NeededGrowth += ", "
 			} else {
 				o.NeededGrowth = ""
 			}
-			o.NeededGrowth += strconv.FormatInt(n.GetGpus(), 10) + " (" + n.GetFor() + ")"
+			o.NeededGrowth += atMost + strconv.FormatInt(n.GetGpus(), 10) + " (" + n.GetFor() + ")"
 		}
 	}
 	var kinds []string
@@ -191,6 +192,15 @@ func overview(r *meterv1.CapacityReport, u *meterv1.CapacityUnit, anchor string)
 	}
 	o.Findings = strings.Join(kinds, ", ")
 	return o
+}
+
+// atMostMark prefixes GPUs needed against a sustainable throughput that is
+// a lower bound: they are at most the figure.
+func atMostMark(u *meterv1.CapacityUnit) string {
+	if u.GetSustainable().GetLowerBound() {
+		return "≤ "
+	}
+	return ""
 }
 
 // headroomValue is a unit's headroom; "≥" when the sustainable throughput
@@ -242,8 +252,8 @@ func buildUnit(r *meterv1.CapacityReport, u *meterv1.CapacityUnit, anchor, headi
 		if n.GetChange() > 0 {
 			change = "+" + change
 		}
-		v.Needed = append(v.Needed, needed{For: n.GetFor(), Load: human(n.GetTokensPerSecond()), GPUs: strconv.FormatInt(n.GetGpus(), 10),
-			Change: change, Arithmetic: n.GetArithmetic()})
+		v.Needed = append(v.Needed, needed{For: n.GetFor(), Load: human(n.GetTokensPerSecond()), GPUs: atMostMark(u) + strconv.FormatInt(n.GetGpus(), 10),
+			Change: atMostMark(u) + change, Arithmetic: n.GetArithmetic()})
 	}
 	if len(v.Needed) == 0 {
 		v.NeededNote = "No GPUs-needed figure: it needs a sustainable throughput"
@@ -683,10 +693,15 @@ func forecastChart(u *meterv1.CapacityUnit) chart {
 	c.YTicks = valueTicks(ys, yt, numberFormat(step))
 	for _, w := range weeks {
 		at := w.GetStart().AsTime()
+		// A week without traffic has no peak hour.
+		peakAt, title := "", "week of "+dayText(at)+": no traffic"
+		if w.GetPeakHour() != nil && w.GetTokens() > 0 {
+			peakAt = rfc3339(w.GetPeakHour().AsTime())
+			title = "week of " + dayText(at) + ": peak " + human(w.GetPeakTokensPerSecond()) + " tokens/s at " + hourText(w.GetPeakHour().AsTime()) +
+				", " + countU(w.GetTokens()) + " tokens"
+		}
 		c.Points = append(c.Points, point{X: xs.at(float64(at.Unix())), Y: ys.at(w.GetPeakTokensPerSecond()), R: 3.5, Class: "pt week",
-			DX: rfc3339(at), DY: num(w.GetPeakTokensPerSecond()), DT: rfc3339(w.GetPeakHour().AsTime()),
-			Title: "week of " + dayText(at) + ": peak " + human(w.GetPeakTokensPerSecond()) + " tokens/s at " + hourText(w.GetPeakHour().AsTime()) +
-				", " + countU(w.GetTokens()) + " tokens"})
+			DX: rfc3339(at), DY: num(w.GetPeakTokensPerSecond()), DT: peakAt, Title: title})
 	}
 	c.Keys = []key{{"key-week", "weekly peak"}}
 	if f == nil {

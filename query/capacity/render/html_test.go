@@ -431,4 +431,41 @@ func TestHTMLLowerBound(t *testing.T) {
 			t.Error("a lower-bound headroom is coloured as a risk")
 		}
 	}
+	// Against a lower bound of the sustainable load, GPUs needed are at
+	// most the figure: shown as such in the unit's table and the overview.
+	for _, row := range find(find(sec, "table", "needed")[0], "tr")[1:] {
+		cells := find(row, "td")
+		if gpus, change := textOf(cells[2]), textOf(cells[3]); !strings.HasPrefix(gpus, "≤ ") || !strings.HasPrefix(change, "≤ ") {
+			t.Errorf("GPUs needed %q, change %q against a lower bound: want at most (≤)", gpus, change)
+		}
+	}
+	for _, row := range find(find(d.root, "table", "overview")[0], "tr") {
+		if cells := find(row, "td"); len(cells) > 7 && strings.Contains(textOf(cells[0]), u.GetName()) {
+			if peak := textOf(cells[7]); !strings.HasPrefix(peak, "≤ ") {
+				t.Errorf("overview GPUs for peak %q against a lower bound: want at most (≤)", peak)
+			}
+		}
+	}
+}
+
+// TestHTMLWeekWithoutTraffic: a complete week without traffic has no peak
+// hour (the report leaves it out); its point says so instead of naming an
+// hour of 1970.
+func TestHTMLWeekWithoutTraffic(t *testing.T) {
+	r := sampleReport()
+	u := r.GetUnits()[0]
+	w := u.GetTrend().GetWeeks()[0]
+	w.Tokens, w.PeakTokensPerSecond, w.PeakHour = 0, 0, nil
+	u.Trend.GrowthKnown, u.Trend.Forecast = false, nil
+	u.Trend.Reason = "no trend: the week of " + dayText(w.GetStart().AsTime()) + " has no traffic"
+	d := renderHTML(t, r)
+	pts := find(byID(d.root, "unit-1-forecast"), "circle", "pt", "week")
+	if len(pts) == 0 {
+		t.Fatal("no weekly points")
+	}
+	got, _ := attr(pts[0], "data-t")
+	title := textOf(pts[0])
+	if got != "" || strings.Contains(title, "1970") || !strings.Contains(title, "no traffic") {
+		t.Errorf("week without traffic: data-t %q, title %q; want no peak hour and a title saying it had no traffic", got, title)
+	}
 }
