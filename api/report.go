@@ -87,7 +87,7 @@ func capacityReport(r *capacity.Report) *meterv1.CapacityReport {
 func capacityUnit(cur string, u *capacity.Unit) *meterv1.CapacityUnit {
 	out := &meterv1.CapacityUnit{
 		Name: u.Name, Deployments: u.Deployments, Models: u.Models, GpuTypes: u.GPUTypes,
-		Hours: int32(u.Hours), HoursWithGpus: int32(u.HoursWithGPUs), MeanGpus: u.MeanGPUs, MaxGpus: u.MaxGPUs,
+		Hours: int32(u.Hours), HoursWithGpus: int32(u.HoursWithGPUs), MeanGpus: u.MeanGPUs, MaxGpus: u.MaxGPUs, MaxGpuEquivalents: u.MaxGPUEquivalents,
 		GpuHours: u.GPUHours, BusyGpuHours: u.BusyGPUHours, IdleGpuHours: u.IdleGPUHours,
 		Utilization: u.Utilization, P95Utilization: u.P95Utilization, IdleShare: u.IdleShare,
 		Cost: money(cur, u.CostNanos), BusyCost: money(cur, u.BusyCostNanos), IdleCost: money(cur, u.IdleCostNanos),
@@ -103,7 +103,7 @@ func capacityUnit(cur string, u *capacity.Unit) *meterv1.CapacityUnit {
 	s := u.Sustainable
 	out.Sustainable = &meterv1.SustainableLoad{Known: s.Known, Reason: s.Reason, TokensPerSecondPerGpu: s.TokensPerSecondPerGPU,
 		SupportingHours: int32(s.SupportingHours), MissedHours: int32(s.MissedHours), QualifyingHours: int32(s.QualifyingHours),
-		LowerBound: s.LowerBound}
+		LowerBound: s.LowerBound, Saturated: s.Saturated}
 	if s.Known {
 		out.Sustainable.Hour = timestamppb.New(s.Hour)
 	}

@@ -78,6 +78,35 @@ func TestDeploymentHours(t *testing.T) {
 		t.Errorf("levels read %v, want only the deployment level", rec.levels)
 	}
 
+	// The rows of hour 0 written twice at the same version (two replicas
+	// ran the backfill at once) count once.
+	var dup []rollup.RollupRecord
+	for _, r := range want {
+		if r.Start.Equal(day) {
+			rec := rollup.RollupRecord{Bucket: r.Start, Dims: [6]string{1: r.Group["model"], 3: r.Group["deployment"]},
+				Requests: r.Requests, Errors: r.Errors, Prompt: r.PromptTokens, Cached: r.CachedTokens, Output: r.OutputTokens,
+				Good: r.GoodRequests, GoodOutput: r.GoodOutputTokens}
+			for c, class := range rollup.StatusClasses {
+				rec.ErrorsBy[c] = r.ErrorsBy[class]
+			}
+			dup = append(dup, rec)
+		}
+	}
+	vers, err := s.LevelVersions(ctx, query.LevelDeploymentHour, day, day.Add(time.Hour))
+	if err != nil || len(dup) == 0 {
+		t.Fatal(err, len(dup))
+	}
+	if err := s.InsertRollupRecords(ctx, "rollup_deployment_hour", dup, spec.Version, vers[day]); err != nil {
+		t.Fatal(err)
+	}
+	got, err = reads(s).DeploymentHours(ctx, day, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got, opts); diff != "" {
+		t.Errorf("rows written twice at one version (-want +got):\n%s", diff)
+	}
+
 	// Hour 1 gets new events and is recomputed by older code.
 	stale := day.Add(time.Hour)
 	var more []*meterv1.InferenceEvent

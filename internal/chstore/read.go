@@ -96,8 +96,15 @@ func newestRows(table, timeCol, scope string, scopeArgs []any, filter string) (s
 	if table == "rollup_minute" {
 		return fmt.Sprintf("%s FINAL\nWHERE %s", table, where), scopeArgs
 	}
-	return fmt.Sprintf("%[1]s\nWHERE %[2]s\n  AND (%[3]s, version) IN (SELECT %[3]s, max(version) FROM %[1]s WHERE %[4]s GROUP BY %[3]s)",
-		table, where, timeCol, scope), slices.Concat(scopeArgs, scopeArgs)
+	final := ""
+	if table == "rollup_deployment_hour" {
+		// Two replicas that ran migration 0011's backfill at once wrote
+		// the same rows at the same version; FINAL keeps one of each until
+		// the merge does (the table holds a few rows an hour).
+		final = " FINAL"
+	}
+	return fmt.Sprintf("%[1]s%[5]s\nWHERE %[2]s\n  AND (%[3]s, version) IN (SELECT %[3]s, max(version) FROM %[1]s WHERE %[4]s GROUP BY %[3]s)",
+		table, where, timeCol, scope, final), slices.Concat(scopeArgs, scopeArgs)
 }
 
 // withDays is the FROM clause of a read of the columns cols (a list) of

@@ -537,3 +537,74 @@ func TestSustainableIgnoresIsolatedIncidents(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestMissesAtLowLoadAreNotSaturation: two incident hours at the lowest
+// loads of 30 leave no load within the 5% tolerance, but the busiest hours
+// met the target: no estimate, and the finding asks to look at the missed
+// hours instead of calling the deployment saturated. When the busiest hour
+// misses too, it is saturated.
+func TestMissesAtLowLoadAreNotSaturation(t *testing.T) {
+	build := func(missTop bool) *Report {
+		f := &fleet{}
+		for i := range 30 {
+			at := day0.Add(time.Duration(i) * time.Hour)
+			good := uint64(1000)
+			if i < 2 || (missTop && i >= 20) {
+				good = 900
+			}
+			f.gpuHour("d", "H100", at, 1, 0.5, 1)
+			f.traffic("m", "d", at, 1000, good, 0, uint64((100+i)*3600))
+		}
+		r, err := Build(context.Background(), f, Query{Start: day0, End: day0.Add(30 * time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := build(false)
+	s := unit(t, r, "d").Sustainable
+	if s.Known || s.Saturated || !strings.Contains(s.Reason, "2 of 30 qualifying hours") || !strings.Contains(s.Reason, "busiest hours met it") {
+		t.Errorf("incidents at low load: %+v", s)
+	}
+	if hasFinding(r, "d", KindSaturated, 2) || !hasFinding(r, "d", KindNotEnoughData, 1) {
+		t.Errorf("incidents at low load: findings %+v", r.Findings)
+	}
+	r = build(true)
+	if s := unit(t, r, "d").Sustainable; s.Known || !s.Saturated {
+		t.Errorf("misses up to the busiest hour: %+v, want saturated", s)
+	}
+	if !hasFinding(r, "d", KindSaturated, 2) {
+		t.Errorf("misses up to the busiest hour: findings %+v", r.Findings)
+	}
+}
+
+// TestMIGSlicesCompareAsGPUs: seven MIG slices of a seventh of a GPU are
+// one GPU's worth; GPUs needed compares with that, not with seven.
+func TestMIGSlicesCompareAsGPUs(t *testing.T) {
+	f := &fleet{}
+	for i := range 48 {
+		at := day0.Add(time.Duration(i) * time.Hour)
+		good, tok := uint64(1000), uint64(1000*3600) // 1,000 tokens/s on one GPU's worth
+		if i == 47 {
+			good, tok = 500, 1500*3600 // the peak misses: 1,500 tokens/s
+		}
+		sec := 3600.0
+		f.gpu = append(f.gpu, query.GPUUsageRow{Start: at, Group: map[string]string{"deployment": "mig", "gpu_type": "A100-1g.10gb"},
+			GPUSeconds: sec, BusySeconds: sec / 2, CoveredSeconds: sec, InstanceSeconds: sec, MaxGPUs: 7})
+		f.traffic("m", "mig", at, 1000, good, 0, tok)
+	}
+	r, err := Build(context.Background(), f, Query{Start: day0, End: day0.Add(48 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := unit(t, r, "mig")
+	if u.MaxGPUs != 7 || u.MaxGPUEquivalents != 1 {
+		t.Fatalf("max %d instances, %v GPU equivalents; want 7 and 1", u.MaxGPUs, u.MaxGPUEquivalents)
+	}
+	if n := u.Needed[0]; n.GPUs != 2 || n.Change != 1 {
+		t.Errorf("observed peak needs %+v; want 2 GPUs, one more than the one GPU's worth it ran", n)
+	}
+	if hasFinding(r, "mig", KindOverProvisioned, 1) {
+		t.Errorf("findings %+v: a deployment short of capacity is not over-provisioned", r.Findings)
+	}
+}

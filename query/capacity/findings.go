@@ -47,13 +47,19 @@ func findings(q Query, units []Unit) []Finding {
 				text += fmt.Sprintf(" (%s of its GPU cost)", percent(float64(u.IdleCostNanos)/float64(u.CostNanos)))
 			}
 			if len(u.Needed) > 0 && u.Needed[0].Change < 0 {
-				text += fmt.Sprintf(". Its observed peak needs %d GPUs of the %d it ran", u.Needed[0].GPUs, u.MaxGPUs)
+				atMost := ""
+				if s.LowerBound {
+					atMost = "at most " // against a lower bound of its capacity
+				}
+				text += fmt.Sprintf(". Its observed peak needs %s%d GPUs of the %d it ran", atMost, u.Needed[0].GPUs, wholeGPUs(u.MaxGPUEquivalents))
 			}
 			add(u, KindOverProvisioned, 1, "%s.", text)
 		}
 		switch {
-		case !s.Known && s.QualifyingHours >= MinQualifyingHours:
+		case s.Saturated:
 			add(u, KindSaturated, 2, "misses its SLO under load: %s", s.Reason)
+		case !s.Known && s.QualifyingHours >= MinQualifyingHours:
+			add(u, KindNotEnoughData, 1, "has no sustainable-throughput estimate: %s.", s.Reason)
 		case !s.Known && u.Requests > 0:
 			add(u, KindNotEnoughData, 0, "has no sustainable-throughput estimate: %s.", s.Reason)
 		case s.Known && s.LowerBound:
@@ -71,7 +77,7 @@ func findings(q Query, units []Unit) []Finding {
 			}
 			add(u, KindAtRisk, 2, "%s.", text)
 		}
-		if good, all, hours := highLoadAttainment(u.HourPoints); hours > 0 && float64(good) < q.Target*float64(all) {
+		if good, all, hours := highLoadAttainment(u.HourPoints); s.QualifyingHours >= MinQualifyingHours && hours > 0 && float64(good) < q.Target*float64(all) {
 			add(u, KindAtRisk, 2, "drops below its SLO at high load: attainment %s over its %d busiest qualifying hours (per GPU), against the %s target.",
 				percent(float64(good)/float64(all)), hours, percent(q.Target))
 		}

@@ -92,6 +92,9 @@ type Unit struct {
 	// (or MIG instances) in one hour.
 	MeanGPUs float64
 	MaxGPUs  uint32
+	// MaxGPUEquivalents is the most GPU time of one hour in whole GPUs (a
+	// MIG slice counts its fraction): what GPUs needed compares with.
+	MaxGPUEquivalents float64
 	// GPU time in hours, and utilization = busy / all; P95Utilization is
 	// the 95th percentile (nearest rank) of the hourly utilizations.
 	GPUHours, BusyGPUHours, IdleGPUHours float64
@@ -170,6 +173,10 @@ type Sustainable struct {
 	// the target: the deployment was never saturated, so its capacity is at
 	// least this.
 	LowerBound bool
+	// Saturated is set, without an estimate, when the busiest qualifying
+	// hour missed the target too and no load met the miss tolerance: the
+	// SLO is missed under load everywhere the data reaches.
+	Saturated bool
 }
 
 // GPUsNeeded is the number of GPUs a load needs at the sustainable
@@ -185,7 +192,8 @@ type GPUsNeeded struct {
 	// Arithmetic shows the computation, e.g.
 	// "ceil(1.3 × 9,360.0 tokens/s ÷ 1,200.0 tokens/s per GPU) = ceil(10.14) = 11".
 	Arithmetic string
-	// Change is GPUs − the unit's MaxGPUs.
+	// Change is GPUs − the unit's MaxGPUEquivalents rounded up (whole GPUs,
+	// so that MIG slices compare with GPUs).
 	Change int64
 }
 

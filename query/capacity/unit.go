@@ -52,6 +52,7 @@ func computeUnit(q Query, name string, deps []*deployment, capacity bool) Unit {
 			utils = append(utils, h.busySec/h.gpuSec)
 		}
 		u.MaxGPUs = max(u.MaxGPUs, h.maxGPUs)
+		u.MaxGPUEquivalents = max(u.MaxGPUEquivalents, h.gpuSec/3600)
 		u.UnpricedGPUHours += h.unpricedSec / 3600
 		u.CostNanos += h.cost
 		u.BusyCostNanos += h.busyCost
@@ -122,21 +123,21 @@ func computeUnit(q Query, name string, deps []*deployment, capacity bool) Unit {
 	if u.Peak != nil {
 		// Exact: a peak of T tokens in an hour is T/3600 tokens/s.
 		peakRate := new(big.Rat).SetFrac(new(big.Int).SetUint64(hours[peak].tokens()), big.NewInt(3600))
-		u.Needed = append(u.Needed, gpusNeeded("observed peak", "", nil, peakRate, at, u.MaxGPUs))
+		u.Needed = append(u.Needed, gpusNeeded("observed peak", "", nil, peakRate, at, wholeGPUs(u.MaxGPUEquivalents)))
 		if q.Growth != "1" {
 			g, _ := parseGrowth(q.Growth)
-			u.Needed = append(u.Needed, gpusNeeded("growth "+q.Growth, q.Growth, g, peakRate, at, u.MaxGPUs))
+			u.Needed = append(u.Needed, gpusNeeded("growth "+q.Growth, q.Growth, g, peakRate, at, wholeGPUs(u.MaxGPUEquivalents)))
 		}
 	}
 	if q.TargetTokensPerSecond > 0 {
 		// The decimal the planner wrote (its shortest form), not the
 		// float64 nearest to it, which may lie above it.
 		t, _ := new(big.Rat).SetString(strconv.FormatFloat(q.TargetTokensPerSecond, 'g', -1, 64))
-		u.Needed = append(u.Needed, gpusNeeded(fmt.Sprintf("target %s tokens/s", number(q.TargetTokensPerSecond, 1)), "", nil, t, at, u.MaxGPUs))
+		u.Needed = append(u.Needed, gpusNeeded(fmt.Sprintf("target %s tokens/s", number(q.TargetTokensPerSecond, 1)), "", nil, t, at, wholeGPUs(u.MaxGPUEquivalents)))
 	}
 	if f := u.Trend.Forecast; f != nil {
 		t := new(big.Rat).SetFloat64(f.TokensPerSecond)
-		u.Needed = append(u.Needed, gpusNeeded("forecast peak "+f.At.Format("2006-01-02"), "", nil, t, at, u.MaxGPUs))
+		u.Needed = append(u.Needed, gpusNeeded("forecast peak "+f.At.Format("2006-01-02"), "", nil, t, at, wholeGPUs(u.MaxGPUEquivalents)))
 	}
 	return u
 }
@@ -204,8 +205,15 @@ func sustainable(q Query, points []HourPoint, hours []depHour) (Sustainable, *de
 		i = j + 1
 	}
 	if best < 0 || qual[best].TokensPerSecondPerGPU <= 0 {
-		s.Reason = fmt.Sprintf("the %s attainment target was missed at every observed load: %d of %d qualifying hours missed it, from %s tokens/s per GPU up",
-			percent(q.Target), missed[len(qual)-1], len(qual), number(qual[0].TokensPerSecondPerGPU, 1))
+		n := len(qual)
+		if !meets(qual[n-1]) {
+			s.Saturated = true
+			s.Reason = fmt.Sprintf("the %s attainment target was missed from the lowest loads to the highest: %d of %d qualifying hours missed it, more than %s of them at every load from %s tokens/s per GPU up",
+				percent(q.Target), missed[n-1], n, percent(*q.MissTolerance), number(qual[0].TokensPerSecondPerGPU, 1))
+		} else {
+			s.Reason = fmt.Sprintf("the %s attainment target was missed in %d of %d qualifying hours, too many of them at low loads for the %s tolerance to name a sustainable load (the busiest hours met it): look at the missed hours before sizing",
+				percent(q.Target), missed[n-1], n, percent(*q.MissTolerance))
+		}
 		return s, nil
 	}
 	b := qual[best]
@@ -246,13 +254,22 @@ func gpusNeeded(label, factorText string, factor, base *big.Rat, at *depHour, ma
 	}
 }
 
-// ceilRat is the smallest integer at least r (r ≥ 0).
+// ceilRat is the smallest integer at least r (r ≥ 0), at most MaxInt64.
 func ceilRat(r *big.Rat) int64 {
 	q, m := new(big.Int).QuoRem(r.Num(), r.Denom(), new(big.Int))
 	if m.Sign() > 0 {
 		q.Add(q, big.NewInt(1))
 	}
+	if !q.IsInt64() {
+		return math.MaxInt64
+	}
 	return q.Int64()
+}
+
+// wholeGPUs is a number of GPU equivalents rounded up to whole GPUs (a
+// sum of MIG fractions a hair over an integer counts as that integer).
+func wholeGPUs(v float64) uint32 {
+	return uint32(math.Ceil(v - 1e-9))
 }
 
 // parseGrowth reads a decimal growth factor exactly.

@@ -492,9 +492,13 @@ type CapacityUnit struct {
 	// hours_detail are the unit's hours with GPU samples or traffic, in time order.
 	HoursDetail []*CapacityHour `protobuf:"bytes,32,rep,name=hours_detail,json=hoursDetail,proto3" json:"hours_detail,omitempty"`
 	// days are the unit's UTC days, in time order.
-	Days          []*CapacityDay `protobuf:"bytes,33,rep,name=days,proto3" json:"days,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Days []*CapacityDay `protobuf:"bytes,33,rep,name=days,proto3" json:"days,omitempty"`
+	// max_gpu_equivalents is the most GPU time of one hour in whole GPUs (a
+	// MIG slice counts its fraction; max_gpus counts instances): what
+	// gpus_needed's change compares with, rounded up.
+	MaxGpuEquivalents float64 `protobuf:"fixed64,34,opt,name=max_gpu_equivalents,json=maxGpuEquivalents,proto3" json:"max_gpu_equivalents,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CapacityUnit) Reset() {
@@ -758,6 +762,13 @@ func (x *CapacityUnit) GetDays() []*CapacityDay {
 	return nil
 }
 
+func (x *CapacityUnit) GetMaxGpuEquivalents() float64 {
+	if x != nil {
+		return x.MaxGpuEquivalents
+	}
+	return 0
+}
+
 // CapacityPeakHour is the busiest hour of a unit.
 type CapacityPeakHour struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -869,7 +880,10 @@ type SustainableLoad struct {
 	QualifyingHours int32 `protobuf:"varint,7,opt,name=qualifying_hours,json=qualifyingHours,proto3" json:"qualifying_hours,omitempty"`
 	// lower_bound is set when no qualifying hour above the estimate missed:
 	// the unit was never saturated, its capacity is at least the estimate.
-	LowerBound    bool `protobuf:"varint,8,opt,name=lower_bound,json=lowerBound,proto3" json:"lower_bound,omitempty"`
+	LowerBound bool `protobuf:"varint,8,opt,name=lower_bound,json=lowerBound,proto3" json:"lower_bound,omitempty"`
+	// saturated is set, without an estimate, when the target was missed from
+	// the lowest loads to the busiest hour, beyond the miss tolerance.
+	Saturated     bool `protobuf:"varint,9,opt,name=saturated,proto3" json:"saturated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -960,6 +974,13 @@ func (x *SustainableLoad) GetLowerBound() bool {
 	return false
 }
 
+func (x *SustainableLoad) GetSaturated() bool {
+	if x != nil {
+		return x.Saturated
+	}
+	return false
+}
+
 // GpusNeeded is the number of GPUs a load needs at the sustainable throughput.
 type GpusNeeded struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -971,7 +992,7 @@ type GpusNeeded struct {
 	Gpus int64 `protobuf:"varint,3,opt,name=gpus,proto3" json:"gpus,omitempty"`
 	// arithmetic shows the computation in words.
 	Arithmetic string `protobuf:"bytes,4,opt,name=arithmetic,proto3" json:"arithmetic,omitempty"`
-	// change is gpus - max_gpus.
+	// change is gpus - max_gpu_equivalents rounded up.
 	Change        int64 `protobuf:"varint,5,opt,name=change,proto3" json:"change,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1688,7 +1709,7 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\x05fleet\x18\r \x01(\v2\x1b.tokenmeter.v1.CapacityUnitR\x05fleet\x121\n" +
 	"\x05units\x18\x0e \x03(\v2\x1b.tokenmeter.v1.CapacityUnitR\x05units\x12:\n" +
 	"\bfindings\x18\x0f \x03(\v2\x1e.tokenmeter.v1.CapacityFindingR\bfindings\x12&\n" +
-	"\x0fnot_enough_data\x18\x10 \x01(\tR\rnotEnoughData\"\xbf\n" +
+	"\x0fnot_enough_data\x18\x10 \x01(\tR\rnotEnoughData\"\xef\n" +
 	"\n" +
 	"\fCapacityUnit\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
@@ -1728,7 +1749,8 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\fload_profile\x18\x1e \x03(\v2\x1d.tokenmeter.v1.LoadProfileDayR\vloadProfile\x122\n" +
 	"\x05trend\x18\x1f \x01(\v2\x1c.tokenmeter.v1.CapacityTrendR\x05trend\x12>\n" +
 	"\fhours_detail\x18  \x03(\v2\x1b.tokenmeter.v1.CapacityHourR\vhoursDetail\x12.\n" +
-	"\x04days\x18! \x03(\v2\x1a.tokenmeter.v1.CapacityDayR\x04days\"\xfa\x01\n" +
+	"\x04days\x18! \x03(\v2\x1a.tokenmeter.v1.CapacityDayR\x04days\x12.\n" +
+	"\x13max_gpu_equivalents\x18\" \x01(\x01R\x11maxGpuEquivalents\"\xfa\x01\n" +
 	"\x10CapacityPeakHour\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12*\n" +
 	"\x11tokens_per_second\x18\x02 \x01(\x01R\x0ftokensPerSecond\x12\x12\n" +
@@ -1737,7 +1759,7 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\brequests\x18\x05 \x01(\x04R\brequests\x12\x1e\n" +
 	"\n" +
 	"attainment\x18\x06 \x01(\x01R\n" +
-	"attainment\"\xc3\x02\n" +
+	"attainment\"\xe1\x02\n" +
 	"\x0fSustainableLoad\x12\x14\n" +
 	"\x05known\x18\x01 \x01(\bR\x05known\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x128\n" +
@@ -1747,7 +1769,8 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\fmissed_hours\x18\x06 \x01(\x05R\vmissedHours\x12)\n" +
 	"\x10qualifying_hours\x18\a \x01(\x05R\x0fqualifyingHours\x12\x1f\n" +
 	"\vlower_bound\x18\b \x01(\bR\n" +
-	"lowerBound\"\x96\x01\n" +
+	"lowerBound\x12\x1c\n" +
+	"\tsaturated\x18\t \x01(\bR\tsaturated\"\x96\x01\n" +
 	"\n" +
 	"GpusNeeded\x12\x10\n" +
 	"\x03for\x18\x01 \x01(\tR\x03for\x12*\n" +

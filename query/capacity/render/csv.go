@@ -17,7 +17,7 @@ import (
 var csvHeader = func() []string {
 	h := []string{
 		"name", "deployments", "models", "gpu_types",
-		"hours", "hours_with_gpus", "mean_gpus", "max_gpus",
+		"hours", "hours_with_gpus", "mean_gpus", "max_gpus", "max_gpu_equivalents",
 		"gpu_hours", "busy_gpu_hours", "idle_gpu_hours", "unpriced_gpu_hours",
 		"utilization", "p95_utilization", "idle_share",
 		"currency", "cost", "busy_cost", "idle_cost",
@@ -26,7 +26,7 @@ var csvHeader = func() []string {
 		"peak_hour", "peak_tokens_per_second", "peak_gpus", "peak_tokens_per_second_per_gpu", "peak_requests", "peak_attainment",
 		"sustainable_known", "sustainable_tokens_per_second_per_gpu", "sustainable_hour",
 		"sustainable_supporting_hours", "sustainable_missed_hours", "sustainable_qualifying_hours",
-		"sustainable_lower_bound", "sustainable_reason",
+		"sustainable_lower_bound", "sustainable_saturated", "sustainable_reason",
 		"headroom",
 	}
 	for _, s := range slotNames {
@@ -89,6 +89,7 @@ func csvRow(r *meterv1.CapacityReport, u *meterv1.CapacityUnit) ([]string, error
 		u.GetName(), strings.Join(u.GetDeployments(), "|"), strings.Join(u.GetModels(), "|"), strings.Join(u.GetGpuTypes(), "|"),
 		strconv.Itoa(int(u.GetHours())), strconv.Itoa(int(u.GetHoursWithGpus())),
 		when(u.GetHoursWithGpus() > 0, num(u.GetMeanGpus())), strconv.FormatUint(uint64(u.GetMaxGpus()), 10),
+		when(u.GetHoursWithGpus() > 0, num(u.GetMaxGpuEquivalents())),
 		num(u.GetGpuHours()), num(u.GetBusyGpuHours()), num(u.GetIdleGpuHours()), num(u.GetUnpricedGpuHours()),
 		when(gpus, num(u.GetUtilization())), when(gpus, num(u.GetP95Utilization())), when(gpus, num(u.GetIdleShare())),
 		currency, amount(u.GetCost()), amount(u.GetBusyCost()), amount(u.GetIdleCost()),
@@ -114,9 +115,10 @@ func csvRow(r *meterv1.CapacityReport, u *meterv1.CapacityUnit) ([]string, error
 		}
 		row = append(row, strconv.FormatBool(k), when(k, num(s.GetTokensPerSecondPerGpu())), hour,
 			when(k, strconv.Itoa(int(s.GetSupportingHours()))), when(k, strconv.Itoa(int(s.GetMissedHours()))),
-			strconv.Itoa(int(s.GetQualifyingHours())), when(k, strconv.FormatBool(s.GetLowerBound())), s.GetReason())
+			strconv.Itoa(int(s.GetQualifyingHours())), when(k, strconv.FormatBool(s.GetLowerBound())),
+			strconv.FormatBool(s.GetSaturated()), s.GetReason())
 	} else {
-		row = append(row, "false", "", "", "", "", "", "", "")
+		row = append(row, "false", "", "", "", "", "", "", "", "")
 	}
 
 	row = append(row, when(u.GetHeadroomKnown(), num(u.GetHeadroom())))
