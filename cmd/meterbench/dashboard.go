@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -17,7 +18,7 @@ import (
 // fragment names (e.g. "tab=metrics&range=30d"), and returns the time from
 // navigation to the page's first "ready" state (every API call of the view
 // drawn), as the page measures it (body data-ready-ms).
-func dashboardTimes(ctx context.Context, httpAddr, key, fragment string, n int) ([]time.Duration, error) {
+func dashboardTimes(ctx context.Context, httpAddr, key, fragment string, n int, trace io.Writer) ([]time.Duration, error) {
 	chromium := os.Getenv("CHROMIUM")
 	if chromium == "" {
 		var err error
@@ -62,6 +63,18 @@ func dashboardTimes(ctx context.Context, httpAddr, key, fragment string, n int) 
 		}
 		if i > 0 { // the first load warms the browser's cache of the page's files
 			out = append(out, time.Duration(v*float64(time.Millisecond)))
+		}
+	}
+	if trace != nil {
+		// The last load's API calls: when each started and how long it took.
+		calls, err := chromedp.Run(bctx, chromedp.Evaluate[[][3]any](`performance.getEntriesByType("resource")
+  .filter(e => e.name.includes("/v1/") || e.name.includes("/ui/session"))
+  .map(e => [e.name.replace(location.origin, ""), Math.round(e.startTime), Math.round(e.duration)])`))
+		if err != nil {
+			return nil, fmt.Errorf("read the dashboard's resource timings: %w", err)
+		}
+		for _, c := range calls {
+			fmt.Fprintf(trace, "    start %5v ms  took %5v ms  %v\n", c[1], c[2], c[0])
 		}
 	}
 	return out, nil

@@ -47,6 +47,7 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed queries to this file")
 	match := fs.String("match", "", "time only the queries whose description matches this regular expression")
 	dashReps := fs.Int("dashboard-reps", 10, "loads of the dashboard's first page in headless Chromium (0: none)")
+	dashTrace := fs.Bool("dashboard-trace", false, "print the API calls of the dashboard's last load of each view, with their times")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -221,7 +222,11 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if *dashReps <= 0 || !only.MatchString(view.what) {
 			continue
 		}
-		d, err := dashboardTimes(ctx, srv.HTTPAddr(), "finance", view.fragment, *dashReps)
+		var trace io.Writer
+		if *dashTrace {
+			trace = stdout
+		}
+		d, err := dashboardTimes(ctx, srv.HTTPAddr(), "finance", view.fragment, *dashReps, trace)
 		if err != nil {
 			return fmt.Errorf("%s: %w", view.what, err)
 		}

@@ -129,8 +129,13 @@ export function resolveRange(choice, customStart, customEnd, now = Date.now()) {
     end = floorTo(customEnd, HOUR);
     if (!(end > start)) throw new Error("The custom range needs an end after its start (whole hours, UTC).");
   } else {
+    // Ranges longer than two hours end at the end of the current hour, so
+    // that every query reads the hour rollups: a range ending mid-hour
+    // reads minute rows for all of it (on 1,000 tenants, a day took the
+    // metrics calls 2-5 s instead of tens of milliseconds). The last hour
+    // is the one in progress, counted up to now.
     const span = spans[choice] || DAY;
-    end = ceilTo(now + 1, MIN);
+    end = span > 2 * HOUR ? ceilTo(now + 1, HOUR) : ceilTo(now + 1, MIN);
     start = end - span;
   }
   const step = stepFor(start, end);
