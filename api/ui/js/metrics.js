@@ -92,7 +92,7 @@ function drawCards(el, r, group, range) {
   const traffic = summaryOf(group ? r.trafficTotal : r.traffic);
   if (traffic || r.traffic) {
     const e = traffic ? traffic.error_rate : 0;
-    card(el, { name: "error_rate", title: "Error rate", raw: e, text: f.pct(e), sub: traffic ? `peak ${f.num(traffic.peak_requests_per_second)} req/s` : "no requests" });
+    card(el, { name: "error_rate", title: "Error rate", raw: e, text: f.pct(e), sub: traffic ? `of all requests; busiest minute ${f.num(traffic.peak_requests_per_second)} req/s` : "no requests" });
   }
   const lat = summaryOf(group ? r.latencyTotal : r.latency);
   if (lat || r.latency) {
