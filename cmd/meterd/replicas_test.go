@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"tokenmeter/ingest"
+	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/chtest"
+	"tokenmeter/internal/devenv"
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+	"tokenmeter/query"
+)
+
+// TestIngestReplicasExact runs three real `meterd --role ingest` processes
+// in one consumer group over a topic of 12 partitions, SIGKILLs one while
+// events stream in, adds a fourth, and has the producer send some batches
+// twice (retries): every event is counted exactly once.
+func TestIngestReplicasExact(t *testing.T) {
+	chtest.RequireLocal(t)
+	chAddr, db := chtest.StartPrivate(t).Addr(), "default"
+	broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Partitions: 12,
+		Topics: []string{ingest.DefaultEventsTopic, ingest.DefaultDLQTopic, ingest.DefaultGPUTopic}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Close)
+	bin := filepath.Join(t.TempDir(), "meterd")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+
+	type replica struct {
+		cmd  *exec.Cmd
+		log  *bytes.Buffer
+		http string
+	}
+	var replicas []*replica
+	start := func() *replica {
+		t.Helper()
+		r := &replica{log: &bytes.Buffer{}, http: freeAddr(t)}
+		r.cmd = exec.Command(bin, "--role", "ingest", "--kafka-brokers", broker.Addr(), "--clickhouse", chAddr,
+			"--clickhouse-database", db, "--http-addr", r.http, "--grpc-addr", freeAddr(t), "--batch-timeout", "100ms", "--log-level", "warn")
+		r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
+		if err := r.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		replicas = append(replicas, r)
+		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			if resp, err := http.Get("http://" + r.http + "/healthz/ready"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return r
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d not ready:\n%s", len(replicas), r.log)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		for _, r := range replicas {
+			if r.cmd.ProcessState == nil {
+				r.cmd.Process.Signal(syscall.SIGTERM)
+				r.cmd.Wait()
+			}
+		}
+	})
+	for range 3 {
+		start()
+	}
+
+	base := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Hour)
+	event := func(i int) *meterv1.InferenceEvent {
+		return &meterv1.InferenceEvent{
+			EventId: fmt.Sprintf("ev-%06d", i), TenantId: fmt.Sprintf("tenant-%d", i%7), Model: "m", Deployment: "d",
+			CompletedAt:  timestamppb.New(base.Add(time.Duration(i) * 100 * time.Millisecond)),
+			PromptTokens: proto.Int64(int64(100 + i%1000)), OutputTokens: proto.Int64(int64(1 + i%300)),
+			TtftMs: proto.Float64(50), E2EMs: proto.Float64(500),
+		}
+	}
+	const chunks, perChunk = 6, 4000
+	w := &kafka.Writer{Addr: kafka.TCP(broker.Addr()), Topic: ingest.DefaultEventsTopic, Balancer: &kafka.RoundRobin{},
+		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, BatchSize: 1000}
+	defer w.Close()
+	produce := func(c int) {
+		t.Helper()
+		msgs := make([]kafka.Message, perChunk)
+		for i := range perChunk {
+			b, err := proto.Marshal(event(c*perChunk + i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			msgs[i] = kafka.Message{Value: b, Headers: []kafka.Header{{Key: ingest.HeaderContentType, Value: []byte(ingest.ContentTypeProtobuf)}}}
+		}
+		if err := w.WriteMessages(context.Background(), msgs...); err != nil {
+			t.Fatalf("produce chunk %d: %v", c, err)
+		}
+	}
+	var wantRequests, wantOutput int64
+	for i := range chunks * perChunk {
+		wantRequests++
+		wantOutput += int64(1 + i%300)
+	}
+	for c := range chunks {
+		produce(c)
+		switch c {
+		case 1:
+			produce(0) // a producer's retry: the same events again
+		case 2:
+			// Crash: no flush, no commit; its partitions go to the others.
+			replicas[1].cmd.Process.Kill()
+			replicas[1].cmd.Wait()
+		case 4:
+			start() // scaled out mid-stream: the group rebalances
+		}
+	}
+
+	store, err := chstore.Open(chstore.Config{Addr: []string{chAddr}, Database: db}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	reads := query.New(store, query.Config{})
+	var rows []query.UsageRow
+	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		rows, err = reads.Usage(context.Background(), query.UsageQuery{Start: base.Add(-time.Hour), End: base.Add(3 * time.Hour)})
+		if err == nil && len(rows) == 1 && rows[0].Requests == wantRequests && rows[0].OutputTokens == wantOutput {
+			break
+		}
+		if time.Now().After(deadline) {
+			logs := ""
+			for i, r := range replicas {
+				logs += fmt.Sprintf("replica %d:\n%s\n", i, r.log)
+			}
+			t.Fatalf("usage %+v (%v), want %d requests and %d output tokens\n%s", rows, err, wantRequests, wantOutput, logs)
+		}
+	}
+	// Stable: a moment later the totals have not grown past exact.
+	time.Sleep(2 * time.Second)
+	rows, err = reads.Usage(context.Background(), query.UsageQuery{Start: base.Add(-time.Hour), End: base.Add(3 * time.Hour)})
+	if err != nil || len(rows) != 1 || rows[0].Requests != wantRequests || rows[0].OutputTokens != wantOutput {
+		t.Fatalf("usage later %+v (%v), want %d requests and %d output tokens", rows, err, wantRequests, wantOutput)
+	}
+}
