@@ -608,3 +608,23 @@ func TestMIGSlicesCompareAsGPUs(t *testing.T) {
 		t.Errorf("findings %+v: a deployment short of capacity is not over-provisioned", r.Findings)
 	}
 }
+
+// TestTargetLabelKeepsItsDigits: a small target load is named as given,
+// not rounded to "0.0 tokens/s".
+func TestTargetLabelKeepsItsDigits(t *testing.T) {
+	f := &fleet{}
+	for i := range 30 {
+		at := day0.Add(time.Duration(i) * time.Hour)
+		f.gpuHour("d", "H100", at, 1, 0.5, 1)
+		f.traffic("m", "d", at, 1000, 1000, 0, uint64((100+i)*3600))
+	}
+	for tps, want := range map[float64]string{0.04: "target 0.04 tokens/s", 5000: "target 5,000 tokens/s", 1234.5: "target 1,234.5 tokens/s"} {
+		r, err := Build(context.Background(), f, Query{Start: day0, End: day0.Add(30 * time.Hour), TargetTokensPerSecond: tps})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(unit(t, r, "d").Needed, func(n GPUsNeeded) bool { return n.For == want }) {
+			t.Errorf("target %v: needed %+v, want an entry for %q", tps, unit(t, r, "d").Needed, want)
+		}
+	}
+}

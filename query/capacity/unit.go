@@ -133,7 +133,7 @@ func computeUnit(q Query, name string, deps []*deployment, capacity bool) Unit {
 		// The decimal the planner wrote (its shortest form), not the
 		// float64 nearest to it, which may lie above it.
 		t, _ := new(big.Rat).SetString(strconv.FormatFloat(q.TargetTokensPerSecond, 'g', -1, 64))
-		u.Needed = append(u.Needed, gpusNeeded(fmt.Sprintf("target %s tokens/s", number(q.TargetTokensPerSecond, 1)), "", nil, t, at, wholeGPUs(u.MaxGPUEquivalents)))
+		u.Needed = append(u.Needed, gpusNeeded(fmt.Sprintf("target %s tokens/s", number(q.TargetTokensPerSecond, -1)), "", nil, t, at, wholeGPUs(u.MaxGPUEquivalents)))
 	}
 	if f := u.Trend.Forecast; f != nil {
 		t := new(big.Rat).SetFloat64(f.TokensPerSecond)
