@@ -42,7 +42,8 @@ const (
 	// sessionTimeout is the servers' ZooKeeper session timeout (see
 	// nodeConfig).
 	sessionTimeout = 4 * time.Second
-	// portAttempts bounds ZooKeeper's starts on a port taken meanwhile.
+	// portAttempts bounds the starts of ZooKeeper, and of the servers,
+	// on ports that were taken between being picked and being bound.
 	portAttempts = 3
 	// ddlTimeout bounds the ON CLUSTER queries of NewDB and its cleanup,
 	// which wait for every server (up to distributed_ddl_task_timeout,
@@ -139,8 +140,16 @@ func Start(t testing.TB, layout Layout) *Cluster {
 	if c.zk, err = startZooKeeper(ctx, inst, filepath.Join(dir, "zookeeper")); err != nil {
 		t.Fatalf("chcluster: %v", err)
 	}
-	if err := c.startServers(ctx, dir); err != nil {
-		t.Fatalf("chcluster: %v", err)
+	for attempt := 1; ; attempt++ {
+		err := c.startServers(ctx, dir)
+		if err == nil {
+			break
+		}
+		if attempt == portAttempts || !strings.Contains(err.Error(), "Address already in use") {
+			t.Fatalf("chcluster: %v", err)
+		}
+		t.Logf("chcluster: a port was taken meanwhile; starting the servers on others (%v)", err)
+		c.killServers()
 	}
 	t.Logf("chcluster: cluster %s (replicas per shard %v, ZooKeeper %s) up in %v",
 		layout.Name, layout.Replicas, c.zk.addr, time.Since(began).Round(time.Millisecond))
@@ -229,6 +238,14 @@ func (c *Cluster) waitMember(ctx context.Context, addr string) error {
 // the data goes with the test, and a server that shuts down waits for its
 // replicated tables' ZooKeeper work.
 func (c *Cluster) stop() {
+	c.killServers()
+	if c.zk != nil {
+		c.zk.stop()
+	}
+}
+
+// killServers kills every server that was started.
+func (c *Cluster) killServers() {
 	var wg sync.WaitGroup
 	for _, shard := range c.nodes {
 		for _, n := range shard {
@@ -243,9 +260,6 @@ func (c *Cluster) stop() {
 		}
 	}
 	wg.Wait()
-	if c.zk != nil {
-		c.zk.stop()
-	}
 }
 
 // logTails logs the end of every server's error log and of ZooKeeper's

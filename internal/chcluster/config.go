@@ -3,10 +3,13 @@ package chcluster
 import (
 	"bytes"
 	"encoding/xml"
-	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 )
 
 // nodePorts are the loopback ports of one clickhouse-server.
@@ -97,24 +100,50 @@ func validName(name string) bool {
 	return true
 }
 
-// freePort asks the kernel for a free loopback TCP port not in taken.
-// Another process may take it before the server binds it; the servers of
-// a cluster name each other's ports, so a clash fails the start.
+// freePort returns a loopback TCP port that is free now and not in taken,
+// picked at random below the kernel's ephemeral port range. The servers of
+// a cluster name each other's ports in their configs, so a port must stay
+// free from the moment it is picked until its server binds it, a second
+// later; a port the kernel hands out (port 0) is from the ephemeral range,
+// where the servers starting meanwhile take their outgoing connections'
+// source ports (a server of a test run failed to bind its port that way).
 func freePort(taken []int) (int, error) {
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("pick free port: %w", err)
+	lo, hi := pickRange()
+	for range 100 {
+		port := lo + rand.IntN(hi-lo)
+		if slices.Contains(taken, port) {
+			continue
 		}
-		port := l.Addr().(*net.TCPAddr).Port
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue // taken
+		}
 		if err := l.Close(); err != nil {
 			return 0, fmt.Errorf("pick free port: %w", err)
 		}
-		if !slices.Contains(taken, port) {
-			return port, nil
-		}
+		return port, nil
 	}
-	return 0, errors.New("pick free port: kernel keeps returning ports in use")
+	return 0, fmt.Errorf("pick free port: no free port found in [%d, %d)", lo, hi)
+}
+
+// pickRange is where freePort picks ports: from 10000 to the start of the
+// ephemeral range (/proc/sys/net/ipv4/ip_local_port_range; Linux's
+// default starts at 32768), or 20000-30000 when that cannot be read or
+// leaves too little room.
+func pickRange() (lo, hi int) {
+	lo, hi = 20000, 30000
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return lo, hi
+	}
+	if eph, err := strconv.Atoi(f[0]); err == nil && eph >= 12000 {
+		return 10000, eph
+	}
+	return lo, hi
 }
 
 // pickPorts picks distinct free ports for every server of replicas (the
