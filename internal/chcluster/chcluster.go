@@ -164,7 +164,6 @@ func (c *Cluster) startServers(ctx context.Context, dir string) error {
 		return err
 	}
 	c.nodes = make([][]*node, len(all))
-	var mu sync.Mutex // guards c.nodes while the servers start
 	g, gctx := errgroup.WithContext(ctx)
 	for s, shard := range all {
 		c.nodes[s] = make([]*node, len(shard))
@@ -190,9 +189,7 @@ func (c *Cluster) startServers(ctx context.Context, dir string) error {
 				if err != nil {
 					return fmt.Errorf("server %s: %w", replicaName(s, r), err)
 				}
-				mu.Lock()
-				c.nodes[s][r] = &node{srv: srv, ports: p}
-				mu.Unlock()
+				c.nodes[s][r] = &node{srv: srv, ports: p} // each goroutine its own element
 				return c.waitMember(gctx, srv.Addr())
 			})
 		}
