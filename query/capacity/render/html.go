@@ -442,6 +442,8 @@ func utilizationChart(u *meterv1.CapacityUnit) chart {
 		c.Note = "No hour with GPU samples: nothing to draw."
 		return c
 	}
+	hours, shown := thinHours(hours, u)
+	c.About += shown
 	xs := scale{Lo: 0, Hi: 1, P0: plotLeft, P1: plotRight}
 	c.XTicks = valueTicks(xs, []float64{0, 0.2, 0.4, 0.6, 0.8, 1}, percentFormat(0.2))
 	ys, yt, step := linearAxis(0, maxY, plotBottom, plotTop, 6)
@@ -477,6 +479,8 @@ func attainmentChart(r *meterv1.CapacityReport, u *meterv1.CapacityUnit) chart {
 		c.Note = "No hour with both GPU samples and requests: nothing to draw."
 		return c
 	}
+	hours, shown := thinHours(hours, u)
+	c.About += shown
 	s := u.GetSustainable()
 	if s.GetKnown() {
 		maxX = math.Max(maxX, finite(s.GetTokensPerSecondPerGpu()))
@@ -722,3 +726,51 @@ func forecastChart(u *meterv1.CapacityUnit) chart {
 }
 
 func plotBox() box { return box{plotLeft, plotTop, plotRight, plotBottom} }
+
+// maxScatterPoints bounds the dots of one scatter chart: a year of hours
+// of 50 deployments would otherwise make a file of hundreds of megabytes.
+const maxScatterPoints = 2000
+
+// thinHours keeps at most about maxScatterPoints of hours for a scatter
+// chart: every k-th hour in time order, and always the peak hour and the
+// sustainable throughput's hour. It returns the hours kept and, when some
+// were left out, a sentence saying so for the chart's caption. The axes
+// are computed from every hour before thinning.
+func thinHours(hours []*meterv1.CapacityHour, u *meterv1.CapacityUnit) ([]*meterv1.CapacityHour, string) {
+	if len(hours) <= maxScatterPoints {
+		return hours, ""
+	}
+	k := (len(hours) + maxScatterPoints - 1) / maxScatterPoints
+	special := func(h *meterv1.CapacityHour) bool {
+		at := h.GetStart().AsTime()
+		if p := u.GetPeak(); p != nil && p.GetStart().AsTime().Equal(at) {
+			return true
+		}
+		s := u.GetSustainable()
+		return s.GetKnown() && s.GetHour() != nil && s.GetHour().AsTime().Equal(at)
+	}
+	var out []*meterv1.CapacityHour
+	for i, h := range hours {
+		if i%k == 0 || special(h) {
+			out = append(out, h)
+		}
+	}
+	return out, fmt.Sprintf(" Showing %s of the %s hours: every %s hour, with the peak and sustainable hours.",
+		countU(uint64(len(out))), countU(uint64(len(hours))), ordinal(k))
+}
+
+// ordinal writes 2 as "2nd", 11 as "11th".
+func ordinal(n int) string {
+	suffix := "th"
+	if n%100 < 11 || n%100 > 13 {
+		switch n % 10 {
+		case 1:
+			suffix = "st"
+		case 2:
+			suffix = "nd"
+		case 3:
+			suffix = "rd"
+		}
+	}
+	return fmt.Sprintf("%d%s", n, suffix)
+}

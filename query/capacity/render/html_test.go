@@ -469,3 +469,41 @@ func TestHTMLWeekWithoutTraffic(t *testing.T) {
 		t.Errorf("week without traffic: data-t %q, title %q; want no peak hour and a title saying it had no traffic", got, title)
 	}
 }
+
+// TestHTMLThinsLongRanges: a unit of more than a year of hours draws at
+// most about maxScatterPoints dots per scatter chart, always with its peak
+// and sustainable hours, and says how many it shows.
+func TestHTMLThinsLongRanges(t *testing.T) {
+	r := sampleReport()
+	u := fixtureUnit("year", 400, 8, 9000, 1200, true)
+	n := len(u.GetHoursDetail())
+	if n <= 2*maxScatterPoints {
+		t.Fatalf("fixture has %d hours", n)
+	}
+	// The peak and the sustainable hour fall between kept hours.
+	u.Peak.Start = u.GetHoursDetail()[n-2].GetStart()
+	u.Sustainable.Known, u.Sustainable.Hour = true, u.GetHoursDetail()[7].GetStart()
+	r.Units = []*meterv1.CapacityUnit{u}
+	d := renderHTML(t, r)
+	sec := byID(d.root, "unit-1")
+	for _, kind := range []string{"utilization", "attainment"} {
+		c := byID(sec, "unit-1-"+kind)
+		dots := find(c, "circle", "pt")
+		if len(dots) > maxScatterPoints+2 || len(dots) < maxScatterPoints/2 {
+			t.Errorf("%s: %d dots of %d hours", kind, len(dots), n)
+		}
+		times := map[string]bool{}
+		for _, p := range dots {
+			at, _ := attr(p, "data-t")
+			times[at] = true
+		}
+		for what, at := range map[string]string{"peak": rfc3339(u.GetPeak().GetStart().AsTime()), "sustainable": rfc3339(u.GetSustainable().GetHour().AsTime())} {
+			if !times[at] {
+				t.Errorf("%s: the %s hour %s is not drawn", kind, what, at)
+			}
+		}
+		if !strings.Contains(textOf(c), "Showing ") {
+			t.Errorf("%s: the caption does not say the hours are thinned", kind)
+		}
+	}
+}
