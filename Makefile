@@ -20,8 +20,9 @@ run: build ## start meterd --dev (data in ./data), replay demo traffic and GPU s
 	@scripts/run-demo.sh
 
 .PHONY: test
-test: lint check-generated ## lint, check generated code, run every test with -race, then fuzz briefly
+test: lint check-generated ## lint, check generated code, run every test with -race, the deployment files' checks (deploy/), then fuzz briefly
 	$(GO) test -race -count=1 -timeout 20m ./...
+	cd deploy && $(GO) test -count=1 -timeout 10m ./...
 	@$(MAKE) --no-print-directory fuzz
 
 # Fuzz targets as package:FuzzName. Their seed corpora (testdata/fuzz/) also
@@ -45,6 +46,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 10s); a failing input is wri
 .PHONY: test-short
 test-short: ## go tests only, no lint or generation check
 	$(GO) test -count=1 ./...
+	cd deploy && $(GO) test -count=1 ./...
 
 .PHONY: bench
 bench: build ## throughput, latency and memory report (see README "Performance")
@@ -88,6 +90,7 @@ lint: tools ## buf lint and breaking check, gofmt, go vet
 		$(TOOLS)/buf breaking --against '.git#ref=HEAD~1'; fi
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
+	cd deploy && $(GO) vet ./...
 
 .PHONY: clean
 clean: ## remove build outputs (not ./data)
