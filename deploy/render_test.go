@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"os"
@@ -27,6 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -177,7 +179,16 @@ func (m *manifests) add(doc string) error {
 		// only references Secrets the operator creates.
 		return fmt.Errorf("unexpected object %q: the test knows no Go type for it", gvk)
 	}
-	if err := yaml.UnmarshalStrict([]byte(doc), into); err != nil {
+	// As the API server decodes with strict field validation: field names
+	// are case-sensitive (encoding/json, which sigs.k8s.io/yaml.UnmarshalStrict
+	// uses, would take readOnlyRootFileSystem for readOnlyRootFilesystem),
+	// and an unknown or duplicate field is an error.
+	data, err := yaml.YAMLToJSONStrict([]byte(doc))
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", tm.APIVersion, tm.Kind, err)
+	}
+	strict, err := kjson.UnmarshalStrict(data, into)
+	if err = errors.Join(append(strict, err)...); err != nil {
 		return fmt.Errorf("decode %s %s strictly: %w", tm.APIVersion, tm.Kind, err)
 	}
 	if obj.GetName() == "" {
