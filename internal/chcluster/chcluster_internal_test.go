@@ -107,7 +107,7 @@ const envPidFile = "CHCLUSTER_TEST_PID_FILE"
 func TestNoProcessLeftBehind(t *testing.T) {
 	if path := os.Getenv(envPidFile); path != "" {
 		c := Start(t, Layout{Replicas: []int{1, 1}})
-		pids := []string{strconv.Itoa(c.zk.proc.pid)}
+		pids := []string{strconv.Itoa(c.zk.proc.Pid)}
 		for _, shard := range c.nodes {
 			for _, n := range shard {
 				pids = append(pids, strconv.Itoa(n.srv.Pid()))

@@ -10,11 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"tokenmeter/internal/childproc"
 )
 
 // ErrZooKeeperNotInstalled reports that no ZooKeeper server (its jars and a
@@ -79,7 +79,7 @@ func isFile(path string) bool {
 type zooKeeper struct {
 	addr string
 	log  string
-	proc *process
+	proc *childproc.Proc
 }
 
 // zooCfg renders the server's configuration. forceSync=no (passed on as
@@ -148,8 +148,9 @@ func tryZooKeeper(ctx context.Context, inst zooKeeperInstall, dir string, port i
 		"org.apache.zookeeper.server.ZooKeeperServerMain", cfg)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = sysProcAttr()
-	p, err := startProcess(cmd, out)
+	// SIGKILL when this process dies: a killed test binary leaves no
+	// ZooKeeper behind (the ClickHouse servers get SIGTERM from chserver).
+	p, err := childproc.Start(cmd, out, syscall.SIGKILL)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", inst.java, err)
 	}
@@ -171,8 +172,8 @@ func (zk *zooKeeper) waitReady(ctx context.Context) error {
 			return nil
 		}
 		select {
-		case <-zk.proc.done:
-			return fmt.Errorf("zookeeper exited during startup (%v); %s ends with:\n%s", zk.proc.err, zk.log, tail(zk.log))
+		case <-zk.proc.Done():
+			return fmt.Errorf("zookeeper exited during startup (%v); %s ends with:\n%s", zk.proc.Err(), zk.log, tail(zk.log))
 		case <-ctx.Done():
 			return fmt.Errorf("zookeeper not answering on %s (last: %v; %s ends with:\n%s): %w",
 				zk.addr, lastErr, zk.log, tail(zk.log), ctx.Err())
@@ -208,52 +209,7 @@ func fourLetter(ctx context.Context, addr, cmd, want string) error {
 
 // stop kills the server and waits for it.
 func (zk *zooKeeper) stop() {
-	killGroup(zk.proc)
-}
-
-// process is a child process run by startProcess.
-type process struct {
-	pid  int
-	done chan struct{} // closed once it has exited and been reaped
-	err  error         // its exit status, read after done is closed
-}
-
-// startProcess starts cmd and reaps it in a goroutine locked to its OS
-// thread for the life of the child: Linux sends the parent-death signal
-// (sysProcAttr) when the thread that forked the child exits, not the
-// process. out is closed once the child has exited.
-func startProcess(cmd *exec.Cmd, out io.Closer) (*process, error) {
-	p := &process{done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer out.Close()
-		if err := cmd.Start(); err != nil {
-			close(p.done)
-			started <- err
-			return
-		}
-		p.pid = cmd.Process.Pid
-		started <- nil
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-// killGroup sends SIGKILL to p's process group (it leads one) and waits
-// for p to be reaped.
-func killGroup(p *process) {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = syscall.Kill(-p.pid, syscall.SIGKILL) // ESRCH: gone already
-	<-p.done
+	zk.proc.KillGroup()
 }
 
 // tail returns the last few KiB of the file at path.

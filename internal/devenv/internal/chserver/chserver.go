@@ -17,19 +17,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"tokenmeter/internal/childproc"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 )
@@ -91,21 +90,9 @@ type Server struct {
 
 // process is one run of the server binary.
 type process struct {
-	pid     int
-	done    chan struct{} // closed once the process has exited and been reaped
-	err     error         // exit status; read only after done is closed
-	marks   logMarks      // the logs' sizes before this run
-	readyAt time.Time     // when it first answered
-}
-
-// exited reports whether the process has exited.
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	*childproc.Proc
+	marks   logMarks  // the logs' sizes before this run
+	readyAt time.Time // when it first answered
 }
 
 // Start starts a server in cfg.Dir and returns once it answers on its native
@@ -180,8 +167,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc != nil && !s.proc.exited() {
-		return fmt.Errorf("start clickhouse in %s: %w as pid %d", s.cfg.Dir, errRunning, s.proc.pid)
+	if s.proc != nil && !s.proc.Exited() {
+		return fmt.Errorf("start clickhouse in %s: %w as pid %d", s.cfg.Dir, errRunning, s.proc.Pid)
 	}
 	s.proc = nil
 	if err := stopLeftover(ctx, s.logger, s.layout, stopGrace); err != nil {
@@ -197,14 +184,14 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	if err := s.waitReady(ctx, p, marks); err != nil {
 		_ = kill(p) // startup failed; the error that matters is err
-		removePIDFile(s.layout.pidFile(), p.pid)
+		removePIDFile(s.layout.pidFile(), p.Pid)
 		return fmt.Errorf("start clickhouse in %s: %w", s.cfg.Dir, err)
 	}
 	p.marks, p.readyAt = marks, time.Now()
 	s.proc = p
 	close(s.started)
 	s.started = make(chan struct{})
-	s.logger.Info("ClickHouse started", "addr", s.Addr(), "http_addr", s.HTTPAddr(), "pid", p.pid, "dir", s.cfg.Dir)
+	s.logger.Info("ClickHouse started", "addr", s.Addr(), "http_addr", s.HTTPAddr(), "pid", p.Pid, "dir", s.cfg.Dir)
 	return nil
 }
 
@@ -226,24 +213,24 @@ func (s *Server) Stop(ctx context.Context) error {
 		return nil
 	}
 	s.proc = nil
-	defer removePIDFile(s.layout.pidFile(), p.pid)
-	if p.exited() {
-		s.logger.Warn("ClickHouse had already exited", "pid", p.pid, "status", p.err)
+	defer removePIDFile(s.layout.pidFile(), p.Pid)
+	if p.Exited() {
+		s.logger.Warn("ClickHouse had already exited", "pid", p.Pid, "status", p.Err())
 		return nil
 	}
-	if err := signalServer(p.pid, syscall.SIGTERM); err != nil {
+	if err := signalServer(p.Pid, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("stop clickhouse: %w", err)
 	}
 	t := time.NewTimer(stopGrace)
 	defer t.Stop()
 	select {
-	case <-p.done:
-		s.logger.Info("ClickHouse stopped", "pid", p.pid)
+	case <-p.Done():
+		s.logger.Info("ClickHouse stopped", "pid", p.Pid)
 		return nil
 	case <-ctx.Done():
 	case <-t.C:
 	}
-	s.logger.Warn("ClickHouse did not stop in time; killing it", "pid", p.pid)
+	s.logger.Warn("ClickHouse did not stop in time; killing it", "pid", p.Pid)
 	if err := kill(p); err != nil {
 		return fmt.Errorf("stop clickhouse: %w", err)
 	}
@@ -260,7 +247,7 @@ func (s *Server) Kill() error {
 		return nil
 	}
 	s.proc = nil
-	defer removePIDFile(s.layout.pidFile(), p.pid)
+	defer removePIDFile(s.layout.pidFile(), p.Pid)
 	if err := kill(p); err != nil {
 		return fmt.Errorf("kill clickhouse: %w", err)
 	}
@@ -290,10 +277,10 @@ func (s *Server) HTTPAddr() string {
 func (s *Server) Pid() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc == nil || s.proc.exited() {
+	if s.proc == nil || s.proc.Exited() {
 		return 0
 	}
-	return s.proc.pid
+	return s.proc.Pid
 }
 
 // Dir returns the server directory as an absolute path.
@@ -357,54 +344,36 @@ func (s *Server) spawn() (*process, error) {
 	cmd.Dir = s.cfg.Dir
 	cmd.Env = serverEnv(os.Environ())
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = sysProcAttr()
 	fmt.Fprintf(out, "--- %s: %s\n", time.Now().Format(time.RFC3339), strings.Join(cmd.Args, " "))
 
-	p := &process{done: make(chan struct{})}
-	started := make(chan error, 1)
-	go p.run(cmd, out, started)
-	if err := <-started; err != nil {
+	// SIGTERM when this process dies: a SIGKILLed meterd or test binary
+	// leaves no server running (on Linux; elsewhere the next Start on the
+	// directory stops it).
+	cp, err := childproc.Start(cmd, out, syscall.SIGTERM)
+	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", s.cfg.Binary, err)
 	}
-	if err := writePIDFile(s.layout.pidFile(), p.pid); err != nil {
+	p := &process{Proc: cp}
+	if err := writePIDFile(s.layout.pidFile(), p.Pid); err != nil {
 		_ = kill(p) // without a pid file a later run could not find it
 		return nil, err
 	}
 	return p, nil
 }
 
-// run starts cmd and waits for it, closing out afterwards. It stays locked to
-// its OS thread for the life of the process because Linux sends the
-// parent-death signal when the thread that started the child exits, not the
-// process; a locked thread exits only with this goroutine, after the child is
-// gone.
-func (p *process) run(cmd *exec.Cmd, out io.Closer, started chan<- error) {
-	runtime.LockOSThread()
-	defer out.Close()
-	if err := cmd.Start(); err != nil {
-		close(p.done)
-		started <- err
-		return
-	}
-	p.pid = cmd.Process.Pid
-	started <- nil
-	p.err = cmd.Wait()
-	close(p.done)
-}
-
 // kill sends SIGKILL to p's process group and waits for it to be reaped.
 func kill(p *process) error {
-	if p.exited() {
+	if p.Exited() {
 		return nil
 	}
-	if err := signalServer(p.pid, syscall.SIGKILL); err != nil {
+	if err := signalServer(p.Pid, syscall.SIGKILL); err != nil {
 		return err
 	}
 	select {
-	case <-p.done:
+	case <-p.Done():
 		return nil
 	case <-time.After(10 * time.Second):
-		return fmt.Errorf("pid %d still running 10s after SIGKILL", p.pid)
+		return fmt.Errorf("pid %d still running 10s after SIGKILL", p.Pid)
 	}
 }
 
@@ -430,7 +399,7 @@ func (s *Server) waitReady(ctx context.Context, p *process, marks logMarks) erro
 	for {
 		if time.Now().After(progress) {
 			s.logger.Info("ClickHouse still starting (it loads every data part before it answers)",
-				"waited", time.Since(began).Round(time.Second), "limit", s.cfg.StartTimeout, "pid", p.pid)
+				"waited", time.Since(began).Round(time.Second), "limit", s.cfg.StartTimeout, "pid", p.Pid)
 			progress = progress.Add(startProgressEvery)
 		}
 		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
@@ -440,8 +409,8 @@ func (s *Server) waitReady(ctx context.Context, p *process, marks logMarks) erro
 			return nil
 		}
 		select {
-		case <-p.done:
-			return &exitError{status: p.err, logs: s.logTail(marks)}
+		case <-p.Done():
+			return &exitError{status: p.Err(), logs: s.logTail(marks)}
 		case <-ctx.Done():
 			return fmt.Errorf("not answering on %s after %v (last ping: %v; logs: %s): %w",
 				s.Addr(), s.cfg.StartTimeout, lastErr, s.logTail(marks), ctx.Err())

@@ -57,7 +57,7 @@ func (s *Server) Supervise(ctx context.Context, b Backoff) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-p.done:
+		case <-p.Done():
 		}
 		if !s.forget(p) {
 			continue // stopped, killed or restarted on purpose
@@ -66,7 +66,7 @@ func (s *Server) Supervise(ctx context.Context, b Backoff) {
 		if up >= b.Reset {
 			delay = b.Min
 		}
-		s.logger.Error("ClickHouse exited unexpectedly; restarting it", "pid", p.pid, "status", exitStatus(p.err),
+		s.logger.Error("ClickHouse exited unexpectedly; restarting it", "pid", p.Pid, "status", exitStatus(p.Err()),
 			"up_for", up.Round(time.Millisecond).String(), "restart_in", delay.String(), "logs", s.logTail(p.marks))
 		for attempt := 1; ; attempt++ {
 			select {
@@ -97,7 +97,7 @@ func (s *Server) forget(p *process) bool {
 		return false
 	}
 	s.proc = nil
-	removePIDFile(s.layout.pidFile(), p.pid)
+	removePIDFile(s.layout.pidFile(), p.Pid)
 	return true
 }
 
