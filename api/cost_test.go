@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/url"
 	"strings"
 	"testing"
@@ -14,7 +12,6 @@ import (
 	"tokenmeter/ingest"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -22,9 +19,9 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"tokenmeter/internal/billingtest"
 	"tokenmeter/internal/chstore"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
-	"tokenmeter/rollup"
 )
 
 const prices = `{"currency":"USD","gpu_prices":[{"gpu_type":"H100","effective_from":"2026-01-01T00:00:00Z","per_hour":"3.60"}]}`
@@ -102,14 +99,7 @@ func TestCostEndpoints(t *testing.T) {
 	if err := s.store.InsertGPUSamples(ctx, &gpus); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1100 * time.Millisecond)
-	job, err := rollup.NewJob(rollup.Config{Settle: -time.Second}, s.store, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := job.RunOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
+	billingtest.RollUp(t, s.store)
 
 	costC := meterv1.NewCostServiceClient(s.gconn)
 	req := &meterv1.GetCostRequest{Start: timestamppb.New(hour), End: timestamppb.New(hour.Add(time.Hour)),

@@ -3,17 +3,15 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"math"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+	"tokenmeter/internal/billingtest"
 	"tokenmeter/query"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -84,14 +82,7 @@ func TestMetricsEndpoints(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(1100 * time.Millisecond)
-	job, err := rollup.NewJob(rollup.Config{Settle: -time.Second}, s.store, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := job.RunOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
+	billingtest.RollUp(t, s.store)
 
 	mc := meterv1.NewMetricsServiceClient(s.gconn)
 	finance := withKey(testKeys["finance"])

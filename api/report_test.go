@@ -3,8 +3,6 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"math"
 	"net/url"
 	"strings"
@@ -12,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -21,9 +18,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/ingest"
+	"tokenmeter/internal/billingtest"
 	"tokenmeter/internal/chstore"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
-	"tokenmeter/rollup"
 )
 
 // TestCapacityReport runs the report through real ClickHouse rollups: two
@@ -66,14 +63,7 @@ func TestCapacityReport(t *testing.T) {
 	if err := s.store.InsertGPUSamples(ctx, &gpus); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1100 * time.Millisecond)
-	job, err := rollup.NewJob(rollup.Config{Settle: -time.Second}, s.store, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := job.RunOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
+	billingtest.RollUp(t, s.store)
 
 	reports := meterv1.NewReportServiceClient(s.gconn)
 	req := &meterv1.GetCapacityReportRequest{Start: timestamppb.New(start), End: timestamppb.New(end), Growth: "1.5"}
