@@ -35,11 +35,18 @@ type costService struct {
 // newCostService serves svc.Cost with the price books of svc.Prices, or of
 // svc.Cost when it keeps them too.
 func newCostService(svc *Services) *costService {
-	prices := svc.Prices
-	if prices == nil {
-		prices, _ = svc.Cost.(PriceBookStore)
+	return &costService{store: svc.Cost, prices: svc.priceBooks(svc.Cost)}
+}
+
+// priceBooks is where a service backed by backend reads the price book in
+// force: svc.Prices, else backend itself when it keeps the price books;
+// nil when neither does (New refuses that).
+func (svc *Services) priceBooks(backend any) PriceBookStore {
+	if svc.Prices != nil {
+		return svc.Prices
 	}
-	return &costService{store: svc.Cost, prices: prices}
+	prices, _ := backend.(PriceBookStore)
+	return prices
 }
 
 // bookInForce is the price book in force (the empty book before any is

@@ -26,11 +26,7 @@ type reportService struct {
 // newReportService serves svc.Reports with the price books of svc.Prices,
 // or of svc.Reports when it keeps them too.
 func newReportService(svc *Services) *reportService {
-	prices := svc.Prices
-	if prices == nil {
-		prices, _ = svc.Reports.(PriceBookStore)
-	}
-	return &reportService{store: svc.Reports, prices: prices}
+	return &reportService{store: svc.Reports, prices: svc.priceBooks(svc.Reports)}
 }
 
 func (s *reportService) GetCapacityReport(ctx context.Context, req *meterv1.GetCapacityReportRequest) (*meterv1.GetCapacityReportResponse, error) {

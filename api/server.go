@@ -111,16 +111,17 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if svc != nil && svc.Cost != nil && svc.Prices == nil {
-		if _, ok := svc.Cost.(PriceBookStore); !ok {
-			// The price book in force labels amounts and gives the default
-			// policies: without one, answers would quietly use the empty book.
-			return nil, errors.New("api: Services.Cost needs Services.Prices (or a Cost that keeps the price books)")
-		}
-	}
-	if svc != nil && svc.Reports != nil && svc.Prices == nil {
-		if _, ok := svc.Reports.(PriceBookStore); !ok {
-			return nil, errors.New("api: Services.Reports needs Services.Prices (or a Reports that keeps the price books)")
+	if svc != nil {
+		// The price book in force labels amounts and gives the default
+		// policies: without one, answers would quietly use the empty book.
+		for _, b := range []struct {
+			name    string
+			backend any
+			offered bool
+		}{{"Cost", svc.Cost, svc.Cost != nil}, {"Reports", svc.Reports, svc.Reports != nil}} {
+			if b.offered && svc.priceBooks(b.backend) == nil {
+				return nil, fmt.Errorf("api: Services.%s needs Services.Prices (or a %s that keeps the price books)", b.name, b.name)
+			}
 		}
 	}
 	if cfg.MaxBatchEvents == 0 {

@@ -12,6 +12,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// TestNewRefusesServicesWithoutPriceBooks: cost and the capacity report
+// label amounts with the price book in force; New refuses either without
+// a place to read it.
+func TestNewRefusesServicesWithoutPriceBooks(t *testing.T) {
+	for name, svc := range map[string]*Services{
+		"Cost":    {Keys: &Keys{}, Usage: struct{ UsageReader }{}, Cost: struct{ CostReader }{}},
+		"Reports": {Keys: &Keys{}, Usage: struct{ UsageReader }{}, Reports: struct{ ReportReader }{}},
+	} {
+		_, err := New(t.Context(), Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, svc,
+			func(context.Context) error { return nil }, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err == nil || !strings.Contains(err.Error(), "Services."+name+" needs Services.Prices") {
+			t.Errorf("%s without price books: %v", name, err)
+		}
+	}
+}
+
 // TestNewRegistersOfferedServices checks that New serves a service over
 // gRPC and REST exactly when Services has its backend. The backends here
 // are never called: nothing but routing is asked.
@@ -19,7 +35,7 @@ func TestNewRegistersOfferedServices(t *testing.T) {
 	base := Services{Keys: &Keys{}, Publisher: struct{ Publisher }{}, Usage: struct{ UsageReader }{}}
 	all := base
 	all.Rollups, all.Cost, all.Prices, all.Admin = struct{ RollupReader }{}, struct{ CostReader }{}, struct{ PriceBookStore }{}, struct{ AdminStore }{}
-	all.Billing = struct{ Billing }{}
+	all.Billing, all.Reports = struct{ Billing }{}, struct{ ReportReader }{}
 	tests := []struct {
 		name     string
 		svc      *Services
@@ -32,8 +48,8 @@ func TestNewRegistersOfferedServices(t *testing.T) {
 			map[string]bool{"/v1/usage": true, "/v1/latency": false, "/v1/cost": false, "/v1/admin/slo": false,
 				"/v1/billing/periods": false, "/v1/billing/usage-cost/export": false}},
 		{"all", &all,
-			[]string{"tokenmeter.v1.AdminService", "tokenmeter.v1.BillingService", "tokenmeter.v1.CostService", "tokenmeter.v1.IngestService", "tokenmeter.v1.MetricsService", "tokenmeter.v1.UsageService"},
-			map[string]bool{"/v1/usage": true, "/v1/latency": true, "/v1/cost": true,
+			[]string{"tokenmeter.v1.AdminService", "tokenmeter.v1.BillingService", "tokenmeter.v1.CostService", "tokenmeter.v1.IngestService", "tokenmeter.v1.MetricsService", "tokenmeter.v1.ReportService", "tokenmeter.v1.UsageService"},
+			map[string]bool{"/v1/usage": true, "/v1/latency": true, "/v1/cost": true, "/v1/reports/capacity": true,
 				"/v1/billing/periods": true, "/v1/billing/statements/2026-10/export": true, "/v1/billing/usage-cost/export": true}},
 	}
 	for _, tt := range tests {

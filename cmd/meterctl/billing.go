@@ -10,8 +10,6 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -457,18 +455,13 @@ func download(ctx context.Context, c connConfig, path string, q url.Values, dest
 	}
 
 	var out io.Writer = stdout
-	var tmp *os.File
+	var file *outputFile
 	if dest != "-" {
-		if tmp, err = os.CreateTemp(filepath.Dir(dest), "."+filepath.Base(dest)+".*.part"); err != nil {
-			return fmt.Errorf("-o %s: %w", dest, err)
+		if file, err = createOutput(dest); err != nil {
+			return err
 		}
-		defer func() {
-			if tmp != nil { // not renamed: remove what was written
-				tmp.Close()
-				os.Remove(tmp.Name())
-			}
-		}()
-		out = tmp
+		defer file.Discard()
+		out = file
 	}
 	p := &downloadProgress{w: stderr, tty: isTerminal(stderr), start: time.Now()}
 	done := make(chan struct{})
@@ -487,20 +480,10 @@ func download(ctx context.Context, c connConfig, path string, q url.Values, dest
 		}
 		return fmt.Errorf("%s: the export broke off after %d bytes: %w (%s)", op, p.bytes.Load(), err, where)
 	}
-	if tmp != nil {
-		if err := tmp.Chmod(0o644); err != nil {
-			return fmt.Errorf("-o %s: %w", dest, err)
+	if file != nil {
+		if err := file.Commit(); err != nil {
+			return err
 		}
-		if err := tmp.Sync(); err != nil {
-			return fmt.Errorf("-o %s: %w", dest, err)
-		}
-		if err := tmp.Close(); err != nil {
-			return fmt.Errorf("-o %s: %w", dest, err)
-		}
-		if err := os.Rename(tmp.Name(), dest); err != nil {
-			return fmt.Errorf("-o %s: %w", dest, err)
-		}
-		tmp = nil
 	}
 	rows := resp.Trailer.Get("X-Export-Rows")
 	if rows == "" {

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -200,28 +198,13 @@ func writeOutput(dest string, data []byte, stdout io.Writer) error {
 		_, err := stdout.Write(data)
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(dest), "."+filepath.Base(dest)+".*.part")
+	f, err := createOutput(dest)
 	if err != nil {
+		return err
+	}
+	defer f.Discard()
+	if _, err := f.Write(data); err != nil {
 		return fmt.Errorf("-o %s: %w", dest, err)
 	}
-	defer func() {
-		if tmp != nil { // not renamed: remove what was written
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("-o %s: %w", dest, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("-o %s: %w", dest, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("-o %s: %w", dest, err)
-	}
-	if err := os.Rename(tmp.Name(), dest); err != nil {
-		return fmt.Errorf("-o %s: %w", dest, err)
-	}
-	tmp = nil
-	return nil
+	return f.Commit()
 }
