@@ -66,8 +66,8 @@ func timeOf(ts *timestamppb.Timestamp) (t time.Time) {
 func capacityReport(r *capacity.Report) *meterv1.CapacityReport {
 	out := &meterv1.CapacityReport{
 		Start: timestamppb.New(r.Start), End: timestamppb.New(r.End), GroupBy: string(r.GroupBy),
-		Target: r.Target, Growth: r.Growth, TargetTokensPerSecond: r.TargetTPS, HorizonWeeks: int32(r.HorizonWeeks),
-		MinHourRequests: r.MinHourRequests, MissTolerance: r.MissTolerance, LowUtilization: r.LowUtilization,
+		Target: r.Target, Growth: r.Growth, TargetTokensPerSecond: r.TargetTokensPerSecond, HorizonWeeks: int32(r.HorizonWeeks),
+		MinHourRequests: r.MinHourRequests, MissTolerance: *r.MissTolerance, LowUtilization: r.LowUtilization,
 		HeadroomRisk: r.HeadroomRisk, Currency: r.Currency, Fleet: capacityUnit(r.Currency, &r.Fleet),
 		NotEnoughData: r.NotEnoughData,
 	}

@@ -230,9 +230,7 @@ func Build(ctx context.Context, src Source, q Query) (*Report, error) {
 		}
 		deps = map[string]*deployment{q.Deployment: d}
 	}
-	rep := &Report{Start: q.Start, End: q.End, GroupBy: q.GroupBy, Target: q.Target, Growth: q.Growth,
-		TargetTPS: q.TargetTokensPerSecond, HorizonWeeks: q.HorizonWeeks, MinHourRequests: q.MinHourRequests,
-		MissTolerance: *q.MissTolerance, LowUtilization: q.LowUtilization, HeadroomRisk: q.HeadroomRisk, Currency: q.Currency}
+	rep := &Report{Query: q}
 	all := make([]*deployment, 0, len(deps))
 	for _, d := range deps {
 		all = append(all, d)

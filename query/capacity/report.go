@@ -55,19 +55,9 @@ type Query struct {
 
 // Report is the capacity report of a range.
 type Report struct {
-	Start, End time.Time
-	GroupBy    Group
-	// The parameters in force, defaults filled in.
-	Target          float64
-	Growth          string
-	TargetTPS       float64
-	HorizonWeeks    int
-	MinHourRequests uint64
-	MissTolerance   float64
-	LowUtilization  float64
-	HeadroomRisk    float64
-	// Currency labels every amount (the price book in force).
-	Currency string
+	// Query is the query answered, normalized: every parameter in force,
+	// defaults filled in (MissTolerance is never nil).
+	Query
 	// Fleet is every unit together; Units are ordered by name.
 	Fleet Unit
 	Units []Unit
