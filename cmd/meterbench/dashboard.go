@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"strconv"
 	"time"
+	"tokenmeter/internal/browsertest"
 
 	"github.com/chromedp/chromedp"
 )
@@ -19,12 +17,9 @@ import (
 // navigation to the page's first "ready" state (every API call of the view
 // drawn), as the page measures it (body data-ready-ms).
 func dashboardTimes(ctx context.Context, httpAddr, key, fragment string, n int, trace io.Writer) ([]time.Duration, error) {
-	chromium := os.Getenv("CHROMIUM")
-	if chromium == "" {
-		var err error
-		if chromium, err = exec.LookPath("chromium"); err != nil {
-			return nil, errors.New("no chromium on PATH (Debian: apt-get install chromium), or set CHROMIUM")
-		}
+	chromium, err := browsertest.Chromium()
+	if err != nil {
+		return nil, fmt.Errorf("%w (Debian: apt-get install chromium)", err)
 	}
 	actx, cancel := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1280, 800))...)

@@ -64,7 +64,7 @@ type Browser struct {
 // Chromium the test skips, or fails under CI=true.
 func New(t testing.TB) *Browser {
 	t.Helper()
-	path, err := findChromium(os.Getenv(EnvChromium))
+	path, err := Chromium()
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("browsertest: %v (CI=true: tests that need a browser must not skip)", err)
@@ -90,10 +90,11 @@ func New(t testing.TB) *Browser {
 	return &Browser{ctx: bctx}
 }
 
-// findChromium returns the browser binary: env when set, else
-// DefaultChromium; an error when it is not an executable file.
-func findChromium(env string) (string, error) {
-	path := env
+// Chromium returns the browser binary: $CHROMIUM when set, else
+// DefaultChromium; an error when it is not an executable file. Benchmarks
+// that drive the browser outside a test use it too.
+func Chromium() (string, error) {
+	path := os.Getenv(EnvChromium)
 	if path == "" {
 		path = DefaultChromium
 	}
