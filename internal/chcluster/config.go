@@ -43,6 +43,11 @@ func shardName(s int) string { return fmt.Sprintf("%d", s+1) }
 //     tables write each block to one replica of its shard and leave the
 //     rest to replication.
 //   - distributed_ddl: the ZooKeeper queue of ON CLUSTER queries.
+//   - the default profile's load_balancing in_order: a Distributed table
+//     reads from and writes to the first live replica of each shard, as
+//     cluster mode asks (docs/cluster.md, "Reading"), so that a read
+//     sees what the insert before it wrote; the profiles of chserver's
+//     config.xml are merged with this one.
 func nodeConfig(name, zkAddr string, s, r int, self nodePorts, all [][]nodePorts) ([]byte, error) {
 	zkHost, zkPort, err := net.SplitHostPort(zkAddr)
 	if err != nil {
@@ -69,6 +74,7 @@ func nodeConfig(name, zkAddr string, s, r int, self nodePorts, all [][]nodePorts
   <distributed_ddl>
     <path>/clickhouse/task_queue/ddl</path>
   </distributed_ddl>
+  <profiles><default><load_balancing>in_order</load_balancing></default></profiles>
   <remote_servers>
     <%s>
 `, self.Interserver, zkHost, zkPort, sessionTimeout.Milliseconds(), name, shardName(s), replicaName(s, r), name)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -95,16 +96,21 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 	if err := s.ensureDatabase(ctx); err != nil {
 		return nil, err
 	}
-	const ddl = `CREATE TABLE IF NOT EXISTS schema_migrations
+	ddl, err := s.statements(0, `CREATE TABLE IF NOT EXISTS schema_migrations
 (
     version    UInt32,
     name       String,
     applied_at DateTime
 )
 ENGINE = MergeTree
-ORDER BY version`
-	if err := s.conn.Exec(ctx, ddl); err != nil {
-		return nil, fmt.Errorf("create schema_migrations: %w", err)
+ORDER BY version`)
+	if err != nil {
+		return nil, err
+	}
+	for _, stmt := range ddl {
+		if err := s.conn.Exec(ctx, stmt); err != nil {
+			return nil, fmt.Errorf("create schema_migrations: %w", err)
+		}
 	}
 	applied, err := s.AppliedMigrations(ctx)
 	if err != nil {
@@ -115,7 +121,11 @@ ORDER BY version`
 		if applied[m.Version] {
 			continue
 		}
-		for i, stmt := range m.Statements {
+		stmts, err := s.statements(m.Version, m.Statements...)
+		if err != nil {
+			return done, err
+		}
+		for i, stmt := range stmts {
 			if err := s.conn.Exec(ctx, stmt); err != nil && !addedBefore(stmt, err) {
 				return done, fmt.Errorf("migration %04d_%s statement %d: %w", m.Version, m.Name, i+1, err)
 			}
@@ -127,6 +137,34 @@ ORDER BY version`
 		done = append(done, m.Version)
 	}
 	return done, nil
+}
+
+// statements returns the statements that apply stmts, of migration
+// version, in the store's mode: as written on a single node, translated
+// in cluster mode (cluster.go), with the Distributed tables whose local
+// tables they alter created again at the end.
+func (s *Store) statements(version int, stmts ...string) ([]string, error) {
+	if s.cfg.Cluster == "" {
+		return stmts, nil
+	}
+	c := clusterSchema{cluster: s.cfg.Cluster, db: s.cfg.Database}
+	var out, redo []string
+	for _, stmt := range stmts {
+		t, r, err := c.translate(version, stmt)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t...)
+		for _, name := range r {
+			if !slices.Contains(redo, name) {
+				redo = append(redo, name)
+			}
+		}
+	}
+	for _, name := range redo {
+		out = append(out, c.redistribute(name)...)
+	}
+	return out, nil
 }
 
 // addedBefore reports whether err says that the column stmt adds exists

@@ -49,6 +49,11 @@ type Config struct {
 	// Compression of the native protocol: "lz4" (default) or "none" (cheaper
 	// on loopback, where the bytes cost less than the CPU).
 	Compression string
+	// Cluster, when set, is the name of a cluster of the server's
+	// remote_servers: the schema is made of Replicated tables ON CLUSTER
+	// and Distributed tables over them (cluster.go, docs/cluster.md).
+	// Empty (the default) is single-node mode.
+	Cluster string
 }
 
 // Validate reports every problem of the configuration at once.
@@ -59,6 +64,9 @@ func (c Config) Validate() error {
 	}
 	if c.Database != "" && !isIdent(c.Database) {
 		errs = append(errs, fmt.Errorf("clickhouse: database name %q: only letters, digits and _", c.Database))
+	}
+	if c.Cluster != "" && !isIdent(c.Cluster) {
+		errs = append(errs, fmt.Errorf("clickhouse: cluster name %q: only letters, digits and _", c.Cluster))
 	}
 	switch c.Compression {
 	case "", "lz4", "none":
@@ -115,6 +123,13 @@ func Open(cfg Config, logger *slog.Logger) (*Store, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	settings := clickhouse.Settings{"max_read_buffer_size": readBufferBytes}
+	if cfg.Cluster != "" {
+		// An insert into a Distributed table returns once every shard
+		// it touches has written its rows, not once they are queued on the
+		// server that took it: ingest commits Kafka offsets after it.
+		settings["insert_distributed_sync"] = 1
+	}
 	conn, err := clickhouse.Open(&clickhouse.Options{
 		Addr:         cfg.Addr,
 		Auth:         clickhouse.Auth{Database: cfg.Database, Username: cfg.Username, Password: cfg.Password},
@@ -122,11 +137,14 @@ func Open(cfg Config, logger *slog.Logger) (*Store, error) {
 		MaxOpenConns: cfg.MaxOpenConns,
 		MaxIdleConns: cfg.MaxOpenConns,
 		Compression:  compression(cfg.Compression),
-		Settings:     clickhouse.Settings{"max_read_buffer_size": readBufferBytes},
+		Settings:     settings,
 		TLS:          cfg.TLS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open clickhouse: %w", err)
+	}
+	if cfg.Cluster != "" {
+		conn = clusterConn{conn}
 	}
 	return &Store{conn: conn, cfg: cfg, logger: logger}, nil
 }
@@ -179,7 +197,11 @@ func (s *Store) ensureDatabase(ctx context.Context) error {
 		return fmt.Errorf("open clickhouse: %w", err)
 	}
 	defer conn.Close()
-	if err := conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+s.cfg.Database); err != nil {
+	create := "CREATE DATABASE IF NOT EXISTS " + s.cfg.Database
+	if s.cfg.Cluster != "" {
+		create += " ON CLUSTER " + s.cfg.Cluster
+	}
+	if err := conn.Exec(ctx, create); err != nil {
 		return fmt.Errorf("create database %s: %w", s.cfg.Database, err)
 	}
 	return nil

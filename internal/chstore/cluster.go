@@ -1,0 +1,238 @@
+package chstore
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// Cluster mode (Config.Cluster) runs the same schema and the same
+// statements on a sharded, replicated ClickHouse: every table of the
+// migrations named T becomes a Replicated*MergeTree table T_local on every
+// server (created ON CLUSTER) and a Distributed table T over them, so that
+// every statement of this package keeps its table names. docs/cluster.md
+// has the design and the behaviour of ClickHouse 18.16 it rests on.
+//
+// Every name is qualified with the database: 18.16 runs an ON CLUSTER
+// query in each server's default database.
+//
+// The SQL is rewritten here, not written twice: the migrations stay the
+// single-node schema, and clusterSchema.translate turns each statement
+// into its cluster form. A statement it does not recognise is an error,
+// and TestClusterTranslation translates every embedded migration, so a new
+// migration written in another shape fails the tests, not an upgrade.
+
+// shardKeys is the sharding key of every sharded table: the expression
+// whose hash picks a row's shard. Everything that deduplicates or rolls
+// up must find its rows on one shard: a tenant's events (duplicates
+// included: the same tenant_id and event_id) and every rollup and cost row
+// keyed by tenant go by tenant; GPU samples and GPU hours by deployment
+// (the cost of a deployment-hour is computed from its samples alone);
+// dead letters by their source partition. The all-tenant levels
+// (tenant_id ”) land on one shard. The hour lists (dirty_hours) are
+// written by materialized views on the local tables, never through the
+// Distributed table: rand() only serves a manual insert.
+var shardKeys = map[string]string{
+	"inference_events":       "cityHash64(tenant_id)",
+	"dirty_hours":            "rand()",
+	"rollup_minute":          "cityHash64(tenant_id)",
+	"rollup_hour":            "cityHash64(tenant_id)",
+	"rollup_tenant_hour":     "cityHash64(tenant_id)",
+	"rollup_total_hour":      "cityHash64(tenant_id)",
+	"rollup_tenant_day":      "cityHash64(tenant_id)",
+	"rollup_deployment_hour": "cityHash64(tenant_id)",
+	"gpu_samples":            "cityHash64(deployment)",
+	"gpu_dirty_hours":        "rand()",
+	"gpu_hour":               "cityHash64(deployment)",
+	"cost_hour":              "cityHash64(tenant_id)",
+	"dead_letters":           "cityHash64(source_topic, source_partition)",
+}
+
+// globalTables are the small tables of the whole service (the schema's
+// version, the rollup job's watermark, SLO sets, price books, closed
+// statements): one Replicated table of the same name on every server, all
+// replicas of one ZooKeeper path, read on the server the store talks to.
+var globalTables = map[string]bool{
+	"schema_migrations": true,
+	"rollup_state":      true,
+	"slo_sets":          true,
+	"price_books":       true,
+	"statements":        true,
+}
+
+// localSuffix names the local table under a Distributed one.
+const localSuffix = "_local"
+
+// clusterSchema translates the single-node statements of the migrations
+// for the cluster cluster and database db.
+type clusterSchema struct {
+	cluster, db string
+}
+
+var (
+	createTableRE = regexp.MustCompile(`(?s)^CREATE TABLE IF NOT EXISTS (\w+)\s+(.*?)\bENGINE\s*=\s*(\w+)(?:\(([^)]*)\))?(.*)$`)
+	createAsRE    = regexp.MustCompile(`(?s)^AS (\w+)\s*$`)
+	createViewRE  = regexp.MustCompile(`(?s)^CREATE MATERIALIZED VIEW IF NOT EXISTS (\w+) TO (\w+) AS\s+(.*\bFROM\s+)(\w+)(.*)$`)
+	dropTableRE   = regexp.MustCompile(`^DROP TABLE IF EXISTS (\w+)$`)
+	alterTableRE  = regexp.MustCompile(`(?s)^ALTER TABLE (\w+)\s+(.*)$`)
+	insertRE      = regexp.MustCompile(`(?s)^INSERT INTO \w+`)
+)
+
+// translate returns the cluster form of one statement of migration
+// version, and the sharded tables whose Distributed table must be created
+// again once the migration's statements have run (an ALTER changed their
+// local table's columns: 18.16 refuses ALTER ON CLUSTER of a Distributed
+// table, docs/cluster.md).
+func (c clusterSchema) translate(version int, stmt string) (stmts []string, redo []string, err error) {
+	stmt = strings.TrimSpace(stmt)
+	on := " ON CLUSTER " + c.cluster
+	switch {
+	case createTableRE.MatchString(stmt):
+		m := createTableRE.FindStringSubmatch(stmt)
+		name, body, engine, args, rest := m[1], m[2], m[3], m[4], m[5]
+		if as := createAsRE.FindStringSubmatch(strings.TrimSpace(body)); as != nil {
+			src, err := c.localName(as[1])
+			if err != nil {
+				return nil, nil, err
+			}
+			body = "AS " + c.db + "." + src + "\n"
+		}
+		if !strings.HasSuffix(engine, "MergeTree") || strings.HasPrefix(engine, "Replicated") {
+			return nil, nil, fmt.Errorf("cluster mode: table %s: engine %s has no replicated form here", name, engine)
+		}
+		local, err := c.localName(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		path := fmt.Sprintf("/clickhouse/tokenmeter/%s/{shard}/%s.m%04d", c.db, local, version)
+		replica := "{replica}"
+		if globalTables[name] {
+			// Every server is a replica of one table: the path has no
+			// shard, and the replica name is unique across shards even
+			// where {replica} is only unique within one.
+			path = fmt.Sprintf("/clickhouse/tokenmeter/%s/all/%s.m%04d", c.db, name, version)
+			replica = "{shard}-{replica}"
+		}
+		params := fmt.Sprintf("'%s', '%s'", path, replica)
+		if strings.TrimSpace(args) != "" {
+			params += ", " + strings.TrimSpace(args)
+		}
+		stmts = append(stmts, fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s.%s%s %sENGINE = Replicated%s(%s)%s", c.db, local, on, body, engine, params, rest))
+		if !globalTables[name] {
+			stmts = append(stmts, c.distributed(name))
+		}
+		return stmts, nil, nil
+	case createViewRE.MatchString(stmt):
+		m := createViewRE.FindStringSubmatch(stmt)
+		to, err := c.localName(m[2])
+		if err != nil {
+			return nil, nil, err
+		}
+		from, err := c.localName(m[4])
+		if err != nil {
+			return nil, nil, err
+		}
+		// The view sees the blocks inserted on its own server into the
+		// local table, and writes a replicated table: each shard counts its
+		// own rows once (docs/cluster.md, "Materialized views").
+		return []string{fmt.Sprintf("CREATE MATERIALIZED VIEW IF NOT EXISTS %[1]s.%[2]s%[3]s TO %[1]s.%[4]s AS\n%[5]s%[1]s.%[6]s%[7]s", c.db, m[1], on, to, m[3], from, m[5])}, nil, nil
+	case dropTableRE.MatchString(stmt):
+		name := dropTableRE.FindStringSubmatch(stmt)[1]
+		if globalTables[name] {
+			return []string{"DROP TABLE IF EXISTS " + c.db + "." + name + on}, nil, nil
+		}
+		local, err := c.localName(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		return []string{"DROP TABLE IF EXISTS " + c.db + "." + name + on, "DROP TABLE IF EXISTS " + c.db + "." + local + on}, nil, nil
+	case alterTableRE.MatchString(stmt):
+		m := alterTableRE.FindStringSubmatch(stmt)
+		name := m[1]
+		if globalTables[name] {
+			// ON CLUSTER would run it once per shard on the one shared
+			// table; a replicated ALTER on one server reaches every replica.
+			return []string{stmt}, nil, nil
+		}
+		local, err := c.localName(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		return []string{"ALTER TABLE " + c.db + "." + local + on + " " + m[2]}, []string{name}, nil
+	case insertRE.MatchString(stmt):
+		// Through the Distributed tables, like any insert; its IN
+		// subqueries become GLOBAL IN (globalSubqueries).
+		return []string{stmt}, nil, nil
+	}
+	return nil, nil, fmt.Errorf("cluster mode: migration %04d: no cluster form for statement %.60q", version, stmt)
+}
+
+// localName is the local table of a sharded table name, or name itself
+// for a table of every server.
+func (c clusterSchema) localName(name string) (string, error) {
+	if globalTables[name] {
+		return name, nil
+	}
+	if _, ok := shardKeys[name]; !ok {
+		return "", fmt.Errorf("cluster mode: table %s has no sharding key (chstore.shardKeys)", name)
+	}
+	return name + localSuffix, nil
+}
+
+// distributed is the CREATE of the Distributed table name over its local
+// tables. With insert_distributed_sync (set by Open in cluster mode) an
+// insert into it returns once every shard's rows are written.
+func (c clusterSchema) distributed(name string) string {
+	return fmt.Sprintf("CREATE TABLE IF NOT EXISTS %[3]s.%[1]s ON CLUSTER %[2]s AS %[3]s.%[1]s%[4]s\nENGINE = Distributed(%[2]s, %[3]s, %[1]s%[4]s, %[5]s)",
+		name, c.cluster, c.db, localSuffix, shardKeys[name])
+}
+
+// redistribute creates the Distributed table name again, so that it has
+// its local table's columns after an ALTER.
+func (c clusterSchema) redistribute(name string) []string {
+	return []string{"DROP TABLE IF EXISTS " + c.db + "." + name + " ON CLUSTER " + c.cluster, c.distributed(name)}
+}
+
+// inSubqueryRE finds an IN (or NOT IN) whose right side is a subquery,
+// with the GLOBAL before it if there is one.
+var inSubqueryRE = regexp.MustCompile(`(?i)(?:\bGLOBAL\s+)?(?:\bNOT\s+)?\bIN\s*\(\s*SELECT\b`)
+
+// globalSubqueries makes every IN subquery of query a GLOBAL one: 18.16
+// refuses a subquery over a Distributed table inside a query over one
+// (code 288, distributed_product_mode 'deny'), and GLOBAL keeps the
+// single-node meaning: the subquery runs once over every shard and each
+// shard compares with its whole answer (the newest version of an hour
+// across all tenants; docs/cluster.md, "Reading"). The setting itself
+// cannot be sent to 18.16 by clickhouse-go, being a string.
+func globalSubqueries(query string) string {
+	return inSubqueryRE.ReplaceAllStringFunc(query, func(m string) string {
+		if strings.HasPrefix(strings.ToUpper(m), "GLOBAL") {
+			return m
+		}
+		return "GLOBAL " + m
+	})
+}
+
+// clusterConn sends every query with its IN subqueries made GLOBAL.
+type clusterConn struct {
+	driver.Conn
+}
+
+func (c clusterConn) Query(ctx context.Context, query string, args ...any) (driver.Rows, error) {
+	return c.Conn.Query(ctx, globalSubqueries(query), args...)
+}
+
+func (c clusterConn) QueryRow(ctx context.Context, query string, args ...any) driver.Row {
+	return c.Conn.QueryRow(ctx, globalSubqueries(query), args...)
+}
+
+func (c clusterConn) Select(ctx context.Context, dest any, query string, args ...any) error {
+	return c.Conn.Select(ctx, dest, globalSubqueries(query), args...)
+}
+
+func (c clusterConn) Exec(ctx context.Context, query string, args ...any) error {
+	return c.Conn.Exec(ctx, globalSubqueries(query), args...)
+}
