@@ -32,6 +32,9 @@ type Config struct {
 	KafkaBrokers []string
 	ClickHouse   string
 	Database     string
+	// Cluster is --clickhouse-cluster: the remote_servers cluster of cluster
+	// mode, empty for one server.
+	Cluster      string
 	Compression  string
 	HTTPAddr     string
 	GRPCAddr     string
@@ -174,6 +177,9 @@ func (c Config) Validate() error {
 	if !c.Dev && c.ClickHouse == "" {
 		errs = append(errs, errors.New("--clickhouse is required (host:port of the native protocol), unless --dev"))
 	}
+	if c.Dev && c.Cluster != "" {
+		errs = append(errs, errors.New("--clickhouse-cluster: --dev runs one private server, not a cluster"))
+	}
 	if !c.Dev && c.AuthKeys == "" && c.HasRole("api") {
 		errs = append(errs, errors.New("--auth-keys is required for the api role, unless --dev"))
 	}
@@ -228,6 +234,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	brokers := fs.String("kafka-brokers", "127.0.0.1:9092", "comma-separated Kafka bootstrap brokers (in --dev, the embedded broker's listen address)")
 	fs.StringVar(&c.ClickHouse, "clickhouse", "", "ClickHouse native address host:port (in --dev, default: start a private server)")
 	fs.StringVar(&c.Database, "clickhouse-database", "tokenmeter", "ClickHouse database (created if missing)")
+	fs.StringVar(&c.Cluster, "clickhouse-cluster", "", "cluster mode: the cluster (remote_servers) to create Replicated and Distributed tables on (docs/cluster.md); empty: one server")
 	fs.StringVar(&c.Compression, "clickhouse-compression", "lz4", "native protocol compression: lz4 or none (none is faster on loopback)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "REST, /metrics and /healthz listen address")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", "127.0.0.1:9090", "gRPC listen address")

@@ -9,15 +9,18 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/segmentio/kafka-go"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/ingest"
+	"tokenmeter/internal/chcluster"
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/chtest"
 	"tokenmeter/internal/devenv"
@@ -31,7 +34,47 @@ import (
 // twice (retries): every event is counted exactly once.
 func TestIngestReplicasExact(t *testing.T) {
 	chtest.RequireLocal(t)
-	chAddr, db := chtest.StartPrivate(t).Addr(), "default"
+	testIngestReplicas(t, ingestTarget{addr: chtest.StartPrivate(t).Addr(), db: "default"})
+}
+
+// TestIngestReplicasClusterExact is TestIngestReplicasExact on a ClickHouse
+// cluster of two shards, the first with two replicas, in cluster mode. The
+// replicas write through the server of shard 2, and shard 1's first
+// replica (the one Distributed inserts go to) is SIGKILLed while events
+// stream in and started again later: nothing is lost or counted twice,
+// and the killed replica catches up with its twin.
+func TestIngestReplicasClusterExact(t *testing.T) {
+	c := chcluster.Start(t, chcluster.Layout{})
+	db := c.NewDB(t)
+	testIngestReplicas(t, ingestTarget{addr: c.Addr(1, 0), db: db, cluster: c.Name(),
+		at: map[int]func(){
+			1: func() {
+				if err := c.Kill(0, 0); err != nil {
+					t.Fatal(err)
+				}
+			},
+			3: func() {
+				if err := c.Restart(0, 0); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+		check: func(wantEvents int64) { checkReplicasCaughtUp(t, c, db, wantEvents) },
+	})
+}
+
+// ingestTarget is the ClickHouse of testIngestReplicas: one server, or a
+// cluster with what happens to it mid-stream.
+type ingestTarget struct {
+	addr, db, cluster string
+	// at runs after the chunk of its number has been produced.
+	at map[int]func()
+	// check runs once the totals are exact, given the number of events.
+	check func(wantEvents int64)
+}
+
+func testIngestReplicas(t *testing.T, target ingestTarget) {
+	chAddr, db := target.addr, target.db
 	broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Partitions: 12,
 		Topics: []string{ingest.DefaultEventsTopic, ingest.DefaultDLQTopic, ingest.DefaultGPUTopic}})
 	if err != nil {
@@ -53,7 +96,8 @@ func TestIngestReplicasExact(t *testing.T) {
 		t.Helper()
 		r := &replica{log: &bytes.Buffer{}, http: freeAddr(t)}
 		r.cmd = exec.Command(bin, "--role", "ingest", "--kafka-brokers", broker.Addr(), "--clickhouse", chAddr,
-			"--clickhouse-database", db, "--http-addr", r.http, "--grpc-addr", freeAddr(t), "--batch-timeout", "100ms", "--log-level", "warn")
+			"--clickhouse-database", db, "--clickhouse-cluster", target.cluster,
+			"--http-addr", r.http, "--grpc-addr", freeAddr(t), "--batch-timeout", "100ms", "--log-level", "warn")
 		r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 		if err := r.cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -127,9 +171,12 @@ func TestIngestReplicasExact(t *testing.T) {
 		case 4:
 			start() // scaled out mid-stream: the group rebalances
 		}
+		if f := target.at[c]; f != nil {
+			f()
+		}
 	}
 
-	store, err := chstore.Open(chstore.Config{Addr: []string{chAddr}, Database: db}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	store, err := chstore.Open(chstore.Config{Addr: []string{chAddr}, Database: db, Cluster: target.cluster}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,5 +201,49 @@ func TestIngestReplicasExact(t *testing.T) {
 	rows, err = reads.Usage(context.Background(), query.UsageQuery{Start: base.Add(-time.Hour), End: base.Add(3 * time.Hour)})
 	if err != nil || len(rows) != 1 || rows[0].Requests != wantRequests || rows[0].OutputTokens != wantOutput {
 		t.Fatalf("usage later %+v (%v), want %d requests and %d output tokens", rows, err, wantRequests, wantOutput)
+	}
+	if target.check != nil {
+		target.check(wantRequests)
+	}
+}
+
+// checkReplicasCaughtUp checks that every replica of each shard holds the
+// same events, and the shards together every event once: the killed
+// replica has caught up.
+func checkReplicasCaughtUp(t *testing.T, c *chcluster.Cluster, db string, wantEvents int64) {
+	t.Helper()
+	var total int64
+	for s, n := range c.Layout().Replicas {
+		var counts []int64
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+			counts = counts[:0]
+			for r := range n {
+				conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{c.Addr(s, r)}, Auth: clickhouse.Auth{Database: db}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var events uint64
+				err = conn.QueryRow(context.Background(), "SELECT count() FROM (SELECT DISTINCT tenant_id, event_id FROM inference_events_local)").Scan(&events)
+				conn.Close()
+				if err != nil {
+					t.Fatalf("shard %d replica %d: %v", s+1, r+1, err)
+				}
+				counts = append(counts, int64(events))
+			}
+			if slices.Min(counts) == slices.Max(counts) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("shard %d: replicas hold %v events, want the same", s+1, counts)
+			}
+		}
+		t.Logf("shard %d: %d events on each of %d replicas", s+1, counts[0], n)
+		if counts[0] == 0 {
+			t.Errorf("shard %d holds no events: the sharding key sent every tenant to one shard", s+1)
+		}
+		total += counts[0]
+	}
+	if total != wantEvents {
+		t.Fatalf("the shards hold %d events, want %d", total, wantEvents)
 	}
 }

@@ -219,7 +219,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // a broker that does not answer is only logged (the clients retry).
 func security(ctx context.Context, cfg Config, logger *slog.Logger) (*kafkaconn.Conn, chstore.Config, *tls.Config, error) {
 	opts := tlsfiles.Options{Logger: logger}
-	chCfg := chstore.Config{Addr: []string{cfg.ClickHouse}, Database: cfg.Database, Compression: cfg.Compression, Username: cfg.Security.ClickHouseUser}
+	chCfg := chstore.Config{Addr: []string{cfg.ClickHouse}, Database: cfg.Database, Cluster: cfg.Cluster, Compression: cfg.Compression, Username: cfg.Security.ClickHouseUser}
 	kcfg, err := cfg.Security.Kafka.Resolve()
 	if err != nil {
 		return nil, chCfg, nil, err

@@ -79,6 +79,9 @@ var (
 	dropTableRE   = regexp.MustCompile(`^DROP TABLE IF EXISTS (\w+)$`)
 	alterTableRE  = regexp.MustCompile(`(?s)^ALTER TABLE (\w+)\s+(.*)$`)
 	insertRE      = regexp.MustCompile(`(?s)^INSERT INTO \w+`)
+	// materializedRE finds the MATERIALIZED of a column's definition in
+	// ADD COLUMN name type MATERIALIZED expr.
+	materializedRE = regexp.MustCompile(`(?i)(\bADD COLUMN \w+ \w+(?:\([^)]*\))?)\s+MATERIALIZED\s+`)
 )
 
 // translate returns the cluster form of one statement of migration
@@ -161,7 +164,13 @@ func (c clusterSchema) translate(version int, stmt string) (stmts []string, redo
 		if err != nil {
 			return nil, nil, err
 		}
-		return []string{"ALTER TABLE " + c.db + "." + local + on + " " + m[2]}, []string{name}, nil
+		// A MATERIALIZED column becomes a DEFAULT one, computed by the same
+		// expression when an insert leaves it out: the Distributed table
+		// computes it and sends it with the row, and 18.16's write to the
+		// server's own shard refuses a MATERIALIZED column whatever
+		// insert_allow_materialized_columns says (code 44). Only SELECT *
+		// tells the two apart, and no statement here uses it.
+		return []string{"ALTER TABLE " + c.db + "." + local + on + " " + materializedRE.ReplaceAllString(m[2], "$1 DEFAULT ")}, []string{name}, nil
 	case insertRE.MatchString(stmt):
 		// Through the Distributed tables, like any insert; its IN
 		// subqueries become GLOBAL IN (globalSubqueries).

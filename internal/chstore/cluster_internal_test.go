@@ -34,7 +34,7 @@ func TestClusterTranslation(t *testing.T) {
 		"CREATE TABLE IF NOT EXISTS db.inference_events ON CLUSTER meter AS db.inference_events_local\nENGINE = Distributed(meter, db, inference_events_local, cityHash64(tenant_id))",
 		"CREATE TABLE IF NOT EXISTS db.gpu_hour ON CLUSTER meter AS db.gpu_hour_local\nENGINE = Distributed(meter, db, gpu_hour_local, cityHash64(deployment))",
 		// 0006 alters the local table, then makes the Distributed table anew.
-		"ALTER TABLE db.inference_events_local ON CLUSTER meter ADD COLUMN group_hash UInt64 MATERIALIZED cityHash64(tenant_id, model, model_version, deployment, gpu_type, slo_class)",
+		"ALTER TABLE db.inference_events_local ON CLUSTER meter ADD COLUMN group_hash UInt64 DEFAULT cityHash64(tenant_id, model, model_version, deployment, gpu_type, slo_class)",
 		"DROP TABLE IF EXISTS db.inference_events ON CLUSTER meter",
 	}
 	for _, w := range want {
