@@ -114,22 +114,14 @@ type node struct {
 // installed, or fails it under CI=true.
 func Start(t testing.TB, layout Layout) *Cluster {
 	t.Helper()
-	layout = layout.withDefaults()
-	if err := layout.validate(); err != nil {
-		t.Fatalf("chcluster: %v", err)
-	}
-	if _, err := devenv.FindClickHouse(); err != nil {
-		notInstalled(t, err)
-	}
-	inst, err := findZooKeeper()
-	if err != nil {
-		notInstalled(t, err)
-	}
-	began := time.Now()
+	checkInstalled(t)
 	dir := t.TempDir()
-	c := &Cluster{layout: layout, dir: dir}
+	var c *Cluster
 	// Registered after TempDir, so it runs before the directory goes.
 	t.Cleanup(func() {
+		if c == nil {
+			return
+		}
 		if t.Failed() {
 			c.logTails(t)
 		}
@@ -137,8 +129,40 @@ func Start(t testing.TB, layout Layout) *Cluster {
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), startTimeout)
 	defer cancel()
-	if c.zk, err = startZooKeeper(ctx, inst, filepath.Join(dir, "zookeeper")); err != nil {
+	var err error
+	if c, err = start(ctx, layout, dir, t.Logf); err != nil {
 		t.Fatalf("chcluster: %v", err)
+	}
+	return c
+}
+
+// checkInstalled skips t (fails it under CI=true) when clickhouse-server
+// or ZooKeeper is not installed.
+func checkInstalled(t testing.TB) {
+	t.Helper()
+	if _, err := devenv.FindClickHouse(); err != nil {
+		notInstalled(t, err)
+	}
+	if _, err := findZooKeeper(); err != nil {
+		notInstalled(t, err)
+	}
+}
+
+// start starts a cluster of layout in dir. A cluster it fails to start
+// is stopped.
+func start(ctx context.Context, layout Layout, dir string, logf func(string, ...any)) (*Cluster, error) {
+	layout = layout.withDefaults()
+	if err := layout.validate(); err != nil {
+		return nil, err
+	}
+	inst, err := findZooKeeper()
+	if err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	c := &Cluster{layout: layout, dir: dir}
+	if c.zk, err = startZooKeeper(ctx, inst, filepath.Join(dir, "zookeeper")); err != nil {
+		return nil, err
 	}
 	for attempt := 1; ; attempt++ {
 		err := c.startServers(ctx, dir)
@@ -146,14 +170,58 @@ func Start(t testing.TB, layout Layout) *Cluster {
 			break
 		}
 		if attempt == portAttempts || !strings.Contains(err.Error(), "Address already in use") {
-			t.Fatalf("chcluster: %v", err)
+			c.stop()
+			return nil, err
 		}
-		t.Logf("chcluster: a port was taken meanwhile; starting the servers on others (%v)", err)
 		c.killServers()
+		logf("chcluster: a port was taken meanwhile; starting the servers on others (%v)", err)
 	}
-	t.Logf("chcluster: cluster %s (replicas per shard %v, ZooKeeper %s) up in %v",
+	logf("chcluster: cluster %s (replicas per shard %v, ZooKeeper %s) up in %v",
 		layout.Name, layout.Replicas, c.zk.addr, time.Since(began).Round(time.Millisecond))
-	return c
+	return c, nil
+}
+
+// shared is the cluster of the tests of a test binary that share one
+// (Shared), stopped by StopShared.
+var shared struct {
+	once sync.Once
+	dir  string
+	c    *Cluster
+	err  error
+}
+
+// Shared returns a cluster of the default layout shared by every test of
+// the test binary that asks for it, starting it on first use; tests that
+// kill servers use Start. StopShared stops it (chtest.Main calls it). It
+// skips t when clickhouse-server or ZooKeeper is not installed, or fails
+// it under CI=true.
+func Shared(t testing.TB) *Cluster {
+	t.Helper()
+	checkInstalled(t)
+	shared.once.Do(func() {
+		if shared.dir, shared.err = os.MkdirTemp("", "chcluster-"); shared.err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+		defer cancel()
+		shared.c, shared.err = start(ctx, Layout{}, shared.dir, t.Logf)
+	})
+	if shared.err != nil {
+		t.Fatalf("chcluster: shared cluster: %v", shared.err)
+	}
+	return shared.c
+}
+
+// StopShared stops the shared cluster, if a test started it, and removes
+// its directory.
+func StopShared() error {
+	if shared.c != nil {
+		shared.c.stop()
+	}
+	if shared.dir != "" {
+		return os.RemoveAll(shared.dir)
+	}
+	return nil
 }
 
 // startServers writes each server's cluster config and starts them all at

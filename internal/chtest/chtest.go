@@ -29,9 +29,17 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 
+	"tokenmeter/internal/chcluster"
 	"tokenmeter/internal/devenv"
 	"tokenmeter/internal/logsetup"
 )
+
+// EnvCluster names the environment variable that, set to 1, makes
+// chstoretest open its stores in cluster mode on a cluster shared by the
+// test binary (chcluster.Shared): the tests of the packages that read and
+// write through chstore then run against two shards, the first with two
+// replicas.
+const EnvCluster = "METER_TEST_CLUSTER"
 
 // EnvAddr names the environment variable that points the tests at an
 // external server ("host:port" of its native protocol) instead of a private
@@ -60,7 +68,7 @@ var shared struct {
 func Main(m *testing.M) {
 	shared.mainCalled = true
 	code := m.Run()
-	if err := stopShared(); err != nil {
+	if err := errors.Join(stopShared(), chcluster.StopShared()); err != nil {
 		fmt.Fprintf(os.Stderr, "chtest: %v\n", err)
 		if code == 0 {
 			code = 1
