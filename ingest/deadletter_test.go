@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"tokenmeter/internal/chcluster"
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/chtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -191,7 +192,15 @@ func newEnvStore(t *testing.T, chAddr, db string) *env {
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	store, err := chstore.Open(chstore.Config{Addr: []string{chAddr}, Database: db, DialTimeout: time.Second}, logger)
+	cfg := chstore.Config{Addr: []string{chAddr}, Database: db, DialTimeout: time.Second}
+	if os.Getenv(chtest.EnvCluster) == "1" {
+		// The exactness tests of ingest, run on a cluster in cluster mode
+		// (make test does): a new database of the binary's shared cluster,
+		// through the server of its second shard, instead of chAddr's.
+		c := chcluster.Shared(t)
+		cfg = chstore.Config{Addr: []string{c.Addr(1, 0)}, Database: c.NewDB(t), Cluster: c.Name(), DialTimeout: time.Second}
+	}
+	store, err := chstore.Open(cfg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

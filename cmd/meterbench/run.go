@@ -61,6 +61,9 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	if len(args) > 0 && args[0] == "billing" {
 		return runBilling(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "cluster" {
+		return runCluster(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "hour" {
 		return runHour(ctx, args[1:], stdout, stderr)
 	}

@@ -148,6 +148,17 @@ func checkInstalled(t testing.TB) {
 	}
 }
 
+// StartDir starts a cluster of layout in dir, outside tests (meterbench
+// cluster); Stop stops it. Its processes die with the process that started
+// them all the same.
+func StartDir(ctx context.Context, layout Layout, dir string, logf func(string, ...any)) (*Cluster, error) {
+	return start(ctx, layout, dir, logf)
+}
+
+// Stop kills every server and ZooKeeper: the data is the caller's to
+// remove.
+func (c *Cluster) Stop() { c.stop() }
+
 // start starts a cluster of layout in dir. A cluster it fails to start
 // is stopped.
 func start(ctx context.Context, layout Layout, dir string, logf func(string, ...any)) (*Cluster, error) {

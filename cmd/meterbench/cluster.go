@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tokenmeter/ingest"
+	"tokenmeter/internal/chcluster"
+	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/devenv"
+	"tokenmeter/internal/logsetup"
+	"tokenmeter/rollup"
+)
+
+// runCluster is `meterbench cluster` (part of make bench): ingest
+// throughput of 1, 2 and 3 `meterd --role ingest` replicas in one consumer
+// group into a ClickHouse cluster of two shards (the first with two
+// replicas) in cluster mode, all on this machine; then the disk the events
+// take on each server and the rollup job's time for them. The sizing guide
+// of deploy/README.md quotes these figures.
+func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("meterbench cluster", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	events := fs.Int("events", 1_000_000, "events per run")
+	partitions := fs.Int("partitions", 12, "partitions of the events topic")
+	replicaList := fs.String("replicas", "1,2,3", "comma-separated numbers of ingest replicas, one run each")
+	meterd := fs.String("meterd", "bin/meterd", "meterd binary to measure (make build)")
+	batch := fs.Int("batch-size", 20_000, "meterd --batch-size")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var counts []int
+	for _, f := range strings.Split(*replicaList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("--replicas: %q is not a positive number", f)
+		}
+		counts = append(counts, n)
+	}
+	if _, err := os.Stat(*meterd); err != nil {
+		return fmt.Errorf("meterd binary: %w (run make build)", err)
+	}
+	progress := func(format string, a ...any) { fmt.Fprintf(stderr, "meterbench: "+format+"\n", a...) }
+	dir, err := os.MkdirTemp("", "meterbench-cluster-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	progress("starting ZooKeeper and three ClickHouse servers (two shards, the first with two replicas)")
+	c, err := chcluster.StartDir(ctx, chcluster.Layout{}, dir, progress)
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Partitions: int32(*partitions),
+		Topics: []string{"bench.cluster", ingest.DefaultDLQTopic}})
+	if err != nil {
+		return err
+	}
+	defer broker.Close()
+	progress("generating and producing %d events", *events)
+	protoVals, _, _, err := generate(*events)
+	if err != nil {
+		return err
+	}
+	if err := produce(ctx, broker.Addr(), "bench.cluster", protoVals, ingest.ContentTypeProtobuf); err != nil {
+		return err
+	}
+	protoVals = nil
+
+	host, _ := os.Hostname()
+	fmt.Fprintf(stdout, "tokenmeter cluster ingest benchmark — %s, %d CPUs, %s\n", host, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(stdout, "ClickHouse cluster: 2 shards (2 + 1 replicas) and ZooKeeper on this machine; %d events per run, %d partitions, --batch-size %d\n\n",
+		*events, *partitions, *batch)
+	fmt.Fprintf(stdout, "%-9s %14s %16s %14s %18s\n", "replicas", "events/s", "per replica", "vs 1 replica", "per partition")
+	logger := logsetup.Warnings(stderr)
+	var base float64
+	var firstDB string
+	for _, n := range counts {
+		db := fmt.Sprintf("bench_c%d", n)
+		if firstDB == "" {
+			firstDB = db
+		}
+		progress("%d ingest replica(s): migrating %s on the cluster", n, db)
+		store, err := chstore.Open(chstore.Config{Addr: []string{c.Addr(1, 0)}, Database: db, Cluster: c.Name(), Compression: "none"}, logger)
+		if err != nil {
+			return err
+		}
+		if _, err := store.Migrate(ctx); err != nil {
+			store.Close()
+			return err
+		}
+		store.Close()
+		progress("%d ingest replica(s): consuming", n)
+		elapsed, err := clusterRun(ctx, c, *meterd, broker.Addr(), db, n, *events, *batch)
+		if err != nil {
+			return err
+		}
+		rate := float64(*events) / elapsed.Seconds()
+		if base == 0 {
+			base = rate
+		}
+		fmt.Fprintf(stdout, "%-9d %14.0f %16.0f %13.2fx %18.0f\n", n, rate, rate/float64(n), rate/base, rate/float64(*partitions))
+	}
+
+	// Disk: the events' local tables on each server, after merges.
+	fmt.Fprintf(stdout, "\nDisk of %s.inference_events_local (%d events), per server:\n", firstDB, *events)
+	var total uint64
+	for s, reps := range c.Layout().Replicas {
+		for r := range reps {
+			b, rows, err := localBytes(ctx, c.Addr(s, r), firstDB)
+			if err != nil {
+				return err
+			}
+			total += b
+			fmt.Fprintf(stdout, "  shard %d replica %d: %8d rows %10.1f MiB\n", s+1, r+1, rows, float64(b)/(1<<20))
+		}
+	}
+	per100M := float64(total) * 1e8 / float64(*events) / (1 << 30)
+	fmt.Fprintf(stdout, "  all servers (shard 1 twice): %.1f MiB = %.1f GiB per 100M events with this layout\n", float64(total)/(1<<20), per100M)
+
+	// Rollup: the job's first run over every hour of the events.
+	store, err := chstore.Open(chstore.Config{Addr: []string{c.Addr(1, 0)}, Database: firstDB, Cluster: c.Name(), Compression: "none"}, logger)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	job, err := rollup.NewJob(rollup.Config{Settle: -time.Second, Overlap: time.Nanosecond}, store, prometheus.NewRegistry(), logger, time.Now)
+	if err != nil {
+		return err
+	}
+	progress("rolling up %s on the cluster", firstDB)
+	start := time.Now()
+	hours, err := job.RunOnce(ctx)
+	if err != nil {
+		return err
+	}
+	took := time.Since(start)
+	if len(hours) == 0 {
+		return errors.New("rollup: no hour rolled up")
+	}
+	fmt.Fprintf(stdout, "\nRollup of the %d events (%d hours) on the cluster: %s, %.2f s per hour of %d events\n",
+		*events, len(hours), took.Round(time.Millisecond), took.Seconds()/float64(len(hours)), *events/len(hours))
+	return nil
+}
+
+// clusterRun starts n ingest replicas in one consumer group on database db,
+// each talking to another server of the cluster, and returns the time from
+// their start until all events are rows in the Distributed table.
+func clusterRun(ctx context.Context, c *chcluster.Cluster, meterd, broker, db string, n, events, batch int) (time.Duration, error) {
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{c.Addr(1, 0)}, Auth: clickhouse.Auth{Database: db}})
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	addrs := c.Addrs()
+	var cmds []*exec.Cmd
+	defer func() {
+		for _, cmd := range cmds {
+			cmd.Process.Signal(syscall.SIGTERM)
+			cmd.Wait()
+		}
+	}()
+	start := time.Now()
+	for i := range n {
+		cmd := exec.CommandContext(ctx, meterd, "--role", "ingest", "--clickhouse", addrs[i%len(addrs)],
+			"--clickhouse-database", db, "--clickhouse-cluster", c.Name(), "--clickhouse-compression", "none",
+			"--kafka-brokers", broker, "--events-topic", "bench.cluster", "--gpu-topic", "", "--group-id", "bench-"+db,
+			"--http-addr", freeAddr(), "--grpc-addr", freeAddr(), "--batch-size", strconv.Itoa(batch), "--log-level", "warn")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Start(); err != nil {
+			return 0, fmt.Errorf("start meterd: %w", err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	for deadline := time.Now().Add(15 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		rows, err := countRows(ctx, conn, "inference_events")
+		if err == nil && rows >= uint64(events) {
+			return time.Since(start), nil
+		}
+		for _, cmd := range cmds {
+			if cmd.ProcessState != nil {
+				return 0, errors.New("meterd exited")
+			}
+		}
+	}
+	return 0, fmt.Errorf("%d replicas did not ingest %d events in 15 minutes", n, events)
+}
+
+// localBytes is the size on disk and the rows of the active parts of db's
+// inference_events_local on the server at addr.
+func localBytes(ctx context.Context, addr, db string) (bytes, rows uint64, err error) {
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer conn.Close()
+	err = conn.QueryRow(ctx, "SELECT sum(bytes_on_disk), sum(rows) FROM system.parts WHERE active AND database = ? AND table = 'inference_events_local'", db).Scan(&bytes, &rows)
+	return bytes, rows, err
+}
