@@ -20,10 +20,26 @@ run: build ## start meterd --dev (data in ./data), replay demo traffic and GPU s
 	@scripts/run-demo.sh
 
 .PHONY: test
-test: lint check-generated ## lint, check generated code, run every test with -race, the deployment files' checks (deploy/), then fuzz briefly
+test: lint check-generated ## lint, check generated code, run every test with -race, the exactness tests again on a ClickHouse cluster, the deployment files' checks (deploy/), then fuzz briefly
 	$(GO) test -race -count=1 -timeout 20m ./...
+	@$(MAKE) --no-print-directory test-cluster
 	cd deploy && $(GO) test -count=1 -timeout 10m ./...
 	@$(MAKE) --no-print-directory fuzz
+
+# The exactness tests of ingest, rollups and queries, run again with their
+# stores in cluster mode on a two-shard ClickHouse cluster with ZooKeeper
+# (docs/cluster.md). Each test migrates a database of its own on the
+# cluster (about 16 s).
+# Entries are package:Test1,Test2.
+CLUSTER_TESTS := ./ingest:TestConsumerExactTotalsAndDLQ,TestConsumerCrashRecovery,TestGPUConsumerExactAndDLQ \
+	./rollup:TestLateEventsRecomputeExactlyTheirHour,TestTwoReplicasSameTotals \
+	./query:TestUsageExactWithDuplicates,TestRollupHourExact,TestTrafficLongRangesExactPeaks
+
+.PHONY: test-cluster
+test-cluster: ## the exactness tests of ingest, rollups and queries in cluster mode (METER_TEST_CLUSTER=1)
+	@set -e; for t in $(CLUSTER_TESTS); do \
+		METER_TEST_CLUSTER=1 $(GO) test -count=1 -timeout 15m -run "^($$(echo $${t#*:} | tr , '|'))$$" "$${t%%:*}"; \
+	done
 
 # Fuzz targets as package:FuzzName. Their seed corpora (testdata/fuzz/) also
 # run as plain tests in every `go test`.
@@ -49,8 +65,9 @@ test-short: ## go tests only, no lint or generation check
 	cd deploy && $(GO) test -count=1 ./...
 
 .PHONY: bench
-bench: build ## throughput, latency and memory report (see README "Performance")
+bench: build ## throughput, latency and memory report (see README "Performance"), then ingest into a ClickHouse cluster with 1, 2 and 3 replicas
 	$(GO) run ./cmd/meterbench
+	$(GO) run ./cmd/meterbench cluster
 
 TOOL_PKGS := github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/protoc-gen-go \
 	google.golang.org/grpc/cmd/protoc-gen-go-grpc github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway

@@ -680,23 +680,19 @@ func TestChartRefuses(t *testing.T) {
 }
 
 // TestChartClickHouseCluster: clickhouse.cluster renders
-// --clickhouse-cluster on every meterd role, and only then. The flag is
-// checked against meterd -h like the others once meterd has cluster mode;
-// until then the value must stay unset (values.yaml says so).
+// --clickhouse-cluster on every meterd role, and only then, and meterd -h
+// lists the flag.
 func TestChartClickHouseCluster(t *testing.T) {
 	m := mustRender(t, "clickhouse: {cluster: tokenmeter}")
-	hasFlag := binaryFlags(t, "meterd")["clickhouse-cluster"]
+	if !binaryFlags(t, "meterd")["clickhouse-cluster"] {
+		t.Fatal("meterd -h does not list --clickhouse-cluster")
+	}
 	for _, role := range roles {
 		c := m.deployments[fullname+"-"+role].Spec.Template.Spec.Containers[0]
 		if got := argValue(c.Args, "clickhouse-cluster"); got != "tokenmeter" {
 			t.Errorf("%s: got --clickhouse-cluster=%q, want tokenmeter", role, got)
 		}
-		if hasFlag {
-			checkFlags(t, role, "meterd", c.Args)
-		}
-	}
-	if !hasFlag {
-		t.Logf("meterd has no --clickhouse-cluster yet: clickhouse.cluster must stay empty with this meterd")
+		checkFlags(t, role, "meterd", c.Args)
 	}
 }
 

@@ -2,10 +2,14 @@ package chstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"regexp"
+	"strconv"
 	"strings"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
@@ -62,6 +66,10 @@ var globalTables = map[string]bool{
 	"price_books":       true,
 	"statements":        true,
 }
+
+// eachShard starts a translated statement that runs on one server of
+// each shard (Store.onEachShard) rather than ON CLUSTER.
+const eachShard = "-- on each shard\n"
 
 // localSuffix names the local table under a Distributed one.
 const localSuffix = "_local"
@@ -170,7 +178,16 @@ func (c clusterSchema) translate(version int, stmt string) (stmts []string, redo
 		// server's own shard refuses a MATERIALIZED column whatever
 		// insert_allow_materialized_columns says (code 44). Only SELECT *
 		// tells the two apart, and no statement here uses it.
-		return []string{"ALTER TABLE " + c.db + "." + local + on + " " + materializedRE.ReplaceAllString(m[2], "$1 DEFAULT ")}, []string{name}, nil
+		//
+		// Not ON CLUSTER: 18.16's DDL worker runs an ALTER of a replicated
+		// table on one replica of each shard and lets the others race for
+		// it; the loser found the column added, failed, then met the
+		// winner's "executed" node in ZooKeeper and terminated the server
+		// (seen in make test: "Unexpected ZooKeeper error ... Node exists,
+		// path: .../shards/.../executed ... Terminating"). The store runs it
+		// on one server of each shard instead (Store.onEachShard);
+		// replication takes it to the shard's other replicas.
+		return []string{eachShard + "ALTER TABLE " + c.db + "." + local + " " + materializedRE.ReplaceAllString(m[2], "$1 DEFAULT ")}, []string{name}, nil
 	case insertRE.MatchString(stmt):
 		// Through the Distributed tables, like any insert; its IN
 		// subqueries become GLOBAL IN (globalSubqueries).
@@ -244,4 +261,75 @@ func (c clusterConn) Select(ctx context.Context, dest any, query string, args ..
 
 func (c clusterConn) Exec(ctx context.Context, query string, args ...any) error {
 	return c.Conn.Exec(ctx, globalSubqueries(query), args...)
+}
+
+// onEachShard runs stmt on one server of each shard of the cluster, from
+// system.clusters, trying a shard's replicas in order until one answers;
+// replication takes it to the shard's other replicas. A column the shard
+// has already (a replica that migrated at the same time, or a run that
+// stopped half-way) counts as added. meterd must reach the servers by the
+// names and ports of remote_servers.
+func (s *Store) onEachShard(ctx context.Context, stmt string, _ ...any) error {
+	rows, err := s.conn.Query(ctx, "SELECT shard_num, host_name, port FROM system.clusters WHERE cluster = ? ORDER BY shard_num, replica_num", s.cfg.Cluster)
+	if err != nil {
+		return fmt.Errorf("servers of cluster %s: %w", s.cfg.Cluster, err)
+	}
+	var shards [][]string
+	last := uint32(0)
+	for rows.Next() {
+		var shard uint32
+		var host string
+		var port uint16
+		if err := rows.Scan(&shard, &host, &port); err != nil {
+			rows.Close()
+			return fmt.Errorf("servers of cluster %s: %w", s.cfg.Cluster, err)
+		}
+		if shard != last || len(shards) == 0 {
+			shards = append(shards, nil)
+			last = shard
+		}
+		shards[len(shards)-1] = append(shards[len(shards)-1], net.JoinHostPort(host, strconv.Itoa(int(port))))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("servers of cluster %s: %w", s.cfg.Cluster, err)
+	}
+	if len(shards) == 0 {
+		return fmt.Errorf("cluster %s is not in the server's system.clusters (remote_servers)", s.cfg.Cluster)
+	}
+	for i, addrs := range shards {
+		var errs []error
+		done := false
+		for _, addr := range addrs {
+			err := s.execOn(ctx, addr, stmt)
+			if err == nil || addedBefore(stmt, err) {
+				done = true
+				break
+			}
+			var ex *clickhouse.Exception
+			if errors.As(err, &ex) {
+				return fmt.Errorf("shard %d, server %s: %w", i+1, addr, err) // it answered: no other replica would do better
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+		}
+		if !done {
+			return fmt.Errorf("shard %d: no server answered: %w", i+1, errors.Join(errs...))
+		}
+	}
+	return nil
+}
+
+// execOn runs stmt on the server at addr, with the store's credentials.
+func (s *Store) execOn(ctx context.Context, addr, stmt string) error {
+	conn, err := clickhouse.Open(&clickhouse.Options{
+		Addr:        []string{addr},
+		Auth:        clickhouse.Auth{Database: s.cfg.Database, Username: s.cfg.Username, Password: s.cfg.Password},
+		DialTimeout: s.cfg.DialTimeout,
+		TLS:         s.cfg.TLS,
+	})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Exec(ctx, stmt)
 }

@@ -22,6 +22,9 @@ func TestClusterTranslation(t *testing.T) {
 		for _, stmt := range stmts {
 			all[stmt] = true
 			upper := strings.ToUpper(stmt)
+			if strings.HasPrefix(stmt, eachShard) && (!strings.HasPrefix(stmt, eachShard+"ALTER TABLE db.") || strings.Contains(stmt, " ON CLUSTER ")) {
+				t.Errorf("migration %d: only ALTERs of local tables run on each shard, not ON CLUSTER: %s", m.Version, stmt)
+			}
 			if (strings.HasPrefix(upper, "CREATE") || strings.HasPrefix(upper, "DROP")) && !strings.Contains(stmt, " ON CLUSTER meter") {
 				t.Errorf("migration %d: DDL not ON CLUSTER: %s", m.Version, stmt)
 			}
@@ -34,7 +37,7 @@ func TestClusterTranslation(t *testing.T) {
 		"CREATE TABLE IF NOT EXISTS db.inference_events ON CLUSTER meter AS db.inference_events_local\nENGINE = Distributed(meter, db, inference_events_local, cityHash64(tenant_id))",
 		"CREATE TABLE IF NOT EXISTS db.gpu_hour ON CLUSTER meter AS db.gpu_hour_local\nENGINE = Distributed(meter, db, gpu_hour_local, cityHash64(deployment))",
 		// 0006 alters the local table, then makes the Distributed table anew.
-		"ALTER TABLE db.inference_events_local ON CLUSTER meter ADD COLUMN group_hash UInt64 DEFAULT cityHash64(tenant_id, model, model_version, deployment, gpu_type, slo_class)",
+		eachShard + "ALTER TABLE db.inference_events_local ADD COLUMN group_hash UInt64 DEFAULT cityHash64(tenant_id, model, model_version, deployment, gpu_type, slo_class)",
 		"DROP TABLE IF EXISTS db.inference_events ON CLUSTER meter",
 	}
 	for _, w := range want {

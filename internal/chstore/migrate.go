@@ -126,7 +126,11 @@ ORDER BY version`)
 			return done, err
 		}
 		for i, stmt := range stmts {
-			if err := s.conn.Exec(ctx, stmt); err != nil && !addedBefore(stmt, err) {
+			exec := s.conn.Exec
+			if strings.HasPrefix(stmt, eachShard) {
+				exec = s.onEachShard
+			}
+			if err := exec(ctx, stmt); err != nil && !addedBefore(stmt, err) {
 				return done, fmt.Errorf("migration %04d_%s statement %d: %w", m.Version, m.Name, i+1, err)
 			}
 		}
