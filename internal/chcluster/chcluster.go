@@ -220,6 +220,11 @@ func Shared(t testing.TB) *Cluster {
 	if shared.err != nil {
 		t.Fatalf("chcluster: shared cluster: %v", shared.err)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			shared.c.logTails(t)
+		}
+	})
 	return shared.c
 }
 
