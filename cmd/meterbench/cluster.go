@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -85,7 +86,8 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(stdout, "tokenmeter cluster ingest benchmark — %s, %d CPUs, %s\n", host, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(stdout, "ClickHouse cluster: 2 shards (2 + 1 replicas) and ZooKeeper on this machine; %d events per run, %d partitions, --batch-size %d\n\n",
 		*events, *partitions, *batch)
-	fmt.Fprintf(stdout, "%-9s %14s %16s %14s %18s\n", "replicas", "events/s", "per replica", "vs 1 replica", "per partition")
+	fmt.Fprintf(stdout, "%-9s %10s %12s %13s %14s %18s %22s\n", "replicas", "events/s", "per replica", "vs 1 replica", "per partition",
+		"meterd CPU µs/event", "ClickHouse CPU µs/event")
 	logger := logsetup.Warnings(stderr)
 	var base float64
 	var firstDB string
@@ -105,15 +107,18 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		store.Close()
 		progress("%d ingest replica(s): consuming", n)
-		elapsed, err := clusterRun(ctx, c, *meterd, broker.Addr(), db, n, *events, *batch)
+		chBefore := cpuOf(processesUnder(dir))
+		res, err := clusterRun(ctx, c, *meterd, broker.Addr(), db, n, *events, *batch)
 		if err != nil {
 			return err
 		}
-		rate := float64(*events) / elapsed.Seconds()
+		chCPU := cpuOf(processesUnder(dir)) - chBefore
+		rate := float64(*events) / res.elapsed.Seconds()
 		if base == 0 {
 			base = rate
 		}
-		fmt.Fprintf(stdout, "%-9d %14.0f %16.0f %13.2fx %18.0f\n", n, rate, rate/float64(n), rate/base, rate/float64(*partitions))
+		fmt.Fprintf(stdout, "%-9d %10.0f %12.0f %12.2fx %14.0f %18.1f %22.1f\n", n, rate, rate/float64(n), rate/base, rate/float64(*partitions),
+			res.meterdCPU.Seconds()*1e6/float64(*events), chCPU.Seconds()*1e6/float64(*events))
 	}
 
 	// Disk: the events' local tables on each server, after merges.
@@ -157,13 +162,19 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
+type clusterResult struct {
+	elapsed   time.Duration
+	meterdCPU time.Duration // all replicas, user and system
+}
+
 // clusterRun starts n ingest replicas in one consumer group on database db,
 // each talking to another server of the cluster, and returns the time from
-// their start until all events are rows in the Distributed table.
-func clusterRun(ctx context.Context, c *chcluster.Cluster, meterd, broker, db string, n, events, batch int) (time.Duration, error) {
+// their start until all events are rows in the Distributed table, and the
+// CPU time the replicas used meanwhile.
+func clusterRun(ctx context.Context, c *chcluster.Cluster, meterd, broker, db string, n, events, batch int) (clusterResult, error) {
 	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{c.Addr(1, 0)}, Auth: clickhouse.Auth{Database: db}})
 	if err != nil {
-		return 0, err
+		return clusterResult{}, err
 	}
 	defer conn.Close()
 	addrs := c.Addrs()
@@ -182,22 +193,73 @@ func clusterRun(ctx context.Context, c *chcluster.Cluster, meterd, broker, db st
 			"--http-addr", freeAddr(), "--grpc-addr", freeAddr(), "--batch-size", strconv.Itoa(batch), "--log-level", "warn")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
-			return 0, fmt.Errorf("start meterd: %w", err)
+			return clusterResult{}, fmt.Errorf("start meterd: %w", err)
 		}
 		cmds = append(cmds, cmd)
 	}
 	for deadline := time.Now().Add(15 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		rows, err := countRows(ctx, conn, "inference_events")
 		if err == nil && rows >= uint64(events) {
-			return time.Since(start), nil
+			res := clusterResult{elapsed: time.Since(start)}
+			var pids []int
+			for _, cmd := range cmds {
+				pids = append(pids, cmd.Process.Pid)
+			}
+			res.meterdCPU = cpuOf(pids)
+			return res, nil
 		}
 		for _, cmd := range cmds {
 			if cmd.ProcessState != nil {
-				return 0, errors.New("meterd exited")
+				return clusterResult{}, errors.New("meterd exited")
 			}
 		}
 	}
-	return 0, fmt.Errorf("%d replicas did not ingest %d events in 15 minutes", n, events)
+	return clusterResult{}, fmt.Errorf("%d replicas did not ingest %d events in 15 minutes", n, events)
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's CPU times: 100 on
+// every Linux architecture Go supports.
+const clockTicks = 100
+
+// cpuOf is the user and system CPU time the processes pids have used so
+// far (/proc/PID/stat); a process that is gone counts nothing.
+func cpuOf(pids []int) time.Duration {
+	var ticks int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// The fields after the command name, which is in parentheses
+		// and may hold spaces: state is the first, utime the 12th.
+		_, rest, ok := strings.Cut(string(b), ") ")
+		f := strings.Fields(rest)
+		if !ok || len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		s, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + s
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
+// processesUnder lists the processes whose command line names a path
+// under dir: the cluster's ClickHouse servers and ZooKeeper.
+func processesUnder(dir string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), dir+"/") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // localBytes is the size on disk and the rows of the active parts of db's
