@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,7 +74,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	defer broker.Close()
 	progress("generating and producing %d events", *events)
-	protoVals, _, _, err := generate(*events)
+	protoVals, _, evs, err := generate(*events)
 	if err != nil {
 		return err
 	}
@@ -137,29 +138,59 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	per100M := float64(total) * 1e8 / float64(*events) / (1 << 30)
 	fmt.Fprintf(stdout, "  all servers (shard 1 twice): %.1f MiB = %.1f GiB per 100M events with this layout\n", float64(total)/(1<<20), per100M)
 
-	// Rollup: the job's first run over every hour of the events.
+	// Rollup: the job's first run over every hour of the events, on the
+	// cluster and, for the ratio, on one server.
 	store, err := chstore.Open(chstore.Config{Addr: []string{c.Addr(1, 0)}, Database: firstDB, Cluster: c.Name(), Compression: "none"}, logger)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	job, err := rollup.NewJob(rollup.Config{Settle: -time.Second, Overlap: time.Nanosecond}, store, prometheus.NewRegistry(), logger, time.Now)
+	progress("rolling up %s on the cluster", firstDB)
+	hours, took, err := rollupOnce(ctx, store, logger)
 	if err != nil {
 		return err
 	}
-	progress("rolling up %s on the cluster", firstDB)
+	fmt.Fprintf(stdout, "\nRollup of the %d events (%d hours), the job's first run:\n  cluster:    %8s, %.2f s per hour of %d events\n",
+		*events, hours, took.Round(time.Millisecond), took.Seconds()/float64(hours), *events/hours)
+	progress("rolling up the same events on one server")
+	single, err := devenv.StartClickHouse(ctx, devenv.ClickHouseConfig{Dir: filepath.Join(dir, "single"), Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer single.Stop(context.WithoutCancel(ctx))
+	if _, err := rawInsert(ctx, single.Addr(), "bench_single", "none", evs, *batch, logger); err != nil {
+		return err
+	}
+	sstore, err := chstore.Open(chstore.Config{Addr: []string{single.Addr()}, Database: "bench_single", Compression: "none"}, logger)
+	if err != nil {
+		return err
+	}
+	defer sstore.Close()
+	shours, stook, err := rollupOnce(ctx, sstore, logger)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "  one server: %8s, %.2f s per hour (%d hours); cluster / one server %.2fx\n",
+		stook.Round(time.Millisecond), stook.Seconds()/float64(shours), shours, took.Seconds()/stook.Seconds())
+	return nil
+}
+
+// rollupOnce runs the rollup job once over everything in store, and says
+// how many hours it rolled up in how long.
+func rollupOnce(ctx context.Context, store *chstore.Store, logger *slog.Logger) (int, time.Duration, error) {
+	job, err := rollup.NewJob(rollup.Config{Settle: -time.Second, Overlap: time.Nanosecond}, store, prometheus.NewRegistry(), logger, time.Now)
+	if err != nil {
+		return 0, 0, err
+	}
 	start := time.Now()
 	hours, err := job.RunOnce(ctx)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
-	took := time.Since(start)
 	if len(hours) == 0 {
-		return errors.New("rollup: no hour rolled up")
+		return 0, 0, errors.New("rollup: no hour rolled up")
 	}
-	fmt.Fprintf(stdout, "\nRollup of the %d events (%d hours) on the cluster: %s, %.2f s per hour of %d events\n",
-		*events, len(hours), took.Round(time.Millisecond), took.Seconds()/float64(len(hours)), *events/len(hours))
-	return nil
+	return len(hours), time.Since(start), nil
 }
 
 type clusterResult struct {
