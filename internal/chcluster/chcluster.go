@@ -434,6 +434,21 @@ func (c *Cluster) Restart(shard, replica int) error {
 	return nil
 }
 
+// Exec runs query on server (shard, replica) alone.
+func (c *Cluster) Exec(shard, replica int, query string) error {
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{c.Addr(shard, replica)}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", c.Addr(shard, replica), err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), ddlTimeout)
+	defer cancel()
+	if err := conn.Exec(ctx, query); err != nil {
+		return fmt.Errorf("%s on %s: %w", query, replicaName(shard, replica), err)
+	}
+	return nil
+}
+
 // NewDB creates a database with a fresh name on every server (CREATE
 // DATABASE ... ON CLUSTER) and drops it the same way when t ends. Every
 // server must be up at both times.

@@ -71,6 +71,10 @@ var globalTables = map[string]bool{
 // each shard (Store.onEachShard) rather than ON CLUSTER.
 const eachShard = "-- on each shard\n"
 
+// dropOlder starts a translated DROP: the name of a table to drop only if
+// an earlier migration created it (Store.dropOlder).
+const dropOlder = "-- drop if older than this migration\n"
+
 // localSuffix names the local table under a Distributed one.
 const localSuffix = "_local"
 
@@ -152,14 +156,12 @@ func (c clusterSchema) translate(version int, stmt string) (stmts []string, redo
 		return []string{fmt.Sprintf("CREATE MATERIALIZED VIEW IF NOT EXISTS %[1]s.%[2]s%[3]s TO %[1]s.%[4]s AS\n%[5]s%[1]s.%[6]s%[7]s", c.db, m[1], on, to, m[3], from, m[5])}, nil, nil
 	case dropTableRE.MatchString(stmt):
 		name := dropTableRE.FindStringSubmatch(stmt)[1]
-		if globalTables[name] {
-			return []string{"DROP TABLE IF EXISTS " + c.db + "." + name + on}, nil, nil
-		}
-		local, err := c.localName(name)
-		if err != nil {
+		if _, err := c.localName(name); err != nil {
 			return nil, nil, err
 		}
-		return []string{"DROP TABLE IF EXISTS " + c.db + "." + name + on, "DROP TABLE IF EXISTS " + c.db + "." + local + on}, nil, nil
+		// Store.dropOlder drops it, ON CLUSTER, only when it was created
+		// by an earlier migration than this one.
+		return []string{dropOlder + name}, nil, nil
 	case alterTableRE.MatchString(stmt):
 		m := alterTableRE.FindStringSubmatch(stmt)
 		name := m[1]
@@ -263,16 +265,79 @@ func (c clusterConn) Exec(ctx context.Context, query string, args ...any) error 
 	return c.Conn.Exec(ctx, globalSubqueries(query), args...)
 }
 
+// zkPathMigrationRE finds the migration number in a replicated table's
+// ZooKeeper path, as clusterSchema.translate writes it.
+var zkPathMigrationRE = regexp.MustCompile(`\.m(\d{4})'`)
+
+// dropOlder drops the table named after the dropOlder marker of stmt (its
+// Distributed and local tables, ON CLUSTER) unless the table here was
+// created by migration version or a later one: a migration that runs
+// again (its record not yet replicated to this server, or lost) must not
+// drop the table it created the first time, with the data written since
+// (0004 drops and creates gpu_samples).
+func (s *Store) dropOlder(ctx context.Context, version int, stmt string) error {
+	name := strings.TrimSpace(strings.TrimPrefix(stmt, dropOlder))
+	c := clusterSchema{cluster: s.cfg.Cluster, db: s.cfg.Database}
+	local, err := c.localName(name)
+	if err != nil {
+		return err
+	}
+	rows, err := s.conn.Query(ctx, "SELECT engine_full FROM system.tables WHERE database = ? AND name = ?", s.cfg.Database, local)
+	if err != nil {
+		return fmt.Errorf("look up table %s: %w", local, err)
+	}
+	var engines []string
+	for rows.Next() {
+		var e string
+		if err := rows.Scan(&e); err != nil {
+			rows.Close()
+			return fmt.Errorf("look up table %s: %w", local, err)
+		}
+		engines = append(engines, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("look up table %s: %w", local, err)
+	}
+	for _, e := range engines {
+		if m := zkPathMigrationRE.FindStringSubmatch(e); m != nil {
+			if created, _ := strconv.Atoi(m[1]); created >= version {
+				s.logger.Info("not dropping a table this migration created already", "table", name, "migration", version)
+				return nil
+			}
+		}
+	}
+	on := " ON CLUSTER " + s.cfg.Cluster
+	drops := []string{"DROP TABLE IF EXISTS " + s.cfg.Database + "." + name + on}
+	if local != name {
+		drops = append(drops, "DROP TABLE IF EXISTS "+s.cfg.Database+"."+local+on)
+	}
+	for _, d := range drops {
+		if err := s.conn.Exec(ctx, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // onEachShard runs stmt on one server of each shard of the cluster, from
 // system.clusters, trying a shard's replicas in order until one answers;
 // replication takes it to the shard's other replicas. A column the shard
 // has already (a replica that migrated at the same time, or a run that
 // stopped half-way) counts as added. meterd must reach the servers by the
-// names and ports of remote_servers.
+// host names of remote_servers, at their ports there or, over TLS, at the
+// port of the store's address (every server listening on the same secure
+// port).
 func (s *Store) onEachShard(ctx context.Context, stmt string, _ ...any) error {
 	rows, err := s.conn.Query(ctx, "SELECT shard_num, host_name, port FROM system.clusters WHERE cluster = ? ORDER BY shard_num, replica_num", s.cfg.Cluster)
 	if err != nil {
 		return fmt.Errorf("servers of cluster %s: %w", s.cfg.Cluster, err)
+	}
+	tlsPort := ""
+	if s.cfg.TLS != nil && len(s.cfg.Addr) > 0 {
+		if _, p, err := net.SplitHostPort(s.cfg.Addr[0]); err == nil {
+			tlsPort = p
+		}
 	}
 	var shards [][]string
 	last := uint32(0)
@@ -287,6 +352,12 @@ func (s *Store) onEachShard(ctx context.Context, stmt string, _ ...any) error {
 		if shard != last || len(shards) == 0 {
 			shards = append(shards, nil)
 			last = shard
+		}
+		if tlsPort != "" {
+			// remote_servers names the servers' plain native ports; over
+			// TLS, dial each at the secure port meterd uses (--clickhouse).
+			shards[len(shards)-1] = append(shards[len(shards)-1], net.JoinHostPort(host, tlsPort))
+			continue
 		}
 		shards[len(shards)-1] = append(shards[len(shards)-1], net.JoinHostPort(host, strconv.Itoa(int(port))))
 	}
@@ -306,10 +377,8 @@ func (s *Store) onEachShard(ctx context.Context, stmt string, _ ...any) error {
 				done = true
 				break
 			}
-			var ex *clickhouse.Exception
-			if errors.As(err, &ex) {
-				return fmt.Errorf("shard %d, server %s: %w", i+1, addr, err) // it answered: no other replica would do better
-			}
+			// Down, read-only (no ZooKeeper session) or behind: its twin
+			// may do it.
 			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 		}
 		if !done {

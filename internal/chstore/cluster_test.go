@@ -3,15 +3,18 @@ package chstore_test
 import (
 	"context"
 	"io"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/internal/chcluster"
 	"tokenmeter/internal/chstore"
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
 // TestClusterMigrate applies every migration in cluster mode on a real
@@ -91,5 +94,56 @@ func TestClusterMigrate(t *testing.T) {
 				t.Errorf("%s: table %s has engine %q, want %q", addr, name, engines[name], want)
 			}
 		}
+	}
+
+	// Data on both shards, then every migration run again, as a meterd
+	// that read no record of them would: 0004's drop of gpu_samples must
+	// not drop the table it created, nor anything else lose a row.
+	var gpus chstore.GPUBatch
+	var events chstore.EventBatch
+	now := time.Now().UTC().Truncate(time.Second)
+	for i := range 40 {
+		gpus.Append(&meterv1.GpuSample{SampleId: fmt.Sprintf("g%d", i), Node: "n", GpuUuid: fmt.Sprintf("GPU-%d", i),
+			Deployment: fmt.Sprintf("d%d", i%5), SampledAt: timestamppb.New(now.Add(-time.Duration(i) * time.Second)), IntervalS: 1}, now)
+		ev := &meterv1.InferenceEvent{EventId: fmt.Sprintf("e%d", i), TenantId: fmt.Sprintf("t%d", i%7), Model: "m", Deployment: "d",
+			CompletedAt: timestamppb.New(now.Add(-time.Duration(i) * time.Second))}
+		events.Append(ev, chstore.ITL{}, now, chstore.Source{})
+	}
+	if err := s.InsertGPUSamples(ctx, &gpus); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InsertEvents(ctx, &events); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Reapply(ctx); err != nil {
+		t.Fatalf("migrations run again: %v", err)
+	}
+	for table, want := range map[string]uint64{"gpu_samples": 40, "inference_events": 40} {
+		if n, err := s.Count(ctx, table); err != nil || n != want {
+			t.Errorf("%s after the migrations ran again: %d rows (%v), want %d", table, n, err, want)
+		}
+	}
+
+	// Read after write across replicas: a store on shard 1's second
+	// replica, which fetches nothing from the first, still reads what a
+	// store on another server has just written (both go to the first
+	// live replica of each shard; the second's own copy is not read).
+	if err := c.Exec(0, 1, "SYSTEM STOP FETCHES "+db+".inference_events_local"); err != nil {
+		t.Fatal(err)
+	}
+	var more chstore.EventBatch
+	for i := range 60 {
+		ev := &meterv1.InferenceEvent{EventId: fmt.Sprintf("late%d", i), TenantId: fmt.Sprintf("t%d", i%7), Model: "m", Deployment: "d",
+			CompletedAt: timestamppb.New(now)}
+		more.Append(ev, chstore.ITL{}, now, chstore.Source{})
+	}
+	if err := s.InsertEvents(ctx, &more); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := other.Count(ctx, "inference_events"); err != nil || n != 100 {
+		t.Errorf("a store on shard 1's second replica reads %d events (%v) right after a store on shard 2 wrote 100", n, err)
+	}
+	if err := c.Exec(0, 1, "SYSTEM START FETCHES "+db+".inference_events_local"); err != nil {
+		t.Fatal(err)
 	}
 }

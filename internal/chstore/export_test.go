@@ -9,6 +9,28 @@ import (
 // what the store sees.
 func (s *Store) Exec(ctx context.Context, stmt string) error { return s.conn.Exec(ctx, stmt) }
 
+// Reapply runs every migration's statements again, as a meterd that
+// found none recorded would.
+func (s *Store) Reapply(ctx context.Context) error {
+	migs, err := Migrations()
+	if err != nil {
+		return err
+	}
+	for _, m := range migs {
+		if err := s.apply(ctx, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Count counts the rows of table as the store reads it.
+func (s *Store) Count(ctx context.Context, table string) (uint64, error) {
+	var n uint64
+	err := s.conn.QueryRow(ctx, "SELECT count() FROM "+table).Scan(&n)
+	return n, err
+}
+
 // SetUsageCostChunkRows bounds the rows of one query of EachUsageCost.
 func (s *Store) SetUsageCostChunkRows(n int) { s.usageCostChunk = n }
 

@@ -107,9 +107,24 @@ ORDER BY version`)
 	if err != nil {
 		return nil, err
 	}
-	for _, stmt := range ddl {
-		if err := s.conn.Exec(ctx, stmt); err != nil {
-			return nil, fmt.Errorf("create schema_migrations: %w", err)
+	exists, err := s.tableExists(ctx, "schema_migrations")
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.Cluster == "" || !exists {
+		for _, stmt := range ddl {
+			if err := s.conn.Exec(ctx, stmt); err != nil {
+				return nil, fmt.Errorf("create schema_migrations: %w", err)
+			}
+		}
+	}
+	if s.cfg.Cluster != "" {
+		// schema_migrations is a replicated table read on this server,
+		// which may not have fetched what another meterd recorded through
+		// another server: a migration read as not applied would run again
+		// (and 0004 drops gpu_samples). Fetch everything first.
+		if err := s.conn.Exec(ctx, "SYSTEM SYNC REPLICA "+s.cfg.Database+".schema_migrations"); err != nil {
+			return nil, fmt.Errorf("sync schema_migrations: %w", err)
 		}
 	}
 	applied, err := s.AppliedMigrations(ctx)
@@ -121,18 +136,8 @@ ORDER BY version`)
 		if applied[m.Version] {
 			continue
 		}
-		stmts, err := s.statements(m.Version, m.Statements...)
-		if err != nil {
+		if err := s.apply(ctx, m); err != nil {
 			return done, err
-		}
-		for i, stmt := range stmts {
-			exec := s.conn.Exec
-			if strings.HasPrefix(stmt, eachShard) {
-				exec = s.onEachShard
-			}
-			if err := exec(ctx, stmt); err != nil && !addedBefore(stmt, err) {
-				return done, fmt.Errorf("migration %04d_%s statement %d: %w", m.Version, m.Name, i+1, err)
-			}
 		}
 		if err := s.insertRow(ctx, "INSERT INTO schema_migrations (version, name, applied_at)", uint32(m.Version), m.Name, time.Now().UTC().Truncate(time.Second)); err != nil {
 			return done, fmt.Errorf("record migration %d: %w", m.Version, err)
@@ -141,6 +146,37 @@ ORDER BY version`)
 		done = append(done, m.Version)
 	}
 	return done, nil
+}
+
+// apply runs the statements of migration m in the store's mode.
+func (s *Store) apply(ctx context.Context, m Migration) error {
+	stmts, err := s.statements(m.Version, m.Statements...)
+	if err != nil {
+		return err
+	}
+	for i, stmt := range stmts {
+		exec := s.conn.Exec
+		switch {
+		case strings.HasPrefix(stmt, eachShard):
+			exec = s.onEachShard
+		case strings.HasPrefix(stmt, dropOlder):
+			exec = func(ctx context.Context, stmt string, _ ...any) error { return s.dropOlder(ctx, m.Version, stmt) }
+		}
+		if err := exec(ctx, stmt); err != nil && !addedBefore(stmt, err) {
+			return fmt.Errorf("migration %04d_%s statement %d: %w", m.Version, m.Name, i+1, err)
+		}
+	}
+	return nil
+}
+
+// tableExists reports whether the store's database has table name on the
+// server the store talks to.
+func (s *Store) tableExists(ctx context.Context, name string) (bool, error) {
+	var n uint64
+	if err := s.conn.QueryRow(ctx, "SELECT count() FROM system.tables WHERE database = ? AND name = ?", s.cfg.Database, name).Scan(&n); err != nil {
+		return false, fmt.Errorf("look up table %s: %w", name, err)
+	}
+	return n > 0, nil
 }
 
 // statements returns the statements that apply stmts, of migration

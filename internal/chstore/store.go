@@ -129,6 +129,14 @@ func Open(cfg Config, logger *slog.Logger) (*Store, error) {
 		// it touches has written its rows, not once they are queued on the
 		// server that took it: ingest commits Kafka offsets after it.
 		settings["insert_distributed_sync"] = 1
+		// A Distributed table reads and writes the server's own shard on
+		// the server itself when it is a replica of it (the default,
+		// prefer_localhost_replica 1), whatever load_balancing says: a
+		// meterd on the second replica of a shard would then read what the
+		// first has not yet sent it (a rollup missing events that ingest,
+		// talking to the first, had written). Off, every meterd reads and
+		// writes each shard on the replica load_balancing (in_order) picks.
+		settings["prefer_localhost_replica"] = 0
 	}
 	conn, err := clickhouse.Open(&clickhouse.Options{
 		Addr:         cfg.Addr,
@@ -199,6 +207,16 @@ func (s *Store) ensureDatabase(ctx context.Context) error {
 	defer conn.Close()
 	create := "CREATE DATABASE IF NOT EXISTS " + s.cfg.Database
 	if s.cfg.Cluster != "" {
+		// ON CLUSTER waits for every server, up to 180 s for one that is
+		// down: only when the database is missing here, so that a meterd
+		// can start while a server of the cluster is down.
+		var n uint64
+		if err := conn.QueryRow(ctx, "SELECT count() FROM system.databases WHERE name = ?", s.cfg.Database).Scan(&n); err != nil {
+			return fmt.Errorf("look up database %s: %w", s.cfg.Database, err)
+		}
+		if n > 0 {
+			return nil
+		}
 		create += " ON CLUSTER " + s.cfg.Cluster
 	}
 	if err := conn.Exec(ctx, create); err != nil {
