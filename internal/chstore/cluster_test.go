@@ -2,8 +2,8 @@ package chstore_test
 
 import (
 	"context"
-	"io"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"testing"
