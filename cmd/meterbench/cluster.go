@@ -231,6 +231,13 @@ func clusterRun(ctx context.Context, c *chcluster.Cluster, meterd, broker, db st
 	for deadline := time.Now().Add(15 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		rows, err := countRows(ctx, conn, "inference_events")
 		if err == nil && rows >= uint64(events) {
+			// Rows, not events, reached the count: a batch written again
+			// after a rebalance counts twice until merged. Done when every
+			// event is there.
+			var distinct uint64
+			if err := conn.QueryRow(ctx, "SELECT uniqExact(tenant_id, event_id) FROM inference_events").Scan(&distinct); err != nil || distinct < uint64(events) {
+				continue
+			}
 			res := clusterResult{elapsed: time.Since(start)}
 			var pids []int
 			for _, cmd := range cmds {

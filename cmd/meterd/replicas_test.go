@@ -41,8 +41,9 @@ func TestIngestReplicasExact(t *testing.T) {
 // cluster of two shards, the first with two replicas, in cluster mode. The
 // replicas write through the server of shard 2, and shard 1's first
 // replica (the one Distributed inserts go to) is SIGKILLed while events
-// stream in and started again later: nothing is lost or counted twice,
-// and the killed replica catches up with its twin.
+// stream in and started again later (the fourth ingest replica starts
+// while it is down): nothing is lost or counted twice, and the killed
+// replica catches up with its twin.
 func TestIngestReplicasClusterExact(t *testing.T) {
 	c := chcluster.Start(t, chcluster.Layout{})
 	db := c.NewDB(t)
@@ -53,7 +54,9 @@ func TestIngestReplicasClusterExact(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			3: func() {
+			// After chunk 4's new ingest replica, which so starts (and
+			// checks the schema) while a server of the cluster is down.
+			5: func() {
 				if err := c.Restart(0, 0); err != nil {
 					t.Fatal(err)
 				}
