@@ -101,6 +101,10 @@ func (c Config) withDefaults() Config {
 // compressed block is read whole all the same.
 const readBufferBytes = 64 << 10
 
+// maxReplicaDelaySeconds is how far behind a replica may be and still be
+// read in cluster mode (max_replica_delay_for_distributed_queries).
+const maxReplicaDelaySeconds = 10
+
 // Store is a ClickHouse-backed event store.
 type Store struct {
 	conn   driver.Conn
@@ -137,6 +141,11 @@ func Open(cfg Config, logger *slog.Logger) (*Store, error) {
 		// talking to the first, had written). Off, every meterd reads and
 		// writes each shard on the replica load_balancing (in_order) picks.
 		settings["prefer_localhost_replica"] = 0
+		// A replica more than this many seconds behind its replication
+		// queue (one catching up after a restart) is not read while its
+		// twin is fresher: the first replica is read again once it has
+		// caught up, not as soon as it answers.
+		settings["max_replica_delay_for_distributed_queries"] = maxReplicaDelaySeconds
 	}
 	conn, err := clickhouse.Open(&clickhouse.Options{
 		Addr:         cfg.Addr,
