@@ -320,6 +320,23 @@ func (s *Store) dropOlder(ctx context.Context, version int, stmt string) error {
 	return nil
 }
 
+// ingestContext is ctx for ingest's inserts of raw events and samples: in
+// cluster mode the rows of the server's own shard are written on the
+// server itself (prefer_localhost_replica 1) rather than sent over the
+// network to the shard's first replica, as every other statement's are.
+// Going round through the network cost ClickHouse 56 µs of CPU an event
+// against 33 (meterbench cluster, one replica); the raw rows are read by
+// the rollup job seconds later (its Settle), after replication has
+// brought them to the first replica. When ingest talks to a shard's
+// second replica, a query of raw rows sent within those milliseconds may
+// miss the newest of them, as it may miss events still in Kafka.
+func (s *Store) ingestContext(ctx context.Context) context.Context {
+	if s.cfg.Cluster == "" {
+		return ctx
+	}
+	return clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"prefer_localhost_replica": 1}))
+}
+
 // onEachShard runs stmt on one server of each shard of the cluster, from
 // system.clusters, trying a shard's replicas in order until one answers;
 // replication takes it to the shard's other replicas. A column the shard

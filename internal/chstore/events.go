@@ -214,5 +214,5 @@ func (s *Store) InsertEvents(ctx context.Context, b *EventBatch) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	return s.sendColumns(ctx, "insert events batch", InsertEventsSQL, eventColumns, b.columns())
+	return s.sendColumns(s.ingestContext(ctx), "insert events batch", InsertEventsSQL, eventColumns, b.columns())
 }

@@ -105,7 +105,7 @@ func (s *Store) InsertGPUSamples(ctx context.Context, b *GPUBatch) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	return s.sendColumns(ctx, "insert GPU samples batch", InsertGPUSamplesSQL, gpuColumns, b.columns())
+	return s.sendColumns(s.ingestContext(ctx), "insert GPU samples batch", InsertGPUSamplesSQL, gpuColumns, b.columns())
 }
 
 // sendColumns sends one columnar INSERT.
