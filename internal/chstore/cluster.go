@@ -323,9 +323,10 @@ func (s *Store) dropOlder(ctx context.Context, version int, stmt string) error {
 // ingestContext is ctx for ingest's inserts of raw events and samples: in
 // cluster mode the rows of the server's own shard are written on the
 // server itself (prefer_localhost_replica 1) rather than sent over the
-// network to the shard's first replica, as every other statement's are.
-// Going round through the network cost ClickHouse 56 µs of CPU an event
-// against 33 (meterbench cluster, one replica); the raw rows are read by
+// network to the shard's first replica, as every other statement's are:
+// the bulk of the traffic saves the round trip (its cost per event is not
+// measured apart: meterbench cluster's ClickHouse CPU per event varied
+// from 33 to 56 µs between runs either way). The raw rows are read by
 // the rollup job seconds later (its Settle), after replication has
 // brought them to the first replica. When ingest talks to a shard's
 // second replica, a query of raw rows sent within those milliseconds may
