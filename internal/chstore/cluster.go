@@ -91,9 +91,10 @@ var (
 	dropTableRE   = regexp.MustCompile(`^DROP TABLE IF EXISTS (\w+)$`)
 	alterTableRE  = regexp.MustCompile(`(?s)^ALTER TABLE (\w+)\s+(.*)$`)
 	insertRE      = regexp.MustCompile(`(?s)^INSERT INTO \w+`)
-	// materializedRE finds the MATERIALIZED of a column's definition in
-	// ADD COLUMN name type MATERIALIZED expr.
-	materializedRE = regexp.MustCompile(`(?i)(\bADD COLUMN \w+ \w+(?:\([^)]*\))?)\s+MATERIALIZED\s+`)
+	// materializedRE finds the MATERIALIZED of a column's definition,
+	// name type MATERIALIZED expr, after ADD COLUMN or on a line of its own
+	// in a CREATE TABLE.
+	materializedRE = regexp.MustCompile(`(?im)((?:\bADD COLUMN|^)\s*\w+\s+[^\n]*?)\s+MATERIALIZED\s+`)
 )
 
 // translate returns the cluster form of one statement of migration
@@ -135,6 +136,8 @@ func (c clusterSchema) translate(version int, stmt string) (stmts []string, redo
 		if strings.TrimSpace(args) != "" {
 			params += ", " + strings.TrimSpace(args)
 		}
+		// MATERIALIZED columns become DEFAULT ones, as in ALTER below.
+		body = materializedRE.ReplaceAllString(body, "$1 DEFAULT ")
 		stmts = append(stmts, fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s.%s%s %sENGINE = Replicated%s(%s)%s", c.db, local, on, body, engine, params, rest))
 		if !globalTables[name] {
 			stmts = append(stmts, c.distributed(name))

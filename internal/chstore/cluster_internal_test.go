@@ -84,6 +84,28 @@ func TestClusterTranslation(t *testing.T) {
 	}
 }
 
+// TestClusterMaterialized: a MATERIALIZED column, in a CREATE TABLE or an
+// ADD COLUMN, becomes a DEFAULT one on the local table (a Distributed
+// table's write to its own shard refuses a MATERIALIZED column on 18.16).
+func TestClusterMaterialized(t *testing.T) {
+	c := clusterSchema{cluster: "c", db: "d"}
+	create, _, err := c.translate(12, "CREATE TABLE IF NOT EXISTS inference_events\n(\n    tenant_id String,\n    h UInt64 MATERIALIZED cityHash64(tenant_id),\n    a Array(Nullable(String)) MATERIALIZED [],\n    ok UInt8 DEFAULT 1\n)\nENGINE = ReplacingMergeTree(ingested_at)\nORDER BY tenant_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(create[0], "MATERIALIZED") || !strings.Contains(create[0], "h UInt64 DEFAULT cityHash64(tenant_id)") ||
+		!strings.Contains(create[0], "a Array(Nullable(String)) DEFAULT []") || !strings.Contains(create[0], "ok UInt8 DEFAULT 1") {
+		t.Errorf("CREATE:\n%s", create[0])
+	}
+	alter, _, err := c.translate(12, "ALTER TABLE rollup_hour ADD COLUMN x Nullable(Float64) MATERIALIZED 1.5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := eachShard + "ALTER TABLE d.rollup_hour_local ADD COLUMN x Nullable(Float64) DEFAULT 1.5"; alter[0] != want {
+		t.Errorf("ALTER %q, want %q", alter[0], want)
+	}
+}
+
 func TestGlobalSubqueries(t *testing.T) {
 	for in, want := range map[string]string{
 		"SELECT x FROM t WHERE (b, v) IN (SELECT b, max(v) FROM t GROUP BY b)":                 "SELECT x FROM t WHERE (b, v) GLOBAL IN (SELECT b, max(v) FROM t GROUP BY b)",
