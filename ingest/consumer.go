@@ -14,7 +14,6 @@ import (
 
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/kafkaconn"
-	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
 // Default topics and consumer group.
@@ -82,22 +81,22 @@ type rows interface {
 
 // eventRows batches inference events.
 type eventRows struct {
-	decoder *Decoder
+	decoder *RowDecoder
 	limits  Limits
 	store   EventWriter
-	ev      meterv1.InferenceEvent
+	row     chstore.EventRow
 	batch   chstore.EventBatch
 }
 
 func (r *eventRows) add(m kafka.Message, now time.Time) *ValidationError {
-	err := r.decoder.Decode(&r.ev, m.Value, headerValue(m.Headers, HeaderContentType))
+	err := r.decoder.DecodeEvent(&r.row, m.Value, headerValue(m.Headers, HeaderContentType))
 	if err == nil {
-		err = r.limits.Validate(&r.ev, now)
+		err = r.limits.ValidateRow(&r.row, now)
 	}
 	if err != nil {
 		return asValidation(err)
 	}
-	r.batch.Append(&r.ev, ITL(&r.ev), now, chstore.Source{Partition: int32(m.Partition), Offset: m.Offset})
+	r.batch.AppendRow(&r.row, RowITL(&r.row), now, chstore.Source{Partition: int32(m.Partition), Offset: m.Offset})
 	return nil
 }
 
@@ -107,21 +106,22 @@ func (r *eventRows) insert(ctx context.Context) error { return r.store.InsertEve
 
 // gpuRows batches GPU samples.
 type gpuRows struct {
-	limits Limits
-	store  GPUSampleWriter
-	s      meterv1.GpuSample
-	batch  chstore.GPUBatch
+	decoder *RowDecoder
+	limits  Limits
+	store   GPUSampleWriter
+	row     chstore.GPURow
+	batch   chstore.GPUBatch
 }
 
 func (r *gpuRows) add(m kafka.Message, now time.Time) *ValidationError {
-	err := DecodeGPUSample(&r.s, m.Value, headerValue(m.Headers, HeaderContentType), r.limits)
+	err := r.decoder.DecodeGPUSample(&r.row, m.Value, headerValue(m.Headers, HeaderContentType))
 	if err == nil {
-		err = r.limits.ValidateGPUSample(&r.s, now)
+		err = r.limits.ValidateGPURow(&r.row, now)
 	}
 	if err != nil {
 		return asValidation(err)
 	}
-	r.batch.Append(&r.s, now)
+	r.batch.AppendRow(&r.row, now)
 	return nil
 }
 
@@ -286,7 +286,8 @@ func NewConsumer(cfg ConsumerConfig, store EventWriter, reg prometheus.Registere
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	decoder := NewDecoder(cfg.Limits)
+	// One decoder for every batch: only the fetch loop decodes.
+	decoder := NewRowDecoder(cfg.Limits)
 	return newConsumer(cfg, func() rows { return &eventRows{decoder: decoder, limits: cfg.Limits, store: store} }, store, reg, logger, now)
 }
 
@@ -304,7 +305,8 @@ func NewGPUConsumer(cfg ConsumerConfig, store GPUSampleWriter, reg prometheus.Re
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return newConsumer(cfg, func() rows { return &gpuRows{limits: cfg.Limits, store: store} }, store, reg, logger, now)
+	decoder := NewRowDecoder(cfg.Limits)
+	return newConsumer(cfg, func() rows { return &gpuRows{decoder: decoder, limits: cfg.Limits, store: store} }, store, reg, logger, now)
 }
 
 func newConsumer(cfg ConsumerConfig, newRows func() rows, deadStore DeadLetterWriter, reg prometheus.Registerer, logger *slog.Logger, now func() time.Time) (*Consumer, error) {

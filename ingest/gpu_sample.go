@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/ident"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
@@ -24,16 +25,23 @@ func DecodeGPUSample(s *meterv1.GpuSample, value []byte, contentType string, lim
 // cost" and the limits. An empty deployment is valid: the GPU's time is
 // reported as unattributed. It returns nil or a *ValidationError.
 func (l Limits) ValidateGPUSample(s *meterv1.GpuSample, now time.Time) error {
-	for _, f := range []struct{ name, v string }{{"sample_id", s.GetSampleId()}, {"gpu_uuid", s.GetGpuUuid()}} {
+	var r chstore.GPURow
+	r.FromProto(s)
+	return l.ValidateGPURow(&r, now)
+}
+
+// ValidateGPURow is ValidateGPUSample of a sample row: the one set of rules.
+func (l Limits) ValidateGPURow(s *chstore.GPURow, now time.Time) error {
+	for _, f := range [...]struct{ name, v string }{{"sample_id", s.SampleID}, {"gpu_uuid", s.GPUUUID}} {
 		if f.v == "" {
 			return invalid(ReasonMissingField, "%s is required", f.name)
 		}
 	}
-	for _, f := range []struct{ name, v string }{
-		{"sample_id", s.GetSampleId()}, {"node", s.GetNode()}, {"gpu_uuid", s.GetGpuUuid()},
-		{"gpu_type", s.GetGpuType()}, {"mig_profile", s.GetMigProfile()}, {"deployment", s.GetDeployment()},
-		{"pod", s.GetPod()}, {"namespace", s.GetNamespace()}, {"region", s.GetRegion()},
-		{"pool", s.GetPool()}, {"source", s.GetSource()},
+	for _, f := range [...]struct{ name, v string }{
+		{"sample_id", s.SampleID}, {"node", s.Node}, {"gpu_uuid", s.GPUUUID},
+		{"gpu_type", s.GPUType}, {"mig_profile", s.MIGProfile}, {"deployment", s.Deployment},
+		{"pod", s.Pod}, {"namespace", s.Namespace}, {"region", s.Region},
+		{"pool", s.Pool}, {"source", s.Source},
 	} {
 		if len(f.v) > l.MaxStringLen {
 			return invalid(ReasonOutOfRange, "%s is %d bytes, limit is %d", f.name, len(f.v), l.MaxStringLen)
@@ -42,39 +50,39 @@ func (l Limits) ValidateGPUSample(s *meterv1.GpuSample, now time.Time) error {
 			return invalid(ReasonInvalidValue, "%v", err)
 		}
 	}
-	if s.GetSampledAt() == nil {
+	if !s.SampledAt.Set {
 		return invalid(ReasonMissingField, "sampled_at is required")
 	}
-	if err := s.GetSampledAt().CheckValid(); err != nil {
+	if err := checkTimestamp(s.SampledAt); err != nil {
 		return invalid(ReasonInvalidValue, "sampled_at: %v", err)
 	}
-	at := s.GetSampledAt().AsTime()
+	at := s.SampledAt.Time()
 	if at.Before(l.MinTime) || at.After(now.Add(l.MaxFuture)) {
 		return invalid(ReasonOutOfRange, "sampled_at %s is outside [%s, now+%s]", at.Format(time.RFC3339), l.MinTime.Format(time.RFC3339), l.MaxFuture)
 	}
-	iv := s.GetIntervalS()
+	iv := s.IntervalS
 	if !(iv > 0) || iv > MaxSampleInterval.Seconds() || math.IsInf(iv, 0) {
 		return invalid(ReasonOutOfRange, "interval_s %v must be in (0, %v]", iv, MaxSampleInterval.Seconds())
 	}
-	if u := s.GetUtilization(); !(u >= 0 && u <= 1) {
+	if u := s.Utilization; !(u >= 0 && u <= 1) {
 		return invalid(ReasonOutOfRange, "utilization %v must be in [0, 1]", u)
 	}
-	if f := s.GetMigFraction(); !(f >= 0 && f <= 1) {
+	if f := s.MIGFraction; !(f >= 0 && f <= 1) {
 		return invalid(ReasonOutOfRange, "mig_fraction %v must be in [0, 1]", f)
 	}
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"power_watts", s.GetPowerWatts()}, {"energy_joules", s.GetEnergyJoules()}, {"sm_clock_mhz", s.GetSmClockMhz()}} {
+	}{{"power_watts", s.PowerWatts}, {"energy_joules", s.EnergyJoules}, {"sm_clock_mhz", s.SMClockMHz}} {
 		if !(f.v >= 0) || math.IsInf(f.v, 0) {
 			return invalid(ReasonOutOfRange, "%s %v must be a non-negative number", f.name, f.v)
 		}
 	}
-	if t := s.GetTemperatureC(); math.IsNaN(t) || math.IsInf(t, 0) {
+	if t := s.TemperatureC; math.IsNaN(t) || math.IsInf(t, 0) {
 		return invalid(ReasonInvalidValue, "temperature_c %v is not a number", t)
 	}
-	if s.GetFbTotalBytes() > 0 && s.GetFbUsedBytes() > s.GetFbTotalBytes() {
-		return invalid(ReasonOutOfRange, "fb_used_bytes %d exceeds fb_total_bytes %d", s.GetFbUsedBytes(), s.GetFbTotalBytes())
+	if s.FBTotalBytes > 0 && s.FBUsedBytes > s.FBTotalBytes {
+		return invalid(ReasonOutOfRange, "fb_used_bytes %d exceeds fb_total_bytes %d", s.FBUsedBytes, s.FBTotalBytes)
 	}
 	return nil
 }

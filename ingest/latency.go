@@ -10,12 +10,19 @@ import (
 // (e2e − ttft) / (output_tokens − 1); none (not Valid) for fewer than 2
 // output tokens or without TTFT or E2E.
 func ITL(ev *meterv1.InferenceEvent) chstore.ITL {
-	if ev.ItlMs != nil {
-		return chstore.ITL{Ms: *ev.ItlMs, Valid: true, Measured: true}
+	var r chstore.EventRow
+	r.FromProto(ev)
+	return RowITL(&r)
+}
+
+// RowITL is ITL of an event row.
+func RowITL(ev *chstore.EventRow) chstore.ITL {
+	if ev.ITLMs.Set {
+		return chstore.ITL{Ms: ev.ITLMs.V, Valid: true, Measured: true}
 	}
-	out := ev.GetOutputTokens()
-	if out < 2 || ev.TtftMs == nil || ev.E2EMs == nil {
+	out := ev.OutputTokens.V
+	if out < 2 || !ev.TTFTMs.Set || !ev.E2EMs.Set {
 		return chstore.ITL{}
 	}
-	return chstore.ITL{Ms: (*ev.E2EMs - *ev.TtftMs) / float64(out-1), Valid: true}
+	return chstore.ITL{Ms: (ev.E2EMs.V - ev.TTFTMs.V) / float64(out-1), Valid: true}
 }

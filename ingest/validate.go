@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/ident"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
@@ -86,22 +87,40 @@ func (l Limits) Validate(ev *meterv1.InferenceEvent, now time.Time) error {
 	if ev == nil {
 		return invalid(ReasonMissingField, "event is empty")
 	}
-	for _, f := range []struct{ name, v string }{
-		{"event_id", ev.GetEventId()}, {"tenant_id", ev.GetTenantId()}, {"model", ev.GetModel()},
+	var r chstore.EventRow
+	r.FromProto(ev)
+	return l.ValidateRow(&r, now)
+}
+
+// checkTimestamp returns the error of t.Proto().CheckValid() without
+// building the message for a valid timestamp.
+func checkTimestamp(t chstore.Timestamp) error {
+	const minSeconds, maxSeconds = -62135596800, 253402300799 // 0001-01-01 to 9999-12-31
+	if t.Seconds >= minSeconds && t.Seconds <= maxSeconds && t.Nanos >= 0 && t.Nanos < 1e9 {
+		return nil
+	}
+	return t.Proto().CheckValid()
+}
+
+// ValidateRow is Validate of an event row: the one set of rules, which
+// every path (Kafka records of either encoding, the API) goes through.
+func (l Limits) ValidateRow(ev *chstore.EventRow, now time.Time) error {
+	for _, f := range [...]struct{ name, v string }{
+		{"event_id", ev.EventID}, {"tenant_id", ev.TenantID}, {"model", ev.Model},
 	} {
 		if f.v == "" {
 			return invalid(ReasonMissingField, "%s is required", f.name)
 		}
 	}
-	if strings.HasPrefix(ev.GetTenantId(), "__") {
+	if strings.HasPrefix(ev.TenantID, "__") {
 		// Reserved for lines that are not tenants, such as the idle-cost line "__idle__".
-		return invalid(ReasonInvalidValue, "tenant_id %q: names starting with \"__\" are reserved", ev.GetTenantId())
+		return invalid(ReasonInvalidValue, "tenant_id %q: names starting with \"__\" are reserved", ev.TenantID)
 	}
-	for _, f := range []struct{ name, v string }{
-		{"event_id", ev.GetEventId()}, {"request_id", ev.GetRequestId()}, {"tenant_id", ev.GetTenantId()},
-		{"model", ev.GetModel()}, {"model_version", ev.GetModelVersion()}, {"deployment", ev.GetDeployment()},
-		{"engine", ev.GetEngine()}, {"gpu_type", ev.GetGpuType()}, {"node", ev.GetNode()},
-		{"region", ev.GetRegion()}, {"slo_class", ev.GetSloClass()},
+	for _, f := range [...]struct{ name, v string }{
+		{"event_id", ev.EventID}, {"request_id", ev.RequestID}, {"tenant_id", ev.TenantID},
+		{"model", ev.Model}, {"model_version", ev.ModelVersion}, {"deployment", ev.Deployment},
+		{"engine", ev.Engine}, {"gpu_type", ev.GPUType}, {"node", ev.Node},
+		{"region", ev.Region}, {"slo_class", ev.SLOClass},
 	} {
 		if len(f.v) > l.MaxStringLen {
 			return invalid(ReasonOutOfRange, "%s is %d bytes long, limit is %d", f.name, len(f.v), l.MaxStringLen)
@@ -110,74 +129,74 @@ func (l Limits) Validate(ev *meterv1.InferenceEvent, now time.Time) error {
 			return invalid(ReasonInvalidValue, "%v", err)
 		}
 	}
-	if ev.GetCompletedAt() == nil {
+	if !ev.CompletedAt.Set {
 		return invalid(ReasonMissingField, "completed_at is required")
 	}
-	if err := ev.GetCompletedAt().CheckValid(); err != nil {
+	if err := checkTimestamp(ev.CompletedAt); err != nil {
 		return invalid(ReasonInvalidValue, "completed_at is not a valid timestamp: %v", err)
 	}
-	completed := ev.GetCompletedAt().AsTime()
+	completed := ev.CompletedAt.Time()
 	if completed.Before(l.MinTime) {
 		return invalid(ReasonOutOfRange, "completed_at %s is before %s", completed.Format(time.RFC3339Nano), l.MinTime.Format(time.RFC3339))
 	}
 	if completed.After(now.Add(l.MaxFuture)) {
 		return invalid(ReasonOutOfRange, "completed_at %s is more than %s in the future", completed.Format(time.RFC3339Nano), l.MaxFuture)
 	}
-	if ev.GetReceivedAt() != nil {
-		if err := ev.GetReceivedAt().CheckValid(); err != nil {
+	if ev.ReceivedAt.Set {
+		if err := checkTimestamp(ev.ReceivedAt); err != nil {
 			return invalid(ReasonInvalidValue, "received_at is not a valid timestamp: %v", err)
 		}
-		if received := ev.GetReceivedAt().AsTime(); received.After(completed) {
+		if received := ev.ReceivedAt.Time(); received.After(completed) {
 			return invalid(ReasonInvalidValue, "received_at %s is after completed_at %s", received.Format(time.RFC3339Nano), completed.Format(time.RFC3339Nano))
 		}
 	}
-	if _, ok := meterv1.Status_name[int32(ev.GetStatus())]; !ok {
-		return invalid(ReasonInvalidValue, "status %d is not a known status", ev.GetStatus())
+	if _, ok := meterv1.Status_name[ev.Status]; !ok {
+		return invalid(ReasonInvalidValue, "status %d is not a known status", ev.Status)
 	}
-	ok := ev.GetStatus() == meterv1.Status_STATUS_OK || ev.GetStatus() == meterv1.Status_STATUS_UNSPECIFIED
+	ok := ev.Status == int32(meterv1.Status_STATUS_OK) || ev.Status == int32(meterv1.Status_STATUS_UNSPECIFIED)
 	if ok {
-		for _, f := range []struct {
+		for _, f := range [...]struct {
 			name    string
 			present bool
 		}{
-			{"prompt_tokens", ev.PromptTokens != nil}, {"output_tokens", ev.OutputTokens != nil},
-			{"ttft_ms", ev.TtftMs != nil}, {"e2e_ms", ev.E2EMs != nil},
+			{"prompt_tokens", ev.PromptTokens.Set}, {"output_tokens", ev.OutputTokens.Set},
+			{"ttft_ms", ev.TTFTMs.Set}, {"e2e_ms", ev.E2EMs.Set},
 		} {
 			if !f.present {
 				return invalid(ReasonMissingField, "%s is required for a successful request", f.name)
 			}
 		}
 	}
-	for _, f := range []struct {
+	for _, f := range [...]struct {
 		name string
-		v    *int64
+		v    chstore.OptInt
 	}{
 		{"prompt_tokens", ev.PromptTokens}, {"cached_prompt_tokens", ev.CachedPromptTokens}, {"output_tokens", ev.OutputTokens},
 	} {
-		if f.v == nil {
+		if !f.v.Set {
 			continue
 		}
-		if *f.v < 0 {
-			return invalid(ReasonInvalidValue, "%s is negative (%d)", f.name, *f.v)
+		if f.v.V < 0 {
+			return invalid(ReasonInvalidValue, "%s is negative (%d)", f.name, f.v.V)
 		}
-		if *f.v > l.MaxTokens {
-			return invalid(ReasonOutOfRange, "%s (%d) exceeds the limit of %d", f.name, *f.v, l.MaxTokens)
+		if f.v.V > l.MaxTokens {
+			return invalid(ReasonOutOfRange, "%s (%d) exceeds the limit of %d", f.name, f.v.V, l.MaxTokens)
 		}
 	}
-	if ev.GetCachedPromptTokens() > ev.GetPromptTokens() {
-		return invalid(ReasonInvalidValue, "cached_prompt_tokens (%d) > prompt_tokens (%d)", ev.GetCachedPromptTokens(), ev.GetPromptTokens())
+	if ev.CachedPromptTokens.V > ev.PromptTokens.V {
+		return invalid(ReasonInvalidValue, "cached_prompt_tokens (%d) > prompt_tokens (%d)", ev.CachedPromptTokens.V, ev.PromptTokens.V)
 	}
 	maxMs := float64(l.MaxLatency.Milliseconds())
-	for _, f := range []struct {
+	for _, f := range [...]struct {
 		name string
-		v    *float64
+		v    chstore.OptFloat
 	}{
-		{"ttft_ms", ev.TtftMs}, {"e2e_ms", ev.E2EMs}, {"queue_ms", ev.QueueMs}, {"prefill_ms", ev.PrefillMs}, {"itl_ms", ev.ItlMs},
+		{"ttft_ms", ev.TTFTMs}, {"e2e_ms", ev.E2EMs}, {"queue_ms", ev.QueueMs}, {"prefill_ms", ev.PrefillMs}, {"itl_ms", ev.ITLMs},
 	} {
-		if f.v == nil {
+		if !f.v.Set {
 			continue
 		}
-		switch v := *f.v; {
+		switch v := f.v.V; {
 		case math.IsNaN(v) || math.IsInf(v, 0):
 			return invalid(ReasonInvalidValue, "%s is not a finite number", f.name)
 		case v < 0:
@@ -186,16 +205,17 @@ func (l Limits) Validate(ev *meterv1.InferenceEvent, now time.Time) error {
 			return invalid(ReasonOutOfRange, "%s (%g) exceeds the limit of %g ms", f.name, v, maxMs)
 		}
 	}
-	if ev.TtftMs != nil && ev.E2EMs != nil && *ev.TtftMs > *ev.E2EMs {
-		return invalid(ReasonInvalidValue, "ttft_ms (%g) > e2e_ms (%g)", *ev.TtftMs, *ev.E2EMs)
+	if ev.TTFTMs.Set && ev.E2EMs.Set && ev.TTFTMs.V > ev.E2EMs.V {
+		return invalid(ReasonInvalidValue, "ttft_ms (%g) > e2e_ms (%g)", ev.TTFTMs.V, ev.E2EMs.V)
 	}
-	if ev.GetTensorParallelism() > l.MaxTensorParallelism {
-		return invalid(ReasonOutOfRange, "tensor_parallelism (%d) exceeds the limit of %d", ev.GetTensorParallelism(), l.MaxTensorParallelism)
+	if ev.TensorParallelism > l.MaxTensorParallelism {
+		return invalid(ReasonOutOfRange, "tensor_parallelism (%d) exceeds the limit of %d", ev.TensorParallelism, l.MaxTensorParallelism)
 	}
-	if len(ev.GetLabels()) > l.MaxLabels {
-		return invalid(ReasonOutOfRange, "%d labels, limit is %d", len(ev.GetLabels()), l.MaxLabels)
+	if len(ev.Labels) > l.MaxLabels {
+		return invalid(ReasonOutOfRange, "%d labels, limit is %d", len(ev.Labels), l.MaxLabels)
 	}
-	for k, v := range ev.GetLabels() {
+	for _, lb := range ev.Labels {
+		k, v := lb.Key, lb.Value
 		if k == "" {
 			return invalid(ReasonInvalidValue, "label with an empty key")
 		}

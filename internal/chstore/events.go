@@ -2,7 +2,6 @@ package chstore
 
 import (
 	"context"
-	"sort"
 	"strings"
 	"time"
 
@@ -27,6 +26,23 @@ var InsertEventsSQL = "INSERT INTO inference_events (" + strings.Join(eventColum
 // StatusName is the stored form of an event status: "ok" or an error class
 // such as "rate_limited". An unspecified status is "ok".
 func StatusName(s meterv1.Status) string {
+	if s >= 0 && int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return statusName(s)
+}
+
+// statusNames holds StatusName of the statuses 0 to 63, so that the hot
+// path neither looks up a map nor builds a string.
+var statusNames = func() []string {
+	names := make([]string, 64)
+	for i := range names {
+		names[i] = statusName(meterv1.Status(i))
+	}
+	return names
+}()
+
+func statusName(s meterv1.Status) string {
 	if s == meterv1.Status_STATUS_UNSPECIFIED {
 		return "ok"
 	}
@@ -97,44 +113,56 @@ type ITL struct {
 // Append adds one event, which the caller has validated, with its ITL.
 // ingestedAt is the time the pipeline received it.
 func (b *EventBatch) Append(ev *meterv1.InferenceEvent, itl ITL, ingestedAt time.Time, src Source) {
-	b.tenantID = append(b.tenantID, ev.GetTenantId())
-	b.eventID = append(b.eventID, ev.GetEventId())
-	b.requestID = append(b.requestID, ev.GetRequestId())
-	b.model = append(b.model, ev.GetModel())
-	b.modelVersion = append(b.modelVersion, ev.GetModelVersion())
-	b.deployment = append(b.deployment, ev.GetDeployment())
-	b.engine = append(b.engine, ev.GetEngine())
-	b.gpuType = append(b.gpuType, ev.GetGpuType())
-	b.tp = append(b.tp, ev.GetTensorParallelism())
-	b.node = append(b.node, ev.GetNode())
-	b.region = append(b.region, ev.GetRegion())
-	completed := ev.GetCompletedAt().AsTime()
-	b.completedAt = append(b.completedAt, completed.Truncate(time.Second))
-	b.completedMs = append(b.completedMs, completed.UnixMilli())
+	var r EventRow
+	r.FromProto(ev)
+	b.AppendRow(&r, itl, ingestedAt, src)
+}
+
+// AppendRow adds one event row, which the caller has validated, with its
+// ITL. The row's strings and label slice are not kept (its labels are
+// copied), so the caller may reuse the row.
+func (b *EventBatch) AppendRow(r *EventRow, itl ITL, ingestedAt time.Time, src Source) {
+	b.tenantID = append(b.tenantID, r.TenantID)
+	b.eventID = append(b.eventID, r.EventID)
+	b.requestID = append(b.requestID, r.RequestID)
+	b.model = append(b.model, r.Model)
+	b.modelVersion = append(b.modelVersion, r.ModelVersion)
+	b.deployment = append(b.deployment, r.Deployment)
+	b.engine = append(b.engine, r.Engine)
+	b.gpuType = append(b.gpuType, r.GPUType)
+	b.tp = append(b.tp, r.TensorParallelism)
+	b.node = append(b.node, r.Node)
+	b.region = append(b.region, r.Region)
+	b.completedAt = append(b.completedAt, time.Unix(r.CompletedAt.Seconds, 0).UTC())
+	b.completedMs = append(b.completedMs, unixMilli(r.CompletedAt))
 	var received int64
-	if ev.GetReceivedAt() != nil {
-		received = ev.GetReceivedAt().AsTime().UnixMilli()
+	if r.ReceivedAt.Set {
+		received = unixMilli(r.ReceivedAt)
 	}
 	b.receivedMs = append(b.receivedMs, received)
-	b.prompt = append(b.prompt, uint64(ev.GetPromptTokens()))
-	b.cached = append(b.cached, uint64(ev.GetCachedPromptTokens()))
-	b.output = append(b.output, uint64(ev.GetOutputTokens()))
-	b.ttft.add(ev.TtftMs)
-	b.e2e.add(ev.E2EMs)
-	b.queue.add(ev.QueueMs)
-	b.prefill.add(ev.PrefillMs)
+	b.prompt = append(b.prompt, uint64(r.PromptTokens.V))
+	b.cached = append(b.cached, uint64(r.CachedPromptTokens.V))
+	b.output = append(b.output, uint64(r.OutputTokens.V))
+	b.ttft.addValue(r.TTFTMs.V, r.TTFTMs.Set)
+	b.e2e.addValue(r.E2EMs.V, r.E2EMs.Set)
+	b.queue.addValue(r.QueueMs.V, r.QueueMs.Set)
+	b.prefill.addValue(r.PrefillMs.V, r.PrefillMs.Set)
 	b.itl.addValue(itl.Ms, itl.Valid)
 	b.itlMeasured = append(b.itlMeasured, boolByte(itl.Measured))
-	b.status = append(b.status, StatusName(ev.GetStatus()))
-	b.streaming = append(b.streaming, boolByte(ev.GetStreaming()))
-	b.sloClass = append(b.sloClass, ev.GetSloClass())
-	keys, values := labelColumns(ev.GetLabels())
+	b.status = append(b.status, StatusName(meterv1.Status(r.Status)))
+	b.streaming = append(b.streaming, boolByte(r.Streaming))
+	b.sloClass = append(b.sloClass, r.SLOClass)
+	keys, values := labelColumns(r.Labels)
 	b.labelKeys = append(b.labelKeys, keys)
 	b.labelValues = append(b.labelValues, values)
 	b.ingestedAt = append(b.ingestedAt, ingestedAt.Truncate(time.Second))
 	b.partition = append(b.partition, src.Partition)
 	b.offset = append(b.offset, src.Offset)
 }
+
+// unixMilli is t in milliseconds since the epoch, as t.Time().UnixMilli()
+// for a valid timestamp (0 <= Nanos < 1e9).
+func unixMilli(t Timestamp) int64 { return t.Seconds*1000 + int64(t.Nanos)/1_000_000 }
 
 // nullFloats is a Nullable(Float64) column: values and validity. (clickhouse-go
 // ignores Valid in []sql.NullFloat64, so the insert sends []*float64 built
@@ -178,19 +206,17 @@ func boolByte(b bool) uint8 {
 
 var emptyStrings = []string{}
 
-func labelColumns(m map[string]string) (keys, values []string) {
-	if len(m) == 0 {
+// labelColumns splits labels, sorted by key, into the label_keys and
+// label_values arrays of a row (sorted, so that duplicates of an event
+// store identical rows).
+func labelColumns(labels []Label) (keys, values []string) {
+	if len(labels) == 0 {
 		return emptyStrings, emptyStrings
 	}
-	keys = make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	// Sorted, so that duplicates of an event store identical rows.
-	sort.Strings(keys)
-	values = make([]string, len(keys))
-	for i, k := range keys {
-		values[i] = m[k]
+	both := make([]string, 2*len(labels))
+	keys, values = both[:len(labels):len(labels)], both[len(labels):]
+	for i, l := range labels {
+		keys[i], values[i] = l.Key, l.Value
 	}
 	return keys, values
 }

@@ -1,0 +1,469 @@
+package ingest
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+	"unsafe"
+
+	"tokenmeter/internal/chstore"
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+// The JSON fast path (see RowDecoder). Every function returns false for
+// input it does not handle, and the record then goes to protojson.
+
+// jscan reads JSON from b at i.
+type jscan struct {
+	b []byte
+	i int
+}
+
+func (s *jscan) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+func (s *jscan) peek() byte {
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+// expect consumes c after optional whitespace.
+func (s *jscan) expect(c byte) bool {
+	s.ws()
+	if s.peek() != c {
+		return false
+	}
+	s.i++
+	s.ws()
+	return true
+}
+
+// str reads a string without escapes or control characters, in valid
+// UTF-8, and returns its bytes (which alias the input).
+func (s *jscan) str() ([]byte, bool) {
+	if s.peek() != '"' {
+		return nil, false
+	}
+	start := s.i + 1
+	ascii := true
+	for j := start; j < len(s.b); j++ {
+		switch c := s.b[j]; {
+		case c == '"':
+			v := s.b[start:j]
+			if !ascii && !utf8.Valid(v) {
+				return nil, false
+			}
+			s.i = j + 1
+			return v, true
+		case c == '\\' || c < 0x20:
+			return nil, false
+		case c >= utf8.RuneSelf:
+			ascii = false
+		}
+	}
+	return nil, false
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// number reads a number in JSON's grammar and returns its text.
+func (s *jscan) number() ([]byte, bool) {
+	b, j := s.b, s.i
+	digits := func() int {
+		k := j
+		for j < len(b) && isDigit(b[j]) {
+			j++
+		}
+		return j - k
+	}
+	if j < len(b) && b[j] == '-' {
+		j++
+	}
+	switch {
+	case j < len(b) && b[j] == '0':
+		j++
+	case j < len(b) && b[j] >= '1' && b[j] <= '9':
+		digits()
+	default:
+		return nil, false
+	}
+	if j < len(b) && b[j] == '.' {
+		j++
+		if digits() == 0 {
+			return nil, false
+		}
+	}
+	if j < len(b) && (b[j] == 'e' || b[j] == 'E') {
+		j++
+		if j < len(b) && (b[j] == '+' || b[j] == '-') {
+			j++
+		}
+		if digits() == 0 {
+			return nil, false
+		}
+	}
+	v := b[s.i:j]
+	s.i = j
+	return v, true
+}
+
+// plainUint parses digits without sign, fraction, exponent or leading
+// zero, at most maxDigits of them (so that the value cannot overflow).
+func plainUint(b []byte, maxDigits int) (uint64, bool) {
+	if len(b) == 0 || len(b) > maxDigits || (b[0] == '0' && len(b) > 1) {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		if !isDigit(c) {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n, true
+}
+
+// uintValue reads an unsigned integer sent as a number or a string, as
+// protojson accepts both for integer fields.
+func (s *jscan) uintValue(maxDigits int) (uint64, bool) {
+	var raw []byte
+	var ok bool
+	if s.peek() == '"' {
+		raw, ok = s.str()
+	} else {
+		raw, ok = s.number()
+	}
+	if !ok {
+		return 0, false
+	}
+	return plainUint(raw, maxDigits)
+}
+
+// unsafeString views b as a string for a call that does not keep it.
+func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// float reads a double sent as a number (strings, such as "NaN", fall back).
+func (s *jscan) float() (float64, bool) {
+	raw, ok := s.number()
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(unsafeString(raw), 64)
+	return v, err == nil
+}
+
+func (s *jscan) boolean() (bool, bool) {
+	rest := s.b[s.i:]
+	switch {
+	case len(rest) >= 4 && string(rest[:4]) == "true":
+		s.i += 4
+		return true, true
+	case len(rest) >= 5 && string(rest[:5]) == "false":
+		s.i += 5
+		return false, true
+	}
+	return false, false
+}
+
+// timestamp reads an RFC 3339 timestamp as protojson does: time.Parse with
+// time.RFC3339Nano, seconds within years 1 to 9999, at most nine digits of
+// fraction.
+func (s *jscan) timestamp() (chstore.Timestamp, bool) {
+	raw, ok := s.str()
+	if !ok {
+		return chstore.Timestamp{}, false
+	}
+	str := unsafeString(raw)
+	t, err := time.Parse(time.RFC3339Nano, str)
+	if err != nil {
+		return chstore.Timestamp{}, false
+	}
+	secs := t.Unix()
+	if secs < -62135596800 || secs > 253402300799 {
+		return chstore.Timestamp{}, false
+	}
+	if dot := strings.LastIndexByte(str, '.'); dot >= 0 {
+		if zone := strings.LastIndexAny(str, "Z-+"); zone >= dot && zone-dot > 10 {
+			return chstore.Timestamp{}, false
+		}
+	}
+	return chstore.Timestamp{Seconds: secs, Nanos: int32(t.Nanosecond()), Set: true}, true
+}
+
+// object reads a JSON object, calling field for each member with the scanner
+// at the value; it refuses a field number seen before (protojson refuses
+// duplicates, in either name form) and anything after the object.
+func (s *jscan) object(names map[string]int32, field func(num int32) bool) bool {
+	var seen uint64
+	if !s.expect('{') {
+		return false
+	}
+	if s.peek() == '}' {
+		s.i++
+	} else {
+		for {
+			key, ok := s.str()
+			if !ok {
+				return false
+			}
+			num, ok := names[string(key)]
+			if !ok || num >= 64 || seen&(1<<num) != 0 {
+				return false
+			}
+			seen |= 1 << num
+			if !s.expect(':') || !field(num) {
+				return false
+			}
+			s.ws()
+			c := s.peek()
+			s.i++
+			if c == '}' {
+				break
+			}
+			if c != ',' {
+				return false
+			}
+			s.ws()
+		}
+	}
+	s.ws()
+	return s.i == len(s.b)
+}
+
+// maxFastLabels bounds the labels the fast path reads (each is checked for
+// a duplicate against those before it); more go to protojson, and
+// validation refuses them anyway.
+const maxFastLabels = 64
+
+func (d *RowDecoder) jsonEvent(r *chstore.EventRow, b []byte) bool {
+	s := jscan{b: b}
+	return s.object(eventFieldNumbers, func(num int32) bool {
+		var ok bool
+		str := func(dst *string, intern bool) bool {
+			v, ok := s.str()
+			if !ok {
+				return false
+			}
+			if intern {
+				*dst = d.strs.get(v)
+			} else {
+				*dst = string(v)
+			}
+			return true
+		}
+		optInt := func(dst *chstore.OptInt) bool {
+			v, ok := s.uintValue(18)
+			*dst = chstore.OptInt{V: int64(v), Set: true}
+			return ok
+		}
+		optFloat := func(dst *chstore.OptFloat) bool {
+			v, ok := s.float()
+			*dst = chstore.OptFloat{V: v, Set: true}
+			return ok
+		}
+		switch num {
+		case 1:
+			return str(&r.EventID, false)
+		case 2:
+			return str(&r.RequestID, false)
+		case 3:
+			return str(&r.TenantID, true)
+		case 4:
+			return str(&r.Model, true)
+		case 5:
+			return str(&r.ModelVersion, true)
+		case 6:
+			return str(&r.Deployment, true)
+		case 7:
+			return str(&r.Engine, true)
+		case 8:
+			return str(&r.GPUType, true)
+		case 9:
+			v, ok := s.uintValue(10)
+			r.TensorParallelism = uint32(v)
+			return ok && v <= math.MaxUint32
+		case 10:
+			return str(&r.Node, true)
+		case 11:
+			return str(&r.Region, true)
+		case 12:
+			r.ReceivedAt, ok = s.timestamp()
+			return ok
+		case 13:
+			r.CompletedAt, ok = s.timestamp()
+			return ok
+		case 14:
+			return optInt(&r.PromptTokens)
+		case 15:
+			return optInt(&r.CachedPromptTokens)
+		case 16:
+			return optInt(&r.OutputTokens)
+		case 17:
+			return optFloat(&r.TTFTMs)
+		case 18:
+			return optFloat(&r.E2EMs)
+		case 19:
+			return optFloat(&r.QueueMs)
+		case 20:
+			return optFloat(&r.PrefillMs)
+		case 21:
+			return optFloat(&r.ITLMs)
+		case 22:
+			if s.peek() == '"' {
+				v, ok := s.str()
+				if !ok {
+					return false
+				}
+				r.Status, ok = meterv1.Status_value[string(v)]
+				return ok
+			}
+			v, ok := s.uintValue(10)
+			r.Status = int32(v)
+			return ok && v <= math.MaxInt32
+		case 23:
+			r.Streaming, ok = s.boolean()
+			return ok
+		case 24:
+			return str(&r.SLOClass, true)
+		case 25:
+			return d.jsonLabels(r, &s)
+		}
+		return false
+	})
+}
+
+// jsonLabels reads the labels object; a repeated key falls back (protojson
+// refuses it).
+func (d *RowDecoder) jsonLabels(r *chstore.EventRow, s *jscan) bool {
+	if s.peek() != '{' {
+		return false
+	}
+	s.i++
+	s.ws()
+	if s.peek() == '}' {
+		s.i++
+		return true
+	}
+	for {
+		k, ok := s.str()
+		if !ok || !s.expect(':') {
+			return false
+		}
+		v, ok := s.str()
+		if !ok || len(r.Labels) >= maxFastLabels {
+			return false
+		}
+		for _, l := range r.Labels {
+			if l.Key == string(k) {
+				return false
+			}
+		}
+		r.Labels = append(r.Labels, chstore.Label{Key: d.strs.get(k), Value: d.strs.get(v)})
+		s.ws()
+		c := s.peek()
+		s.i++
+		if c == '}' {
+			return true
+		}
+		if c != ',' {
+			return false
+		}
+		s.ws()
+	}
+}
+
+func (d *RowDecoder) jsonGPU(r *chstore.GPURow, b []byte) bool {
+	s := jscan{b: b}
+	return s.object(gpuFieldNumbers, func(num int32) bool {
+		var ok bool
+		str := func(dst *string, intern bool) bool {
+			v, ok := s.str()
+			if !ok {
+				return false
+			}
+			if intern {
+				*dst = d.strs.get(v)
+			} else {
+				*dst = string(v)
+			}
+			return true
+		}
+		u32 := func(dst *uint32) bool {
+			v, ok := s.uintValue(10)
+			*dst = uint32(v)
+			return ok && v <= math.MaxUint32
+		}
+		u64 := func(dst *uint64) bool {
+			var ok bool
+			*dst, ok = s.uintValue(19)
+			return ok
+		}
+		f64 := func(dst *float64) bool {
+			var ok bool
+			*dst, ok = s.float()
+			return ok
+		}
+		switch num {
+		case 1:
+			return str(&r.SampleID, false)
+		case 2:
+			return str(&r.Node, true)
+		case 3:
+			return str(&r.GPUUUID, true)
+		case 4:
+			return u32(&r.GPUIndex)
+		case 5:
+			return str(&r.GPUType, true)
+		case 6:
+			return str(&r.MIGProfile, true)
+		case 7:
+			return u32(&r.MIGInstanceID)
+		case 8:
+			return f64(&r.MIGFraction)
+		case 9:
+			return str(&r.Deployment, true)
+		case 10:
+			return str(&r.Pod, true)
+		case 11:
+			return str(&r.Namespace, true)
+		case 12:
+			return str(&r.Region, true)
+		case 13:
+			return str(&r.Pool, true)
+		case 14:
+			r.SampledAt, ok = s.timestamp()
+			return ok
+		case 15:
+			return f64(&r.IntervalS)
+		case 16:
+			return f64(&r.Utilization)
+		case 17:
+			return u64(&r.FBUsedBytes)
+		case 18:
+			return u64(&r.FBTotalBytes)
+		case 19:
+			return f64(&r.PowerWatts)
+		case 20:
+			return f64(&r.EnergyJoules)
+		case 21:
+			return f64(&r.TemperatureC)
+		case 22:
+			return f64(&r.SMClockMHz)
+		case 23:
+			return str(&r.Source, true)
+		}
+		return false
+	})
+}
