@@ -145,4 +145,3 @@ var (
 	eventFieldNumbers = fieldNumbers((&meterv1.InferenceEvent{}).ProtoReflect().Descriptor())
 	gpuFieldNumbers   = fieldNumbers((&meterv1.GpuSample{}).ProtoReflect().Descriptor())
 )
-

@@ -255,11 +255,11 @@ func protoVariants(t testing.TB, ev *meterv1.InferenceEvent, rng *rand.Rand) [][
 	out = append(out, protowire.AppendBytes(protowire.AppendTag(bytes.Clone(pb), 25, protowire.BytesType), str(nil, 2, "no key")))
 	out = append(out, protowire.AppendVarint(protowire.AppendTag(bytes.Clone(pb), 99, protowire.VarintType), 5))
 	out = append(out, protowire.AppendFixed32(protowire.AppendTag(bytes.Clone(pb), 1000, protowire.Fixed32Type), 5))
-	out = append(out, protowire.AppendVarint(protowire.AppendTag(bytes.Clone(pb), 3, protowire.VarintType), 5))     // wrong wire type
-	out = append(out, protowire.AppendVarint(protowire.AppendTag(bytes.Clone(pb), 17, protowire.VarintType), 5))    // wrong wire type
+	out = append(out, protowire.AppendVarint(protowire.AppendTag(bytes.Clone(pb), 3, protowire.VarintType), 5))      // wrong wire type
+	out = append(out, protowire.AppendVarint(protowire.AppendTag(bytes.Clone(pb), 17, protowire.VarintType), 5))     // wrong wire type
 	out = append(out, protowire.AppendVarint(protowire.AppendTag(bytes.Clone(pb), 22, protowire.VarintType), 1<<40)) // status truncated to int32
 	out = append(out, protowire.AppendVarint(protowire.AppendTag(bytes.Clone(pb), 9, protowire.VarintType), 1<<33))  // tensor_parallelism truncated
-	out = append(out, str(bytes.Clone(pb), 7, "\xff\xfe"))                                                             // invalid UTF-8
+	out = append(out, str(bytes.Clone(pb), 7, "\xff\xfe"))                                                           // invalid UTF-8
 	out = append(out, append(protowire.AppendTag(bytes.Clone(pb), 11, protowire.StartGroupType), protowire.AppendTag(nil, 11, protowire.EndGroupType)...))
 	out = append(out, append(protowire.AppendTag(bytes.Clone(pb), 200, protowire.StartGroupType), protowire.AppendTag(nil, 200, protowire.EndGroupType)...))
 	for range 4 {

@@ -116,7 +116,7 @@ func (r *EventRow) FromProto(ev *meterv1.InferenceEvent) {
 		ReceivedAt: timestamp(ev.GetReceivedAt()), CompletedAt: timestamp(ev.GetCompletedAt()),
 		PromptTokens: optInt(ev.PromptTokens), CachedPromptTokens: optInt(ev.CachedPromptTokens),
 		OutputTokens: optInt(ev.OutputTokens),
-		TTFTMs: optFloat(ev.TtftMs), E2EMs: optFloat(ev.E2EMs), QueueMs: optFloat(ev.QueueMs),
+		TTFTMs:       optFloat(ev.TtftMs), E2EMs: optFloat(ev.E2EMs), QueueMs: optFloat(ev.QueueMs),
 		PrefillMs: optFloat(ev.PrefillMs), ITLMs: optFloat(ev.ItlMs),
 		Status: int32(ev.GetStatus()), Streaming: ev.GetStreaming(), Labels: labels,
 	}
