@@ -405,10 +405,21 @@ func (w writerStopped) Unwrap() error { return w.err }
 // writer. It returns the batch in hand when ctx ends.
 func (c *Consumer) loop(ctx context.Context, work chan<- *pending, writerDone <-chan error) (*pending, error) {
 	cur := c.nextPending()
+	// batchCtx ends at the batch's deadline; made once per batch, when its
+	// first record arrives (a context with a deadline per fetch cost a
+	// timer per record).
+	var batchCtx context.Context
+	batchCancel := context.CancelFunc(func() {})
+	defer func() { batchCancel() }()
+	endBatch := func() {
+		batchCancel()
+		batchCtx, batchCancel = nil, func() {}
+	}
 	handOff := func() error {
 		select {
 		case work <- cur:
 			cur = c.nextPending()
+			endBatch()
 			return nil
 		case <-ctx.Done():
 			return nil
@@ -419,12 +430,14 @@ func (c *Consumer) loop(ctx context.Context, work chan<- *pending, writerDone <-
 	}
 	var deadline time.Time
 	for {
-		fctx, cancel := ctx, context.CancelFunc(func() {})
+		fctx := ctx
 		if cur.records > 0 {
-			fctx, cancel = context.WithDeadline(ctx, deadline)
+			if batchCtx == nil {
+				batchCtx, batchCancel = context.WithDeadline(ctx, deadline)
+			}
+			fctx = batchCtx
 		}
 		m, err := c.reader.FetchMessage(fctx)
-		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return cur, nil
