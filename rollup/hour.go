@@ -585,8 +585,8 @@ func (r *Roller) RollupHour(ctx context.Context, store HourStore, hour time.Time
 	free := make(chan []RollupRecord, 2*rollupInserts)
 	for range rollupInserts {
 		g.Go(func() error {
-			defer timed("rollup_minute", start)
-			if err := store.InsertRollupBlocks(gctx, "rollup_minute", blocks, free, spec.Version, version); err != nil {
+			defer timed("rollup_minute_recent", start)
+			if err := store.InsertRollupBlocks(gctx, "rollup_minute_recent", blocks, free, spec.Version, version); err != nil {
 				return fail(err)
 			}
 			return nil

@@ -195,11 +195,11 @@ func TestRollupHourFailures(t *testing.T) {
 		}
 		switch tc.name {
 		case "ok":
-			want := map[string]int{"rollup_minute": 30_000, "rollup_hour": 500, "rollup_tenant_hour": 7, "rollup_total_hour": 1, "rollup_deployment_hour": 1}
+			want := map[string]int{"rollup_minute_recent": 30_000, "rollup_hour": 500, "rollup_tenant_hour": 7, "rollup_total_hour": 1, "rollup_deployment_hour": 1}
 			if !maps.Equal(tc.store.landed, want) {
 				t.Errorf("ok: rows landed %v, want %v", tc.store.landed, want)
 			}
-			if took["read"] <= 0 || took["rollup_minute"] < took["read"] {
+			if took["read"] <= 0 || took["rollup_minute_recent"] < took["read"] {
 				t.Errorf("ok: timings %v", took)
 			}
 		case "read fails":
@@ -209,7 +209,7 @@ func TestRollupHourFailures(t *testing.T) {
 		case "minute insert fails":
 			// The other minute INSERT must not finish with part of the
 			// hour (the hour tables may land first: a retry replaces them).
-			if n := tc.store.landed["rollup_minute"]; n != 0 {
+			if n := tc.store.landed["rollup_minute_recent"]; n != 0 {
 				t.Errorf("minute insert fails: %d minute rows landed, want none", n)
 			}
 		}

@@ -101,7 +101,7 @@ func runHour(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		wall := time.Since(t0)
 		used := cpu.lap()
 		fmt.Fprintf(stdout, "run %d: %6.2f s  (read and aggregate %.2f s; then inserts at once: minute %.2f s, hour %.2f s, tenant-hour %.2f s, total-hour %.2f s; CPU: meterbench %.2f s, ClickHouse %.2f s; page faults: %dk, %dk)\n",
-			i+1, wall.Seconds(), took["read"].Seconds(), took["rollup_minute"].Seconds(), took["rollup_hour"].Seconds(),
+			i+1, wall.Seconds(), took["read"].Seconds(), took["rollup_minute_recent"].Seconds(), took["rollup_hour"].Seconds(),
 			took["rollup_tenant_hour"].Seconds(), took["rollup_total_hour"].Seconds(), used.cpu[0].Seconds(), used.cpu[1].Seconds(),
 			used.faults[0]/1000, used.faults[1]/1000)
 		walls = append(walls, wall)

@@ -353,7 +353,7 @@ func settleMerges(ctx context.Context, conn driver.Conn, limit time.Duration) (s
 		}
 	}
 	rows, err := conn.Query(ctx, `SELECT table, count() FROM system.parts WHERE active AND database = 'bench_q'
-  AND table IN ('rollup_minute', 'rollup_hour', 'rollup_tenant_hour', 'rollup_total_hour', 'cost_hour', 'gpu_hour') GROUP BY table ORDER BY table`)
+  AND table IN ('rollup_minute_recent', 'rollup_hour', 'rollup_tenant_hour', 'rollup_total_hour', 'cost_hour', 'gpu_hour') GROUP BY table ORDER BY table`)
 	if err != nil {
 		return "", err
 	}
@@ -471,7 +471,7 @@ func loadAndRollUp(ctx context.Context, stdout io.Writer, progress func(string, 
 		return err
 	}
 	fmt.Fprintf(stdout, "rollup of one hour of 1,000,000 events               %8.2f s  (target < 2 s; read and aggregate %.2f s, then inserts at once: minute %.2f s, hour %.2f s, tenant-hour %.2f s, total-hour %.2f s)\n",
-		time.Since(t0).Seconds(), took["read"].Seconds(), took["rollup_minute"].Seconds(), took["rollup_hour"].Seconds(), took["rollup_tenant_hour"].Seconds(), took["rollup_total_hour"].Seconds())
+		time.Since(t0).Seconds(), took["read"].Seconds(), took["rollup_minute_recent"].Seconds(), took["rollup_hour"].Seconds(), took["rollup_tenant_hour"].Seconds(), took["rollup_total_hour"].Seconds())
 	t0 = time.Now()
 	hourSamples, err := store.GPUSamplesOfHour(ctx, hourStart)
 	if err != nil {
@@ -498,7 +498,7 @@ func loadAndRollUp(ctx context.Context, stdout io.Writer, progress func(string, 
 		return err
 	}
 	fmt.Fprintf(stdout, "on disk: raw events %.0f MiB", mib(raw))
-	for _, t := range []string{"rollup_minute", "rollup_hour", "rollup_tenant_hour", "rollup_total_hour"} {
+	for _, t := range []string{"rollup_minute_recent", "rollup_hour", "rollup_tenant_hour", "rollup_total_hour"} {
 		b, _ := tableBytes(ctx, conn, t)
 		fmt.Fprintf(stdout, ", %s %.1f MiB (%.0f× smaller)", t, mib(b), float64(raw)/float64(max(b, 1)))
 	}

@@ -43,6 +43,7 @@ var shardKeys = map[string]string{
 	"inference_events":       "cityHash64(tenant_id)",
 	"dirty_hours":            "rand()",
 	"rollup_minute":          "cityHash64(tenant_id)",
+	"rollup_minute_recent":   "cityHash64(tenant_id)",
 	"rollup_hour":            "cityHash64(tenant_id)",
 	"rollup_tenant_hour":     "cityHash64(tenant_id)",
 	"rollup_total_hour":      "cityHash64(tenant_id)",

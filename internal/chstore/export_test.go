@@ -3,6 +3,7 @@ package chstore
 import (
 	"context"
 	"strconv"
+	"time"
 )
 
 // Exec runs a statement on the store's database, for tests that change
@@ -54,4 +55,37 @@ ORDER BY event_time`, []any{strconv.FormatUint(marker, 10)}, []any{&n}, func() e
 		return nil
 	})
 	return out, err
+}
+
+// MigrateThrough applies and records the migrations up to version, as a
+// meterd of that version would have.
+func (s *Store) MigrateThrough(ctx context.Context, version int) error {
+	if err := s.ensureDatabase(ctx); err != nil {
+		return err
+	}
+	migs, err := Migrations()
+	if err != nil {
+		return err
+	}
+	ddl, err := s.statements(0, "CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, name String, applied_at DateTime) ENGINE = MergeTree ORDER BY version")
+	if err != nil {
+		return err
+	}
+	for _, stmt := range ddl {
+		if err := s.conn.Exec(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	for _, m := range migs {
+		if m.Version > version {
+			break
+		}
+		if err := s.apply(ctx, m); err != nil {
+			return err
+		}
+		if err := s.insertRow(ctx, "INSERT INTO schema_migrations (version, name, applied_at)", uint32(m.Version), m.Name, time.Unix(0, 0).UTC()); err != nil {
+			return err
+		}
+	}
+	return nil
 }

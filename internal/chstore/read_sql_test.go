@@ -61,7 +61,7 @@ func TestReadSQL(t *testing.T) {
 			[]any{t0.Unix(), end.Unix(), t0.Unix(), end.Unix()}},
 		{"usage by model from the minute rows, by month",
 			query.UsageRead{Query: usage(query.UsageQuery{TenantID: "acme", Start: t0.Add(time.Minute), End: end, Granularity: "month", GroupBy: []string{"model"}}), Level: query.LevelMinute},
-			[]string{"toUInt32(toDateTime(toStartOfMonth(bucket, 'UTC'), 'UTC')) AS b, model", "FROM rollup_minute FINAL\n", "AND tenant_id = ?", "GROUP BY b, model"},
+			[]string{"toUInt32(toDateTime(toStartOfMonth(bucket, 'UTC'), 'UTC')) AS b, model", "FROM rollup_minute_recent FINAL\n", "AND tenant_id = ?", "GROUP BY b, model"},
 			[]string{"max(version)"},
 			[]any{t0.Unix() + 60, end.Unix(), "acme"}},
 		{"rollups merged by ClickHouse, paged",

@@ -26,7 +26,7 @@ func rollupColumns() []string {
 var rollupColumnList = strings.Join(rollupColumns(), ", ")
 
 // peakColumns are the busiest minute of an hour or day row (migration
-// 0009); rollup_minute has no such columns: a minute row is its own minute.
+// 0009); rollup_minute_recent has no such columns: a minute row is its own minute.
 var peakColumns = []string{"peak_minute_requests", "peak_minute_output_tokens"}
 
 // minuteColumns are the per-minute requests and output tokens of an hour
@@ -36,7 +36,7 @@ var minuteColumns = []string{"minute_requests", "minute_output_tokens"}
 // columnsOf is the column list of table's rows as written: the hour tables
 // add the peak and per-minute columns to every rollup table's columns.
 func columnsOf(table string) []string {
-	if table == "rollup_minute" {
+	if table == "rollup_minute_recent" {
 		return rollupColumns()
 	}
 	return slices.Concat(rollupColumns(), peakColumns, minuteColumns)

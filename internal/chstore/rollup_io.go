@@ -122,7 +122,7 @@ func (s *Store) readHourGroups(ctx context.Context, hour time.Time, known map[ui
 }
 
 // RollupTables are the tables an hour's rollup writes.
-var RollupTables = []string{"rollup_minute", "rollup_hour", "rollup_tenant_hour", "rollup_total_hour", "rollup_deployment_hour"}
+var RollupTables = []string{"rollup_minute_recent", "rollup_hour", "rollup_tenant_hour", "rollup_total_hour", "rollup_deployment_hour"}
 
 // rollupBlock holds the columns of rollupColumns for a block of rows,
 // reused from block to block.
@@ -264,7 +264,7 @@ func (s *Store) insertRollupRows(ctx context.Context, table string, next func() 
 	}
 	var b rollupBlock
 	cols := columnsOf(table)
-	hourCols := table != "rollup_minute"
+	hourCols := table != "rollup_minute_recent"
 	return s.sendBlocks(ctx, "insert rows into "+table, "INSERT INTO "+table+" ("+strings.Join(cols, ", ")+")", cols, func() ([]any, error) {
 		rows := first
 		first = nil

@@ -26,8 +26,8 @@ func TestSQLParts(t *testing.T) {
 		want                         string
 		args                         int // times the scope's arguments repeat
 	}{
-		{"minute rows with FINAL", "rollup_minute", "bucket", "",
-			"rollup_minute FINAL\nWHERE bucket >= toDateTime(?) AND bucket < toDateTime(?) AND tenant_id = ?", 1},
+		{"minute rows with FINAL", "rollup_minute_recent", "bucket", "",
+			"rollup_minute_recent FINAL\nWHERE bucket >= toDateTime(?) AND bucket < toDateTime(?) AND tenant_id = ?", 1},
 		{"hour rows, newest version", "rollup_hour", "bucket", "",
 			"rollup_hour\nWHERE bucket >= toDateTime(?) AND bucket < toDateTime(?) AND tenant_id = ?\n" +
 				"  AND (bucket, version) IN (SELECT bucket, max(version) FROM rollup_hour WHERE bucket >= toDateTime(?) AND bucket < toDateTime(?) AND tenant_id = ? GROUP BY bucket)", 2},
@@ -72,7 +72,7 @@ func TestSQLParts(t *testing.T) {
 // rollup table has the rollup columns, the hour tables also their busiest
 // minute and per-minute counts; every statement names its columns.
 func TestInsertColumns(t *testing.T) {
-	minute, hour := columnsOf("rollup_minute"), columnsOf("rollup_hour")
+	minute, hour := columnsOf("rollup_minute_recent"), columnsOf("rollup_hour")
 	if !slices.Equal(hour[:len(minute)], minute) || !slices.Equal(hour[len(minute):], slices.Concat(peakColumns, minuteColumns)) {
 		t.Errorf("hour columns %v, want the minute ones %v then the peak and per-minute ones", hour, minute)
 	}

@@ -46,13 +46,13 @@ func TestTrafficSQL(t *testing.T) {
 				"GROUP BY b, bucket, model\n)\nGROUP BY b, model\nORDER BY b, model"},
 			[]any{t0.Unix(), end.Unix(), t0.Unix(), end.Unix()}},
 		{"not whole hours: minute rows", query.RollupQuery{Start: t0.Add(17 * time.Minute), End: end, Step: "day", GroupBy: []string{"tenant_id"}}, nil, nil,
-			query.TrafficMinutes, "rollup_minute",
-			[]string{"sum(requests) AS t_peak_requests, sum(output_tokens) AS t_peak_output", "FROM rollup_minute FINAL\n",
+			query.TrafficMinutes, "rollup_minute_recent",
+			[]string{"sum(requests) AS t_peak_requests, sum(output_tokens) AS t_peak_output", "FROM rollup_minute_recent FINAL\n",
 				"GROUP BY b, bucket, tenant_id\n)"},
 			[]any{t0.Unix() + 17*60, end.Unix()}},
 		{"the minute rows of some hours", query.RollupQuery{Start: t0, End: end, Step: "day"}, nil, []time.Time{t0, t0.Add(time.Hour)},
-			query.TrafficMinutes, "rollup_minute",
-			[]string{"FROM rollup_minute FINAL\n", "AND intDiv(toUInt32(bucket), 3600) * 3600 IN " + hourList([]time.Time{t0, t0.Add(time.Hour)})},
+			query.TrafficMinutes, "rollup_minute_recent",
+			[]string{"FROM rollup_minute_recent FINAL\n", "AND intDiv(toUInt32(bucket), 3600) * 3600 IN " + hourList([]time.Time{t0, t0.Add(time.Hour)})},
 			[]any{t0.Unix(), end.Unix()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
