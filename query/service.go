@@ -3,6 +3,7 @@ package query
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -68,6 +69,34 @@ type Config struct {
 	// traffic query may return without a page size; a larger one fails
 	// with ErrTooManySeries. Default 200,000.
 	MaxSeriesRows int
+	// MinuteRetention is how long the rollup job keeps minute rows (0: for
+	// ever): a read of minute rows starting earlier is refused (usage is
+	// read from the raw events instead, exactly, for ranges up to
+	// MaxExactRange).
+	MinuteRetention time.Duration
+	// Now is the clock the retention window is measured from (default
+	// time.Now).
+	Now func() time.Time
+}
+
+// ErrOutsideMinuteWindow is wrapped by the error of a query that needs
+// minute rows from before the retention window. It also wraps
+// ErrInvalidQuery.
+var ErrOutsideMinuteWindow = errors.New("outside the minute rows' retention window")
+
+// checkMinuteWindow returns an error wrapping ErrOutsideMinuteWindow when a
+// read of minute rows from start would reach before the retention window.
+func (s *Service) checkMinuteWindow(start time.Time) error {
+	if s.cfg.MinuteRetention <= 0 {
+		return nil
+	}
+	from := s.cfg.Now().Add(-s.cfg.MinuteRetention)
+	if !start.Before(from) {
+		return nil
+	}
+	return fmt.Errorf("%w: %w: minute rows are kept for %s (meterd --minute-retention), from %s on; start %s is earlier: "+
+		"ask for an hour step or coarser on whole hours, or a start within the window",
+		ErrInvalidQuery, ErrOutsideMinuteWindow, s.cfg.MinuteRetention, from.UTC().Format(time.RFC3339), start.UTC().Format(time.RFC3339))
 }
 
 // Service answers the read side's questions from a Source.
@@ -85,6 +114,9 @@ type Service struct {
 func New(src Source, cfg Config) *Service {
 	if cfg.MaxSeriesRows <= 0 {
 		cfg.MaxSeriesRows = 200_000
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	return &Service{src: src, cfg: cfg, mergeHere: RollupQuery.mergeHere, days: true}
 }
@@ -117,6 +149,14 @@ func (s *Service) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 				}
 			}
 			level := levelFor(q.Start, q.End, q.Granularity, q.TenantID, q.GroupBy)
+			if level == LevelMinute && s.checkMinuteWindow(q.Start) != nil {
+				// Before the minute window: the raw events answer exactly,
+				// for a range they can be read in.
+				if q.End.Sub(q.Start) > MaxExactRange {
+					return nil, s.checkMinuteWindow(q.Start)
+				}
+				return s.src.UsageRows(ctx, UsageRead{Query: q, Raw: true})
+			}
 			rolled, err := s.src.UsageRows(ctx, UsageRead{Query: q, Level: level, Hours: inRange})
 			if err != nil || len(inRange) == 0 {
 				return rolled, err
@@ -174,6 +214,11 @@ func (s *Service) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, erro
 		q.Limit = s.cfg.MaxSeriesRows + 1
 	}
 	read := RollupRead{Query: q, Level: q.level(), Merge: !s.mergeHere(q)}
+	if read.Level == LevelMinute {
+		if err := s.checkMinuteWindow(q.Start); err != nil {
+			return nil, err
+		}
+	}
 	if s.days && q.usesDays() {
 		if read.Days, err = rollup.FreshDays(ctx, s.src, q.Start, q.End); err != nil {
 			return nil, err
@@ -326,6 +371,11 @@ func (s *Service) Traffic(ctx context.Context, q RollupQuery) ([]TrafficRow, err
 		return nil, err
 	}
 	read := PlanTraffic(q)
+	if read.Kind == TrafficMinutes {
+		if err := s.checkMinuteWindow(q.Start); err != nil {
+			return nil, err
+		}
+	}
 	if read.Limit == 0 {
 		read.Limit = s.cfg.MaxSeriesRows + 1
 	}

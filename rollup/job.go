@@ -47,6 +47,22 @@ type Config struct {
 	// Overlap re-reads dirty hours this far before the watermark. Default
 	// Overlap; usage queries assume no more than that.
 	Overlap time.Duration
+	// MinuteRetention: once an hour, the days of minute rows wholly older
+	// than this are dropped (MinuteDropper). 0 keeps them for ever.
+	MinuteRetention time.Duration
+}
+
+// DefaultMinuteRetention is how long meterd keeps minute rows by default.
+const DefaultMinuteRetention = 7 * 24 * time.Hour
+
+// minuteSweepEvery is how often Run drops the minute rows outside the
+// retention window.
+const minuteSweepEvery = time.Hour
+
+// MinuteDropper drops the days of minute rows wholly before a time
+// (chstore.Store.DropMinuteDays), returning the days dropped (YYYYMMDD).
+type MinuteDropper interface {
+	DropMinuteDays(ctx context.Context, before time.Time) ([]uint32, error)
 }
 
 func (c Config) withDefaults() Config {
@@ -409,14 +425,37 @@ func mergeHours(lists ...[]time.Time) []time.Time {
 	return out
 }
 
+// DropOldMinutes drops the days of minute rows wholly older than
+// MinuteRetention, when it is set and the store can.
+func (j *Job) DropOldMinutes(ctx context.Context) error {
+	d, ok := j.store.(MinuteDropper)
+	if j.cfg.MinuteRetention <= 0 || !ok {
+		return nil
+	}
+	before := j.now().Add(-j.cfg.MinuteRetention)
+	days, err := d.DropMinuteDays(ctx, before)
+	if len(days) > 0 {
+		j.logger.Info("dropped minute rows outside the retention window", "days", days, "retention", j.cfg.MinuteRetention)
+	}
+	return err
+}
+
 // Run runs the job every Interval until ctx ends. Failures are logged and
 // retried at the next run.
 func (j *Job) Run(ctx context.Context) error {
 	t := time.NewTicker(j.cfg.Interval)
 	defer t.Stop()
+	var swept time.Time
 	for {
 		if _, err := j.RunOnce(ctx); err != nil && ctx.Err() == nil {
 			j.logger.Warn("rollup run failed, will retry", "error", err)
+		}
+		if now := j.now(); now.Sub(swept) >= minuteSweepEvery {
+			if err := j.DropOldMinutes(ctx); err != nil && ctx.Err() == nil {
+				j.logger.Warn("dropping minute rows outside the retention window failed, will retry", "error", err)
+			} else {
+				swept = now
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -107,7 +107,7 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	reads := query.New(store, query.Config{})
+	reads := query.New(store, query.Config{MinuteRetention: rollup.DefaultMinuteRetention})
 	srv, err := api.New(sctx, api.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"},
 		&api.Services{Keys: keys, Usage: reads, Rollups: reads, Cost: reads, Prices: store, Reports: reads}, store.Ping, prometheus.NewRegistry(), logger)
 	if err != nil {
@@ -493,19 +493,49 @@ func loadAndRollUp(ctx context.Context, stdout io.Writer, progress func(string, 
 	fmt.Fprintf(stdout, "cost rollup of that hour (%d samples, %d usage rows)  %8.2f s  (read %.2f s, allocate %.2f s; target < 2 s)\n",
 		len(hourSamples), len(hourUsage), time.Since(t0).Seconds(), read.Seconds(), compute.Seconds())
 
-	raw, err := tableBytes(ctx, conn, "inference_events")
+	return storageReport(ctx, stdout, conn, store)
+}
+
+// storageReport drops the minute rows outside the default retention window
+// (as meterd's rollup job does once an hour), waits for merges, and prints
+// the bytes on disk of every table of the benchmark's database, per event
+// loaded.
+func storageReport(ctx context.Context, stdout io.Writer, conn driver.Conn, store *chstore.Store) error {
+	dropped, err := store.DropMinuteDays(ctx, time.Now().Add(-rollup.DefaultMinuteRetention))
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "on disk: raw events %.0f MiB", mib(raw))
-	for _, t := range []string{"rollup_minute_recent", "rollup_hour", "rollup_tenant_hour", "rollup_total_hour"} {
-		b, _ := tableBytes(ctx, conn, t)
-		fmt.Fprintf(stdout, ", %s %.1f MiB (%.0f× smaller)", t, mib(b), float64(raw)/float64(max(b, 1)))
+	if _, err := settleMerges(ctx, conn, 10*time.Minute); err != nil {
+		return err
 	}
-	gpuRaw, _ := tableBytes(ctx, conn, "gpu_samples")
-	gpuHourB, _ := tableBytes(ctx, conn, "gpu_hour")
-	costB, _ := tableBytes(ctx, conn, "cost_hour")
-	fmt.Fprintf(stdout, "\n         GPU samples %.0f MiB, gpu_hour %.1f MiB, cost_hour %.1f MiB\n\n", mib(gpuRaw), mib(gpuHourB), mib(costB))
-
+	var events uint64
+	if err := conn.QueryRow(ctx, "SELECT sum(rows) FROM system.parts WHERE active AND database = 'bench_q' AND table = 'inference_events'").Scan(&events); err != nil {
+		return err
+	}
+	rows, err := conn.Query(ctx, `SELECT table, sum(bytes_on_disk) AS b, sum(rows) FROM system.parts
+WHERE active AND database = 'bench_q' GROUP BY table ORDER BY b DESC`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	fmt.Fprintf(stdout, "\non disk, %d events, minute rows kept for %s (%d days dropped):\n", events, rollup.DefaultMinuteRetention, len(dropped))
+	var total, gpu uint64
+	for rows.Next() {
+		var table string
+		var b, n uint64
+		if err := rows.Scan(&table, &b, &n); err != nil {
+			return err
+		}
+		total += b
+		if strings.HasPrefix(table, "gpu_") {
+			gpu += b
+		}
+		fmt.Fprintf(stdout, "  %-24s %9.1f MiB %12d rows %7.2f bytes/event\n", table, mib(b), n, float64(b)/float64(events))
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "  all tables               %9.1f MiB %20s %7.2f bytes/event (target <= 80); without the GPU sample tables %.2f\n",
+		mib(total), "", float64(total)/float64(events), float64(total-gpu)/float64(events))
 	return nil
 }

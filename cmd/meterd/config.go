@@ -16,6 +16,7 @@ import (
 	"tokenmeter/internal/kafkaconn"
 	"tokenmeter/internal/logsetup"
 	"tokenmeter/internal/tlsfiles"
+	"tokenmeter/rollup"
 )
 
 // envClickHousePassword is the environment variable of ClickHouse's
@@ -34,28 +35,30 @@ type Config struct {
 	Database     string
 	// Cluster is --clickhouse-cluster: the remote_servers cluster of cluster
 	// mode, empty for one server.
-	Cluster      string
-	Compression  string
-	HTTPAddr     string
-	GRPCAddr     string
-	AuthKeys     string
-	EventsTopic  string
-	GPUTopic     string
-	PricesFile   string
-	DLQTopic     string
-	GroupID      string
-	BatchSize    int
-	BatchTimeout time.Duration
-	MaxBatch     int
-	MaxBody      int
-	HTTPTimeouts [3]time.Duration // read, write, idle
-	LogLevel     string
-	SLOFile      string
-	RollupEvery  time.Duration
-	Pprof        bool
-	MemoryMiB    int
-	ValidateOnly bool
-	Security     Security
+	Cluster     string
+	Compression string
+	HTTPAddr    string
+	GRPCAddr    string
+	AuthKeys    string
+	EventsTopic string
+	GPUTopic    string
+	PricesFile  string
+	DLQTopic    string
+	GroupID     string
+	BatchSize   int
+	// MinuteRetention is how long minute rollup rows are kept (0: for ever).
+	MinuteRetention time.Duration
+	BatchTimeout    time.Duration
+	MaxBatch        int
+	MaxBody         int
+	HTTPTimeouts    [3]time.Duration // read, write, idle
+	LogLevel        string
+	SLOFile         string
+	RollupEvery     time.Duration
+	Pprof           bool
+	MemoryMiB       int
+	ValidateOnly    bool
+	Security        Security
 	// BillingGrace is how long after its end a billing period may close.
 	BillingGrace time.Duration
 	// BillingZones is --billing-zones: "tenant=zone,..." (see billingZones).
@@ -194,6 +197,9 @@ func (c Config) Validate() error {
 	if c.BatchSize <= 0 {
 		errs = append(errs, fmt.Errorf("--batch-size %d: must be positive", c.BatchSize))
 	}
+	if c.MinuteRetention != 0 && c.MinuteRetention < 24*time.Hour {
+		errs = append(errs, fmt.Errorf("--minute-retention %s: must be 0 (keep for ever) or at least 24h (minute rows are dropped by whole days)", c.MinuteRetention))
+	}
 	if c.BatchTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--batch-timeout %s: must be positive", c.BatchTimeout))
 	}
@@ -253,6 +259,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&c.HTTPTimeouts[2], "http-idle-timeout", 2*time.Minute, "close a keep-alive HTTP connection idle this long")
 	fs.StringVar(&c.SLOFile, "slo-file", "", "JSON SLO set for goodput (see docs/operations.md); a changed file becomes a new SLO version at start")
 	fs.DurationVar(&c.RollupEvery, "rollup-interval", 10*time.Second, "how often the rollup role recomputes changed hours")
+	fs.DurationVar(&c.MinuteRetention, "minute-retention", rollup.DefaultMinuteRetention, "keep minute rollup rows this long (whole UTC days; hour and day rows are kept for ever); queries at a minute step before it are refused; 0 = keep for ever")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.IntVar(&c.MemoryMiB, "memory-limit-mib", 256, "soft limit of the Go heap in MiB (runtime/debug.SetMemoryLimit; GOMEMLIMIT overrides; 0 = none)")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --http-addr")

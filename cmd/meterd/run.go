@@ -128,7 +128,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			}
 			logger.Info("SLO set in force", "version", v, "source", cfg.SLOFile)
 		}
-		if job, err = rollup.NewJob(rollup.Config{Interval: cfg.RollupEvery}, store, reg, logger, now); err != nil {
+		if job, err = rollup.NewJob(rollup.Config{Interval: cfg.RollupEvery, MinuteRetention: cfg.MinuteRetention}, store, reg, logger, now); err != nil {
 			return err
 		}
 	}
@@ -143,7 +143,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		defer pub.Close()
-		reads := query.New(store, query.Config{})
+		reads := query.New(store, query.Config{MinuteRetention: cfg.MinuteRetention, Now: now})
 		zones, err := cfg.billingZones()
 		if err != nil {
 			return err
