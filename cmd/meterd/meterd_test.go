@@ -38,6 +38,12 @@ func TestConfigValidate(t *testing.T) {
 		{"bad env", []string{"--dev", "--data-dir", "d"}, map[string]string{"METER_BATCH_SIZE": "x"}, []string{"METER_BATCH_SIZE"}},
 		{"unknown role and bad values", []string{"--role", "ingest,billing", "--clickhouse", "h:9000", "--batch-size", "0", "--log-level", "loud"},
 			nil, []string{`unknown role "billing"`, "--batch-size 0", "--log-level"}},
+		{"minute retention", []string{"--dev", "--data-dir", "d", "--minute-retention", "720h"}, nil, nil},
+		{"minute retention for ever", []string{"--dev", "--data-dir", "d", "--minute-retention", "0"}, nil, nil},
+		{"minute retention under a day", []string{"--dev", "--data-dir", "d", "--minute-retention", "12h"}, nil,
+			[]string{"--minute-retention 12h0m0s: must be 0 (keep for ever) or at least 24h"}},
+		{"minute retention from the environment", []string{"--dev", "--data-dir", "d"}, map[string]string{"METER_MINUTE_RETENTION": "-1h"},
+			[]string{"--minute-retention -1h0m0s"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
