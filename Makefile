@@ -33,7 +33,8 @@ test: lint check-generated ## lint, check generated code, run every test with -r
 # Entries are package:Test1,Test2.
 CLUSTER_TESTS := ./ingest:TestConsumerExactTotalsAndDLQ,TestConsumerCrashRecovery,TestGPUConsumerExactAndDLQ \
 	./rollup:TestLateEventsRecomputeExactlyTheirHour,TestTwoReplicasSameTotals \
-	./query:TestUsageExactWithDuplicates,TestRollupHourExact,TestTrafficLongRangesExactPeaks
+	./query:TestUsageExactWithDuplicates,TestRollupHourExact,TestTrafficLongRangesExactPeaks,TestMinuteWindow \
+	./internal/chstore:TestMinuteRetention
 
 .PHONY: test-cluster
 test-cluster: ## the exactness tests of ingest, rollups and queries in cluster mode (METER_TEST_CLUSTER=1)
@@ -43,7 +44,8 @@ test-cluster: ## the exactness tests of ingest, rollups and queries in cluster m
 
 # Fuzz targets as package:FuzzName. Their seed corpora (testdata/fuzz/) also
 # run as plain tests in every `go test`.
-FUZZ_TARGETS := ./ingest:FuzzDecodeEvent ./ingest:FuzzDecodeGPUSample ./billing:FuzzParsePriceBook \
+FUZZ_TARGETS := ./ingest:FuzzDecodeEvent ./ingest:FuzzDecodeGPUSample ./ingest:FuzzRowDecodeEvent ./ingest:FuzzRowDecodeGPUSample \
+	./billing:FuzzParsePriceBook \
 	./rollup:FuzzParseSLOSet ./api:FuzzQueryParams
 FUZZTIME ?= 10s
 

@@ -440,8 +440,13 @@ func parseFuzzFile(data []byte) (fuzzInput, error) {
 	}
 	c = strings.TrimSuffix(c, ")")
 	var ct uint64
-	if uc, err := strconv.Unquote(c); err == nil && len(uc) == 1 {
-		ct = uint64(uc[0])
+	if inner, ok := strings.CutPrefix(c, "'"); ok {
+		// A byte literal such as '\x80': its value, not its UTF-8 form.
+		r, _, tail, err := strconv.UnquoteChar(strings.TrimSuffix(inner, "'"), '\'')
+		if err != nil || tail != "" || r > 0xff {
+			return fuzzInput{}, fmt.Errorf("second value %q is not a byte", c)
+		}
+		ct = uint64(r)
 	} else if ct, err = strconv.ParseUint(c, 0, 8); err != nil {
 		return fuzzInput{}, fmt.Errorf("second value: %w", err)
 	}
