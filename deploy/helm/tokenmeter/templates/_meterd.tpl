@@ -119,6 +119,7 @@ spec:
             {{- end }}
             {{- if eq $role "rollup" }}
             - --rollup-interval={{ $cfg.interval }}
+            - --minute-retention={{ $cfg.minuteRetention }}
             {{- if $v.prices.existingSecret }}
             - --prices={{ $p.prices }}/{{ $v.prices.key }}
             {{- end }}
