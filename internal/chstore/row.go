@@ -1,7 +1,8 @@
 package chstore
 
 import (
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -70,7 +71,7 @@ func (r *EventRow) SortLabels() {
 	if len(r.Labels) < 2 {
 		return
 	}
-	sort.SliceStable(r.Labels, func(i, j int) bool { return r.Labels[i].Key < r.Labels[j].Key })
+	slices.SortStableFunc(r.Labels, func(a, b Label) int { return strings.Compare(a.Key, b.Key) })
 	out := r.Labels[:0]
 	for i, l := range r.Labels {
 		if i+1 < len(r.Labels) && r.Labels[i+1].Key == l.Key {
