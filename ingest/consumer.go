@@ -408,18 +408,13 @@ func (c *Consumer) loop(ctx context.Context, work chan<- *pending, writerDone <-
 	// batchCtx ends at the batch's deadline; made once per batch, when its
 	// first record arrives (a context with a deadline per fetch cost a
 	// timer per record).
-	var batchCtx context.Context
-	batchCancel := context.CancelFunc(func() {})
-	defer func() { batchCancel() }()
-	endBatch := func() {
-		batchCancel()
-		batchCtx, batchCancel = nil, func() {}
-	}
+	var bc batchContext
+	defer bc.end()
 	handOff := func() error {
 		select {
 		case work <- cur:
 			cur = c.nextPending()
-			endBatch()
+			bc.end()
 			return nil
 		case <-ctx.Done():
 			return nil
@@ -432,10 +427,7 @@ func (c *Consumer) loop(ctx context.Context, work chan<- *pending, writerDone <-
 	for {
 		fctx := ctx
 		if cur.records > 0 {
-			if batchCtx == nil {
-				batchCtx, batchCancel = context.WithDeadline(ctx, deadline)
-			}
-			fctx = batchCtx
+			fctx = bc.get(ctx, deadline)
 		}
 		m, err := c.reader.FetchMessage(fctx)
 		switch {
@@ -462,6 +454,29 @@ func (c *Consumer) loop(ctx context.Context, work chan<- *pending, writerDone <-
 			}
 		}
 	}
+}
+
+// batchContext is the context of the fetches of one batch, ending at its
+// deadline.
+type batchContext struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// get returns the batch's context, made on the first call after end.
+func (b *batchContext) get(parent context.Context, deadline time.Time) context.Context {
+	if b.ctx == nil {
+		b.ctx, b.cancel = context.WithDeadline(parent, deadline)
+	}
+	return b.ctx
+}
+
+// end releases the batch's context; the next get makes a new one.
+func (b *batchContext) end() {
+	if b.cancel != nil {
+		b.cancel()
+	}
+	b.ctx, b.cancel = nil, nil
 }
 
 func (c *Consumer) nextPending() *pending {

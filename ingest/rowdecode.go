@@ -36,7 +36,7 @@ type RowDecoder struct {
 
 // NewRowDecoder returns a RowDecoder enforcing limits.MaxRecordBytes.
 func NewRowDecoder(limits Limits) *RowDecoder {
-	return &RowDecoder{limits: limits}
+	return &RowDecoder{limits: limits, strs: interner{maxLen: limits.MaxStringLen}}
 }
 
 // DecodeEvent fills r from value, as Decoder.Decode then
@@ -105,9 +105,14 @@ func (d *RowDecoder) precheck(value []byte, contentType string) (isJSON bool, er
 // interner returns one string per distinct byte sequence, so that the
 // low-cardinality fields (tenant, model, deployment, …) of a batch share
 // their strings instead of allocating one per record. It forgets everything
-// when it holds maxInterned strings, so memory stays bounded whatever the
-// cardinality.
-type interner map[string]string
+// when it holds maxInterned strings, and keeps none longer than maxLen
+// (validation refuses those anyway), so it holds at most
+// maxInterned × maxLen bytes (4 MiB with the default limits) whatever the
+// records.
+type interner struct {
+	m      map[string]string
+	maxLen int
+}
 
 const maxInterned = 1 << 14
 
@@ -115,14 +120,17 @@ func (in *interner) get(b []byte) string {
 	if len(b) == 0 {
 		return ""
 	}
-	if s, ok := (*in)[string(b)]; ok { // no allocation for the lookup
+	if len(b) > in.maxLen {
+		return string(b)
+	}
+	if s, ok := in.m[string(b)]; ok { // no allocation for the lookup
 		return s
 	}
-	if *in == nil || len(*in) >= maxInterned {
-		*in = make(interner, 256)
+	if in.m == nil || len(in.m) >= maxInterned {
+		in.m = make(map[string]string, 256)
 	}
 	s := string(b)
-	(*in)[s] = s
+	in.m[s] = s
 	return s
 }
 

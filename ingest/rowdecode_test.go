@@ -538,3 +538,29 @@ func BenchmarkDecodePath(b *testing.B) {
 		})
 	}
 }
+
+// TestRowDecoderInternsOnlyValidLengths: strings longer than MaxStringLen
+// (refused by validation) are not kept by the intern table, so a stream of
+// bad records cannot pin memory.
+func TestRowDecoderInternsOnlyValidLengths(t *testing.T) {
+	limits := DefaultLimits()
+	d := NewRowDecoder(limits)
+	var r chstore.EventRow
+	for i := range 100 {
+		js := fmt.Sprintf(`{"eventId":"e%d","tenantId":"%s-%d","model":"m"}`, i, strings.Repeat("t", 10_000), i)
+		if err := d.DecodeEvent(&r, []byte(js), ContentTypeJSON); err != nil {
+			t.Fatal(err)
+		}
+		if err := limits.ValidateRow(&r, time.Now()); err == nil {
+			t.Fatal("a 10 kB tenant_id was accepted")
+		}
+	}
+	for s := range d.strs.m {
+		if len(s) > limits.MaxStringLen {
+			t.Fatalf("the intern table keeps a string of %d bytes", len(s))
+		}
+	}
+	if len(d.strs.m) != 1 { // "m"
+		t.Fatalf("the intern table holds %d strings, want only the model", len(d.strs.m))
+	}
+}

@@ -19,7 +19,7 @@ const MinuteTable = "rollup_minute_recent"
 // after a late event) is dropped again by the next call.
 func (s *Store) DropMinuteDays(ctx context.Context, before time.Time) ([]uint32, error) {
 	cutoff := before.UTC().Truncate(24 * time.Hour)
-	rows, err := s.conn.Query(ctx, "SELECT DISTINCT toYYYYMMDD(bucket) AS day FROM "+MinuteTable+" WHERE bucket < toDateTime(?) ORDER BY day", cutoff.Unix())
+	rows, err := s.conn.Query(ctx, "SELECT DISTINCT toYYYYMMDD(bucket, 'UTC') AS day FROM "+MinuteTable+" WHERE bucket < toDateTime(?) ORDER BY day", cutoff.Unix())
 	if err != nil {
 		return nil, fmt.Errorf("days of minute rows before %s: %w", cutoff.Format(time.DateOnly), classify(err))
 	}

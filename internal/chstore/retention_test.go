@@ -69,4 +69,3 @@ FROM system.numbers LIMIT 96`, day0.Unix())
 		t.Fatalf("dropping a day without rows: %v", err)
 	}
 }
-

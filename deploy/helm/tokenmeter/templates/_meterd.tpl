@@ -119,7 +119,7 @@ spec:
             {{- end }}
             {{- if eq $role "rollup" }}
             - --rollup-interval={{ $cfg.interval }}
-            - --minute-retention={{ $cfg.minuteRetention }}
+            - --minute-retention={{ $v.minuteRetention }}
             {{- if $v.prices.existingSecret }}
             - --prices={{ $p.prices }}/{{ $v.prices.key }}
             {{- end }}
@@ -128,6 +128,7 @@ spec:
             {{- end }}
             {{- end }}
             {{- if eq $role "api" }}
+            - --minute-retention={{ $v.minuteRetention }}
             - --auth-keys={{ $p.keys }}/{{ $v.auth.key }}
             {{- with $v.billing.zones }}
             - --billing-zones={{ . }}
