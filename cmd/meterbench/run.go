@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,6 +45,7 @@ type config struct {
 	batch       int
 	skipCHK     bool
 	compression string
+	profileDir  string
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -78,6 +80,7 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	fs.IntVar(&cfg.batch, "batch-size", 20_000, "meterd --batch-size and the raw insert batch")
 	fs.StringVar(&cfg.compression, "clickhouse-compression", "none", "compression of meterd's and the raw insert's ClickHouse connection (loopback: none)")
 	fs.BoolVar(&cfg.skipCHK, "skip-clickhouse-kafka", false, "skip ClickHouse's Kafka engine run")
+	fs.StringVar(&cfg.profileDir, "meterd-profile", "", "write a CPU profile of meterd (--pprof) over each pipeline run's first 5 s to this folder")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -312,9 +315,14 @@ func (r *report) cpuLine(res pipeResult, n int) {
 // startMeterd runs the meterd binary with the ingest role on topic.
 func startMeterd(ctx context.Context, cfg config, chAddr, brokerAddr, topic, db string) (*exec.Cmd, func(), error) {
 	httpAddr := freeAddr()
-	cmd := exec.CommandContext(ctx, cfg.meterd, "--role", "ingest", "--clickhouse", chAddr, "--clickhouse-database", db,
-		"--kafka-brokers", brokerAddr, "--events-topic", topic, "--group-id", "bench-"+db,
-		"--http-addr", httpAddr, "--grpc-addr", freeAddr(), "--batch-size", strconv.Itoa(cfg.batch), "--log-level", "warn", "--clickhouse-compression", cfg.compression)
+	args := []string{"--role", "ingest", "--clickhouse", chAddr, "--clickhouse-database", db,
+		"--kafka-brokers", brokerAddr, "--events-topic", topic, "--group-id", "bench-" + db,
+		"--http-addr", httpAddr, "--grpc-addr", freeAddr(), "--batch-size", strconv.Itoa(cfg.batch), "--log-level", "warn", "--clickhouse-compression", cfg.compression}
+	if cfg.profileDir != "" {
+		args = append(args, "--pprof")
+		go profileMeterd(ctx, httpAddr, filepath.Join(cfg.profileDir, db+".pprof"))
+	}
+	cmd := exec.CommandContext(ctx, cfg.meterd, args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("start meterd: %w", err)
@@ -507,4 +515,25 @@ func freeAddr() string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// profileMeterd saves a 5 s CPU profile of the meterd serving pprof at
+// addr, once it answers.
+func profileMeterd(ctx context.Context, addr, file string) {
+	for range 100 {
+		resp, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=5")
+		if err != nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode == http.StatusOK {
+			err = os.WriteFile(file, b, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "meterbench: profile of meterd: %v\n", err)
+		}
+		return
+	}
 }
