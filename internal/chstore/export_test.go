@@ -2,6 +2,7 @@ package chstore
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -88,4 +89,19 @@ func (s *Store) MigrateThrough(ctx context.Context, version int) error {
 		}
 	}
 	return nil
+}
+
+// ApplyOnce applies migration version as Migrate does, reporting whether
+// another meterd's record of it stood in for a failure.
+func (s *Store) ApplyOnce(ctx context.Context, version int) (bool, error) {
+	migs, err := Migrations()
+	if err != nil {
+		return false, err
+	}
+	for _, m := range migs {
+		if m.Version == version {
+			return s.applyOnce(ctx, m)
+		}
+	}
+	return false, fmt.Errorf("no migration %d", version)
 }

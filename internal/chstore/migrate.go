@@ -136,16 +136,12 @@ ORDER BY version`)
 		if applied[m.Version] {
 			continue
 		}
-		if err := s.apply(ctx, m); err != nil {
-			// Another meterd migrating at the same time may have applied
-			// and recorded it meanwhile, and gone on to a later migration
-			// that removed what this run still reads (0013 drops the table
-			// 0012 copies from): its record is what counts.
-			if elsewhere, cerr := s.recordedElsewhere(ctx, m.Version); cerr == nil && elsewhere {
-				s.logger.Info("migration applied by another meterd meanwhile", "version", m.Version, "error here", err)
-				continue
-			}
+		elsewhere, err := s.applyOnce(ctx, m)
+		if err != nil {
 			return done, err
+		}
+		if elsewhere {
+			continue
 		}
 		if err := s.insertRow(ctx, "INSERT INTO schema_migrations (version, name, applied_at)", uint32(m.Version), m.Name, time.Now().UTC().Truncate(time.Second)); err != nil {
 			return done, fmt.Errorf("record migration %d: %w", m.Version, err)
@@ -154,6 +150,23 @@ ORDER BY version`)
 		done = append(done, m.Version)
 	}
 	return done, nil
+}
+
+// applyOnce applies m. When that fails because another meterd migrating
+// at the same time applied and recorded m meanwhile, and went on to a
+// later migration that removed what this run still reads (0013 drops the
+// table 0012 copies from), the other's record is what counts: elsewhere is
+// true and the error is dropped.
+func (s *Store) applyOnce(ctx context.Context, m Migration) (elsewhere bool, err error) {
+	err = s.apply(ctx, m)
+	if err == nil {
+		return false, nil
+	}
+	if recorded, cerr := s.recordedElsewhere(ctx, m.Version); cerr == nil && recorded {
+		s.logger.Info("migration applied by another meterd meanwhile", "version", m.Version, "error here", err)
+		return true, nil
+	}
+	return false, err
 }
 
 // recordedElsewhere reports whether schema_migrations records version,

@@ -42,6 +42,12 @@ FROM system.numbers LIMIT 96`, day0.Unix())
 	if _, err := s.Count(ctx, "rollup_minute"); err == nil {
 		t.Fatal("rollup_minute still exists after 0013")
 	}
+	// A meterd that read the applied migrations before this one finished
+	// runs 0012 again: its copy fails (0013 dropped the source) and the
+	// record of 0012 stands in.
+	if elsewhere, err := s.ApplyOnce(ctx, 12); err != nil || !elsewhere {
+		t.Fatalf("0012 again after 0013: elsewhere %v, error %v; want the record to stand in", elsewhere, err)
+	}
 	// The cutoff lies inside day 2: days 0 and 1 go, day 2 (partly newer
 	// than the cutoff) stays.
 	dropped, err := s.DropMinuteDays(ctx, day0.Add(2*24*time.Hour+5*time.Hour))
