@@ -151,6 +151,15 @@ func (s *jscan) uintValue(maxDigits int) (uint64, bool) {
 	return plainUint(raw, maxDigits)
 }
 
+// keep returns b as a string of the row: shared through the intern table
+// for the fields whose values repeat, a copy for the others (IDs).
+func (d *RowDecoder) keep(b []byte, intern bool) string {
+	if intern {
+		return d.strs.get(b)
+	}
+	return string(b)
+}
+
 // unsafeString views b as a string for a call that does not keep it.
 func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
@@ -191,7 +200,7 @@ func (s *jscan) timestamp() (chstore.Timestamp, bool) {
 		return chstore.Timestamp{}, false
 	}
 	secs := t.Unix()
-	if secs < -62135596800 || secs > 253402300799 {
+	if secs < minTimestampSeconds || secs > maxTimestampSeconds {
 		return chstore.Timestamp{}, false
 	}
 	if dot := strings.LastIndexByte(str, '.'); dot >= 0 {
@@ -253,15 +262,8 @@ func (d *RowDecoder) jsonEvent(r *chstore.EventRow, b []byte) bool {
 		var ok bool
 		str := func(dst *string, intern bool) bool {
 			v, ok := s.str()
-			if !ok {
-				return false
-			}
-			if intern {
-				*dst = d.strs.get(v)
-			} else {
-				*dst = string(v)
-			}
-			return true
+			*dst = d.keep(v, intern)
+			return ok
 		}
 		optInt := func(dst *chstore.OptInt) bool {
 			v, ok := s.uintValue(18)
@@ -390,15 +392,8 @@ func (d *RowDecoder) jsonGPU(r *chstore.GPURow, b []byte) bool {
 		var ok bool
 		str := func(dst *string, intern bool) bool {
 			v, ok := s.str()
-			if !ok {
-				return false
-			}
-			if intern {
-				*dst = d.strs.get(v)
-			} else {
-				*dst = string(v)
-			}
-			return true
+			*dst = d.keep(v, intern)
+			return ok
 		}
 		u32 := func(dst *uint32) bool {
 			v, ok := s.uintValue(10)

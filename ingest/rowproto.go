@@ -128,15 +128,8 @@ func (d *RowDecoder) protoEvent(r *chstore.EventRow, b []byte) bool {
 		var ok bool
 		str := func(dst *string, intern bool) bool {
 			v, ok := w.str()
-			if !ok {
-				return false
-			}
-			if intern {
-				*dst = d.strs.get(v)
-			} else {
-				*dst = string(v)
-			}
-			return true
+			*dst = d.keep(v, intern)
+			return ok
 		}
 		optInt := func(dst *chstore.OptInt) bool {
 			v, ok := w.varint()
@@ -255,15 +248,8 @@ func (d *RowDecoder) protoGPU(r *chstore.GPURow, b []byte) bool {
 		var ok bool
 		str := func(dst *string, intern bool) bool {
 			v, ok := w.str()
-			if !ok {
-				return false
-			}
-			if intern {
-				*dst = d.strs.get(v)
-			} else {
-				*dst = string(v)
-			}
-			return true
+			*dst = d.keep(v, intern)
+			return ok
 		}
 		u32 := func(dst *uint32) bool {
 			v, ok := w.varint()

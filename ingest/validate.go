@@ -92,11 +92,14 @@ func (l Limits) Validate(ev *meterv1.InferenceEvent, now time.Time) error {
 	return l.ValidateRow(&r, now)
 }
 
+// The range of a valid google.protobuf.Timestamp: 0001-01-01T00:00:00Z to
+// 9999-12-31T23:59:59Z.
+const minTimestampSeconds, maxTimestampSeconds = -62135596800, 253402300799
+
 // checkTimestamp returns the error of t.Proto().CheckValid() without
 // building the message for a valid timestamp.
 func checkTimestamp(t chstore.Timestamp) error {
-	const minSeconds, maxSeconds = -62135596800, 253402300799 // 0001-01-01 to 9999-12-31
-	if t.Seconds >= minSeconds && t.Seconds <= maxSeconds && t.Nanos >= 0 && t.Nanos < 1e9 {
+	if t.Seconds >= minTimestampSeconds && t.Seconds <= maxTimestampSeconds && t.Nanos >= 0 && t.Nanos < 1e9 {
 		return nil
 	}
 	return t.Proto().CheckValid()

@@ -68,7 +68,7 @@ func (s *Store) MigrateThrough(ctx context.Context, version int) error {
 	if err != nil {
 		return err
 	}
-	ddl, err := s.statements(0, "CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, name String, applied_at DateTime) ENGINE = MergeTree ORDER BY version")
+	ddl, err := s.statements(0, schemaMigrationsDDL)
 	if err != nil {
 		return err
 	}

@@ -83,6 +83,16 @@ func splitStatements(sql string) []string {
 	return stmts
 }
 
+// schemaMigrationsDDL creates the table of applied migrations.
+const schemaMigrationsDDL = `CREATE TABLE IF NOT EXISTS schema_migrations
+(
+    version    UInt32,
+    name       String,
+    applied_at DateTime
+)
+ENGINE = MergeTree
+ORDER BY version`
+
 // Migrate creates the database if needed and applies every embedded migration
 // not yet recorded in schema_migrations. It is idempotent: statements use
 // IF NOT EXISTS, and applied versions are recorded, so concurrent or repeated
@@ -96,14 +106,7 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 	if err := s.ensureDatabase(ctx); err != nil {
 		return nil, err
 	}
-	ddl, err := s.statements(0, `CREATE TABLE IF NOT EXISTS schema_migrations
-(
-    version    UInt32,
-    name       String,
-    applied_at DateTime
-)
-ENGINE = MergeTree
-ORDER BY version`)
+	ddl, err := s.statements(0, schemaMigrationsDDL)
 	if err != nil {
 		return nil, err
 	}
