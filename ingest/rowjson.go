@@ -211,6 +211,45 @@ func (s *jscan) timestamp() (chstore.Timestamp, bool) {
 	return chstore.Timestamp{Seconds: secs, Nanos: int32(t.Nanosecond()), Set: true}, true
 }
 
+// The setters read the value at the scanner into dst, as protojson reads
+// it for a field of that type; false for a form left to protojson.
+
+func (s *jscan) setStr(d *RowDecoder, dst *string, intern bool) bool {
+	v, ok := s.str()
+	*dst = d.keep(v, intern)
+	return ok
+}
+
+func (s *jscan) setU32(dst *uint32) bool {
+	v, ok := s.uintValue(10)
+	*dst = uint32(v)
+	return ok && v <= math.MaxUint32
+}
+
+func (s *jscan) setU64(dst *uint64) bool {
+	var ok bool
+	*dst, ok = s.uintValue(19)
+	return ok
+}
+
+func (s *jscan) setF64(dst *float64) bool {
+	var ok bool
+	*dst, ok = s.float()
+	return ok
+}
+
+func (s *jscan) setOptInt(dst *chstore.OptInt) bool {
+	v, ok := s.uintValue(18)
+	*dst = chstore.OptInt{V: int64(v), Set: true}
+	return ok
+}
+
+func (s *jscan) setOptFloat(dst *chstore.OptFloat) bool {
+	v, ok := s.float()
+	*dst = chstore.OptFloat{V: v, Set: true}
+	return ok
+}
+
 // object reads a JSON object, calling field for each member with the scanner
 // at the value; it refuses a field number seen before (protojson refuses
 // duplicates, in either name form) and anything after the object.
@@ -260,21 +299,7 @@ func (d *RowDecoder) jsonEvent(r *chstore.EventRow, b []byte) bool {
 	s := jscan{b: b}
 	return s.object(eventFieldNumbers, func(num int32) bool {
 		var ok bool
-		str := func(dst *string, intern bool) bool {
-			v, ok := s.str()
-			*dst = d.keep(v, intern)
-			return ok
-		}
-		optInt := func(dst *chstore.OptInt) bool {
-			v, ok := s.uintValue(18)
-			*dst = chstore.OptInt{V: int64(v), Set: true}
-			return ok
-		}
-		optFloat := func(dst *chstore.OptFloat) bool {
-			v, ok := s.float()
-			*dst = chstore.OptFloat{V: v, Set: true}
-			return ok
-		}
+		str := func(dst *string, intern bool) bool { return s.setStr(d, dst, intern) }
 		switch num {
 		case 1:
 			return str(&r.EventID, false)
@@ -293,9 +318,7 @@ func (d *RowDecoder) jsonEvent(r *chstore.EventRow, b []byte) bool {
 		case 8:
 			return str(&r.GPUType, true)
 		case 9:
-			v, ok := s.uintValue(10)
-			r.TensorParallelism = uint32(v)
-			return ok && v <= math.MaxUint32
+			return s.setU32(&r.TensorParallelism)
 		case 10:
 			return str(&r.Node, true)
 		case 11:
@@ -307,21 +330,21 @@ func (d *RowDecoder) jsonEvent(r *chstore.EventRow, b []byte) bool {
 			r.CompletedAt, ok = s.timestamp()
 			return ok
 		case 14:
-			return optInt(&r.PromptTokens)
+			return s.setOptInt(&r.PromptTokens)
 		case 15:
-			return optInt(&r.CachedPromptTokens)
+			return s.setOptInt(&r.CachedPromptTokens)
 		case 16:
-			return optInt(&r.OutputTokens)
+			return s.setOptInt(&r.OutputTokens)
 		case 17:
-			return optFloat(&r.TTFTMs)
+			return s.setOptFloat(&r.TTFTMs)
 		case 18:
-			return optFloat(&r.E2EMs)
+			return s.setOptFloat(&r.E2EMs)
 		case 19:
-			return optFloat(&r.QueueMs)
+			return s.setOptFloat(&r.QueueMs)
 		case 20:
-			return optFloat(&r.PrefillMs)
+			return s.setOptFloat(&r.PrefillMs)
 		case 21:
-			return optFloat(&r.ITLMs)
+			return s.setOptFloat(&r.ITLMs)
 		case 22:
 			if s.peek() == '"' {
 				v, ok := s.str()
@@ -390,26 +413,7 @@ func (d *RowDecoder) jsonGPU(r *chstore.GPURow, b []byte) bool {
 	s := jscan{b: b}
 	return s.object(gpuFieldNumbers, func(num int32) bool {
 		var ok bool
-		str := func(dst *string, intern bool) bool {
-			v, ok := s.str()
-			*dst = d.keep(v, intern)
-			return ok
-		}
-		u32 := func(dst *uint32) bool {
-			v, ok := s.uintValue(10)
-			*dst = uint32(v)
-			return ok && v <= math.MaxUint32
-		}
-		u64 := func(dst *uint64) bool {
-			var ok bool
-			*dst, ok = s.uintValue(19)
-			return ok
-		}
-		f64 := func(dst *float64) bool {
-			var ok bool
-			*dst, ok = s.float()
-			return ok
-		}
+		str := func(dst *string, intern bool) bool { return s.setStr(d, dst, intern) }
 		switch num {
 		case 1:
 			return str(&r.SampleID, false)
@@ -418,15 +422,15 @@ func (d *RowDecoder) jsonGPU(r *chstore.GPURow, b []byte) bool {
 		case 3:
 			return str(&r.GPUUUID, true)
 		case 4:
-			return u32(&r.GPUIndex)
+			return s.setU32(&r.GPUIndex)
 		case 5:
 			return str(&r.GPUType, true)
 		case 6:
 			return str(&r.MIGProfile, true)
 		case 7:
-			return u32(&r.MIGInstanceID)
+			return s.setU32(&r.MIGInstanceID)
 		case 8:
-			return f64(&r.MIGFraction)
+			return s.setF64(&r.MIGFraction)
 		case 9:
 			return str(&r.Deployment, true)
 		case 10:
@@ -441,21 +445,21 @@ func (d *RowDecoder) jsonGPU(r *chstore.GPURow, b []byte) bool {
 			r.SampledAt, ok = s.timestamp()
 			return ok
 		case 15:
-			return f64(&r.IntervalS)
+			return s.setF64(&r.IntervalS)
 		case 16:
-			return f64(&r.Utilization)
+			return s.setF64(&r.Utilization)
 		case 17:
-			return u64(&r.FBUsedBytes)
+			return s.setU64(&r.FBUsedBytes)
 		case 18:
-			return u64(&r.FBTotalBytes)
+			return s.setU64(&r.FBTotalBytes)
 		case 19:
-			return f64(&r.PowerWatts)
+			return s.setF64(&r.PowerWatts)
 		case 20:
-			return f64(&r.EnergyJoules)
+			return s.setF64(&r.EnergyJoules)
 		case 21:
-			return f64(&r.TemperatureC)
+			return s.setF64(&r.TemperatureC)
 		case 22:
-			return f64(&r.SMClockMHz)
+			return s.setF64(&r.SMClockMHz)
 		case 23:
 			return str(&r.Source, true)
 		}

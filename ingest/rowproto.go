@@ -88,6 +88,47 @@ func (w *wireReader) skip() bool {
 	return true
 }
 
+// The setters read the current field's value into dst, with proto's
+// conversions (a varint truncated to 32 bits, a double from its bits); a
+// wire type that does not match returns false.
+
+func (w *wireReader) setStr(d *RowDecoder, dst *string, intern bool) bool {
+	v, ok := w.str()
+	*dst = d.keep(v, intern)
+	return ok
+}
+
+func (w *wireReader) setU32(dst *uint32) bool {
+	v, ok := w.varint()
+	*dst = uint32(v)
+	return ok
+}
+
+func (w *wireReader) setU64(dst *uint64) bool {
+	v, ok := w.varint()
+	*dst = v
+	return ok
+}
+
+func (w *wireReader) setF64(dst *float64) bool {
+	v, ok := w.fixed64()
+	*dst = math.Float64frombits(v)
+	return ok
+}
+
+func (w *wireReader) setOptInt(dst *chstore.OptInt) bool {
+	v, ok := w.varint()
+	*dst = chstore.OptInt{V: int64(v), Set: true}
+	return ok
+}
+
+func (w *wireReader) setOptFloat(dst *chstore.OptFloat) bool {
+	var f float64
+	ok := w.setF64(&f)
+	*dst = chstore.OptFloat{V: f, Set: true}
+	return ok
+}
+
 // done is true when the whole input was read (next returned false at the end).
 func (w *wireReader) done() bool { return len(w.b) == 0 }
 
@@ -126,21 +167,7 @@ func (d *RowDecoder) protoEvent(r *chstore.EventRow, b []byte) bool {
 	w := wireReader{b: b}
 	for w.next() {
 		var ok bool
-		str := func(dst *string, intern bool) bool {
-			v, ok := w.str()
-			*dst = d.keep(v, intern)
-			return ok
-		}
-		optInt := func(dst *chstore.OptInt) bool {
-			v, ok := w.varint()
-			*dst = chstore.OptInt{V: int64(v), Set: true}
-			return ok
-		}
-		optFloat := func(dst *chstore.OptFloat) bool {
-			v, ok := w.fixed64()
-			*dst = chstore.OptFloat{V: math.Float64frombits(v), Set: true}
-			return ok
-		}
+		str := func(dst *string, intern bool) bool { return w.setStr(d, dst, intern) }
 		switch w.num {
 		case 1:
 			ok = str(&r.EventID, false)
@@ -159,9 +186,7 @@ func (d *RowDecoder) protoEvent(r *chstore.EventRow, b []byte) bool {
 		case 8:
 			ok = str(&r.GPUType, true)
 		case 9:
-			var v uint64
-			v, ok = w.varint()
-			r.TensorParallelism = uint32(v)
+			ok = w.setU32(&r.TensorParallelism)
 		case 10:
 			ok = str(&r.Node, true)
 		case 11:
@@ -171,21 +196,21 @@ func (d *RowDecoder) protoEvent(r *chstore.EventRow, b []byte) bool {
 		case 13:
 			ok = w.timestamp(&r.CompletedAt)
 		case 14:
-			ok = optInt(&r.PromptTokens)
+			ok = w.setOptInt(&r.PromptTokens)
 		case 15:
-			ok = optInt(&r.CachedPromptTokens)
+			ok = w.setOptInt(&r.CachedPromptTokens)
 		case 16:
-			ok = optInt(&r.OutputTokens)
+			ok = w.setOptInt(&r.OutputTokens)
 		case 17:
-			ok = optFloat(&r.TTFTMs)
+			ok = w.setOptFloat(&r.TTFTMs)
 		case 18:
-			ok = optFloat(&r.E2EMs)
+			ok = w.setOptFloat(&r.E2EMs)
 		case 19:
-			ok = optFloat(&r.QueueMs)
+			ok = w.setOptFloat(&r.QueueMs)
 		case 20:
-			ok = optFloat(&r.PrefillMs)
+			ok = w.setOptFloat(&r.PrefillMs)
 		case 21:
-			ok = optFloat(&r.ITLMs)
+			ok = w.setOptFloat(&r.ITLMs)
 		case 22:
 			var v uint64
 			v, ok = w.varint()
@@ -251,21 +276,6 @@ func (d *RowDecoder) protoGPU(r *chstore.GPURow, b []byte) bool {
 			*dst = d.keep(v, intern)
 			return ok
 		}
-		u32 := func(dst *uint32) bool {
-			v, ok := w.varint()
-			*dst = uint32(v)
-			return ok
-		}
-		u64 := func(dst *uint64) bool {
-			var ok bool
-			*dst, ok = w.varint()
-			return ok
-		}
-		f64 := func(dst *float64) bool {
-			v, ok := w.fixed64()
-			*dst = math.Float64frombits(v)
-			return ok
-		}
 		switch w.num {
 		case 1:
 			ok = str(&r.SampleID, false)
@@ -274,15 +284,15 @@ func (d *RowDecoder) protoGPU(r *chstore.GPURow, b []byte) bool {
 		case 3:
 			ok = str(&r.GPUUUID, true)
 		case 4:
-			ok = u32(&r.GPUIndex)
+			ok = w.setU32(&r.GPUIndex)
 		case 5:
 			ok = str(&r.GPUType, true)
 		case 6:
 			ok = str(&r.MIGProfile, true)
 		case 7:
-			ok = u32(&r.MIGInstanceID)
+			ok = w.setU32(&r.MIGInstanceID)
 		case 8:
-			ok = f64(&r.MIGFraction)
+			ok = w.setF64(&r.MIGFraction)
 		case 9:
 			ok = str(&r.Deployment, true)
 		case 10:
@@ -296,21 +306,21 @@ func (d *RowDecoder) protoGPU(r *chstore.GPURow, b []byte) bool {
 		case 14:
 			ok = w.timestamp(&r.SampledAt)
 		case 15:
-			ok = f64(&r.IntervalS)
+			ok = w.setF64(&r.IntervalS)
 		case 16:
-			ok = f64(&r.Utilization)
+			ok = w.setF64(&r.Utilization)
 		case 17:
-			ok = u64(&r.FBUsedBytes)
+			ok = w.setU64(&r.FBUsedBytes)
 		case 18:
-			ok = u64(&r.FBTotalBytes)
+			ok = w.setU64(&r.FBTotalBytes)
 		case 19:
-			ok = f64(&r.PowerWatts)
+			ok = w.setF64(&r.PowerWatts)
 		case 20:
-			ok = f64(&r.EnergyJoules)
+			ok = w.setF64(&r.EnergyJoules)
 		case 21:
-			ok = f64(&r.TemperatureC)
+			ok = w.setF64(&r.TemperatureC)
 		case 22:
-			ok = f64(&r.SMClockMHz)
+			ok = w.setF64(&r.SMClockMHz)
 		case 23:
 			ok = str(&r.Source, true)
 		default:
