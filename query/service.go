@@ -138,6 +138,17 @@ func (s *Service) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 			return nil, err
 		}
 		if ok {
+			level := levelFor(q.Start, q.End, q.Granularity, q.TenantID, q.GroupBy)
+			if level == LevelMinute {
+				if werr := s.checkMinuteWindow(q.Start); werr != nil {
+					// Before the minute window: the raw events answer
+					// exactly, for a range they can be read in.
+					if q.End.Sub(q.Start) > MaxExactRange {
+						return nil, werr
+					}
+					return s.src.UsageRows(ctx, UsageRead{Query: q, Raw: true})
+				}
+			}
 			dirty, err := s.src.DirtyHours(ctx, wm.Add(-rollup.Overlap), time.Unix(1<<32-1, 0))
 			if err != nil {
 				return nil, err
@@ -147,15 +158,6 @@ func (s *Service) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 				if h.Add(time.Hour).After(q.Start) && h.Before(q.End) {
 					inRange = append(inRange, h)
 				}
-			}
-			level := levelFor(q.Start, q.End, q.Granularity, q.TenantID, q.GroupBy)
-			if level == LevelMinute && s.checkMinuteWindow(q.Start) != nil {
-				// Before the minute window: the raw events answer exactly,
-				// for a range they can be read in.
-				if q.End.Sub(q.Start) > MaxExactRange {
-					return nil, s.checkMinuteWindow(q.Start)
-				}
-				return s.src.UsageRows(ctx, UsageRead{Query: q, Raw: true})
 			}
 			rolled, err := s.src.UsageRows(ctx, UsageRead{Query: q, Level: level, Hours: inRange})
 			if err != nil || len(inRange) == 0 {
