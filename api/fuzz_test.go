@@ -173,6 +173,19 @@ func (s *queryStore) GPUUsageRows(_ context.Context, q query.GPUUsageQuery, _ qu
 	return rows, nil
 }
 
+func (s *queryStore) EngineRows(_ context.Context, q query.EngineQuery) ([]query.EngineRow, error) {
+	if err := s.sql(&reached{groupBy: q.GroupBy, allowed: query.EngineGroupFields, start: q.Start, end: q.End}, q); err != nil {
+		return nil, err
+	}
+	var rows []query.EngineRow
+	for _, g := range groups(q.GroupBy) {
+		r := query.EngineRow{Start: q.Start, Group: g, Replicas: 1}
+		r.Samples, r.SampledSeconds, r.WaitingValues, r.WaitingCounts = 1, 10, []uint32{3}, []uint64{1}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
 func (s *queryStore) CurrentPriceBook(context.Context) (string, string, time.Time, bool, error) {
 	return "", "", time.Time{}, false, nil
 }
@@ -199,7 +212,7 @@ func requestTarget(query string) string {
 // fuzzPaths are the GET endpoints whose query parameters FuzzQueryParams
 // fuzzes, chosen by a byte of the input; fuzzRoles the keys it calls with.
 var (
-	fuzzPaths = []string{"/v1/usage", "/v1/latency", "/v1/goodput", "/v1/traffic", "/v1/cost", "/v1/gpu-usage"}
+	fuzzPaths = []string{"/v1/usage", "/v1/latency", "/v1/goodput", "/v1/traffic", "/v1/cost", "/v1/gpu-usage", "/v1/engine-stats"}
 	fuzzRoles = []string{"admin", "finance", "tenant"}
 )
 
@@ -228,7 +241,7 @@ func FuzzQueryParams(f *testing.F) {
 		f.Fatal(err)
 	}
 	srv, err := api.New(ctx, api.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"},
-		&api.Services{Keys: keys, Usage: reads, Rollups: reads, Cost: reads, Prices: store},
+		&api.Services{Keys: keys, Usage: reads, Rollups: reads, Cost: reads, Engine: reads, Prices: store},
 		func(context.Context) error { return nil }, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		f.Fatal(err)
@@ -251,6 +264,7 @@ func FuzzQueryParams(f *testing.F) {
 	f.Add(uint8(3), uint8(0), sel+"&selector.step=minute&selector.tenant_id=acme&selector.group_by=deployment")
 	f.Add(uint8(4), uint8(1), day+"&step=day&group_by=tenant_id&busy_policy=tokens&idle_policy=shared_even&page_size=1")
 	f.Add(uint8(5), uint8(0), day+"&step=hour&group_by=deployment,gpu_type&page_size=1000")
+	f.Add(uint8(6), uint8(1), day+"&step=hour&group_by=deployment,replica&page_size=2")
 	f.Fuzz(func(t *testing.T, path, role uint8, query string) {
 		r := fuzzRoles[int(role)%len(fuzzRoles)]
 		req, err := http.NewRequest(http.MethodGet, "http://"+srv.HTTPAddr()+fuzzPaths[int(path)%len(fuzzPaths)], nil)

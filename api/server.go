@@ -90,6 +90,8 @@ type Services struct {
 	// Reports serves the capacity report, with the currency of the price
 	// book in force from Prices; nil leaves it unregistered.
 	Reports ReportReader
+	// Engine serves engine stats; nil leaves them unregistered.
+	Engine EngineReader
 }
 
 // Server is the gRPC server and the HTTP server (REST gateway, metrics, health).
@@ -209,6 +211,9 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 			{"report", svc.Reports != nil, func(r grpc.ServiceRegistrar) {
 				meterv1.RegisterReportServiceServer(r, newReportService(svc))
 			}, meterv1.RegisterReportServiceHandler},
+			{"engine", svc.Engine != nil, func(r grpc.ServiceRegistrar) {
+				meterv1.RegisterEngineServiceServer(r, &engineService{store: svc.Engine})
+			}, meterv1.RegisterEngineServiceHandler},
 		}
 		for _, sv := range services {
 			if sv.offered {

@@ -62,6 +62,9 @@ var methodRoles = map[string][]Role{
 	meterv1.BillingService_CloseBillingPeriod_FullMethodName: {RoleAdmin},
 	// The capacity report shows every deployment's GPUs and cost.
 	meterv1.ReportService_GetCapacityReport_FullMethodName: {RoleFinance, RoleAdmin},
+	// Engine stats are per deployment and replica, which serve every
+	// tenant: not for tenant keys.
+	meterv1.EngineService_GetEngineStats_FullMethodName: {RoleFinance, RoleAdmin},
 }
 
 // errTooLarge is a request beyond the batch length limit.

@@ -309,6 +309,23 @@ func NewGPUConsumer(cfg ConsumerConfig, store GPUSampleWriter, reg prometheus.Re
 	return newConsumer(cfg, func() rows { return &gpuRows{decoder: decoder, limits: cfg.Limits, store: store} }, store, reg, logger, now)
 }
 
+// NewEngineConsumer creates the consumer of engine samples (topic
+// DefaultEngineTopic, group DefaultEngineGroupID unless cfg says
+// otherwise), with the same guarantees as the event consumer.
+func NewEngineConsumer(cfg ConsumerConfig, store EngineSampleWriter, reg prometheus.Registerer, logger *slog.Logger, now func() time.Time) (*Consumer, error) {
+	if cfg.Topic == "" {
+		cfg.Topic = DefaultEngineTopic
+	}
+	if cfg.GroupID == "" {
+		cfg.GroupID = DefaultEngineGroupID
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return newConsumer(cfg, func() rows { return &engineRows{limits: cfg.Limits, store: store} }, store, reg, logger, now)
+}
+
 func newConsumer(cfg ConsumerConfig, newRows func() rows, deadStore DeadLetterWriter, reg prometheus.Registerer, logger *slog.Logger, now func() time.Time) (*Consumer, error) {
 	metrics, err := newConsumerMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"topic": cfg.Topic}, reg))
 	if err != nil {

@@ -61,6 +61,7 @@ type Source interface {
 	TrafficSource
 	LatencySource
 	CostSource
+	EngineSource
 }
 
 // Config tunes a Service.

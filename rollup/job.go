@@ -27,6 +27,7 @@ type Store interface {
 	SLOStore
 	DayStore
 	CostStore
+	EngineStore
 }
 
 // JobName keys the job's watermark in its store; usage queries read it too.
@@ -287,6 +288,17 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Engine rollups depend on engine samples alone.
+	engineHours, err := j.store.EngineDirtyHours(ctx, since, until)
+	if err != nil {
+		return nil, err
+	}
+	err = j.eachHour(ctx, engineHours, func(ctx context.Context, h time.Time, version uint64) error {
+		return engineHour(ctx, j.store, h, version)
+	})
+	if err != nil {
+		return nil, err
+	}
 	j.pricedVersion = book.Version()
 	j.sloChecked, j.sloVersion = true, sloVersion
 	j.peakless = j.peakless[:len(j.peakless)-len(refill)]
@@ -298,14 +310,14 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	// else (an idle dev ClickHouse kept ~20 such parts about). Usage reads
 	// the hours stamped after the watermark from raw rows; a minute behind
 	// is still exact and hardly slower.
-	worked := len(hours) > 0 || len(costHours) > 0 || len(days) > 0
+	worked := len(hours) > 0 || len(costHours) > 0 || len(days) > 0 || len(engineHours) > 0
 	if worked || !ok || until.Sub(wm) >= idleWatermarkEvery {
 		if err := j.store.SetWatermark(ctx, JobName, until); err != nil {
 			return nil, err
 		}
 	}
 	if worked {
-		j.logger.Info("rolled up", "hours", len(hours), "days", len(days), "costed_hours", len(costHours), "slo_version", sloVersion,
+		j.logger.Info("rolled up", "hours", len(hours), "days", len(days), "costed_hours", len(costHours), "engine_hours", len(engineHours), "slo_version", sloVersion,
 			"price_version", book.Version(), "watermark", until, "hours_without_peaks_left", len(j.peakless))
 	}
 	return mergeHours(hours, costHours), nil

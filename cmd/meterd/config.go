@@ -42,6 +42,8 @@ type Config struct {
 	AuthKeys    string
 	EventsTopic string
 	GPUTopic    string
+	// EngineTopic carries engine samples ("": not ingested).
+	EngineTopic string
 	PricesFile  string
 	DLQTopic    string
 	GroupID     string
@@ -247,6 +249,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&c.AuthKeys, "auth-keys", "", "JSON file of API keys (see README, API keys); --dev generates one")
 	fs.StringVar(&c.EventsTopic, "events-topic", ingest.DefaultEventsTopic, "Kafka topic of inference events")
 	fs.StringVar(&c.GPUTopic, "gpu-topic", ingest.DefaultGPUTopic, "Kafka topic of GPU samples (from gpu-agent); empty: do not ingest GPU samples")
+	fs.StringVar(&c.EngineTopic, "engine-topic", ingest.DefaultEngineTopic, "Kafka topic of engine samples (from gpu-agent --engine-endpoints); empty: do not ingest engine samples")
 	fs.StringVar(&c.PricesFile, "prices", "", "JSON price book (GPU $/hour, token list prices; see docs/operations.md); a changed file becomes a new price version at start")
 	fs.StringVar(&c.DLQTopic, "dlq-topic", ingest.DefaultDLQTopic, "Kafka dead-letter topic")
 	fs.StringVar(&c.GroupID, "group-id", ingest.DefaultGroupID, "Kafka consumer group of the ingest role")

@@ -47,8 +47,10 @@ func startDevMode(ctx context.Context, cfg Config, logger *slog.Logger) (_ Confi
 // devTopics are the topics the dev broker creates.
 func devTopics(cfg Config) []string {
 	topics := []string{cfg.EventsTopic, cfg.DLQTopic}
-	if cfg.GPUTopic != "" {
-		topics = append(topics, cfg.GPUTopic)
+	for _, t := range []string{cfg.GPUTopic, cfg.EngineTopic} {
+		if t != "" {
+			topics = append(topics, t)
+		}
 	}
 	return topics
 }

@@ -92,7 +92,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		logger.Info("price book in force", "version", v, "new", changed, "source", cfg.PricesFile)
 	}
 
-	var consumer, gpuConsumer *ingest.Consumer
+	var consumer, gpuConsumer, engineConsumer *ingest.Consumer
+	if cfg.HasRole("ingest") && cfg.EngineTopic != "" {
+		engineConsumer, err = ingest.NewEngineConsumer(ingest.ConsumerConfig{
+			Brokers: cfg.KafkaBrokers, Kafka: kafkaConn, Topic: cfg.EngineTopic, GroupID: cfg.GroupID + "-engine", DLQTopic: cfg.DLQTopic,
+			BatchSize: cfg.BatchSize, BatchTimeout: cfg.BatchTimeout,
+		}, store, reg, logger, now)
+		if err != nil {
+			return err
+		}
+	}
 	if cfg.HasRole("ingest") && cfg.GPUTopic != "" {
 		gpuConsumer, err = ingest.NewGPUConsumer(ingest.ConsumerConfig{
 			Brokers: cfg.KafkaBrokers, Kafka: kafkaConn, Topic: cfg.GPUTopic, GroupID: cfg.GroupID + "-gpu", DLQTopic: cfg.DLQTopic,
@@ -164,7 +173,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
-		svc = &api.Services{Keys: keys, Publisher: pub, Usage: reads, Rollups: reads, Cost: reads, Prices: store, Admin: store, Billing: bill, Reports: reads}
+		svc = &api.Services{Keys: keys, Publisher: pub, Usage: reads, Rollups: reads, Cost: reads, Engine: reads, Prices: store, Admin: store, Billing: bill, Reports: reads}
 	}
 	ready := func(ctx context.Context) error {
 		if consumer != nil && !consumer.Healthy() {
@@ -172,6 +181,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		if gpuConsumer != nil && !gpuConsumer.Healthy() {
 			return errors.New("GPU sample ingest is retrying failed writes")
+		}
+		if engineConsumer != nil && !engineConsumer.Healthy() {
+			return errors.New("engine sample ingest is retrying failed writes")
 		}
 		return store.Ping(ctx)
 	}
@@ -197,6 +209,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if gpuConsumer != nil {
 		g.Go(func() error { return gpuConsumer.Run(gctx) })
+	}
+	if engineConsumer != nil {
+		g.Go(func() error { return engineConsumer.Run(gctx) })
 	}
 	if job != nil {
 		g.Go(func() error {

@@ -34,7 +34,8 @@ import (
 // up must find its rows on one shard: a tenant's events (duplicates
 // included: the same tenant_id and event_id) and every rollup and cost row
 // keyed by tenant go by tenant; GPU samples and GPU hours by deployment
-// (the cost of a deployment-hour is computed from its samples alone);
+// (the cost of a deployment-hour is computed from its samples alone),
+// and engine samples and rows likewise;
 // dead letters by their source partition. The all-tenant levels
 // (tenant_id ”) land on one shard. The hour lists (dirty_hours) are
 // written by materialized views on the local tables, never through the
@@ -54,6 +55,10 @@ var shardKeys = map[string]string{
 	"gpu_hour":               "cityHash64(deployment)",
 	"cost_hour":              "cityHash64(tenant_id)",
 	"dead_letters":           "cityHash64(source_topic, source_partition)",
+	"engine_samples":         "cityHash64(deployment)",
+	"engine_dirty_hours":     "rand()",
+	"engine_hour":            "cityHash64(deployment)",
+	"engine_minute":          "cityHash64(deployment)",
 }
 
 // globalTables are the small tables of the whole service (the schema's

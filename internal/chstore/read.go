@@ -230,6 +230,8 @@ func ReadSQL(r any) (string, []any, error) {
 		return costSQL(r)
 	case query.GPUUsageQuery:
 		stmt, args = gpuUsageSQL(r)
+	case query.EngineQuery:
+		stmt, args = engineSQL(r)
 	default:
 		return "", nil, fmt.Errorf("no SQL for a read of type %T", r)
 	}
