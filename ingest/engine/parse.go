@@ -1,0 +1,193 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// The engines whose metric names Parse knows.
+const (
+	EngineVLLM   = "vllm"
+	EngineSGLang = "sglang"
+	EngineTGI    = "tgi"
+)
+
+// ErrNoEngineMetrics is returned for a scrape that holds no metric of a
+// known engine (the URL is not an engine's /metrics, or the engine is not
+// one of vLLM, SGLang, TGI).
+var ErrNoEngineMetrics = errors.New("no vLLM, SGLang or TGI metrics")
+
+// Reading is what one scrape of an engine says, before counters become
+// deltas: gauges as read, counters as their cumulative values. A nil field
+// was not published. Several series of one metric (vLLM's data-parallel
+// engines, one per "engine" label) are summed, except the ratios
+// (KV-cache usage, hit rate), which are averaged.
+type Reading struct {
+	Engine string
+	// Model is the served model (label model_name, or model_id for TGI);
+	// several are joined with ",".
+	Model            string
+	Running, Waiting *float64
+	KVCacheUsage     *float64
+	PrefixHitRate    *float64
+	// Cumulative counters.
+	PrefixQueries, PrefixHits, Preemptions *float64
+	// IterationTokensSum and IterationTokensCount are the sum and count of
+	// vLLM's iteration_tokens_total histogram (tokens per engine step).
+	IterationTokensSum, IterationTokensCount *float64
+}
+
+// metric maps a field of Reading to the family names that publish it, in
+// order of preference (a newer name first, then the names it replaced).
+type metric struct {
+	field func(*Reading) **float64
+	names []string
+	ratio bool // averaged over series rather than summed
+}
+
+// The metric names of each engine. vLLM renamed gpu_cache_usage_perc to
+// kv_cache_usage_perc (V1 engine, 0.8+) and replaced the hit-rate gauge
+// gpu_prefix_cache_hit_rate with the counters prefix_cache_queries and
+// prefix_cache_hits; both generations are read. Counters are looked up
+// with and without the _total suffix (the Python client writes the family
+// as name_total in the text format). Names are facts from the engines'
+// documentation; the values are documented in docs/architecture.md.
+var engineMetrics = map[string][]metric{
+	EngineVLLM: {
+		{field: func(r *Reading) **float64 { return &r.Running }, names: []string{"vllm:num_requests_running"}},
+		{field: func(r *Reading) **float64 { return &r.Waiting }, names: []string{"vllm:num_requests_waiting"}},
+		{field: func(r *Reading) **float64 { return &r.KVCacheUsage }, names: []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"}, ratio: true},
+		{field: func(r *Reading) **float64 { return &r.PrefixHitRate }, names: []string{"vllm:gpu_prefix_cache_hit_rate"}, ratio: true},
+		{field: func(r *Reading) **float64 { return &r.PrefixQueries }, names: []string{"vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"}},
+		{field: func(r *Reading) **float64 { return &r.PrefixHits }, names: []string{"vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"}},
+		{field: func(r *Reading) **float64 { return &r.Preemptions }, names: []string{"vllm:num_preemptions_total", "vllm:num_preemptions"}},
+	},
+	EngineSGLang: {
+		{field: func(r *Reading) **float64 { return &r.Running }, names: []string{"sglang:num_running_reqs"}},
+		{field: func(r *Reading) **float64 { return &r.Waiting }, names: []string{"sglang:num_queue_reqs"}},
+		{field: func(r *Reading) **float64 { return &r.KVCacheUsage }, names: []string{"sglang:token_usage"}, ratio: true},
+		{field: func(r *Reading) **float64 { return &r.PrefixHitRate }, names: []string{"sglang:cache_hit_rate"}, ratio: true},
+	},
+	EngineTGI: {
+		{field: func(r *Reading) **float64 { return &r.Running }, names: []string{"tgi_batch_current_size"}},
+		{field: func(r *Reading) **float64 { return &r.Waiting }, names: []string{"tgi_queue_size"}},
+	},
+}
+
+// engineOf names the engine whose metrics fams holds, by name prefix.
+func engineOf(fams map[string]*dto.MetricFamily) (string, error) {
+	var found []string
+	for name := range fams {
+		for _, p := range []struct{ prefix, engine string }{{"vllm:", EngineVLLM}, {"sglang:", EngineSGLang}, {"tgi_", EngineTGI}} {
+			if strings.HasPrefix(name, p.prefix) && !slices.Contains(found, p.engine) {
+				found = append(found, p.engine)
+			}
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", ErrNoEngineMetrics
+	case 1:
+		return found[0], nil
+	}
+	slices.Sort(found)
+	return "", fmt.Errorf("metrics of several engines at one endpoint (%s): scrape each engine's own endpoint", strings.Join(found, ", "))
+}
+
+// Parse reads one scrape in the Prometheus text format and maps the
+// engine's metrics to a Reading.
+func Parse(r io.Reader) (Reading, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return Reading{}, fmt.Errorf("parse Prometheus text: %w", err)
+	}
+	eng, err := engineOf(fams)
+	if err != nil {
+		return Reading{}, err
+	}
+	out := Reading{Engine: eng}
+	var models []string
+	for _, m := range engineMetrics[eng] {
+		for _, name := range m.names {
+			f, ok := fams[name]
+			if !ok {
+				continue
+			}
+			v, n := sumSeries(f, &models)
+			if n == 0 {
+				continue
+			}
+			if m.ratio {
+				v /= float64(n)
+			}
+			*m.field(&out) = &v
+			break
+		}
+	}
+	if eng == EngineVLLM {
+		for _, name := range []string{"vllm:iteration_tokens_total", "vllm:iteration_tokens"} {
+			if f, ok := fams[name]; ok && f.GetType() == dto.MetricType_HISTOGRAM {
+				var sum, count float64
+				for _, m := range f.GetMetric() {
+					sum += m.GetHistogram().GetSampleSum()
+					count += float64(m.GetHistogram().GetSampleCount())
+					addModel(&models, m)
+				}
+				if len(f.GetMetric()) > 0 {
+					out.IterationTokensSum, out.IterationTokensCount = &sum, &count
+				}
+				break
+			}
+		}
+	}
+	slices.Sort(models)
+	out.Model = strings.Join(slices.Compact(models), ",")
+	return out, nil
+}
+
+// sumSeries sums the finite values of a gauge, counter or untyped family,
+// returning how many series it summed, and notes each series' model.
+func sumSeries(f *dto.MetricFamily, models *[]string) (float64, int) {
+	var (
+		sum float64
+		n   int
+	)
+	for _, m := range f.GetMetric() {
+		var v float64
+		switch {
+		case m.Gauge != nil:
+			v = m.GetGauge().GetValue()
+		case m.Counter != nil:
+			v = m.GetCounter().GetValue()
+		case m.Untyped != nil:
+			v = m.GetUntyped().GetValue()
+		default:
+			continue
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			continue
+		}
+		sum += v
+		n++
+		addModel(models, m)
+	}
+	return sum, n
+}
+
+func addModel(models *[]string, m *dto.Metric) {
+	for _, lp := range m.GetLabel() {
+		if (lp.GetName() == "model_name" || lp.GetName() == "model_id") && lp.GetValue() != "" {
+			*models = append(*models, lp.GetValue())
+			return
+		}
+	}
+}
