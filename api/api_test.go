@@ -102,7 +102,7 @@ func newStack(t *testing.T, brokerDown bool) *stack {
 	}
 	keys := testKeySet(t)
 	srv, err := api.New(ctx, api.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", MaxBatchEvents: 100, MaxRequestBytes: 1 << 20},
-		&api.Services{Keys: keys, Publisher: pub, Usage: reads, Rollups: reads, Cost: reads, Prices: store, Admin: store, Reports: reads}, store.Ping, reg, logger)
+		&api.Services{Keys: keys, Publisher: pub, Usage: reads, Rollups: reads, Cost: reads, Prices: store, Admin: store, Reports: reads, Engine: reads}, store.Ping, reg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,11 +12,15 @@ import (
 	"time"
 
 	"tokenmeter/ingest"
+	"tokenmeter/ingest/engine"
 	"tokenmeter/ingest/gpu"
 	"tokenmeter/internal/envflag"
 	"tokenmeter/internal/kafkaconn"
 	"tokenmeter/internal/logsetup"
 )
+
+// SourceNone runs no GPU source: the agent scrapes engine endpoints only.
+const SourceNone = "none"
 
 // Config is gpu-agent's whole configuration, read from flags with METER_*
 // environment fallbacks (--kafka-brokers: METER_KAFKA_BROKERS).
@@ -41,6 +45,9 @@ type Config struct {
 	LogLevel      string
 	BufferSamples int
 	ValidateOnly  bool
+	// EngineEndpoints are the engine replicas to scrape (--engine-endpoints).
+	EngineEndpoints []engine.Target
+	EngineTopic     string
 	// Kafka's TLS and SASL (the password is read by Kafka.Resolve).
 	Kafka kafkaconn.Flags
 }
@@ -49,6 +56,10 @@ type Config struct {
 func (c Config) Validate() error {
 	var errs []error
 	switch c.Source {
+	case SourceNone:
+		if len(c.EngineEndpoints) == 0 {
+			errs = append(errs, errors.New("--source none: nothing to do without --engine-endpoints"))
+		}
 	case gpu.SourceDCGM:
 		switch gpu.DCGMMode(c.DCGMMode) {
 		case gpu.DCGMEmbedded, gpu.DCGMStandalone:
@@ -68,7 +79,7 @@ func (c Config) Validate() error {
 			errs = append(errs, errors.New("--file is required with --source replay"))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("--source %q: want %s, %s, %s or %s", c.Source, gpu.SourceDCGM, gpu.SourceNVML, gpu.SourceExporter, gpu.SourceReplay))
+		errs = append(errs, fmt.Errorf("--source %q: want %s, %s, %s, %s or %s", c.Source, gpu.SourceDCGM, gpu.SourceNVML, gpu.SourceExporter, gpu.SourceReplay, SourceNone))
 	}
 	if c.Interval <= 0 {
 		errs = append(errs, fmt.Errorf("--interval %s: must be positive", c.Interval))
@@ -82,8 +93,11 @@ func (c Config) Validate() error {
 				errs = append(errs, fmt.Errorf("--kafka-brokers %q: %w", b, err))
 			}
 		}
-		if c.Topic == "" {
+		if c.Topic == "" && c.Source != SourceNone {
 			errs = append(errs, errors.New("--topic is empty"))
+		}
+		if c.EngineTopic == "" && len(c.EngineEndpoints) > 0 {
+			errs = append(errs, errors.New("--engine-topic is empty"))
 		}
 		k, err := c.Kafka.Resolve()
 		if err != nil {
@@ -123,7 +137,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	var c Config
 	fs := flag.NewFlagSet("gpu-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.Source, "source", gpu.SourceDCGM, "where readings come from: dcgm, nvml (the NVIDIA driver's libnvidia-ml, for nodes without DCGM), dcgm-exporter or replay")
+	fs.StringVar(&c.Source, "source", gpu.SourceDCGM, "where readings come from: dcgm, nvml (the NVIDIA driver's libnvidia-ml, for nodes without DCGM), dcgm-exporter, replay, or none (engine endpoints only)")
+	endpoints := fs.String("engine-endpoints", "", "inference engine replicas to scrape (vLLM, SGLang, TGI): comma-separated deployment=http://host:port/metrics[@replica]; their samples go to --engine-topic")
+	fs.StringVar(&c.EngineTopic, "engine-topic", ingest.DefaultEngineTopic, "Kafka topic of engine samples")
 	fs.StringVar(&c.DCGMMode, "dcgm-mode", string(gpu.DCGMEmbedded), "dcgm source: embedded (load libdcgm in this process) or standalone (connect to nv-hostengine)")
 	fs.StringVar(&c.DCGMAddress, "dcgm-address", gpu.DefaultDCGMAddress, "standalone nv-hostengine: host:port, a unix socket path, or a tcp:// or unix:// URL")
 	fs.StringVar(&c.ExporterURL, "exporter-url", gpu.DefaultExporterURL, "dcgm-exporter source: the /metrics URL (or a Prometheus /federate URL)")
@@ -148,6 +164,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	}
 	c.Kafka.ReadEnv(getenv)
 	c.KafkaBrokers = envflag.List(*brokers)
+	var terr error
+	if c.EngineEndpoints, terr = engine.ParseTargets(*endpoints); terr != nil {
+		return c, fmt.Errorf("--engine-endpoints: %w", terr)
+	}
 	c.NodeSet = c.Node != ""
 	if !c.NodeSet {
 		c.Node, _ = os.Hostname()

@@ -18,7 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
+	"tokenmeter/ingest/engine"
 	"tokenmeter/ingest/gpu"
 	"tokenmeter/internal/kafkaconn"
 	"tokenmeter/internal/logsetup"
@@ -46,35 +48,52 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	logger := logsetup.JSON(stderr, cfg.LogLevel)
 	now := time.Now
 
-	src, err := openSource(cfg, logger)
-	if errors.Is(err, gpu.ErrDCGMUnavailable) {
-		return fmt.Errorf("%w; use --source dcgm-exporter or replay, or --source nvml where the NVIDIA driver is installed", err)
-	}
-	if errors.Is(err, gpu.ErrNVMLUnavailable) {
-		return fmt.Errorf("%w; use --source dcgm-exporter or replay", err)
-	}
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err := src.Close(); err != nil {
-			logger.Warn("close GPU source", "error", err)
+	var src gpu.Source
+	if cfg.Source != SourceNone {
+		src, err = openSource(cfg, logger)
+		if errors.Is(err, gpu.ErrDCGMUnavailable) {
+			return fmt.Errorf("%w; use --source dcgm-exporter or replay, or --source nvml where the NVIDIA driver is installed", err)
 		}
-	}()
+		if errors.Is(err, gpu.ErrNVMLUnavailable) {
+			return fmt.Errorf("%w; use --source dcgm-exporter or replay", err)
+		}
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := src.Close(); err != nil {
+				logger.Warn("close GPU source", "error", err)
+			}
+		}()
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	agentCfg := gpu.AgentConfig{Interval: cfg.Interval, Node: cfg.Node, BufferSamples: cfg.BufferSamples}
+	engineCfg := engine.AgentConfig{Targets: cfg.EngineEndpoints, Scraper: engine.ScraperConfig{Interval: cfg.Interval}, BufferSamples: cfg.BufferSamples}
 
 	if cfg.Once {
-		agent, err := gpu.NewAgent(agentCfg, src, attr, &jsonLines{w: stdout}, reg, logger, now)
-		if err != nil {
-			return err
+		if src != nil {
+			agent, err := gpu.NewAgent(agentCfg, src, attr, &jsonLines[*meterv1.GpuSample]{w: stdout}, reg, logger, now)
+			if err != nil {
+				return err
+			}
+			if _, err := agent.Collect(ctx); err != nil {
+				return err
+			}
+			if err := agent.Flush(ctx); err != nil {
+				return err
+			}
 		}
-		if _, err := agent.Collect(ctx); err != nil {
-			return err
+		if len(cfg.EngineEndpoints) > 0 {
+			eagent, err := engine.NewAgent(engineCfg, &jsonLines[*meterv1.EngineSample]{w: stdout}, reg, logger, now)
+			if err != nil {
+				return err
+			}
+			_, serr := eagent.Collect(ctx) // the targets that answered are printed all the same
+			return errors.Join(eagent.Flush(ctx), serr)
 		}
-		return agent.Flush(ctx)
+		return nil
 	}
 
 	kcfg, err := cfg.Kafka.Resolve()
@@ -98,18 +117,35 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			logger.Warn("Kafka does not answer yet; will retry", "error", err)
 		}
 	}
-	pub, err := gpu.NewKafkaPublisher(gpu.KafkaConfig{Brokers: cfg.KafkaBrokers, Kafka: kafkaConn, Topic: cfg.Topic})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err := pub.Close(); err != nil {
-			logger.Warn("close Kafka writer", "error", err)
+	var agent *gpu.Agent
+	if src != nil {
+		pub, err := gpu.NewKafkaPublisher(gpu.KafkaConfig{Brokers: cfg.KafkaBrokers, Kafka: kafkaConn, Topic: cfg.Topic})
+		if err != nil {
+			return err
 		}
-	}()
-	agent, err := gpu.NewAgent(agentCfg, src, attr, pub, reg, logger, now)
-	if err != nil {
-		return err
+		defer func() {
+			if err := pub.Close(); err != nil {
+				logger.Warn("close Kafka writer", "error", err)
+			}
+		}()
+		if agent, err = gpu.NewAgent(agentCfg, src, attr, pub, reg, logger, now); err != nil {
+			return err
+		}
+	}
+	var eagent *engine.Agent
+	if len(cfg.EngineEndpoints) > 0 {
+		epub, err := engine.NewKafkaPublisher(cfg.KafkaBrokers, kafkaConn, cfg.EngineTopic)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := epub.Close(); err != nil {
+				logger.Warn("close engine Kafka writer", "error", err)
+			}
+		}()
+		if eagent, err = engine.NewAgent(engineCfg, epub, reg, logger, now); err != nil {
+			return err
+		}
 	}
 
 	actx, stop := context.WithCancel(ctx)
@@ -120,7 +156,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return fmt.Errorf("listen on --http-addr: %w", err)
 		}
-		srv := &http.Server{Handler: httpHandler(reg, agent), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: httpHandler(reg, agent, eagent), ReadHeaderTimeout: 5 * time.Second}
 		g.Go(func() error {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("serve %s: %w", cfg.HTTPAddr, err)
@@ -135,11 +171,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		})
 	}
 	logger.Info("gpu-agent started", "source", cfg.Source, "node", cfg.Node, "interval", cfg.Interval,
-		"kafka", cfg.KafkaBrokers, "topic", cfg.Topic, "http", cfg.HTTPAddr)
-	g.Go(func() error {
-		defer stop() // a finished replay stops the HTTP server too
-		return agent.Run(gctx)
-	})
+		"kafka", cfg.KafkaBrokers, "topic", cfg.Topic, "engine_endpoints", len(cfg.EngineEndpoints), "engine_topic", cfg.EngineTopic, "http", cfg.HTTPAddr)
+	if agent != nil {
+		g.Go(func() error {
+			if eagent == nil {
+				defer stop() // a finished replay stops the HTTP server too
+			}
+			return agent.Run(gctx)
+		})
+	}
+	if eagent != nil {
+		g.Go(func() error { return eagent.Run(gctx) })
+	}
 	err = g.Wait()
 	logger.Info("gpu-agent stopped")
 	return err
@@ -181,12 +224,12 @@ func openSource(cfg Config, logger *slog.Logger) (gpu.Source, error) {
 	return nil, fmt.Errorf("--source %q: unknown", cfg.Source)
 }
 
-func httpHandler(reg *prometheus.Registry, agent *gpu.Agent) http.Handler {
+func httpHandler(reg *prometheus.Registry, agent *gpu.Agent, eagent *engine.Agent) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz/live", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /healthz/ready", func(w http.ResponseWriter, _ *http.Request) {
-		if !agent.Healthy() {
+		if (agent != nil && !agent.Healthy()) || (eagent != nil && !eagent.Healthy()) {
 			http.Error(w, "GPU source or Kafka failing; see the logs and meter_gpu_agent_* metrics", http.StatusServiceUnavailable)
 			return
 		}
@@ -195,14 +238,14 @@ func httpHandler(reg *prometheus.Registry, agent *gpu.Agent) http.Handler {
 	return mux
 }
 
-// jsonLines is the publisher of --once: one protojson sample per line, the
-// format --source replay reads.
-type jsonLines struct {
+// jsonLines is the publisher of --once: one protojson sample per line
+// (for GPU samples, the format --source replay reads).
+type jsonLines[T proto.Message] struct {
 	mu sync.Mutex
 	w  io.Writer
 }
 
-func (j *jsonLines) Publish(_ context.Context, samples []*meterv1.GpuSample) ([]*meterv1.GpuSample, error) {
+func (j *jsonLines[T]) Publish(_ context.Context, samples []T) ([]T, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for i, s := range samples {
