@@ -275,7 +275,10 @@ func (e *Exporter) Gather(ctx context.Context) ([]*dto.MetricFamily, error) {
 		return e.families, nil
 	}
 	e.tried = now
-	rctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
+	// The read outlives a scraper that gives up (Prometheus's
+	// scrape_timeout may be shorter than a read over all time): its result
+	// is cached for the next scrape. Config.Timeout bounds it.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
 	families, err := e.compute(rctx, now)
