@@ -95,6 +95,9 @@ func capacityUnit(cur string, u *capacity.Unit) *meterv1.CapacityUnit {
 	if p := u.Peak; p != nil {
 		out.Peak = &meterv1.CapacityPeakHour{Start: timestamppb.New(p.Start), TokensPerSecond: p.TokensPerSecond, Gpus: p.GPUs,
 			TokensPerSecondPerGpu: p.TokensPerSecondPerGPU, Requests: p.Requests, Attainment: p.Attainment}
+		if p.Saturation != nil {
+			out.Peak.Saturation = enginePoint(*p.Saturation)
+		}
 	}
 	s := u.Sustainable
 	out.Sustainable = &meterv1.SustainableLoad{Known: s.Known, Reason: s.Reason, TokensPerSecondPerGpu: s.TokensPerSecondPerGPU,

@@ -188,3 +188,20 @@ func EngineSeriesOf(q EngineQuery, p Page, rows []EngineRow) (series []Series[En
 	})
 	return series, next
 }
+
+// EnginePointOf merges the rows of one step of several groups (distinct
+// deployments of a capacity unit) into one point starting at start: their
+// replicas add up.
+func EnginePointOf(rows []EngineRow, start time.Time) EnginePoint {
+	var (
+		p        EnginePoint
+		replicas uint64
+	)
+	for _, r := range rows {
+		p.add(r)
+		replicas += r.Replicas
+	}
+	p.finish(start)
+	p.Replicas = replicas
+	return p
+}

@@ -19,8 +19,9 @@ import (
 
 // Fleet answers the report's reads from its rows, those of the asked range.
 type Fleet struct {
-	GPU []query.GPUUsageRow
-	Use []query.RollupRow
+	GPU    []query.GPUUsageRow
+	Use    []query.RollupRow
+	Engine []query.EngineRow
 }
 
 var _ capacity.Source = (*Fleet)(nil)
@@ -45,6 +46,30 @@ func (f *Fleet) DeploymentHours(_ context.Context, start, end time.Time) ([]quer
 		}
 	}
 	return out, nil
+}
+
+// EngineStats returns the engine rows in [q.Start, q.End) (the report asks
+// for hour steps by deployment).
+func (f *Fleet) EngineStats(_ context.Context, q query.EngineQuery) ([]query.EngineRow, error) {
+	var out []query.EngineRow
+	for _, r := range f.Engine {
+		if !r.Start.Before(q.Start) && r.Start.Before(q.End) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// EngineHour adds an hour of engine samples of a deployment: each of
+// replicas sampled 360 times with queue depth waiting and KV-cache usage kv.
+func (f *Fleet) EngineHour(dep string, at time.Time, replicas uint64, waiting uint32, kv float64) {
+	n := 360 * replicas
+	r := query.EngineRow{Start: at, Group: map[string]string{"deployment": dep}, Replicas: replicas}
+	r.Samples, r.SampledSeconds = n, 10*float64(n)
+	r.WaitingWeighted, r.WaitingSeconds, r.WaitingMax = 10*float64(n)*float64(waiting), 10*float64(n), waiting
+	r.WaitingValues, r.WaitingCounts = []uint32{waiting}, []uint64{n}
+	r.KVWeighted, r.KVSeconds, r.KVMax, r.KVSamples = 10*float64(n)*kv, 10*float64(n), kv, n
+	f.Engine = append(f.Engine, r)
 }
 
 // CurrentPriceBook reports that there is no price book.

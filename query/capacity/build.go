@@ -21,6 +21,7 @@ var ErrNotFound = errors.New("not found")
 type Source interface {
 	GPUUsage(ctx context.Context, q query.GPUUsageQuery) ([]query.GPUUsageRow, error)
 	DeploymentHours(ctx context.Context, start, end time.Time) ([]query.RollupRow, error)
+	EngineStats(ctx context.Context, q query.EngineQuery) ([]query.EngineRow, error)
 }
 
 var _ Source = (*query.Service)(nil)
@@ -173,8 +174,9 @@ func Build(ctx context.Context, src Source, q Query) (*Report, error) {
 		return nil, err
 	}
 	var (
-		gpuRows []query.GPUUsageRow
-		useRows []query.RollupRow
+		gpuRows    []query.GPUUsageRow
+		useRows    []query.RollupRow
+		engineRows []query.EngineRow
 	)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() (err error) {
@@ -184,6 +186,10 @@ func Build(ctx context.Context, src Source, q Query) (*Report, error) {
 	})
 	g.Go(func() (err error) {
 		useRows, err = src.DeploymentHours(gctx, q.Start, q.End)
+		return err
+	})
+	g.Go(func() (err error) {
+		engineRows, err = src.EngineStats(gctx, query.EngineQuery{Start: q.Start, End: q.End, Step: "hour", GroupBy: []string{"deployment"}})
 		return err
 	})
 	if err := g.Wait(); err != nil {
@@ -237,6 +243,7 @@ func Build(ctx context.Context, src Source, q Query) (*Report, error) {
 	}
 	slices.SortFunc(all, func(a, b *deployment) int { return cmp.Compare(a.name, b.name) })
 	rep.Fleet = computeUnit(q, "fleet", all, false)
+	saturation(&rep.Fleet, all, engineRows)
 	if len(all) == 0 {
 		rep.NotEnoughData = fmt.Sprintf("no GPU samples and no traffic between %s and %s",
 			q.Start.Format(time.RFC3339), q.End.Format(time.RFC3339))
@@ -259,10 +266,36 @@ func Build(ctx context.Context, src Source, q Query) (*Report, error) {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		rep.Units = append(rep.Units, computeUnit(q, name, groups[name], true))
+		u := computeUnit(q, name, groups[name], true)
+		saturation(&u, groups[name], engineRows)
+		rep.Units = append(rep.Units, u)
 	}
 	rep.Findings = findings(q, rep.Units)
 	return rep, nil
+}
+
+// saturation sets the engine stats of the unit's peak hour: the engine
+// rows of its deployments in that hour, merged; none without engine
+// samples then.
+func saturation(u *Unit, deps []*deployment, rows []query.EngineRow) {
+	if u.Peak == nil {
+		return
+	}
+	in := map[string]bool{}
+	for _, d := range deps {
+		in[d.name] = true
+	}
+	var at []query.EngineRow
+	for _, r := range rows {
+		if r.Start.Equal(u.Peak.Start) && in[r.Group["deployment"]] {
+			at = append(at, r)
+		}
+	}
+	if len(at) == 0 {
+		return
+	}
+	p := query.EnginePointOf(at, u.Peak.Start)
+	u.Peak.Saturation = &p
 }
 
 // largest is the key of m's largest positive value (the first in key

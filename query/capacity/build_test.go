@@ -3,6 +3,7 @@ package capacity
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -19,6 +20,8 @@ import (
 type fleet struct {
 	gpu []query.GPUUsageRow
 	use []query.RollupRow
+	// engine rows per (deployment, hour).
+	engine []query.EngineRow
 	// asked records the queries, to check what the report reads.
 	gpuQ []query.GPUUsageQuery
 	useQ [][2]time.Time
@@ -44,6 +47,30 @@ func (f *fleet) DeploymentHours(_ context.Context, start, end time.Time) ([]quer
 		}
 	}
 	return out, nil
+}
+
+func (f *fleet) EngineStats(_ context.Context, q query.EngineQuery) ([]query.EngineRow, error) {
+	if q.Step != "hour" || !slices.Equal(q.GroupBy, []string{"deployment"}) {
+		return nil, fmt.Errorf("engine query %+v: want hour steps by deployment", q)
+	}
+	var out []query.EngineRow
+	for _, r := range f.engine {
+		if !r.Start.Before(q.Start) && r.Start.Before(q.End) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// engineHour adds an hour of engine samples of a deployment: replicas
+// replicas each sampled once with queue depth waiting and KV-cache usage kv.
+func (f *fleet) engineHour(dep string, at time.Time, replicas uint64, waiting uint32, kv float64) {
+	r := query.EngineRow{Start: at, Group: map[string]string{"deployment": dep}, Replicas: replicas}
+	r.Samples, r.SampledSeconds = replicas, 10*float64(replicas)
+	r.WaitingWeighted, r.WaitingSeconds, r.WaitingMax = 10*float64(replicas*uint64(waiting)), 10*float64(replicas), waiting
+	r.WaitingValues, r.WaitingCounts = []uint32{waiting}, []uint64{replicas}
+	r.KVWeighted, r.KVSeconds, r.KVMax, r.KVSamples = 10*float64(replicas)*kv, 10*float64(replicas), kv, replicas
+	f.engine = append(f.engine, r)
 }
 
 // gpuHour adds an hour of gpus GPUs of a deployment at utilization util
@@ -104,6 +131,7 @@ func TestSaturatingDeployment(t *testing.T) {
 		}
 		f.gpuHour("sat", "H100", at, gpus, 0.7, 4_000_000_000)
 		f.traffic("llama", "sat", at, 1000, good, tokens[i]/4, tokens[i]-tokens[i]/4)
+		f.engineHour("sat", at, 2, uint32(i), float64(i%100)/100)
 	}
 	r, err := Build(context.Background(), f, Query{Start: day0, End: day0.Add(hours * time.Hour), Growth: "1.3", Currency: "USD"})
 	if err != nil {
@@ -148,6 +176,12 @@ func TestSaturatingDeployment(t *testing.T) {
 	}
 	if u.Peak == nil || !u.Peak.Start.Equal(day0.Add(time.Duration(peakHour)*time.Hour)) {
 		t.Fatalf("peak %+v, want hour %d", u.Peak, peakHour)
+	}
+	// The saturation at the peak is that hour's engine rows: queue depth
+	// peakHour on both replicas.
+	if sat := u.Peak.Saturation; sat == nil || sat.WaitingP95 != uint32(peakHour) || sat.WaitingMean != float64(peakHour) ||
+		sat.Replicas != 2 || math.Abs(sat.KVMax-float64(peakHour%100)/100) > 1e-12 {
+		t.Errorf("saturation at the peak %+v, want queue depth %d on 2 replicas", sat, peakHour)
 	}
 	wantHeadroom := 1 - (float64(peakTokens)/(gpus*3600))/(float64(bestTokens)/(gpus*3600))
 	if !u.HeadroomKnown || math.Abs(u.Headroom-wantHeadroom) > 1e-12 || u.Headroom >= 0 {

@@ -7,7 +7,11 @@
 // ("Capacity report").
 package capacity
 
-import "time"
+import (
+	"time"
+
+	"tokenmeter/query"
+)
 
 // Group names what a report's units are: a deployment (default), a model
 // (each deployment counted under the model that took most of its tokens) or
@@ -144,6 +148,9 @@ type PeakHour struct {
 	// Requests and Attainment of the hour.
 	Requests   uint64
 	Attainment float64
+	// Saturation is the engine stats of the unit's deployments in the
+	// hour (queue depth, KV cache); nil without engine samples then.
+	Saturation *query.EnginePoint
 }
 
 // Sustainable is the highest per-GPU load at which attainment stayed at or

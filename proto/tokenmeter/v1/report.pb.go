@@ -783,7 +783,11 @@ type CapacityPeakHour struct {
 	// requests counts the hour's requests.
 	Requests uint64 `protobuf:"varint,5,opt,name=requests,proto3" json:"requests,omitempty"`
 	// attainment is the hour's goodput attainment.
-	Attainment    float64 `protobuf:"fixed64,6,opt,name=attainment,proto3" json:"attainment,omitempty"`
+	Attainment float64 `protobuf:"fixed64,6,opt,name=attainment,proto3" json:"attainment,omitempty"`
+	// saturation is the engine stats of the unit's deployments in the hour:
+	// queue depth, running requests, KV-cache usage, preemptions (absent
+	// without engine samples then; replicas add up over the deployments).
+	Saturation    *EngineStatsPoint `protobuf:"bytes,7,opt,name=saturation,proto3" json:"saturation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -858,6 +862,13 @@ func (x *CapacityPeakHour) GetAttainment() float64 {
 		return x.Attainment
 	}
 	return 0
+}
+
+func (x *CapacityPeakHour) GetSaturation() *EngineStatsPoint {
+	if x != nil {
+		return x.Saturation
+	}
+	return nil
 }
 
 // SustainableLoad is the highest per-GPU load at which attainment stayed at
@@ -1671,7 +1682,7 @@ var File_tokenmeter_v1_report_proto protoreflect.FileDescriptor
 
 const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\n" +
-	"\x1atokenmeter/v1/report.proto\x12\rtokenmeter.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18tokenmeter/v1/cost.proto\"\x94\x04\n" +
+	"\x1atokenmeter/v1/report.proto\x12\rtokenmeter.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18tokenmeter/v1/cost.proto\x1a\x1atokenmeter/v1/engine.proto\"\x94\x04\n" +
 	"\x18GetCapacityReportRequest\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x19\n" +
@@ -1750,7 +1761,7 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\x05trend\x18\x1f \x01(\v2\x1c.tokenmeter.v1.CapacityTrendR\x05trend\x12>\n" +
 	"\fhours_detail\x18  \x03(\v2\x1b.tokenmeter.v1.CapacityHourR\vhoursDetail\x12.\n" +
 	"\x04days\x18! \x03(\v2\x1a.tokenmeter.v1.CapacityDayR\x04days\x12.\n" +
-	"\x13max_gpu_equivalents\x18\" \x01(\x01R\x11maxGpuEquivalents\"\xfa\x01\n" +
+	"\x13max_gpu_equivalents\x18\" \x01(\x01R\x11maxGpuEquivalents\"\xbb\x02\n" +
 	"\x10CapacityPeakHour\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12*\n" +
 	"\x11tokens_per_second\x18\x02 \x01(\x01R\x0ftokensPerSecond\x12\x12\n" +
@@ -1759,7 +1770,10 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\brequests\x18\x05 \x01(\x04R\brequests\x12\x1e\n" +
 	"\n" +
 	"attainment\x18\x06 \x01(\x01R\n" +
-	"attainment\"\xe1\x02\n" +
+	"attainment\x12?\n" +
+	"\n" +
+	"saturation\x18\a \x01(\v2\x1f.tokenmeter.v1.EngineStatsPointR\n" +
+	"saturation\"\xe1\x02\n" +
 	"\x0fSustainableLoad\x12\x14\n" +
 	"\x05known\x18\x01 \x01(\bR\x05known\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x128\n" +
@@ -1861,6 +1875,7 @@ var file_tokenmeter_v1_report_proto_goTypes = []any{
 	(*CapacityFinding)(nil),           // 13: tokenmeter.v1.CapacityFinding
 	(*timestamppb.Timestamp)(nil),     // 14: google.protobuf.Timestamp
 	(*Money)(nil),                     // 15: tokenmeter.v1.Money
+	(*EngineStatsPoint)(nil),          // 16: tokenmeter.v1.EngineStatsPoint
 }
 var file_tokenmeter_v1_report_proto_depIdxs = []int32{
 	14, // 0: tokenmeter.v1.GetCapacityReportRequest.start:type_name -> google.protobuf.Timestamp
@@ -1882,23 +1897,24 @@ var file_tokenmeter_v1_report_proto_depIdxs = []int32{
 	11, // 16: tokenmeter.v1.CapacityUnit.hours_detail:type_name -> tokenmeter.v1.CapacityHour
 	12, // 17: tokenmeter.v1.CapacityUnit.days:type_name -> tokenmeter.v1.CapacityDay
 	14, // 18: tokenmeter.v1.CapacityPeakHour.start:type_name -> google.protobuf.Timestamp
-	14, // 19: tokenmeter.v1.SustainableLoad.hour:type_name -> google.protobuf.Timestamp
-	9,  // 20: tokenmeter.v1.CapacityTrend.weeks:type_name -> tokenmeter.v1.CapacityWeek
-	10, // 21: tokenmeter.v1.CapacityTrend.forecast:type_name -> tokenmeter.v1.PeakForecast
-	14, // 22: tokenmeter.v1.CapacityWeek.start:type_name -> google.protobuf.Timestamp
-	14, // 23: tokenmeter.v1.CapacityWeek.peak_hour:type_name -> google.protobuf.Timestamp
-	14, // 24: tokenmeter.v1.PeakForecast.at:type_name -> google.protobuf.Timestamp
-	14, // 25: tokenmeter.v1.CapacityHour.start:type_name -> google.protobuf.Timestamp
-	14, // 26: tokenmeter.v1.CapacityDay.start:type_name -> google.protobuf.Timestamp
-	15, // 27: tokenmeter.v1.CapacityDay.busy_cost:type_name -> tokenmeter.v1.Money
-	15, // 28: tokenmeter.v1.CapacityDay.idle_cost:type_name -> tokenmeter.v1.Money
-	0,  // 29: tokenmeter.v1.ReportService.GetCapacityReport:input_type -> tokenmeter.v1.GetCapacityReportRequest
-	1,  // 30: tokenmeter.v1.ReportService.GetCapacityReport:output_type -> tokenmeter.v1.GetCapacityReportResponse
-	30, // [30:31] is the sub-list for method output_type
-	29, // [29:30] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	16, // 19: tokenmeter.v1.CapacityPeakHour.saturation:type_name -> tokenmeter.v1.EngineStatsPoint
+	14, // 20: tokenmeter.v1.SustainableLoad.hour:type_name -> google.protobuf.Timestamp
+	9,  // 21: tokenmeter.v1.CapacityTrend.weeks:type_name -> tokenmeter.v1.CapacityWeek
+	10, // 22: tokenmeter.v1.CapacityTrend.forecast:type_name -> tokenmeter.v1.PeakForecast
+	14, // 23: tokenmeter.v1.CapacityWeek.start:type_name -> google.protobuf.Timestamp
+	14, // 24: tokenmeter.v1.CapacityWeek.peak_hour:type_name -> google.protobuf.Timestamp
+	14, // 25: tokenmeter.v1.PeakForecast.at:type_name -> google.protobuf.Timestamp
+	14, // 26: tokenmeter.v1.CapacityHour.start:type_name -> google.protobuf.Timestamp
+	14, // 27: tokenmeter.v1.CapacityDay.start:type_name -> google.protobuf.Timestamp
+	15, // 28: tokenmeter.v1.CapacityDay.busy_cost:type_name -> tokenmeter.v1.Money
+	15, // 29: tokenmeter.v1.CapacityDay.idle_cost:type_name -> tokenmeter.v1.Money
+	0,  // 30: tokenmeter.v1.ReportService.GetCapacityReport:input_type -> tokenmeter.v1.GetCapacityReportRequest
+	1,  // 31: tokenmeter.v1.ReportService.GetCapacityReport:output_type -> tokenmeter.v1.GetCapacityReportResponse
+	31, // [31:32] is the sub-list for method output_type
+	30, // [30:31] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_tokenmeter_v1_report_proto_init() }
@@ -1907,6 +1923,7 @@ func file_tokenmeter_v1_report_proto_init() {
 		return
 	}
 	file_tokenmeter_v1_cost_proto_init()
+	file_tokenmeter_v1_engine_proto_init()
 	file_tokenmeter_v1_report_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

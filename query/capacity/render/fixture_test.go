@@ -89,7 +89,9 @@ func fixtureUnit(name string, days int, gpus float64, peakTPS, satLoad float64, 
 	u.Attainment = float64(good) / float64(req)
 	u.TokensPerSecondPerGpu = float64(in+out) / (gpuHours * 3600)
 	u.Peak = &meterv1.CapacityPeakHour{Start: peak.Start, TokensPerSecond: peak.TokensPerSecond, Gpus: peak.Gpus,
-		TokensPerSecondPerGpu: peak.TokensPerSecondPerGpu, Requests: peak.Requests, Attainment: peak.Attainment}
+		TokensPerSecondPerGpu: peak.TokensPerSecondPerGpu, Requests: peak.Requests, Attainment: peak.Attainment,
+		Saturation: &meterv1.EngineStatsPoint{Start: peak.Start, Samples: 2160, Replicas: 6, WaitingMean: 6.5, WaitingMax: 31, WaitingP95: 14,
+			RunningMean: 48, RunningMax: 64, KvCacheUsageMean: 0.71, KvCacheUsageMax: 0.97, KvCacheSamples: 2160, Preemptions: 12}}
 	u.Sustainable = &meterv1.SustainableLoad{Known: true, TokensPerSecondPerGpu: sust.TokensPerSecondPerGpu, Hour: sust.Start,
 		SupportingHours: int32(supporting), MissedHours: int32(missed), QualifyingHours: int32(qualifying)}
 	u.HeadroomKnown = true

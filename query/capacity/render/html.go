@@ -345,6 +345,18 @@ func unitCards(r *meterv1.CapacityReport, u *meterv1.CapacityUnit) []card {
 	} else {
 		add(card{Key: "peak", Label: "Peak hour", Value: unknown, Sub: noTraffic})
 	}
+	if sat := peak.GetSaturation(); sat != nil {
+		sub := "mean " + human(sat.GetWaitingMean()) + ", max " + human(sat.GetWaitingMax()) + " waiting; " +
+			human(sat.GetRunningMean()) + " running; " + countU(sat.GetReplicas()) + " replicas"
+		if sat.GetKvCacheSamples() > 0 {
+			sub += "; KV cache " + percent(sat.GetKvCacheUsageMean()) + " mean, " + percent(sat.GetKvCacheUsageMax()) + " max"
+		}
+		if sat.GetPreemptions() > 0 {
+			sub += "; " + countU(sat.GetPreemptions()) + " preemptions"
+		}
+		add(card{Key: "saturation", Label: "Queue at the peak (p95)", Value: countU(uint64(sat.GetWaitingP95())), Raw: num(sat.GetWaitingP95()), Sub: sub,
+			Hint: "engine samples (vLLM, SGLang, TGI) of the peak hour: requests waiting per replica"})
+	}
 	s := u.GetSustainable()
 	if s.GetKnown() {
 		sub := fmt.Sprintf("supported by %s of %s qualifying hours (%s missed the target)", countU(uint64(s.GetSupportingHours())),

@@ -248,6 +248,7 @@ func TestHTMLCards(t *testing.T) {
 		{"sustainable", human(u.GetSustainable().GetTokensPerSecondPerGpu()) + " tokens/s per GPU", num(u.GetSustainable().GetTokensPerSecondPerGpu())},
 		{"headroom", percent(u.GetHeadroom()), num(u.GetHeadroom())},
 		{"peak", hourText(u.GetPeak().GetStart().AsTime()), rfc3339(u.GetPeak().GetStart().AsTime())},
+		{"saturation", "14", "14"},
 		{"forecast", human(u.GetTrend().GetForecast().GetTokensPerSecond()) + " tokens/s", num(u.GetTrend().GetForecast().GetTokensPerSecond())},
 	}
 	for _, tt := range tests {
