@@ -55,19 +55,26 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		r.httpError(w, req, ct, fmt.Errorf("%w: Content-Type %q: want %s or %s", errUnsupported, req.Header.Get("Content-Type"), contentTypeProtobuf, contentTypeJSON))
 		return
 	}
-	body, err := r.readBody(w, req)
+	buf := r.bodies.Get().(*bytes.Buffer)
+	err = r.readBody(w, req, buf)
+	var ereq coltracepb.ExportTraceServiceRequest
+	if err == nil {
+		// Decoding copies what it keeps: the buffer can be reused after.
+		if ct == contentTypeProtobuf {
+			err = proto.Unmarshal(buf.Bytes(), &ereq)
+		} else {
+			err = unmarshalJSON(buf.Bytes(), &ereq)
+		}
+		if err != nil {
+			err = fmt.Errorf("%w: body is not an OTLP ExportTraceServiceRequest (%s): %v", errBadRequest, ct, err)
+		}
+	}
+	if buf.Cap() <= maxPooledBody {
+		buf.Reset()
+		r.bodies.Put(buf)
+	}
 	if err != nil {
 		r.httpError(w, req, ct, err)
-		return
-	}
-	var ereq coltracepb.ExportTraceServiceRequest
-	if ct == contentTypeProtobuf {
-		err = proto.Unmarshal(body, &ereq)
-	} else {
-		err = unmarshalJSON(body, &ereq)
-	}
-	if err != nil {
-		r.httpError(w, req, ct, fmt.Errorf("%w: body is not an OTLP ExportTraceServiceRequest (%s): %v", errBadRequest, ct, err))
 		return
 	}
 	resp, err := r.export(req.Context(), &ereq, keyTenant)
@@ -79,9 +86,14 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 	writeMessage(w, ct, http.StatusOK, resp)
 }
 
-// readBody reads the whole body, gunzipped when its Content-Encoding is
-// gzip. The limit holds for the body as sent and as decompressed.
-func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request) ([]byte, error) {
+// maxPooledBody bounds the buffers kept for reuse: an unusually large
+// body's buffer is left to the collector.
+const maxPooledBody = 4 << 20
+
+// readBody reads the whole body into buf, gunzipped when its
+// Content-Encoding is gzip. The limit holds for the body as sent and as
+// decompressed.
+func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request, buf *bytes.Buffer) error {
 	limit := int64(r.cfg.MaxRequestBytes)
 	var src io.Reader = http.MaxBytesReader(w, req.Body, limit)
 	gzipped := false
@@ -89,26 +101,31 @@ func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request) ([]byte, e
 	case "", "identity":
 	case "gzip":
 		gzipped = true
-		zr, err := gzip.NewReader(src)
-		if err != nil {
-			return nil, readError(err, "gzip body")
+		zr, _ := r.gunzips.Get().(*gzip.Reader)
+		var err error
+		if zr == nil {
+			zr, err = gzip.NewReader(src)
+		} else {
+			err = zr.Reset(src)
 		}
-		defer zr.Close()
+		if err != nil {
+			return readError(err, "gzip body")
+		}
+		defer r.gunzips.Put(zr)
 		src = zr
 	default:
-		return nil, fmt.Errorf("%w: Content-Encoding %q: want gzip or none", errUnsupported, enc)
+		return fmt.Errorf("%w: Content-Encoding %q: want gzip or none", errUnsupported, enc)
 	}
-	var buf bytes.Buffer
 	if n := req.ContentLength; !gzipped && n > 0 && n <= limit {
 		buf.Grow(int(n) + bytes.MinRead)
 	}
 	if _, err := buf.ReadFrom(io.LimitReader(src, limit+1)); err != nil {
-		return nil, readError(err, "body")
+		return readError(err, "body")
 	}
 	if int64(buf.Len()) > limit {
-		return nil, fmt.Errorf("%w: the decompressed body exceeds %d bytes", errTooLarge, limit)
+		return fmt.Errorf("%w: the decompressed body exceeds %d bytes", errTooLarge, limit)
 	}
-	return buf.Bytes(), nil
+	return nil
 }
 
 func readError(err error, what string) error {

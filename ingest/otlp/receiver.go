@@ -1,6 +1,7 @@
 package otlp
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -94,6 +96,10 @@ type Receiver struct {
 	auth    Authorizer
 	logger  *slog.Logger
 	metrics *metrics
+	// bodies are the buffers of OTLP/HTTP request bodies, reused.
+	bodies sync.Pool
+	// gunzips are gzip readers of request bodies, reused.
+	gunzips sync.Pool
 
 	grpc   *grpc.Server
 	http   *http.Server
@@ -116,7 +122,8 @@ func New(cfg Config, pub Publisher, auth Authorizer, reg prometheus.Registerer, 
 	if err != nil {
 		return nil, err
 	}
-	r := &Receiver{cfg: cfg, pub: pub, auth: auth, logger: logger, metrics: m}
+	r := &Receiver{cfg: cfg, pub: pub, auth: auth, logger: logger, metrics: m,
+		bodies: sync.Pool{New: func() any { return new(bytes.Buffer) }}}
 	if cfg.GRPCAddr != "" {
 		if r.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 			return nil, fmt.Errorf("otlp: listen gRPC: %w", err)

@@ -1,0 +1,135 @@
+package otlp_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"tokenmeter/ingest"
+	"tokenmeter/ingest/otlp"
+	"tokenmeter/internal/devenv"
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+// spansPerExport is the SDK's default batch (BatchSpanProcessor's
+// max export batch size).
+const spansPerExport = 512
+
+// benchRequest is one export of 512 GenAI chat spans, the resource of a
+// gateway and the attributes an instrumentation sets, with span ids
+// starting at first.
+func benchRequest(first uint64) *coltracepb.ExportTraceServiceRequest {
+	end := time.Now()
+	spans := make([]*tracepb.Span, spansPerExport)
+	for i := range spans {
+		sp := chatSpan(str("gen_ai.response.id", "chatcmpl-0123456789"), num("gen_ai.request.max_tokens", 512),
+			dbl("gen_ai.request.temperature", 0.7), str("gen_ai.response.finish_reasons", "stop"),
+			str("server.address", "api.example.com"), num("server.port", 443))
+		sp.SpanId = binary.BigEndian.AppendUint64(nil, first+uint64(i)+1)
+		sp.TraceId = append(binary.BigEndian.AppendUint64(nil, 7), sp.SpanId...)
+		sp.StartTimeUnixNano, sp.EndTimeUnixNano = uint64(end.Add(-2*time.Second).UnixNano()), uint64(end.UnixNano())
+		spans[i] = sp
+	}
+	return request([]*commonpb.KeyValue{str("service.name", "chat-gw"), str("host.name", "gw-1"),
+		str("cloud.region", "eu-west-1"), str("telemetry.sdk.language", "python")}, spans...)
+}
+
+// BenchmarkConvert is the mapping alone.
+func BenchmarkConvert(b *testing.B) {
+	req := benchRequest(0)
+	b.ReportAllocs()
+	for b.Loop() {
+		if bt := (otlp.Mapping{}).Convert(req, ""); len(bt.Events) != spansPerExport {
+			b.Fatalf("%d events, rejected %v", len(bt.Events), bt.Rejected[:1])
+		}
+	}
+	b.ReportMetric(float64(b.N*spansPerExport)/b.Elapsed().Seconds(), "spans/s")
+}
+
+// validating is a publisher that does what ingest.Publisher does before
+// Kafka: validate and encode each event; then it drops them.
+type validating struct{ limits ingest.Limits }
+
+func (v validating) Publish(_ context.Context, events []*meterv1.InferenceEvent) (int, []ingest.Rejected, error) {
+	now := time.Now()
+	for _, ev := range events {
+		if err := v.limits.Validate(ev, now); err != nil {
+			panic(err)
+		}
+	}
+	return len(events), nil, nil
+}
+
+// BenchmarkHTTPExport posts exports of 512 spans (protobuf, gzip as
+// exporters send by default, or not) from concurrent clients to the
+// OTLP/HTTP receiver: decoding, conversion and publishing into a
+// validating publisher ("validate"), or into ingest.Publisher writing to
+// an in-process Kafka broker with acks=all ("kafka").
+func BenchmarkHTTPExport(b *testing.B) {
+	for _, pubName := range []string{"validate", "kafka"} {
+		for _, gz := range []bool{false, true} {
+			name := pubName + "/protobuf"
+			if gz {
+				name += "+gzip"
+			}
+			b.Run(name, func(b *testing.B) {
+				var pub otlp.Publisher = validating{ingest.DefaultLimits()}
+				if pubName == "kafka" {
+					broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Topics: []string{ingest.DefaultEventsTopic}})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer broker.Close()
+					p, err := ingest.NewPublisher(ingest.PublisherConfig{Brokers: []string{broker.Addr()}}, prometheus.NewRegistry(),
+						slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer p.Close()
+					pub = p
+				}
+				r := startReceiver(b, pub, otlp.Config{})
+				body := encode(b, "application/x-protobuf", benchRequest(0))
+				enc := ""
+				if gz {
+					body, enc = gzipped(b, body), "gzip"
+				}
+				url := "http://" + r.HTTPAddr() + otlp.TracesPath
+				client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+				b.SetBytes(int64(len(body)))
+				b.SetParallelism(4) // 4 exporters per core
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+						req.Header.Set("Content-Type", "application/x-protobuf")
+						req.Header.Set("Authorization", "Bearer key-ingest")
+						if enc != "" {
+							req.Header.Set("Content-Encoding", enc)
+						}
+						resp, err := client.Do(req)
+						if err != nil {
+							b.Fatal(err)
+						}
+						out, _ := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != http.StatusOK || len(out) != 0 {
+							b.Fatalf("got %d %q", resp.StatusCode, out)
+						}
+					}
+				})
+				b.ReportMetric(float64(b.N*spansPerExport)/b.Elapsed().Seconds(), "spans/s")
+			})
+		}
+	}
+}
