@@ -92,6 +92,10 @@ type Services struct {
 	Reports ReportReader
 	// Engine serves engine stats; nil leaves them unregistered.
 	Engine EngineReader
+	// UsageMetrics serves the business metrics for Prometheus on
+	// UsageMetricsPath to finance and admin keys (package usagemetrics);
+	// nil leaves the path unrouted (404).
+	UsageMetrics http.Handler
 }
 
 // Server is the gRPC server and the HTTP server (REST gateway, metrics, health).
@@ -278,6 +282,9 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 			}
 		}
 		mux.Handle("/v1/", gw)
+		if svc.UsageMetrics != nil {
+			mux.Handle("GET "+UsageMetricsPath, usageMetrics(keys, svc.UsageMetrics))
+		}
 		// The web dashboard: static files, and /ui/session for the key's role.
 		mux.Handle("GET /ui/", dashboard(keys))
 		mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))

@@ -11,12 +11,14 @@ import (
 
 	"tokenmeter/billing"
 	"tokenmeter/ingest"
+	"tokenmeter/ingest/otlp"
 	"tokenmeter/internal/envflag"
 	"tokenmeter/internal/ident"
 	"tokenmeter/internal/kafkaconn"
 	"tokenmeter/internal/logsetup"
 	"tokenmeter/internal/tlsfiles"
 	"tokenmeter/rollup"
+	"tokenmeter/usagemetrics"
 )
 
 // envClickHousePassword is the environment variable of ClickHouse's
@@ -67,6 +69,22 @@ type Config struct {
 	BillingZones string
 	// BillingByDeployment splits statement lines per deployment.
 	BillingByDeployment bool
+	// OTLP is the OTLP trace receiver of the api role (off when both
+	// addresses are empty).
+	OTLP OTLPConfig
+	// UsageMetrics serves the business metrics for Prometheus on
+	// --http-addr (api role), UsageMetricsMaxSeries and UsageMetricsInterval
+	// being their cardinality cap and cache interval.
+	UsageMetrics          bool
+	UsageMetricsMaxSeries int
+	UsageMetricsInterval  time.Duration
+}
+
+// OTLPConfig is the --otlp-* flags.
+type OTLPConfig struct {
+	GRPCAddr, HTTPAddr string
+	TenantAttribute    string
+	TTFTFromE2E        bool
 }
 
 // billingZones reads BillingZones, "acme=Asia/Kolkata,beta=+05:30": each
@@ -216,6 +234,19 @@ func (c Config) Validate() error {
 	if c.MaxBatch <= 0 || c.MaxBody <= 0 {
 		errs = append(errs, errors.New("--max-batch-events and --max-request-bytes must be positive"))
 	}
+	if c.OTLP.GRPCAddr != "" || c.OTLP.HTTPAddr != "" {
+		if !c.HasRole("api") {
+			errs = append(errs, errors.New("--otlp-grpc-addr and --otlp-http-addr need the api role"))
+		}
+		for _, a := range []string{c.OTLP.GRPCAddr, c.OTLP.HTTPAddr} {
+			if _, _, err := net.SplitHostPort(a); a != "" && err != nil {
+				errs = append(errs, fmt.Errorf("OTLP address %q: %w", a, err))
+			}
+		}
+		if c.OTLP.TenantAttribute == "" {
+			errs = append(errs, errors.New("--otlp-tenant-attribute must not be empty"))
+		}
+	}
 	if err := logsetup.CheckLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
@@ -224,6 +255,15 @@ func (c Config) Validate() error {
 	}
 	if _, err := c.billingZones(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.UsageMetrics && !c.HasRole("api") {
+		errs = append(errs, errors.New("--usage-metrics is served by the api role: add it to --role"))
+	}
+	if c.UsageMetricsMaxSeries < 1 {
+		errs = append(errs, fmt.Errorf("--usage-metrics-max-series %d: must be at least 1", c.UsageMetricsMaxSeries))
+	}
+	if c.UsageMetricsInterval < time.Second {
+		errs = append(errs, fmt.Errorf("--usage-metrics-interval %s: must be at least 1s", c.UsageMetricsInterval))
 	}
 	if err := c.Security.validate(c.Dev, c.Dev && c.ClickHouse == ""); err != nil {
 		errs = append(errs, err)
@@ -269,6 +309,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&c.BillingGrace, "billing-grace", billing.DefaultGrace, "how long after its end a billing period may close (an admin's close may ask for another)")
 	fs.StringVar(&c.BillingZones, "billing-zones", "", "billing time zones of tenants, tenant=zone,...: an IANA name or an offset (acme=Asia/Kolkata,beta=+05:30); UTC for the others")
 	fs.BoolVar(&c.BillingByDeployment, "billing-by-deployment", false, "split statement lines per deployment as well as per model")
+	fs.BoolVar(&c.UsageMetrics, "usage-metrics", false, "api role: serve business metrics for Prometheus (llm_requests_total, llm_tokens_*_total, llm_latency, ... per tenant and model) on --http-addr at /metrics/usage, to finance and admin keys")
+	fs.IntVar(&c.UsageMetricsMaxSeries, "usage-metrics-max-series", usagemetrics.DefaultMaxSeries, "most (tenant, model) pairs /metrics/usage exposes, tenant=\"__other__\" included; the smallest others are summed into it")
+	fs.DurationVar(&c.UsageMetricsInterval, "usage-metrics-interval", usagemetrics.DefaultInterval, "/metrics/usage reads the rollups at most this often and serves a cache in between")
+	fs.StringVar(&c.OTLP.GRPCAddr, "otlp-grpc-addr", "", "OTLP/gRPC trace receiver listen address (api role; GenAI spans become events); empty: off")
+	fs.StringVar(&c.OTLP.HTTPAddr, "otlp-http-addr", "", "OTLP/HTTP trace receiver listen address, POST /v1/traces (api role); empty: off")
+	fs.StringVar(&c.OTLP.TenantAttribute, "otlp-tenant-attribute", otlp.DefaultTenantAttribute, "span or resource attribute naming the tenant of OTLP spans (else the ingest key's tenant)")
+	fs.BoolVar(&c.OTLP.TTFTFromE2E, "otlp-ttft-from-e2e", false, "OTLP spans without time to first token: take e2e as TTFT and label the event ttft_source=e2e, instead of rejecting them")
 	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the configuration and exit")
 	sec := &c.Security
 	fs.StringVar(&sec.TLS.CertFile, "tls-cert", "", "serve gRPC and HTTP over TLS with this certificate (PEM, chain first); read again when it changes")

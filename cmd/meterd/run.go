@@ -20,6 +20,7 @@ import (
 	"tokenmeter/billing"
 	"tokenmeter/billing/closing"
 	"tokenmeter/ingest"
+	"tokenmeter/ingest/otlp"
 	"tokenmeter/internal/chstore"
 	"tokenmeter/internal/kafkaconn"
 	"tokenmeter/internal/kafkalock"
@@ -27,6 +28,7 @@ import (
 	"tokenmeter/internal/tlsfiles"
 	"tokenmeter/query"
 	"tokenmeter/rollup"
+	"tokenmeter/usagemetrics"
 )
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -142,6 +144,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 	var svc *api.Services
+	var otlpRecv *otlp.Receiver
 	if cfg.HasRole("api") {
 		keys, err := api.LoadKeys(cfg.AuthKeys)
 		if err != nil {
@@ -173,7 +176,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
+		if cfg.OTLP.GRPCAddr != "" || cfg.OTLP.HTTPAddr != "" {
+			otlpRecv, err = otlp.New(otlp.Config{
+				GRPCAddr: cfg.OTLP.GRPCAddr, HTTPAddr: cfg.OTLP.HTTPAddr, MaxRequestBytes: cfg.MaxBody, TLS: apiTLS,
+				Mapping: otlp.Mapping{TenantAttribute: cfg.OTLP.TenantAttribute, TTFTFromE2E: cfg.OTLP.TTFTFromE2E},
+			}, pub, keys, reg, logger)
+			if err != nil {
+				return err
+			}
+			logger.Info("OTLP receiver", "grpc", otlpRecv.GRPCAddr(), "http", otlpRecv.HTTPAddr())
+		}
 		svc = &api.Services{Keys: keys, Publisher: pub, Usage: reads, Rollups: reads, Cost: reads, Engine: reads, Prices: store, Admin: store, Billing: bill, Reports: reads}
+		if cfg.UsageMetrics {
+			if svc.UsageMetrics, err = usagemetrics.New(usagemetrics.Config{MaxSeries: cfg.UsageMetricsMaxSeries, Interval: cfg.UsageMetricsInterval},
+				reads, reg, logger, now); err != nil {
+				return err
+			}
+		}
 	}
 	ready := func(ctx context.Context) error {
 		if consumer != nil && !consumer.Healthy() {
@@ -204,6 +223,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return server.Run(gctx) })
+	if otlpRecv != nil {
+		g.Go(func() error { return otlpRecv.Run(gctx) })
+	}
 	if consumer != nil {
 		g.Go(func() error { return consumer.Run(gctx) })
 	}
