@@ -2,6 +2,7 @@ package otlp
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -103,45 +104,87 @@ func (m Mapping) Convert(req *coltracepb.ExportTraceServiceRequest, keyTenant st
 	}
 	var b Batch
 	for _, rs := range req.GetResourceSpans() {
-		res := readResource(rs.GetResource().GetAttributes(), tenantAttr)
+		var res resourceAttrs
+		for _, kv := range rs.GetResource().GetAttributes() {
+			res.add(kv.GetKey(), stringOf(kv.GetValue()), tenantAttr)
+		}
+		res.fill()
 		for _, ss := range rs.GetScopeSpans() {
 			for _, sp := range ss.GetSpans() {
-				a, err := readSpan(sp.GetAttributes(), tenantAttr)
-				switch {
-				case !a.genAI:
-					b.NotGenAI++
-					continue
-				case !a.inference():
-					b.NotInference++
-					continue
+				var a spanAttrs
+				var err error
+				for _, kv := range sp.GetAttributes() {
+					if sl, ok := lookup(kv.GetKey(), tenantAttr); ok {
+						if serr := a.set(sl, valueOf(kv.GetValue())); serr != nil && err == nil {
+							err = fmt.Errorf("attribute %s: %w", kv.GetKey(), serr)
+						}
+					}
 				}
-				ev, rej := m.event(sp, &a, err, &res, keyTenant)
-				if rej != nil {
-					b.Rejected = append(b.Rejected, *rej)
-					continue
+				core := spanCore{
+					traceID: sp.GetTraceId(), spanID: sp.GetSpanId(),
+					start: sp.GetStartTimeUnixNano(), end: sp.GetEndTimeUnixNano(),
+					status: sp.GetStatus().GetCode(),
 				}
-				b.Events = append(b.Events, ev)
-				b.Spans = append(b.Spans, spanOf(sp))
+				for _, e := range sp.GetEvents() {
+					core.event(e.GetName(), e.GetTimeUnixNano())
+				}
+				m.add(&b, &core, &a, err, &res, keyTenant)
 			}
 		}
 	}
 	return b
 }
 
-func spanOf(sp *tracepb.Span) Span {
-	return Span{TraceID: hex.EncodeToString(sp.GetTraceId()), SpanID: hex.EncodeToString(sp.GetSpanId())}
+// spanCore is what a span holds besides its attributes.
+type spanCore struct {
+	traceID, spanID []byte
+	start, end      uint64
+	status          tracepb.Status_StatusCode
+	// firstToken is the time of the earliest "gen_ai.first_token" event
+	// at or after start, 0 for none.
+	firstToken uint64
+}
+
+// event notes a span event.
+func (c *spanCore) event(name string, t uint64) {
+	if name == eventFirstToken && t >= c.start && (c.firstToken == 0 || t < c.firstToken) {
+		c.firstToken = t
+	}
+}
+
+func (c *spanCore) span() Span {
+	return Span{TraceID: hex.EncodeToString(c.traceID), SpanID: hex.EncodeToString(c.spanID)}
+}
+
+// add classifies one span into b.
+func (m Mapping) add(b *Batch, sp *spanCore, a *spanAttrs, attrErr error, res *resourceAttrs, keyTenant string) {
+	switch {
+	case !a.genAI:
+		b.NotGenAI++
+		return
+	case !a.inference():
+		b.NotInference++
+		return
+	}
+	ev, rej := m.event(sp, a, attrErr, res, keyTenant)
+	if rej != nil {
+		b.Rejected = append(b.Rejected, *rej)
+		return
+	}
+	b.Events = append(b.Events, ev)
+	b.Spans = append(b.Spans, sp.span())
 }
 
 // event builds the event of one GenAI inference span, or says why not.
 // attrErr is the first attribute of the span that could not be read.
-func (m Mapping) event(sp *tracepb.Span, a *spanAttrs, attrErr error, res *resourceAttrs, keyTenant string) (*meterv1.InferenceEvent, *Rejection) {
+func (m Mapping) event(sp *spanCore, a *spanAttrs, attrErr error, res *resourceAttrs, keyTenant string) (*meterv1.InferenceEvent, *Rejection) {
 	reject := func(reason, format string, args ...any) (*meterv1.InferenceEvent, *Rejection) {
-		return nil, &Rejection{Span: spanOf(sp), Reason: reason, Message: fmt.Sprintf(format, args...)}
+		return nil, &Rejection{Span: sp.span(), Reason: reason, Message: fmt.Sprintf(format, args...)}
 	}
-	if len(sp.GetTraceId()) != 16 || len(sp.GetSpanId()) != 8 || allZero(sp.GetTraceId()) || allZero(sp.GetSpanId()) {
-		return reject(ReasonInvalidSpan, "trace id (%d bytes) and span id (%d bytes) must be 16 and 8 bytes, not all zero", len(sp.GetTraceId()), len(sp.GetSpanId()))
+	if len(sp.traceID) != 16 || len(sp.spanID) != 8 || allZero(sp.traceID) || allZero(sp.spanID) {
+		return reject(ReasonInvalidSpan, "trace id (%d bytes) and span id (%d bytes) must be 16 and 8 bytes, not all zero", len(sp.traceID), len(sp.spanID))
 	}
-	start, end := sp.GetStartTimeUnixNano(), sp.GetEndTimeUnixNano()
+	start, end := sp.start, sp.end
 	if start == 0 || end < start || end > math.MaxInt64 {
 		return reject(ReasonInvalidSpan, "span times start %d, end %d (ns since 1970): want 0 < start <= end", start, end)
 	}
@@ -167,7 +210,7 @@ func (m Mapping) event(sp *tracepb.Span, a *spanAttrs, attrErr error, res *resou
 	if model == "" {
 		return reject(ReasonMissingModel, "no model: the span has neither gen_ai.response.model nor gen_ai.request.model")
 	}
-	status := statusOf(sp.GetStatus().GetCode(), a.str[attrErrorType])
+	status := statusOf(sp.status, a.str[attrErrorType])
 	ok := status == meterv1.Status_STATUS_OK
 	input := a.num[numInputTokens].or(a.num[numPromptTokens])
 	output := a.num[numOutputTokens].or(a.num[numCompletionTokens])
@@ -179,7 +222,7 @@ func (m Mapping) event(sp *tracepb.Span, a *spanAttrs, attrErr error, res *resou
 	}
 
 	ev := &meterv1.InferenceEvent{
-		EventId:     EventID(sp.GetTraceId(), sp.GetSpanId()),
+		EventId:     EventID(sp.traceID, sp.spanID),
 		RequestId:   a.str[attrRequestID],
 		TenantId:    tenant,
 		Model:       model,
@@ -214,8 +257,8 @@ func (m Mapping) event(sp *tracepb.Span, a *spanAttrs, attrErr error, res *resou
 	if t := a.num[numTTFTLatency].or(a.num[numTTFTChunk]).or(a.num[numTTFTServer]).or(a.num[numTTFTLLM]); t.set {
 		ms := t.f * 1000
 		ev.TtftMs = &ms
-	} else if first := firstTokenEvent(sp); first != 0 {
-		ms := float64(int64(first)-int64(start)) / 1e6
+	} else if sp.firstToken != 0 {
+		ms := float64(int64(sp.firstToken)-int64(start)) / 1e6
 		ev.TtftMs = &ms
 	} else if ok && m.TTFTFromE2E {
 		ev.TtftMs = &e2e
@@ -248,18 +291,6 @@ func (m Mapping) tenantAttr() string {
 // eventFirstToken is the span event whose time, when no TTFT attribute is
 // set, marks the first output token.
 const eventFirstToken = "gen_ai.first_token"
-
-// firstTokenEvent is the time of the span's first "gen_ai.first_token"
-// event, 0 when it has none.
-func firstTokenEvent(sp *tracepb.Span) uint64 {
-	var first uint64
-	for _, e := range sp.GetEvents() {
-		if e.GetName() == eventFirstToken && e.GetTimeUnixNano() >= sp.GetStartTimeUnixNano() && (first == 0 || e.GetTimeUnixNano() < first) {
-			first = e.GetTimeUnixNano()
-		}
-	}
-	return first
-}
 
 func timestampOf(ns uint64) *timestamppb.Timestamp {
 	return &timestamppb.Timestamp{Seconds: int64(ns / 1e9), Nanos: int32(ns % 1e9)}
@@ -422,80 +453,144 @@ func (a *spanAttrs) inference() bool {
 	return false
 }
 
-// readSpan reads a span's attributes in one pass. A span is GenAI when it
-// has gen_ai.operation.name, gen_ai.system, gen_ai.provider.name,
-// gen_ai.request.model or any gen_ai.usage.* attribute. err is the first
-// attribute of a known name whose value has the wrong type.
-func readSpan(kvs []*commonpb.KeyValue, tenantAttr string) (a spanAttrs, err error) {
-	for _, kv := range kvs {
-		k := kv.GetKey()
-		if k == tenantAttr {
-			a.tenant = stringOf(kv.GetValue())
-			continue
-		}
-		if !strings.HasPrefix(k, "gen_ai.") && !strings.HasPrefix(k, "llm.") && k != "error.type" {
-			continue
-		}
-		if strings.HasPrefix(k, "gen_ai.usage.") {
-			a.genAI = true
-		}
-		if i, ok := strAttrs[k]; ok {
-			a.str[i] = stringOf(kv.GetValue())
-			if i == attrOperation || i == attrSystem || i == attrProvider || i == attrRequestModel {
-				a.genAI = true
-			}
-			continue
-		}
-		if n, ok := numAttrs[k]; ok {
-			v, perr := numberOf(kv.GetValue(), n.integer)
-			if perr != nil && err == nil {
-				err = fmt.Errorf("attribute %s: %w", k, perr)
-			}
-			a.num[n.i] = v
-			continue
-		}
-		if k == "gen_ai.request.stream" {
-			a.stream = kv.GetValue().GetBoolValue()
-		}
-	}
-	return a, err
+// slot is where an attribute goes.
+type slot struct {
+	kind    slotKind
+	i       int  // index in spanAttrs.str or .num
+	integer bool // a count, not seconds
 }
 
-// stringOf reads a string attribute; other scalar types are formatted.
-func stringOf(v *commonpb.AnyValue) string {
+type slotKind uint8
+
+const (
+	slotUsage  slotKind = iota // an unknown gen_ai.usage.* attribute: only marks the span GenAI
+	slotTenant                 // the tenant attribute
+	slotStr                    // spanAttrs.str[i]
+	slotNum                    // spanAttrs.num[i]
+	slotStream                 // gen_ai.request.stream
+)
+
+// lookup says what an attribute key is for; false: nothing. It takes the
+// key as a string or as bytes (the wire decoder's), and allocates neither.
+func lookup[K ~string | ~[]byte](key K, tenantAttr string) (slot, bool) {
+	if string(key) == tenantAttr {
+		return slot{kind: slotTenant}, true
+	}
+	if i, ok := strAttrs[string(key)]; ok {
+		return slot{kind: slotStr, i: i}, true
+	}
+	if n, ok := numAttrs[string(key)]; ok {
+		return slot{kind: slotNum, i: n.i, integer: n.integer}, true
+	}
+	if string(key) == "gen_ai.request.stream" {
+		return slot{kind: slotStream}, true
+	}
+	if len(key) > len(usagePrefix) && string(key[:len(usagePrefix)]) == usagePrefix {
+		return slot{kind: slotUsage}, true
+	}
+	return slot{}, false
+}
+
+const usagePrefix = "gen_ai.usage."
+
+// value is a scalar attribute value.
+type value struct {
+	kind valueKind
+	s    string
+	i    int64
+	f    float64
+	b    bool
+}
+
+type valueKind uint8
+
+const (
+	valueNone valueKind = iota // absent, or an array, map or bytes
+	valueString
+	valueInt
+	valueDouble
+	valueBool
+)
+
+func valueOf(v *commonpb.AnyValue) value {
 	switch x := v.GetValue().(type) {
 	case *commonpb.AnyValue_StringValue:
-		return x.StringValue
+		return value{kind: valueString, s: x.StringValue}
 	case *commonpb.AnyValue_IntValue:
-		return strconv.FormatInt(x.IntValue, 10)
+		return value{kind: valueInt, i: x.IntValue}
 	case *commonpb.AnyValue_DoubleValue:
-		return strconv.FormatFloat(x.DoubleValue, 'g', -1, 64)
+		return value{kind: valueDouble, f: x.DoubleValue}
 	case *commonpb.AnyValue_BoolValue:
-		return strconv.FormatBool(x.BoolValue)
+		return value{kind: valueBool, b: x.BoolValue}
+	}
+	return value{}
+}
+
+// set stores one attribute. A span is GenAI when it has
+// gen_ai.operation.name, gen_ai.system, gen_ai.provider.name,
+// gen_ai.request.model or any gen_ai.usage.* attribute. The error is a
+// value of the wrong type.
+func (a *spanAttrs) set(sl slot, v value) error {
+	switch sl.kind {
+	case slotUsage:
+		a.genAI = true
+	case slotTenant:
+		a.tenant = v.String()
+	case slotStr:
+		a.str[sl.i] = v.String()
+		if sl.i == attrOperation || sl.i == attrSystem || sl.i == attrProvider || sl.i == attrRequestModel {
+			a.genAI = true
+		}
+	case slotNum:
+		if sl.i <= numCachedTokens {
+			a.genAI = true // gen_ai.usage.*
+		}
+		n, err := v.number(sl.integer)
+		a.num[sl.i] = n
+		return err
+	case slotStream:
+		a.stream = v.kind == valueBool && v.b
+	}
+	return nil
+}
+
+// String reads a string attribute; other scalar types are formatted.
+func (v value) String() string {
+	switch v.kind {
+	case valueString:
+		return v.s
+	case valueInt:
+		return strconv.FormatInt(v.i, 10)
+	case valueDouble:
+		return strconv.FormatFloat(v.f, 'g', -1, 64)
+	case valueBool:
+		return strconv.FormatBool(v.b)
 	}
 	return ""
 }
 
-// numberOf reads a count (integer: an int, a double without fraction or a
+func stringOf(v *commonpb.AnyValue) string { return valueOf(v).String() }
+
+// number reads a count (integer: an int, a double without fraction or a
 // decimal string) or a duration in seconds (an int, a double or a decimal
 // string).
-func numberOf(v *commonpb.AnyValue, integer bool) (number, error) {
+func (v value) number(integer bool) (number, error) {
 	var f float64
-	switch x := v.GetValue().(type) {
-	case *commonpb.AnyValue_IntValue:
-		return number{set: true, i: x.IntValue, f: float64(x.IntValue)}, nil
-	case *commonpb.AnyValue_DoubleValue:
-		f = x.DoubleValue
-	case *commonpb.AnyValue_StringValue:
-		if i, err := strconv.ParseInt(x.StringValue, 10, 64); err == nil {
+	switch v.kind {
+	case valueInt:
+		return number{set: true, i: v.i, f: float64(v.i)}, nil
+	case valueDouble:
+		f = v.f
+	case valueString:
+		if i, err := strconv.ParseInt(v.s, 10, 64); err == nil {
 			return number{set: true, i: i, f: float64(i)}, nil
 		}
 		var err error
-		if f, err = strconv.ParseFloat(x.StringValue, 64); err != nil {
-			return number{}, fmt.Errorf("%q is not a number", x.StringValue)
+		if f, err = strconv.ParseFloat(v.s, 64); err != nil {
+			return number{}, fmt.Errorf("%q is not a number", v.s)
 		}
 	default:
-		return number{}, fmt.Errorf("want a number, got %T", v.GetValue())
+		return number{}, errors.New("want a number")
 	}
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return number{}, fmt.Errorf("%v is not a finite number", f)
@@ -509,38 +604,46 @@ func numberOf(v *commonpb.AnyValue, integer bool) (number, error) {
 	return number{set: true, f: f}, nil
 }
 
-// resourceAttrs holds what a resource says about where the spans ran.
+// resourceAttrs holds what a resource says about where the spans ran:
+// deployment from k8s.deployment.name, else service.name; node from
+// host.name, else k8s.node.name; region from cloud.region.
 type resourceAttrs struct {
 	tenant, deployment, node, region string
+	service, k8sNode                 string
 }
 
-// readResource maps resource attributes: deployment from
-// k8s.deployment.name, else service.name; node from host.name, else
-// k8s.node.name; region from cloud.region.
-func readResource(kvs []*commonpb.KeyValue, tenantAttr string) resourceAttrs {
-	var r resourceAttrs
-	var service, k8sNode string
-	for _, kv := range kvs {
-		switch k := kv.GetKey(); k {
-		case tenantAttr:
-			r.tenant = stringOf(kv.GetValue())
-		case "k8s.deployment.name":
-			r.deployment = stringOf(kv.GetValue())
-		case "service.name":
-			service = stringOf(kv.GetValue())
-		case "host.name":
-			r.node = stringOf(kv.GetValue())
-		case "k8s.node.name":
-			k8sNode = stringOf(kv.GetValue())
-		case "cloud.region":
-			r.region = stringOf(kv.GetValue())
-		}
+// resourceKey tells whether a resource attribute is one add reads.
+func resourceKey[K ~string | ~[]byte](k K, tenantAttr string) bool {
+	switch string(k) {
+	case tenantAttr, "k8s.deployment.name", "service.name", "host.name", "k8s.node.name", "cloud.region":
+		return true
 	}
+	return false
+}
+
+func (r *resourceAttrs) add(k, v, tenantAttr string) {
+	switch k {
+	case tenantAttr:
+		r.tenant = v
+	case "k8s.deployment.name":
+		r.deployment = v
+	case "service.name":
+		r.service = v
+	case "host.name":
+		r.node = v
+	case "k8s.node.name":
+		r.k8sNode = v
+	case "cloud.region":
+		r.region = v
+	}
+}
+
+// fill applies the fallbacks once every attribute is read.
+func (r *resourceAttrs) fill() {
 	if r.deployment == "" {
-		r.deployment = service
+		r.deployment = r.service
 	}
 	if r.node == "" {
-		r.node = k8sNode
+		r.node = r.k8sNode
 	}
-	return r
 }

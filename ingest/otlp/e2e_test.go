@@ -1,9 +1,12 @@
 package otlp_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,7 +31,7 @@ type pipeline struct {
 	reg   *prometheus.Registry // the publisher's and the consumer's metrics
 }
 
-func newPipeline(t *testing.T) pipeline {
+func newPipeline(t testing.TB) pipeline {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -106,7 +109,7 @@ func TestEndToEnd(t *testing.T) {
 }
 
 // inserted is meter_ingest_events_inserted_total.
-func inserted(t *testing.T, reg *prometheus.Registry) int {
+func inserted(t testing.TB, reg *prometheus.Registry) int {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -118,4 +121,47 @@ func inserted(t *testing.T, reg *prometheus.Registry) int {
 		}
 	}
 	return 0
+}
+
+// BenchmarkEndToEnd posts exports of 512 GenAI spans (protobuf, gzip) from
+// concurrent clients to the OTLP/HTTP receiver and times them until
+// ClickHouse holds every span: receiver → ingest.Publisher → Kafka (the
+// in-process broker) → ingest consumer → ClickHouse, all on this machine.
+func BenchmarkEndToEnd(b *testing.B) {
+	p := newPipeline(b)
+	bodies := make([][]byte, min(b.N, 64))
+	for i := range bodies {
+		bodies[i] = gzipped(b, encode(b, "application/x-protobuf", benchRequest(uint64(i*spansPerExport))))
+	}
+	url := "http://" + p.HTTPAddr() + otlp.TracesPath
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	var next atomic.Int64
+	b.SetParallelism(4)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			body := bodies[int(next.Add(1))%len(bodies)]
+			req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/x-protobuf")
+			req.Header.Set("Content-Encoding", "gzip")
+			req.Header.Set("Authorization", "Bearer key-ingest")
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || len(out) != 0 {
+				b.Fatalf("got %d %q", resp.StatusCode, out)
+			}
+		}
+	})
+	want := b.N * spansPerExport
+	for deadline := time.Now().Add(2 * time.Minute); inserted(b, p.reg) < want; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d spans in ClickHouse after 2 minutes", inserted(b, p.reg), want)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(want)/b.Elapsed().Seconds(), "spans/s")
 }

@@ -56,19 +56,21 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	buf := r.bodies.Get().(*bytes.Buffer)
-	err = r.readBody(w, req, buf)
-	var ereq coltracepb.ExportTraceServiceRequest
-	if err == nil {
-		// Decoding copies what it keeps: the buffer can be reused after.
+	var b Batch
+	if err = r.readBody(w, req, buf); err == nil {
 		if ct == contentTypeProtobuf {
-			err = proto.Unmarshal(buf.Bytes(), &ereq)
+			b, err = r.cfg.Mapping.ConvertWire(buf.Bytes(), keyTenant)
 		} else {
-			err = unmarshalJSON(buf.Bytes(), &ereq)
+			var ereq coltracepb.ExportTraceServiceRequest
+			if err = unmarshalJSON(buf.Bytes(), &ereq); err == nil {
+				b = r.cfg.Mapping.Convert(&ereq, keyTenant)
+			}
 		}
 		if err != nil {
 			err = fmt.Errorf("%w: body is not an OTLP ExportTraceServiceRequest (%s): %v", errBadRequest, ct, err)
 		}
 	}
+	// The batch keeps nothing of the body: its buffer can serve again.
 	if buf.Cap() <= maxPooledBody {
 		buf.Reset()
 		r.bodies.Put(buf)
@@ -77,7 +79,7 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		r.httpError(w, req, ct, err)
 		return
 	}
-	resp, err := r.export(req.Context(), &ereq, keyTenant)
+	resp, err := r.publish(req.Context(), b)
 	if err != nil {
 		r.httpError(w, req, ct, err)
 		return

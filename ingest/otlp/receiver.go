@@ -229,7 +229,11 @@ var errUnavailable = errors.New("event log unavailable: nothing of this export w
 
 // export converts and publishes one authorized export request.
 func (r *Receiver) export(ctx context.Context, req *coltracepb.ExportTraceServiceRequest, keyTenant string) (*coltracepb.ExportTraceServiceResponse, error) {
-	b := r.cfg.Mapping.Convert(req, keyTenant)
+	return r.publish(ctx, r.cfg.Mapping.Convert(req, keyTenant))
+}
+
+// publish publishes the events of a converted export and answers it.
+func (r *Receiver) publish(ctx context.Context, b Batch) (*coltracepb.ExportTraceServiceResponse, error) {
 	rejected := b.Rejected
 	accepted := 0
 	if len(b.Events) > 0 {
