@@ -71,7 +71,9 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultMaxSeries = 10_000
+	// DefaultMaxSeries keeps the exposition near 39,000 time series (39 per
+	// pair with the default buckets), within one Prometheus target's usual budget.
+	DefaultMaxSeries = 1_000
 	DefaultInterval  = 30 * time.Second
 )
 
