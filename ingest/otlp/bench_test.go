@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"tokenmeter/ingest"
 	"tokenmeter/ingest/otlp"
@@ -44,6 +46,22 @@ func benchRequest(first uint64) *coltracepb.ExportTraceServiceRequest {
 		str("cloud.region", "eu-west-1"), str("telemetry.sdk.language", "python")}, spans...)
 }
 
+// cpuTime is the CPU time (user and system) this process has used.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU time of this process per span since start:
+// the figure that holds on a busy machine, where spans/s depends on the
+// share of the cores the benchmark gets.
+func reportCPU(b *testing.B, start time.Duration, spans int) {
+	b.ReportMetric(float64((cpuTime(b)-start).Microseconds())/float64(spans), "cpu-µs/span")
+}
+
 // BenchmarkConvert is the mapping alone.
 func BenchmarkConvert(b *testing.B) {
 	req := benchRequest(0)
@@ -51,6 +69,36 @@ func BenchmarkConvert(b *testing.B) {
 	for b.Loop() {
 		if bt := (otlp.Mapping{}).Convert(req, ""); len(bt.Events) != spansPerExport {
 			b.Fatalf("%d events, rejected %v", len(bt.Events), bt.Rejected[:1])
+		}
+	}
+	b.ReportMetric(float64(b.N*spansPerExport)/b.Elapsed().Seconds(), "spans/s")
+}
+
+// BenchmarkConvertWire is the mapping read from the wire.
+func BenchmarkConvertWire(b *testing.B) {
+	data := encode(b, "application/x-protobuf", benchRequest(0))
+	b.ReportAllocs()
+	for b.Loop() {
+		bt, err := (otlp.Mapping{}).ConvertWire(data, "")
+		if err != nil || len(bt.Events) != spansPerExport {
+			b.Fatalf("%d events, %v", len(bt.Events), err)
+		}
+	}
+	b.ReportMetric(float64(b.N*spansPerExport)/b.Elapsed().Seconds(), "spans/s")
+}
+
+// BenchmarkUnmarshalConvert is proto.Unmarshal and Convert, the path of
+// OTLP/gRPC (and of OTLP/HTTP protobuf before ConvertWire).
+func BenchmarkUnmarshalConvert(b *testing.B) {
+	data := encode(b, "application/x-protobuf", benchRequest(0))
+	b.ReportAllocs()
+	for b.Loop() {
+		var req coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(data, &req); err != nil {
+			b.Fatal(err)
+		}
+		if bt := (otlp.Mapping{}).Convert(&req, ""); len(bt.Events) != spansPerExport {
+			b.Fatalf("%d events", len(bt.Events))
 		}
 	}
 	b.ReportMetric(float64(b.N*spansPerExport)/b.Elapsed().Seconds(), "spans/s")
@@ -109,6 +157,7 @@ func BenchmarkHTTPExport(b *testing.B) {
 				b.SetBytes(int64(len(body)))
 				b.SetParallelism(4) // 4 exporters per core
 				b.ResetTimer()
+				cpu := cpuTime(b)
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
 						req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
@@ -129,6 +178,7 @@ func BenchmarkHTTPExport(b *testing.B) {
 					}
 				})
 				b.ReportMetric(float64(b.N*spansPerExport)/b.Elapsed().Seconds(), "spans/s")
+				reportCPU(b, cpu, b.N*spansPerExport)
 			})
 		}
 	}

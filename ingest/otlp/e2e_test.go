@@ -138,6 +138,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	var next atomic.Int64
 	b.SetParallelism(4)
 	b.ResetTimer()
+	cpu := cpuTime(b)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			body := bodies[int(next.Add(1))%len(bodies)]
@@ -164,4 +165,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(want)/b.Elapsed().Seconds(), "spans/s")
+	// This process: clients, receiver, publisher, broker and consumer;
+	// not the ClickHouse server.
+	reportCPU(b, cpu, want)
 }
