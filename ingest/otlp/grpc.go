@@ -1,45 +1,104 @@
 package otlp
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
 
-// traceService is OTLP/gRPC's TraceService.
+// traceService is OTLP/gRPC's TraceService, registered by hand (see
+// register) so that its request reaches ConvertWire undecoded, as on
+// OTLP/HTTP: the generated service would have proto.Unmarshal decode it.
 type traceService struct {
-	coltracepb.UnimplementedTraceServiceServer
 	r *Receiver
 }
 
-// Export authorizes the call by its "authorization" metadata, converts and
+// rawExport is an ExportTraceServiceRequest still in its wire encoding,
+// in a buffer of the receiver's pool.
+type rawExport struct{ buf *bytes.Buffer }
+
+// wireCodec is the gRPC proto codec, except that it copies an
+// ExportTraceServiceRequest into a rawExport instead of decoding it.
+type wireCodec struct {
+	encoding.CodecV2
+	r *Receiver
+}
+
+func (c wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	raw, ok := v.(*rawExport)
+	if !ok {
+		return c.CodecV2.Unmarshal(data, v)
+	}
+	raw.buf = c.r.bodies.Get().(*bytes.Buffer)
+	raw.buf.Grow(data.Len())
+	for _, b := range data {
+		raw.buf.Write(b.ReadOnlyData())
+	}
+	return nil
+}
+
+// register adds the TraceService to s, with the service and method names
+// of the generated code (so that exporters find it) and a handler that
+// takes the request as a rawExport.
+func (t *traceService) register(s *grpc.Server) {
+	s.RegisterService(&grpc.ServiceDesc{
+		ServiceName: coltracepb.TraceService_ServiceDesc.ServiceName,
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{
+			MethodName: "Export",
+			Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+				var raw rawExport
+				if err := dec(&raw); err != nil {
+					return nil, err
+				}
+				return t.export(ctx, raw)
+			},
+		}},
+		Metadata: coltracepb.TraceService_ServiceDesc.Metadata,
+	}, t)
+}
+
+// export authorizes the call by its "authorization" metadata, converts and
 // publishes the spans. The answer follows the OTLP specification: success,
-// possibly partial (rejected spans with the reasons); Unauthenticated or
-// PermissionDenied; Unavailable, which exporters retry, when the event log
-// did not take the events. (A message that does not decode is refused by
-// gRPC itself, before this method, with Internal.)
-func (s *traceService) Export(ctx context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+// possibly partial (rejected spans with the reasons); InvalidArgument for a
+// message that does not decode; Unauthenticated or PermissionDenied;
+// ResourceExhausted (from gRPC) for a message over the limit; Unavailable,
+// which exporters retry, when the event log did not take the events.
+func (t *traceService) export(ctx context.Context, raw rawExport) (*coltracepb.ExportTraceServiceResponse, error) {
 	var authz string
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if v := md.Get("authorization"); len(v) > 0 {
 			authz = v[0]
 		}
 	}
-	keyTenant, err := s.r.auth.AuthorizePublish(authz)
+	keyTenant, err := t.r.auth.AuthorizePublish(authz)
+	var b Batch
 	if err == nil {
-		var resp *coltracepb.ExportTraceServiceResponse
-		if resp, err = s.r.export(ctx, req, keyTenant); err == nil {
-			s.r.metrics.exports.WithLabelValues("grpc", answerOK).Inc()
-			return resp, nil
+		if b, err = t.r.cfg.Mapping.ConvertWire(raw.buf.Bytes(), keyTenant); err != nil {
+			err = fmt.Errorf("%w: the message is not an OTLP ExportTraceServiceRequest: %v", errBadRequest, err)
 		}
 	}
-	return nil, s.r.grpcError(ctx, err)
+	t.r.putBody(raw.buf)
+	var resp *coltracepb.ExportTraceServiceResponse
+	if err == nil {
+		resp, err = t.r.publish(ctx, b)
+	}
+	if err != nil {
+		return nil, t.r.grpcError(ctx, err)
+	}
+	t.r.metrics.exports.WithLabelValues("grpc", answerOK).Inc()
+	return resp, nil
 }
 
 // authTap refuses an export whose key may not publish before its message

@@ -71,10 +71,7 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	// The batch keeps nothing of the body: its buffer can serve again.
-	if buf.Cap() <= maxPooledBody {
-		buf.Reset()
-		r.bodies.Put(buf)
-	}
+	r.putBody(buf)
 	if err != nil {
 		r.httpError(w, req, ct, err)
 		return

@@ -21,6 +21,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	// Registers the proto codec that wireCodec wraps.
+	_ "google.golang.org/grpc/encoding/proto"
 
 	// Registers the gzip decompressor: OTLP gRPC exporters may compress.
 	_ "google.golang.org/grpc/encoding/gzip"
@@ -132,8 +135,9 @@ func New(cfg Config, pub Publisher, auth Authorizer, reg prometheus.Registerer, 
 		if cfg.TLS != nil {
 			creds = credentials.NewTLS(cfg.TLS)
 		}
-		r.grpc = grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(cfg.MaxRequestBytes), grpc.InTapHandle(r.authTap))
-		coltracepb.RegisterTraceServiceServer(r.grpc, &traceService{r: r})
+		r.grpc = grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(cfg.MaxRequestBytes), grpc.InTapHandle(r.authTap),
+			grpc.ForceServerCodecV2(wireCodec{CodecV2: encoding.GetCodecV2(protoCodec), r: r}))
+		(&traceService{r: r}).register(r.grpc)
 	}
 	if cfg.HTTPAddr != "" {
 		if r.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
@@ -221,6 +225,17 @@ func (r *Receiver) Run(ctx context.Context) error {
 		return err
 	})
 	return g.Wait()
+}
+
+// protoCodec is the name of gRPC's protobuf codec.
+const protoCodec = "proto"
+
+// putBody gives a request body's buffer back to the pool.
+func (r *Receiver) putBody(buf *bytes.Buffer) {
+	if buf.Cap() <= maxPooledBody {
+		buf.Reset()
+		r.bodies.Put(buf)
+	}
 }
 
 // errUnavailable is an export whose events Kafka did not take: OTLP's

@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -624,5 +625,56 @@ func TestGRPCMessageTooLarge(t *testing.T) {
 	_, err = coltracepb.NewTraceServiceClient(conn).Export(ctx, request(nil, sp))
 	if got := status.Code(err); got != codes.ResourceExhausted {
 		t.Errorf("got %v, want ResourceExhausted", err)
+	}
+}
+
+// rawCodec sends bytes as they are, to send gRPC messages that do not
+// decode.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*v.(*[]byte) = data.Materialize()
+	return nil
+}
+
+func (rawCodec) Name() string { return "proto" }
+
+// TestMalformedGRPC: a gRPC message that is not an export request is
+// InvalidArgument, with nothing published; a good one sent the same way
+// goes through.
+func TestMalformedGRPC(t *testing.T) {
+	pub := &recorder{}
+	r := startReceiver(t, pub, otlp.Config{})
+	conn, err := grpc.NewClient(r.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer key-ingest")
+	now := time.Now()
+	sp := chatSpan()
+	sp.StartTimeUnixNano, sp.EndTimeUnixNano = uint64(now.Add(-time.Second).UnixNano()), uint64(now.UnixNano())
+	good := encode(t, "application/x-protobuf", request(nil, sp))
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+		want codes.Code
+	}{
+		{"not protobuf", []byte("\xff\xff\xff"), codes.InvalidArgument},
+		{"truncated", good[:len(good)-5], codes.InvalidArgument},
+		{"good", good, codes.OK},
+	} {
+		var out []byte
+		err := conn.Invoke(ctx, coltracepb.TraceService_Export_FullMethodName, &tc.msg, &out, grpc.ForceCodecV2(rawCodec{}))
+		if got := status.Code(err); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if got := len(pub.got()); got != 1 {
+		t.Errorf("published %d events, want 1", got)
 	}
 }
