@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -82,16 +84,90 @@ var engineMetrics = map[string][]metric{
 	},
 }
 
-// engineOf names the engine whose metrics fams holds, by name prefix.
-func engineOf(fams map[string]*dto.MetricFamily) (string, error) {
-	var found []string
-	for name := range fams {
-		for _, p := range []struct{ prefix, engine string }{{"vllm:", EngineVLLM}, {"sglang:", EngineSGLang}, {"tgi_", EngineTGI}} {
-			if strings.HasPrefix(name, p.prefix) && !slices.Contains(found, p.engine) {
-				found = append(found, p.engine)
+// iterationTokens are the names of vLLM's tokens-per-step histogram.
+var iterationTokens = []string{"vllm:iteration_tokens_total", "vllm:iteration_tokens"}
+
+// wanted is every family name Parse reads.
+var wanted = func() map[string]bool {
+	w := map[string]bool{}
+	for _, ms := range engineMetrics {
+		for _, m := range ms {
+			for _, n := range m.names {
+				w[n] = true
 			}
 		}
 	}
+	for _, n := range iterationTokens {
+		w[n] = true
+	}
+	return w
+}()
+
+var enginePrefixes = []struct{ prefix, engine string }{{"vllm:", EngineVLLM}, {"sglang:", EngineSGLang}, {"tgi_", EngineTGI}}
+
+// filter copies the lines of a text exposition that belong to the families
+// Parse reads (their HELP, TYPE and samples, histogram series included)
+// and notes the engines whose names appear. An engine's page is mostly
+// histograms Parse does not read (about 90 KiB for vLLM); handing the
+// parser only the wanted lines made a round of 100 vLLM scrapes about ten
+// times cheaper. The exposition is still parsed by expfmt: this only
+// drops whole lines by their metric name.
+func filter(r io.Reader) ([]byte, []string, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var (
+		out   []byte
+		found []string
+	)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var name []byte
+		if len(line) > 0 && line[0] == '#' {
+			f := bytes.Fields(line)
+			if len(f) < 3 || (string(f[1]) != "HELP" && string(f[1]) != "TYPE") {
+				continue
+			}
+			name = f[2]
+		} else {
+			end := bytes.IndexAny(line, "{ \t")
+			if end < 0 {
+				continue
+			}
+			name = line[:end]
+		}
+		for _, p := range enginePrefixes {
+			if bytes.HasPrefix(name, []byte(p.prefix)) && !slices.Contains(found, p.engine) {
+				found = append(found, p.engine)
+			}
+		}
+		n := string(name)
+		if !wanted[n] {
+			base, ok := histogramBase(n)
+			if !ok || !wanted[base] {
+				continue
+			}
+		}
+		out = append(out, line...)
+		out = append(out, '\n')
+	}
+	if err := sc.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read Prometheus text: %w", err)
+	}
+	return out, found, nil
+}
+
+// histogramBase is the family name of a histogram series name.
+func histogramBase(n string) (string, bool) {
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		if b, ok := strings.CutSuffix(n, suffix); ok {
+			return b, true
+		}
+	}
+	return "", false
+}
+
+// engineOf names the one engine among found.
+func engineOf(found []string) (string, error) {
 	switch len(found) {
 	case 0:
 		return "", ErrNoEngineMetrics
@@ -105,14 +181,18 @@ func engineOf(fams map[string]*dto.MetricFamily) (string, error) {
 // Parse reads one scrape in the Prometheus text format and maps the
 // engine's metrics to a Reading.
 func Parse(r io.Reader) (Reading, error) {
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(r)
-	if err != nil {
-		return Reading{}, fmt.Errorf("parse Prometheus text: %w", err)
-	}
-	eng, err := engineOf(fams)
+	text, found, err := filter(r)
 	if err != nil {
 		return Reading{}, err
+	}
+	eng, err := engineOf(found)
+	if err != nil {
+		return Reading{}, err
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(text))
+	if err != nil {
+		return Reading{}, fmt.Errorf("parse Prometheus text: %w", err)
 	}
 	out := Reading{Engine: eng}
 	var models []string
@@ -134,7 +214,7 @@ func Parse(r io.Reader) (Reading, error) {
 		}
 	}
 	if eng == EngineVLLM {
-		for _, name := range []string{"vllm:iteration_tokens_total", "vllm:iteration_tokens"} {
+		for _, name := range iterationTokens {
 			if f, ok := fams[name]; ok && f.GetType() == dto.MetricType_HISTOGRAM {
 				var sum, count float64
 				for _, m := range f.GetMetric() {
