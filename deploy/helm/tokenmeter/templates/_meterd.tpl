@@ -86,6 +86,7 @@ spec:
             {{- include "tokenmeter.kafkaArgs" $root | nindent 12 }}
             - --events-topic={{ $v.kafka.topics.events.name }}
             - --gpu-topic={{ $v.kafka.topics.gpu }}
+            - --engine-topic={{ $v.kafka.topics.engine }}
             - --dlq-topic={{ $v.kafka.topics.dlq }}
             - --group-id={{ $v.kafka.groupId }}
             - --clickhouse={{ required "clickhouse.address: host:port of ClickHouse's native protocol" $v.clickhouse.address }}

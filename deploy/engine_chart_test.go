@@ -1,0 +1,63 @@
+package deploy
+
+import (
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+)
+
+// TestChartEngineAgent renders the chart with the engine agent on: one
+// gpu-agent replica replaced with Recreate (two would count counter deltas
+// twice), scraping the listed endpoints with --source none, whose flags
+// gpu-agent --validate accepts; meterd ingests the engine topic. Without
+// endpoints the chart refuses to render.
+func TestChartEngineAgent(t *testing.T) {
+	certs := newPKI(t)
+	const values = `engineAgent:
+  enabled: true
+  interval: 15s
+  endpoints:
+    - {deployment: llama-70b-prod, url: "http://llama-70b-prod-0.llama:8000/metrics", replica: llama-70b-prod-0}
+    - {deployment: qwen-7b, url: "http://10.0.3.7:30000/metrics"}
+`
+	m := mustRender(t, values)
+	name := fullname + "-engine-agent"
+	d := m.deployments[name]
+	if d == nil {
+		t.Fatalf("no Deployment %s (have %v)", name, keys(m.deployments))
+	}
+	where := "Deployment " + name
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("%s: replicas %v, strategy %q; want 1 and Recreate", where, ptrVal(d.Spec.Replicas), d.Spec.Strategy.Type)
+	}
+	checkSelector(t, where, d.Spec.Selector, d.Spec.Template.Labels)
+	pod := d.Spec.Template.Spec
+	checkPodSecurity(t, where, pod)
+	c := pod.Containers[0]
+	checkFlags(t, where, "gpu-agent", c.Args)
+	want := map[string]string{
+		"source":           "none",
+		"engine-endpoints": "llama-70b-prod=http://llama-70b-prod-0.llama:8000/metrics@llama-70b-prod-0,qwen-7b=http://10.0.3.7:30000/metrics",
+		"engine-topic":     "meter.engine.v1",
+		"interval":         "15s",
+	}
+	for flag, v := range want {
+		if got := argValue(c.Args, flag); got != v {
+			t.Errorf("%s: --%s=%s, want %s", where, flag, got, v)
+		}
+	}
+	validateContainer(t, m, where, "gpu-agent", pod, c, certs)
+	if m.services[name] == nil {
+		t.Errorf("no Service %s (its /metrics)", name)
+	}
+	ingest := m.deployments[fullname+"-ingest"]
+	if got := argValue(ingest.Spec.Template.Spec.Containers[0].Args, "engine-topic"); got != "meter.engine.v1" {
+		t.Errorf("meterd ingest: --engine-topic=%s, want meter.engine.v1", got)
+	}
+
+	_, err := render(t, "engineAgent: {enabled: true}")
+	if err == nil || !strings.Contains(err.Error(), "engineAgent.endpoints") {
+		t.Errorf("engine agent without endpoints: %v, want an error naming engineAgent.endpoints", err)
+	}
+}
