@@ -15,6 +15,9 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	"tokenmeter/ingest"
@@ -88,7 +91,8 @@ func BenchmarkConvertWire(b *testing.B) {
 }
 
 // BenchmarkUnmarshalConvert is proto.Unmarshal and Convert, the path of
-// OTLP/gRPC (and of OTLP/HTTP protobuf before ConvertWire).
+// the protobuf receivers before ConvertWire (and of JSON, after its own
+// decoding).
 func BenchmarkUnmarshalConvert(b *testing.B) {
 	data := encode(b, "application/x-protobuf", benchRequest(0))
 	b.ReportAllocs()
@@ -182,4 +186,32 @@ func BenchmarkHTTPExport(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkGRPCExport sends exports of 512 spans from concurrent clients to
+// the OTLP/gRPC receiver, into a validating publisher (the clients encode
+// each request: their cost is in the CPU per span).
+func BenchmarkGRPCExport(b *testing.B) {
+	r := startReceiver(b, validating{ingest.DefaultLimits()}, otlp.Config{})
+	conn, err := grpc.NewClient(r.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	client := coltracepb.NewTraceServiceClient(conn)
+	req := benchRequest(0)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer key-ingest")
+	b.SetParallelism(4)
+	b.ResetTimer()
+	cpu := cpuTime(b)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := client.Export(ctx, req)
+			if err != nil || resp.GetPartialSuccess() != nil {
+				b.Fatalf("got %v, %v", resp, err)
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N*spansPerExport)/b.Elapsed().Seconds(), "spans/s")
+	reportCPU(b, cpu, b.N*spansPerExport)
 }
