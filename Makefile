@@ -70,7 +70,7 @@ test-short: ## go tests only, no lint or generation check
 bench: build ## throughput, latency and memory report (see README "Performance"), then ingest into a ClickHouse cluster with 1, 2 and 3 replicas, then OTLP ingest of GenAI spans (ingest/otlp), then one gpu-agent round of 100 engine scrapes (ingest/engine)
 	$(GO) run ./cmd/meterbench
 	$(GO) run ./cmd/meterbench cluster
-	$(GO) test -run '^$$' -bench 'HTTPExport|EndToEnd' -benchtime 600x ./ingest/otlp/
+	$(GO) test -run '^$$' -bench 'HTTPExport|GRPCExport|EndToEnd' -benchtime 600x ./ingest/otlp/
 	$(GO) test -run '^$$' -bench 'ScrapeRound100' -benchtime 20x ./ingest/engine/
 
 TOOL_PKGS := github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/protoc-gen-go \

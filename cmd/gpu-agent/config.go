@@ -48,6 +48,8 @@ type Config struct {
 	// EngineEndpoints are the engine replicas to scrape (--engine-endpoints).
 	EngineEndpoints []engine.Target
 	EngineTopic     string
+	// EnginePods finds engine replicas as pods by label (Selector empty: off).
+	EnginePods engine.PodDiscoveryConfig
 	// Kafka's TLS and SASL (the password is read by Kafka.Resolve).
 	Kafka kafkaconn.Flags
 }
@@ -57,8 +59,8 @@ func (c Config) Validate() error {
 	var errs []error
 	switch c.Source {
 	case SourceNone:
-		if len(c.EngineEndpoints) == 0 {
-			errs = append(errs, errors.New("--source none: nothing to do without --engine-endpoints"))
+		if !c.scrapesEngines() {
+			errs = append(errs, errors.New("--source none: nothing to do without --engine-endpoints or --engine-pod-selector"))
 		}
 	case gpu.SourceDCGM:
 		switch gpu.DCGMMode(c.DCGMMode) {
@@ -96,7 +98,7 @@ func (c Config) Validate() error {
 		if c.Topic == "" && c.Source != SourceNone {
 			errs = append(errs, errors.New("--topic is empty"))
 		}
-		if c.EngineTopic == "" && len(c.EngineEndpoints) > 0 {
+		if c.EngineTopic == "" && c.scrapesEngines() {
 			errs = append(errs, errors.New("--engine-topic is empty"))
 		}
 		k, err := c.Kafka.Resolve()
@@ -123,6 +125,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--pod-deployment-regex %q: needs a group (named deployment, or the first) to take the deployment from", c.PodRegex))
 		}
 	}
+	if c.EnginePods.Selector != "" && (c.EnginePods.Port <= 0 || c.EnginePods.Port > 65535) {
+		errs = append(errs, fmt.Errorf("--engine-pod-port %d: give the engines' metrics port with --engine-pod-selector", c.EnginePods.Port))
+	}
 	if c.BufferSamples <= 0 {
 		errs = append(errs, fmt.Errorf("--buffer-samples %d: must be positive", c.BufferSamples))
 	}
@@ -132,6 +137,9 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// scrapesEngines tells whether engine endpoints are scraped.
+func (c Config) scrapesEngines() bool { return len(c.EngineEndpoints) > 0 || c.EnginePods.Selector != "" }
+
 // parseConfig reads flags, then METER_<FLAG_NAME> for every flag not given.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	var c Config
@@ -140,6 +148,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&c.Source, "source", gpu.SourceDCGM, "where readings come from: dcgm, nvml (the NVIDIA driver's libnvidia-ml, for nodes without DCGM), dcgm-exporter, replay, or none (engine endpoints only)")
 	endpoints := fs.String("engine-endpoints", "", "inference engine replicas to scrape (vLLM, SGLang, TGI): comma-separated deployment=http://host:port/metrics[@replica]; their samples go to --engine-topic")
 	fs.StringVar(&c.EngineTopic, "engine-topic", ingest.DefaultEngineTopic, "Kafka topic of engine samples")
+	fs.StringVar(&c.EnginePods.Selector, "engine-pod-selector", "", "also scrape the running pods matching this Kubernetes label selector (in-cluster API, service account allowed to list pods)")
+	fs.StringVar(&c.EnginePods.Namespace, "engine-pod-namespace", "", "namespace of --engine-pod-selector (default: the agent's own)")
+	fs.IntVar(&c.EnginePods.Port, "engine-pod-port", 0, "the engines' metrics port on each pod (vLLM 8000, SGLang 30000, TGI 80)")
+	fs.StringVar(&c.EnginePods.Path, "engine-pod-path", "/metrics", "the engines' metrics path on each pod")
+	fs.StringVar(&c.EnginePods.DeploymentLabel, "engine-pod-deployment-label", "app.kubernetes.io/instance", "pod label naming the deployment a discovered replica serves")
 	fs.StringVar(&c.DCGMMode, "dcgm-mode", string(gpu.DCGMEmbedded), "dcgm source: embedded (load libdcgm in this process) or standalone (connect to nv-hostengine)")
 	fs.StringVar(&c.DCGMAddress, "dcgm-address", gpu.DefaultDCGMAddress, "standalone nv-hostengine: host:port, a unix socket path, or a tcp:// or unix:// URL")
 	fs.StringVar(&c.ExporterURL, "exporter-url", gpu.DefaultExporterURL, "dcgm-exporter source: the /metrics URL (or a Prometheus /federate URL)")

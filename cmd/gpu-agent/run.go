@@ -71,6 +71,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	agentCfg := gpu.AgentConfig{Interval: cfg.Interval, Node: cfg.Node, BufferSamples: cfg.BufferSamples}
 	engineCfg := engine.AgentConfig{Targets: cfg.EngineEndpoints, Scraper: engine.ScraperConfig{Interval: cfg.Interval}, BufferSamples: cfg.BufferSamples}
+	if cfg.EnginePods.Selector != "" {
+		d, err := engine.NewPodDiscovery(cfg.EnginePods)
+		if err != nil {
+			return err
+		}
+		engineCfg.Discover = d.Targets
+	}
 
 	if cfg.Once {
 		if src != nil {
@@ -85,7 +92,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 				return err
 			}
 		}
-		if len(cfg.EngineEndpoints) > 0 {
+		if cfg.scrapesEngines() {
 			eagent, err := engine.NewAgent(engineCfg, &jsonLines[*meterv1.EngineSample]{w: stdout}, reg, logger, now)
 			if err != nil {
 				return err
@@ -133,7 +140,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 	var eagent *engine.Agent
-	if len(cfg.EngineEndpoints) > 0 {
+	if cfg.scrapesEngines() {
 		epub, err := engine.NewKafkaPublisher(cfg.KafkaBrokers, kafkaConn, cfg.EngineTopic)
 		if err != nil {
 			return err
@@ -171,7 +178,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		})
 	}
 	logger.Info("gpu-agent started", "source", cfg.Source, "node", cfg.Node, "interval", cfg.Interval,
-		"kafka", cfg.KafkaBrokers, "topic", cfg.Topic, "engine_endpoints", len(cfg.EngineEndpoints), "engine_topic", cfg.EngineTopic, "http", cfg.HTTPAddr)
+		"kafka", cfg.KafkaBrokers, "topic", cfg.Topic, "engine_endpoints", len(cfg.EngineEndpoints), "engine_pod_selector", cfg.EnginePods.Selector, "engine_topic", cfg.EngineTopic, "http", cfg.HTTPAddr)
 	if agent != nil {
 		g.Go(func() error {
 			if eagent == nil {

@@ -87,6 +87,51 @@ func TestRunReplayToKafka(t *testing.T) {
 	}
 }
 
+// TestRunEnginesToKafka runs gpu-agent --source none against two engine
+// stand-ins and reads their samples back from the engine topic.
+func TestRunEnginesToKafka(t *testing.T) {
+	broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Topics: []string{ingest.DefaultEngineTopic}, Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broker.Close()
+	pages := map[string]string{"/vllm": "../../ingest/engine/testdata/vllm_v1_a.prom", "/tgi": "../../ingest/engine/testdata/tgi.prom"}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFile(w, r, pages[r.URL.Path])
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err = run(ctx, []string{"--source", "none", "--interval", "200ms", "--http-addr", "",
+		"--engine-endpoints", "llama=" + srv.URL + "/vllm@llama-0,bloom=" + srv.URL + "/tgi@bloom-0"},
+		envOf(map[string]string{"METER_KAFKA_BROKERS": broker.Addr()}), &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	bg, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	msgs := readAll(t, bg, broker.Addr(), ingest.DefaultEngineTopic, 2)
+	per := map[string]int{}
+	for _, msg := range msgs {
+		s := &meterv1.EngineSample{}
+		if err := proto.Unmarshal(msg.Value, s); err != nil {
+			t.Fatal(err)
+		}
+		if err := ingest.DefaultLimits().ValidateEngineSample(s, time.Now()); err != nil {
+			t.Errorf("sample %s: %v", s.GetSampleId(), err)
+		}
+		if want := s.GetDeployment() + "/" + s.GetReplica(); string(msg.Key) != want {
+			t.Errorf("record key %q, want %q", msg.Key, want)
+		}
+		per[s.GetEngine()+" "+s.GetReplica()]++
+	}
+	// About seven scrapes in 1.5 s at 200 ms: each replica's, none invented.
+	if len(per) != 2 || per["vllm llama-0"] < 3 || per["vllm llama-0"] != per["tgi bloom-0"] {
+		t.Errorf("samples per replica %v, want the same number (at least 3) of vllm llama-0 and tgi bloom-0", per)
+	}
+}
+
 func readAll(t *testing.T, ctx context.Context, addr, topic string, partitions int) []kafka.Message {
 	t.Helper()
 	var out []kafka.Message
@@ -205,6 +250,11 @@ func TestConfig(t *testing.T) {
 		{name: "bad DCGM mode", args: []string{"--dcgm-mode", "remote"}, wantErr: []string{"--dcgm-mode"}},
 		{name: "flag wins over env", args: []string{"--source", "dcgm"}, env: map[string]string{"METER_SOURCE": "nvml"}},
 		{name: "bad env value", env: map[string]string{"METER_INTERVAL": "soon"}, wantErr: []string{"METER_INTERVAL"}},
+		{name: "engines only", args: []string{"--source", "none", "--engine-endpoints", "llama=http://10.0.0.7:8000/metrics@llama-0"}},
+		{name: "engines by pod label", args: []string{"--source", "none", "--engine-pod-selector", "app=vllm", "--engine-pod-port", "8000"}},
+		{name: "nothing to do", args: []string{"--source", "none"}, wantErr: []string{"--engine-endpoints or --engine-pod-selector"}},
+		{name: "pod selector without a port", args: []string{"--engine-pod-selector", "app=vllm"}, wantErr: []string{"--engine-pod-port 0"}},
+		{name: "bad engine endpoint", args: []string{"--engine-endpoints", "http://x:1/metrics"}, wantErr: []string{"--engine-endpoints", "want deployment=http"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

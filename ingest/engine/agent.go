@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +22,10 @@ import (
 type AgentConfig struct {
 	// Targets are the engine endpoints scraped every Scraper.Interval.
 	Targets []Target
+	// Discover, when set, lists more targets before each scrape (a
+	// PodDiscovery's Targets). When it fails, the targets it listed last
+	// are scraped and the failure reported.
+	Discover func(ctx context.Context) ([]Target, error)
 	Scraper ScraperConfig
 	// BufferSamples bounds the samples kept while Kafka does not
 	// acknowledge; beyond it the oldest are dropped and counted. Default
@@ -51,7 +56,8 @@ type Agent struct {
 	now     func() time.Time
 	limits  ingest.Limits
 
-	pending []*meterv1.EngineSample // oldest first; used by Run's goroutine only
+	pending    []*meterv1.EngineSample // oldest first; used by Run's goroutine only
+	discovered []Target                // the last list of Discover
 	healthy atomic.Bool
 
 	scraped, published, scrapeErrors prometheus.Counter
@@ -63,8 +69,8 @@ type Agent struct {
 
 // NewAgent creates an Agent and registers its metrics on reg.
 func NewAgent(cfg AgentConfig, pub Publisher, reg prometheus.Registerer, logger *slog.Logger, now func() time.Time) (*Agent, error) {
-	if len(cfg.Targets) == 0 || pub == nil {
-		return nil, errors.New("engine agent: targets and a publisher are required")
+	if (len(cfg.Targets) == 0 && cfg.Discover == nil) || pub == nil {
+		return nil, errors.New("engine agent: targets (or their discovery) and a publisher are required")
 	}
 	if cfg.BufferSamples <= 0 {
 		cfg.BufferSamples = 50_000
@@ -98,10 +104,20 @@ func NewAgent(cfg AgentConfig, pub Publisher, reg prometheus.Registerer, logger 
 // Collect scrapes every target once and queues the valid samples. It
 // returns how many it queued and the failed targets, joined.
 func (a *Agent) Collect(ctx context.Context) (int, error) {
-	start := time.Now()
-	samples, failed := a.scraper.Scrape(ctx, a.cfg.Targets, a.now())
-	a.scrapeSeconds.Observe(time.Since(start).Seconds())
 	var errs []error
+	if a.cfg.Discover != nil {
+		found, err := a.cfg.Discover(ctx)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			a.discovered = found
+		}
+	}
+	targets := a.targets()
+	a.scraper.Forget(targets)
+	start := time.Now()
+	samples, failed := a.scraper.Scrape(ctx, targets, a.now())
+	a.scrapeSeconds.Observe(time.Since(start).Seconds())
 	for _, f := range failed {
 		a.up.WithLabelValues(f.Target.Deployment, f.Target.Replica).Set(0)
 		a.scrapeErrors.Inc()
@@ -122,6 +138,23 @@ func (a *Agent) Collect(ctx context.Context) (int, error) {
 	a.scraped.Add(float64(n))
 	a.trim()
 	return n, errors.Join(errs...)
+}
+
+// targets are the static targets and the discovered ones, a replica
+// listed in both once.
+func (a *Agent) targets() []Target {
+	out := slices.Clone(a.cfg.Targets)
+	seen := map[string]bool{}
+	for _, t := range out {
+		t = t.withDefaults()
+		seen[t.Deployment+"\x00"+t.Replica] = true
+	}
+	for _, t := range a.discovered {
+		if !seen[t.Deployment+"\x00"+t.Replica] {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 func (a *Agent) trim() {

@@ -196,6 +196,23 @@ func (s *Scraper) Scrape(ctx context.Context, targets []Target, now time.Time) (
 	return outS, outE
 }
 
+// Forget drops the previous readings of the replicas not among targets
+// (pods gone), so that the memory of a long-running agent stays bounded.
+func (s *Scraper) Forget(targets []Target) {
+	keep := make(map[string]bool, len(targets))
+	for _, t := range targets {
+		t = t.withDefaults()
+		keep[t.Deployment+"\x00"+t.Replica] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.prev {
+		if !keep[k] {
+			delete(s.prev, k)
+		}
+	}
+}
+
 // maxScrapeBytes bounds one scrape's body (vLLM's /metrics is about 50 KiB).
 const maxScrapeBytes = 16 << 20
 
