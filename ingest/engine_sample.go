@@ -117,6 +117,8 @@ func (r *engineRows) add(m kafka.Message, now time.Time) *ValidationError {
 	return nil
 }
 
-func (r *engineRows) len() int                         { return r.batch.Len() }
-func (r *engineRows) reset()                           { r.batch.Reset() }
-func (r *engineRows) insert(ctx context.Context) error { return r.store.InsertEngineSamples(ctx, &r.batch) }
+func (r *engineRows) len() int { return r.batch.Len() }
+func (r *engineRows) reset()   { r.batch.Reset() }
+func (r *engineRows) insert(ctx context.Context) error {
+	return r.store.InsertEngineSamples(ctx, &r.batch)
+}

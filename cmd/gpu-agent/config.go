@@ -138,7 +138,9 @@ func (c Config) Validate() error {
 }
 
 // scrapesEngines tells whether engine endpoints are scraped.
-func (c Config) scrapesEngines() bool { return len(c.EngineEndpoints) > 0 || c.EnginePods.Selector != "" }
+func (c Config) scrapesEngines() bool {
+	return len(c.EngineEndpoints) > 0 || c.EnginePods.Selector != ""
+}
 
 // parseConfig reads flags, then METER_<FLAG_NAME> for every flag not given.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {

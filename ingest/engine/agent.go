@@ -26,7 +26,7 @@ type AgentConfig struct {
 	// PodDiscovery's Targets). When it fails, the targets it listed last
 	// are scraped and the failure reported.
 	Discover func(ctx context.Context) ([]Target, error)
-	Scraper ScraperConfig
+	Scraper  ScraperConfig
 	// BufferSamples bounds the samples kept while Kafka does not
 	// acknowledge; beyond it the oldest are dropped and counted. Default
 	// 50,000 (about 80 minutes of 100 replicas at 10s).
@@ -58,7 +58,7 @@ type Agent struct {
 
 	pending    []*meterv1.EngineSample // oldest first; used by Run's goroutine only
 	discovered []Target                // the last list of Discover
-	healthy atomic.Bool
+	healthy    atomic.Bool
 
 	scraped, published, scrapeErrors prometheus.Counter
 	dropped                          *prometheus.CounterVec
