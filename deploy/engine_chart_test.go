@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -59,5 +60,43 @@ func TestChartEngineAgent(t *testing.T) {
 	_, err := render(t, "engineAgent: {enabled: true}")
 	if err == nil || !strings.Contains(err.Error(), "engineAgent.endpoints") {
 		t.Errorf("engine agent without endpoints: %v, want an error naming engineAgent.endpoints", err)
+	}
+}
+
+// TestChartEngineAgentDiscovery renders the engine agent finding its
+// replicas as pods by label: a service account whose Role may only list
+// pods, in the namespace given, and the discovery flags.
+func TestChartEngineAgentDiscovery(t *testing.T) {
+	certs := newPKI(t)
+	m := mustRender(t, `engineAgent: {enabled: true, discovery: {selector: "app.kubernetes.io/component=vllm", namespace: serving, port: 8000}}`)
+	name := fullname + "-engine-agent"
+	d := m.deployments[name]
+	if d == nil {
+		t.Fatalf("no Deployment %s", name)
+	}
+	where := "Deployment " + name
+	pod := d.Spec.Template.Spec
+	if pod.ServiceAccountName != name || pod.AutomountServiceAccountToken == nil || !*pod.AutomountServiceAccountToken {
+		t.Errorf("%s: service account %q, automount %v; want %s and its token", where, pod.ServiceAccountName, ptrVal(pod.AutomountServiceAccountToken), name)
+	}
+	c := pod.Containers[0]
+	checkFlags(t, where, "gpu-agent", c.Args)
+	for flag, v := range map[string]string{"engine-pod-selector": "app.kubernetes.io/component=vllm", "engine-pod-namespace": "serving",
+		"engine-pod-port": "8000", "engine-pod-path": "/metrics", "engine-endpoints": ""} {
+		if got := argValue(c.Args, flag); got != v {
+			t.Errorf("%s: --%s=%q, want %q", where, flag, got, v)
+		}
+	}
+	validateContainer(t, m, where, "gpu-agent", pod, c, certs)
+	if m.serviceAccounts[name] == nil {
+		t.Errorf("no ServiceAccount %s", name)
+	}
+	role := m.roles[name]
+	if role == nil || role.Namespace != "serving" || len(role.Rules) != 1 || fmt.Sprint(role.Rules[0].Verbs) != "[list]" || fmt.Sprint(role.Rules[0].Resources) != "[pods]" {
+		t.Errorf("Role %s: %+v; want list pods in serving, nothing else", name, role)
+	}
+	rb := m.roleBindings[name]
+	if rb == nil || rb.Namespace != "serving" || rb.RoleRef.Name != name || len(rb.Subjects) != 1 || rb.Subjects[0].Name != name || rb.Subjects[0].Namespace != namespace {
+		t.Errorf("RoleBinding %s: %+v", name, rb)
 	}
 }

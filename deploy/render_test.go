@@ -27,6 +27,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -50,6 +51,9 @@ type manifests struct {
 	configMaps      map[string]*corev1.ConfigMap
 	pdbs            map[string]*policyv1.PodDisruptionBudget
 	serviceMonitors map[string]*monitoringv1.ServiceMonitor
+	serviceAccounts map[string]*corev1.ServiceAccount
+	roles           map[string]*rbacv1.Role
+	roleBindings    map[string]*rbacv1.RoleBinding
 	notes           string
 	count           int
 }
@@ -84,6 +88,7 @@ func render(t *testing.T, values string) (*manifests, error) {
 		deployments: map[string]*appsv1.Deployment{}, daemonSets: map[string]*appsv1.DaemonSet{},
 		services: map[string]*corev1.Service{}, configMaps: map[string]*corev1.ConfigMap{},
 		pdbs: map[string]*policyv1.PodDisruptionBudget{}, serviceMonitors: map[string]*monitoringv1.ServiceMonitor{},
+		serviceAccounts: map[string]*corev1.ServiceAccount{}, roles: map[string]*rbacv1.Role{}, roleBindings: map[string]*rbacv1.RoleBinding{},
 	}
 	names := make([]string, 0, len(files))
 	for name := range files {
@@ -174,6 +179,18 @@ func (m *manifests) add(doc string) error {
 		o := &monitoringv1.ServiceMonitor{}
 		obj, into = o, o
 		defer func() { m.serviceMonitors[o.Name] = o }()
+	case "v1 ServiceAccount":
+		o := &corev1.ServiceAccount{}
+		obj, into = o, o
+		defer func() { m.serviceAccounts[o.Name] = o }()
+	case "rbac.authorization.k8s.io/v1 Role":
+		o := &rbacv1.Role{}
+		obj, into = o, o
+		defer func() { m.roles[o.Name] = o }()
+	case "rbac.authorization.k8s.io/v1 RoleBinding":
+		o := &rbacv1.RoleBinding{}
+		obj, into = o, o
+		defer func() { m.roleBindings[o.Name] = o }()
 	default:
 		// A Secret among them would mean a credential in values: the chart
 		// only references Secrets the operator creates.
