@@ -146,6 +146,7 @@ func checkTables(t *testing.T, out string) {
 	for _, heading := range []string{
 		"== usage of the last 24 hours", "== latency by model", "== goodput by model",
 		"== GPU usage and cost by deployment", "== GPU cost allocated to tenants",
+		"== engine saturation by deployment",
 	} {
 		if rows := tableRows(out, heading); len(rows) == 0 {
 			t.Errorf("%q printed no rows:\n%s", heading, out)

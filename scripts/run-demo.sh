@@ -90,6 +90,8 @@ echo "== GPU samples of the demo fleet (60 s, last 24 h) through gpu-agent --sou
 "$BIN"/meterctl gpu-samples --duration 24h --out "$DATA/gpu-demo.jsonl"
 "$BIN"/gpu-agent --source replay --file "$DATA/gpu-demo.jsonl" --interval 1ms --kafka-brokers "$KAFKA" \
   --http-addr "" --log-level warn
+echo "== engine samples of the demo's vLLM and SGLang replicas (queue depth, KV cache; 60 s, last 24 h) → $KAFKA"
+"$BIN"/meterctl engine-samples --duration 24h --kafka-brokers "$KAFKA"
 # gpu-agent returned once Kafka acknowledged every sample; the consumer then
 # inserts them and the rollup job (every 2 s here) costs their hours. The
 # cost rollups keep no count of the samples they cover, so the wait is for
@@ -116,6 +118,18 @@ gpu_usage
 echo
 echo "== GPU cost allocated to tenants (tokens policy, idle kept apart), from GET /v1/cost"
 "$BIN"/meterctl cost --addr "http://$HTTP" --key "$FINANCE" --group-by tenant_id --start "$START" --end "$END"
+echo
+echo "== engine saturation by deployment (queue depth, KV cache), from GET /v1/engine-stats"
+# The engine samples were published before the GPU usage settled; their
+# rollup may still be a run behind: wait for rows (up to 30 s).
+engine_stats() {
+  "$BIN"/meterctl engine-stats --addr "http://$HTTP" --key "$FINANCE" --group-by deployment --start "$START" --end "$END" --step total "$@"
+}
+for i in $(seq 1 15); do
+  if engine_stats --output csv 2>/dev/null | grep -q ',summary,'; then break; fi
+  sleep 2
+done
+engine_stats
 echo
 echo "== capacity report by deployment (growth 1.3), from GET /v1/reports/capacity"
 if "$BIN"/meterctl report capacity --addr "http://$HTTP" --key "$FINANCE" --start "$START" --end "$END" --growth 1.3 \

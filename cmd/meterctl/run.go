@@ -24,7 +24,9 @@ Commands:
   traffic    print request and token rates and error rates from GET /v1/traffic
   cost       print GPU cost allocated to tenants, per 1k tokens, from GET /v1/cost
   gpu-usage  print GPU-hours, utilization, energy and GPU cost from GET /v1/gpu-usage
+  engine-stats  print queue depth, running requests, KV cache and preemptions from GET /v1/engine-stats
   gpu-samples  write synthetic GPU samples of the demo fleet for gpu-agent --source replay
+  engine-samples  write or publish synthetic engine samples (queue, KV cache) of the demo fleet
   billing    billing periods, closes, statements and exports ("meterctl billing help")
   report capacity  write the capacity report (GET /v1/reports/capacity) as HTML, CSV or JSON
   keys new   create an API key and its entry for meterd's --auth-keys file
@@ -87,6 +89,10 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 		return runGPUUsage(ctx, rest, getenv, stdout, stderr)
 	case "gpu-samples":
 		return runGPUSamples(ctx, rest, getenv, stdout, stderr)
+	case "engine-stats":
+		return runEngineStats(ctx, rest, getenv, stdout, stderr)
+	case "engine-samples":
+		return runEngineSamples(ctx, rest, getenv, stdout, stderr)
 	case "billing":
 		return runBilling(ctx, rest, getenv, stdout, stderr)
 	case "report":
