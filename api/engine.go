@@ -5,8 +5,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"tokenmeter/query"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
+	"tokenmeter/query"
 )
 
 // EngineReader reads engine stats; *query.Service implements it.
