@@ -280,18 +280,28 @@ func TestClusterAnswersSame(t *testing.T) {
 	samples = append(samples, eqSamples("d-idle", "GPU-d", "L40S", "p2", "us", 0, 0, 0.05, 0, 4*time.Hour)...)
 	e.insert(t, append(slices.Clone(events), events[:100]...), append(slices.Clone(samples), samples[:100]...))
 	e.insert(t, events[1200:1300], samples[2000:2100])
+	// Engine samples of the GPU deployments and of four more (so that both
+	// shards hold some), every 30 s for four hours, each sent twice.
+	engineSamples := eqEngineSamples([]string{"d-h100", "d-a100", "e-1", "e-2", "e-3", "e-4"}, 4*time.Hour)
+	e.both(t, "insert engine samples", func(s *chstore.Store) error {
+		var b chstore.EngineBatch
+		for _, m := range append(slices.Clone(engineSamples), engineSamples[:500]...) {
+			b.Append(m, time.Now())
+		}
+		return s.InsertEngineSamples(ctx, &b)
+	})
 
 	// Every tenant's events and rollups are on the shard cityHash64(tenant_id)
 	// % 2 picks: both shards must hold some, or the cluster's merge of
 	// shards is not tested. GPU rows go by deployment.
 	db := e.cluster.Database()
-	for _, table := range []string{"inference_events_local", "gpu_samples_local"} {
+	for _, table := range []string{"inference_events_local", "gpu_samples_local", "engine_samples_local"} {
 		if n := shardCounts(t, cl, db, table); slices.Contains(n, 0) {
 			t.Fatalf("%s: rows per shard %v: the data must land on every shard", table, n)
 		}
 	}
 	e.rollUp(t)
-	for _, table := range []string{"rollup_hour_local", "rollup_tenant_day_local", "cost_hour_local", "gpu_hour_local"} {
+	for _, table := range []string{"rollup_hour_local", "rollup_tenant_day_local", "cost_hour_local", "gpu_hour_local", "engine_hour_local", "engine_minute_local"} {
 		if n := shardCounts(t, cl, db, table); slices.Contains(n, 0) {
 			t.Fatalf("%s: rows per shard %v: the rollups must land on every shard", table, n)
 		}
@@ -530,7 +540,45 @@ func compareReads(t *testing.T, e *eqStores) {
 			return r, len(r.Units), nil
 		})
 	}
+	// Engine stats: minute, hour, day and total steps, several groupings.
+	for _, q := range []query.EngineQuery{
+		{Start: whole[0], End: whole[1]},
+		{Start: whole[0], End: whole[1], Step: "hour", GroupBy: []string{"deployment"}},
+		{Start: whole[0], End: whole[1], Step: "day", GroupBy: []string{"engine", "replica"}},
+		{Start: eqStart, End: eqStart.Add(time.Hour), Step: "minute", GroupBy: []string{"deployment", "model"}},
+	} {
+		ask(fmt.Sprintf("EngineStats %s", describe(q)), func(s *query.Service) (any, int, error) {
+			r, err := s.EngineStats(ctx, q)
+			return r, len(r), err
+		})
+	}
 	t.Logf("%d reads compared", asked)
+}
+
+// eqEngineSamples makes engine samples of deployments (two replicas each)
+// every 30 s over d from eqStart, some fields unset.
+func eqEngineSamples(deployments []string, d time.Duration) []*meterv1.EngineSample {
+	var out []*meterv1.EngineSample
+	for i := 0; time.Duration(i)*30*time.Second < d; i++ {
+		at := eqStart.Add(time.Duration(i)*30*time.Second + 15*time.Second)
+		for k, dep := range deployments {
+			for r := range 2 {
+				s := &meterv1.EngineSample{SampleId: fmt.Sprintf("%s-%d-%d", dep, r, i), Deployment: dep, Engine: []string{"vllm", "sglang"}[k%2],
+					Replica: fmt.Sprintf("%s-%d", dep, r), Model: "m-" + dep, SampledAt: timestamppb.New(at), IntervalS: 30, Source: "replay",
+					Running: proto.Uint32(uint32((i + k) % 40)), Waiting: proto.Uint32(uint32((i*7 + r) % 13))}
+				if i%3 > 0 {
+					s.KvCacheUsage = proto.Float64(float64((i+r)%100) / 100)
+				}
+				if k%2 == 0 {
+					s.PrefixCacheQueries, s.PrefixCacheHits, s.Preemptions = proto.Uint64(uint64(100+i)), proto.Uint64(uint64(i%100)), proto.Uint64(uint64(i%2))
+				} else {
+					s.PrefixCacheHitRate = proto.Float64(float64(i%10) / 10)
+				}
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }
 
 // floatSums compares with a relative tolerance of 1e-12 the float64
@@ -552,7 +600,8 @@ var floatSums = cmp.FilterPath(func(p cmp.Path) bool {
 	}
 	if f, ok := p.Last().(cmp.StructField); ok {
 		switch parent := p.Index(-2).Type(); {
-		case parent == reflect.TypeFor[query.Dist]() && f.Name() == "Sum", parent == reflect.TypeFor[query.GPUUsageRow]():
+		case parent == reflect.TypeFor[query.Dist]() && f.Name() == "Sum", parent == reflect.TypeFor[query.GPUUsageRow](),
+			parent == reflect.TypeFor[rollup.EngineRow]():
 			return true
 		}
 	}

@@ -101,17 +101,24 @@ type EnginePoint struct {
 	PrefixHits             uint64
 	// PrefixHitRate is hits / queries, else the mean of the engines'
 	// hit-rate gauges; HitRateOK is false when neither is known.
-	PrefixHitRate  float64
-	HitRateOK      bool
-	Preemptions    uint64
-	BatchTokens    float64
-	BatchTokensOK  bool
-	sum            rollup.EngineRow
-	waitingByValue map[uint32]uint64
+	PrefixHitRate float64
+	HitRateOK     bool
+	Preemptions   uint64
+	BatchTokens   float64
+	BatchTokensOK bool
 }
 
-func (p *EnginePoint) add(r EngineRow) {
-	s := &p.sum
+// engineSum adds up engine rows into a point.
+type engineSum struct {
+	sum      rollup.EngineRow
+	replicas uint64
+	waiting  map[uint32]uint64
+}
+
+// add adds r; its replicas add up (sumReplicas: rows of distinct groups in
+// one step) or the most is kept (rows of successive steps).
+func (a *engineSum) add(r EngineRow, sumReplicas bool) {
+	s := &a.sum
 	s.Samples += r.Samples
 	s.SampledSeconds += r.SampledSeconds
 	s.RunningWeighted += r.RunningWeighted
@@ -131,46 +138,47 @@ func (p *EnginePoint) add(r EngineRow) {
 	s.Preemptions += r.Preemptions
 	s.BatchWeighted += r.BatchWeighted
 	s.BatchSeconds += r.BatchSeconds
-	p.Replicas = max(p.Replicas, r.Replicas)
-	if p.waitingByValue == nil {
-		p.waitingByValue = map[uint32]uint64{}
+	if sumReplicas {
+		a.replicas += r.Replicas
+	} else {
+		a.replicas = max(a.replicas, r.Replicas)
+	}
+	if a.waiting == nil {
+		a.waiting = map[uint32]uint64{}
 	}
 	for i, v := range r.WaitingValues {
-		p.waitingByValue[v] += r.WaitingCounts[i]
+		a.waiting[v] += r.WaitingCounts[i]
 	}
 }
 
-func (p *EnginePoint) finish(start time.Time) {
-	s := &p.sum
-	p.Start = start
-	p.Samples, p.SampledSeconds = s.Samples, s.SampledSeconds
-	p.WaitingMean = ratio(s.WaitingWeighted, s.WaitingSeconds)
-	p.WaitingMax = s.WaitingMax
-	values := make([]uint32, 0, len(p.waitingByValue))
-	for v := range p.waitingByValue {
+// point is the statistics of what was added, starting at start.
+func (a *engineSum) point(start time.Time) EnginePoint {
+	s := &a.sum
+	p := EnginePoint{Start: start, Samples: s.Samples, Replicas: a.replicas, SampledSeconds: s.SampledSeconds,
+		WaitingMean: ratio(s.WaitingWeighted, s.WaitingSeconds), WaitingMax: s.WaitingMax,
+		RunningMean: ratio(s.RunningWeighted, s.RunningSeconds), RunningMax: s.RunningMax,
+		KVMean: ratio(s.KVWeighted, s.KVSeconds), KVMax: s.KVMax, KVSamples: s.KVSamples,
+		PrefixQueries: s.PrefixQueries, PrefixHits: s.PrefixHits, Preemptions: s.Preemptions}
+	values := make([]uint32, 0, len(a.waiting))
+	for v := range a.waiting {
 		values = append(values, v)
 	}
 	slices.Sort(values)
 	counts := make([]uint64, len(values))
 	for i, v := range values {
-		counts[i] = p.waitingByValue[v]
+		counts[i] = a.waiting[v]
 	}
 	p.WaitingP95, _ = rollup.ValueQuantile(values, counts, 0.95)
-	p.RunningMean = ratio(s.RunningWeighted, s.RunningSeconds)
-	p.RunningMax = s.RunningMax
-	p.KVMean, p.KVMax, p.KVSamples = ratio(s.KVWeighted, s.KVSeconds), s.KVMax, s.KVSamples
-	p.PrefixQueries, p.PrefixHits = s.PrefixQueries, s.PrefixHits
 	switch {
 	case s.PrefixQueries > 0:
 		p.PrefixHitRate, p.HitRateOK = float64(s.PrefixHits)/float64(s.PrefixQueries), true
 	case s.HitRateSeconds > 0:
 		p.PrefixHitRate, p.HitRateOK = s.HitRateWeighted/s.HitRateSeconds, true
 	}
-	p.Preemptions = s.Preemptions
 	if s.BatchSeconds > 0 {
 		p.BatchTokens, p.BatchTokensOK = s.BatchWeighted/s.BatchSeconds, true
 	}
-	p.waitingByValue = nil
+	return p
 }
 
 func ratio(num, den float64) float64 {
@@ -181,11 +189,25 @@ func ratio(num, den float64) float64 {
 }
 
 // EngineSeriesOf builds the page p of engine series of the normalized
-// query q from its rows (Service.EngineStats), with the next page's token.
+// query q from its rows (Service.EngineStats, a row per step and group in
+// time order), with the next page's token.
 func EngineSeriesOf(q EngineQuery, p Page, rows []EngineRow) (series []Series[EnginePoint], next string) {
-	series, next, _ = seriesOf[EngineRow, EnginePoint](p, q.Start, rows, func(r EngineRow) (map[string]string, time.Time, []string) {
-		return r.Group, r.Start, nil
-	})
+	keys, byKey, next := Paginate(p, rows, func(r EngineRow) map[string]string { return r.Group })
+	for _, k := range keys {
+		var (
+			s     Series[EnginePoint]
+			total engineSum
+		)
+		for _, r := range byKey[k] {
+			s.Group = r.Group
+			var step engineSum
+			step.add(r, true)
+			s.Points = append(s.Points, step.point(r.Start))
+			total.add(r, false)
+		}
+		s.Summary = total.point(q.Start)
+		series = append(series, s)
+	}
 	return series, next
 }
 
@@ -193,15 +215,9 @@ func EngineSeriesOf(q EngineQuery, p Page, rows []EngineRow) (series []Series[En
 // deployments of a capacity unit) into one point starting at start: their
 // replicas add up.
 func EnginePointOf(rows []EngineRow, start time.Time) EnginePoint {
-	var (
-		p        EnginePoint
-		replicas uint64
-	)
+	var a engineSum
 	for _, r := range rows {
-		p.add(r)
-		replicas += r.Replicas
+		a.add(r, true)
 	}
-	p.finish(start)
-	p.Replicas = replicas
-	return p
+	return a.point(start)
 }
