@@ -100,3 +100,47 @@ func TestChartEngineAgentDiscovery(t *testing.T) {
 		t.Errorf("RoleBinding %s: %+v", name, rb)
 	}
 }
+
+// TestChartOTLPAndUsageMetrics renders the api role with the OTLP receivers
+// and the business metrics on: the flags meterd --validate accepts, the
+// receivers' container ports and the api Service's ports.
+func TestChartOTLPAndUsageMetrics(t *testing.T) {
+	certs := newPKI(t)
+	m := mustRender(t, "api: {otlp: {enabled: true}, usageMetrics: {enabled: true, maxSeries: 500}}")
+	name := fullname + "-api"
+	d := m.deployments[name]
+	if d == nil {
+		t.Fatalf("no Deployment %s", name)
+	}
+	pod := d.Spec.Template.Spec
+	c := pod.Containers[0]
+	checkFlags(t, "Deployment "+name, "meterd", c.Args)
+	for flag, v := range map[string]string{"otlp-grpc-addr": ":4317", "otlp-http-addr": ":4318", "otlp-tenant-attribute": "tenant.id",
+		"usage-metrics": "true", "usage-metrics-max-series": "500", "usage-metrics-interval": "30s"} {
+		if got := argValue(c.Args, flag); got != v {
+			t.Errorf("api: --%s=%q, want %q", flag, got, v)
+		}
+	}
+	validateContainer(t, m, "Deployment "+name, "meterd", pod, c, certs)
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	if ports["otlp-grpc"] != 4317 || ports["otlp-http"] != 4318 {
+		t.Errorf("api container ports %v, want otlp-grpc 4317 and otlp-http 4318", ports)
+	}
+	svc := map[string]string{}
+	for _, p := range m.services[name].Spec.Ports {
+		svc[p.Name] = p.TargetPort.String()
+	}
+	if svc["otlp-grpc"] != "otlp-grpc" || svc["otlp-http"] != "otlp-http" {
+		t.Errorf("api Service ports %v, want otlp-grpc and otlp-http", svc)
+	}
+	// Off by default: neither flag nor port.
+	def := mustRender(t, "")
+	for _, a := range def.deployments[name].Spec.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--otlp") || strings.HasPrefix(a, "--usage-metrics") {
+			t.Errorf("default api args hold %s", a)
+		}
+	}
+}

@@ -140,6 +140,19 @@ spec:
             {{- if $v.billing.byDeployment }}
             - --billing-by-deployment=true
             {{- end }}
+            {{- if $cfg.otlp.enabled }}
+            - --otlp-grpc-addr=:{{ int $cfg.otlp.grpcPort }}
+            - --otlp-http-addr=:{{ int $cfg.otlp.httpPort }}
+            - --otlp-tenant-attribute={{ $cfg.otlp.tenantAttribute }}
+            {{- if $cfg.otlp.ttftFromE2E }}
+            - --otlp-ttft-from-e2e=true
+            {{- end }}
+            {{- end }}
+            {{- if $cfg.usageMetrics.enabled }}
+            - --usage-metrics=true
+            - --usage-metrics-max-series={{ int $cfg.usageMetrics.maxSeries }}
+            - --usage-metrics-interval={{ $cfg.usageMetrics.interval }}
+            {{- end }}
             {{- end }}
             {{- with $cfg.extraArgs }}
             {{- toYaml . | nindent 12 }}
@@ -151,6 +164,14 @@ spec:
             - name: grpc
               containerPort: 9090
               protocol: TCP
+            {{- if and (eq $role "api") $cfg.otlp.enabled }}
+            - name: otlp-grpc
+              containerPort: {{ int $cfg.otlp.grpcPort }}
+              protocol: TCP
+            - name: otlp-http
+              containerPort: {{ int $cfg.otlp.httpPort }}
+              protocol: TCP
+            {{- end }}
           {{- include "tokenmeter.probes" (dict "tls" $v.tls.enabled) | nindent 10 }}
           resources:
             {{- toYaml $cfg.resources | nindent 12 }}
