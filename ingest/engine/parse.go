@@ -28,10 +28,11 @@ const (
 var ErrNoEngineMetrics = errors.New("no vLLM, SGLang or TGI metrics")
 
 // Reading is what one scrape of an engine says, before counters become
-// deltas: gauges as read, counters as their cumulative values. A nil field
-// was not published. Several series of one metric (vLLM's data-parallel
-// engines, one per "engine" label) are summed, except the ratios
-// (KV-cache usage, hit rate), which are averaged.
+// deltas: gauges as read, counters as their cumulative values per series.
+// A nil field was not published. Several series of a gauge (vLLM's
+// data-parallel engines, one per "engine" label) are summed, except the
+// ratios (KV-cache usage, hit rate), which are averaged; counters are kept
+// per series, so that one engine's restart resets its own series only.
 type Reading struct {
 	Engine string
 	// Model is the served model (label model_name, or model_id for TGI);
@@ -41,46 +42,56 @@ type Reading struct {
 	KVCacheUsage     *float64
 	PrefixHitRate    *float64
 	// Cumulative counters.
-	PrefixQueries, PrefixHits, Preemptions *float64
+	PrefixQueries, PrefixHits, Preemptions Counter
 	// IterationTokensSum and IterationTokensCount are the sum and count of
 	// vLLM's iteration_tokens_total histogram (tokens per engine step).
-	IterationTokensSum, IterationTokensCount *float64
+	IterationTokensSum, IterationTokensCount Counter
 }
+
+// Counter is a cumulative counter's value per series, keyed by the
+// series' labels; nil when the engine does not publish it.
+type Counter map[string]float64
 
 // metric maps a field of Reading to the family names that publish it, in
 // order of preference (a newer name first, then the names it replaced).
+// Exactly one of gauge and counter is set.
 type metric struct {
-	field func(*Reading) **float64
-	names []string
-	ratio bool // averaged over series rather than summed
+	gauge   func(*Reading) **float64
+	counter func(*Reading) *Counter
+	names   []string
+	ratio   bool // a gauge averaged over series rather than summed
 }
 
-// The metric names of each engine. vLLM renamed gpu_cache_usage_perc to
-// kv_cache_usage_perc (V1 engine, 0.8+) and replaced the hit-rate gauge
-// gpu_prefix_cache_hit_rate with the counters prefix_cache_queries and
-// prefix_cache_hits; both generations are read. Counters are looked up
+// The metric names of each engine. vLLM's V1 engine replaced the hit-rate
+// gauge gpu_prefix_cache_hit_rate with the counters
+// gpu_prefix_cache_queries and gpu_prefix_cache_hits (0.8), renamed
+// prefix_cache_queries and prefix_cache_hits later (0.9.2), as
+// gpu_cache_usage_perc became kv_cache_usage_perc; every generation is
+// read, the newest name first. Counters are looked up
 // with and without the _total suffix (the Python client writes the family
 // as name_total in the text format). Names are facts from the engines'
 // documentation; the values are documented in docs/architecture.md.
 var engineMetrics = map[string][]metric{
 	EngineVLLM: {
-		{field: func(r *Reading) **float64 { return &r.Running }, names: []string{"vllm:num_requests_running"}},
-		{field: func(r *Reading) **float64 { return &r.Waiting }, names: []string{"vllm:num_requests_waiting"}},
-		{field: func(r *Reading) **float64 { return &r.KVCacheUsage }, names: []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"}, ratio: true},
-		{field: func(r *Reading) **float64 { return &r.PrefixHitRate }, names: []string{"vllm:gpu_prefix_cache_hit_rate"}, ratio: true},
-		{field: func(r *Reading) **float64 { return &r.PrefixQueries }, names: []string{"vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"}},
-		{field: func(r *Reading) **float64 { return &r.PrefixHits }, names: []string{"vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"}},
-		{field: func(r *Reading) **float64 { return &r.Preemptions }, names: []string{"vllm:num_preemptions_total", "vllm:num_preemptions"}},
+		{gauge: func(r *Reading) **float64 { return &r.Running }, names: []string{"vllm:num_requests_running"}},
+		{gauge: func(r *Reading) **float64 { return &r.Waiting }, names: []string{"vllm:num_requests_waiting"}},
+		{gauge: func(r *Reading) **float64 { return &r.KVCacheUsage }, names: []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"}, ratio: true},
+		{gauge: func(r *Reading) **float64 { return &r.PrefixHitRate }, names: []string{"vllm:gpu_prefix_cache_hit_rate"}, ratio: true},
+		{counter: func(r *Reading) *Counter { return &r.PrefixQueries }, names: []string{"vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries",
+			"vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries"}},
+		{counter: func(r *Reading) *Counter { return &r.PrefixHits }, names: []string{"vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits",
+			"vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits"}},
+		{counter: func(r *Reading) *Counter { return &r.Preemptions }, names: []string{"vllm:num_preemptions_total", "vllm:num_preemptions"}},
 	},
 	EngineSGLang: {
-		{field: func(r *Reading) **float64 { return &r.Running }, names: []string{"sglang:num_running_reqs"}},
-		{field: func(r *Reading) **float64 { return &r.Waiting }, names: []string{"sglang:num_queue_reqs"}},
-		{field: func(r *Reading) **float64 { return &r.KVCacheUsage }, names: []string{"sglang:token_usage"}, ratio: true},
-		{field: func(r *Reading) **float64 { return &r.PrefixHitRate }, names: []string{"sglang:cache_hit_rate"}, ratio: true},
+		{gauge: func(r *Reading) **float64 { return &r.Running }, names: []string{"sglang:num_running_reqs"}},
+		{gauge: func(r *Reading) **float64 { return &r.Waiting }, names: []string{"sglang:num_queue_reqs"}},
+		{gauge: func(r *Reading) **float64 { return &r.KVCacheUsage }, names: []string{"sglang:token_usage"}, ratio: true},
+		{gauge: func(r *Reading) **float64 { return &r.PrefixHitRate }, names: []string{"sglang:cache_hit_rate"}, ratio: true},
 	},
 	EngineTGI: {
-		{field: func(r *Reading) **float64 { return &r.Running }, names: []string{"tgi_batch_current_size"}},
-		{field: func(r *Reading) **float64 { return &r.Waiting }, names: []string{"tgi_queue_size"}},
+		{gauge: func(r *Reading) **float64 { return &r.Running }, names: []string{"tgi_batch_current_size"}},
+		{gauge: func(r *Reading) **float64 { return &r.Waiting }, names: []string{"tgi_queue_size"}},
 	},
 }
 
@@ -202,6 +213,14 @@ func Parse(r io.Reader) (Reading, error) {
 			if !ok {
 				continue
 			}
+			if m.counter != nil {
+				c := seriesValues(f, &models)
+				if len(c) == 0 {
+					continue
+				}
+				*m.counter(&out) = c
+				break
+			}
 			v, n := sumSeries(f, &models)
 			if n == 0 {
 				continue
@@ -209,21 +228,22 @@ func Parse(r io.Reader) (Reading, error) {
 			if m.ratio {
 				v /= float64(n)
 			}
-			*m.field(&out) = &v
+			*m.gauge(&out) = &v
 			break
 		}
 	}
 	if eng == EngineVLLM {
 		for _, name := range iterationTokens {
 			if f, ok := fams[name]; ok && f.GetType() == dto.MetricType_HISTOGRAM {
-				var sum, count float64
+				sum, count := Counter{}, Counter{}
 				for _, m := range f.GetMetric() {
-					sum += m.GetHistogram().GetSampleSum()
-					count += float64(m.GetHistogram().GetSampleCount())
+					k := seriesKey(m)
+					sum[k] = m.GetHistogram().GetSampleSum()
+					count[k] = float64(m.GetHistogram().GetSampleCount())
 					addModel(&models, m)
 				}
-				if len(f.GetMetric()) > 0 {
-					out.IterationTokensSum, out.IterationTokensCount = &sum, &count
+				if len(sum) > 0 {
+					out.IterationTokensSum, out.IterationTokensCount = sum, count
 				}
 				break
 			}
@@ -261,6 +281,40 @@ func sumSeries(f *dto.MetricFamily, models *[]string) (float64, int) {
 		addModel(models, m)
 	}
 	return sum, n
+}
+
+// seriesValues reads a counter family's finite values per series.
+func seriesValues(f *dto.MetricFamily, models *[]string) Counter {
+	out := Counter{}
+	for _, m := range f.GetMetric() {
+		var v float64
+		switch {
+		case m.Counter != nil:
+			v = m.GetCounter().GetValue()
+		case m.Untyped != nil:
+			v = m.GetUntyped().GetValue()
+		default:
+			continue
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			continue
+		}
+		out[seriesKey(m)] = v
+		addModel(models, m)
+	}
+	return out
+}
+
+// seriesKey identifies a series by its labels (the parser sorts them by name).
+func seriesKey(m *dto.Metric) string {
+	var b strings.Builder
+	for _, lp := range m.GetLabel() {
+		b.WriteString(lp.GetName())
+		b.WriteByte(0)
+		b.WriteString(lp.GetValue())
+		b.WriteByte(0)
+	}
+	return b.String()
 }
 
 func addModel(models *[]string, m *dto.Metric) {

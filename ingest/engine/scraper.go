@@ -284,9 +284,9 @@ func (s *Scraper) Sample(t Target, r Reading, now time.Time) *meterv1.EngineSamp
 	return out
 }
 
-// delta is a counter's increase from prev to cur (cur itself after a
-// reset), as an integer; ok is false when either is unknown.
-func delta(prev, cur *float64) (uint64, bool) {
+// delta is a counter's increase from prev to cur, as an integer; ok is
+// false when either is unknown (see fdelta).
+func delta(prev, cur Counter) (uint64, bool) {
 	d, ok := fdelta(prev, cur)
 	if !ok {
 		return 0, false
@@ -294,14 +294,27 @@ func delta(prev, cur *float64) (uint64, bool) {
 	return uint64(math.Round(d)), true
 }
 
-func fdelta(prev, cur *float64) (float64, bool) {
-	if prev == nil || cur == nil || *cur < 0 {
+// fdelta is a counter's increase from prev to cur, summed over its series:
+// a series lower than before restarted (its engine restarted) and adds its
+// new value, as Prometheus's increase() counts it; a series new since prev
+// adds nothing (its start is unknown: counted from its next scrape on). ok
+// is false when the counter is unknown in either reading.
+func fdelta(prev, cur Counter) (float64, bool) {
+	if prev == nil || cur == nil {
 		return 0, false
 	}
-	if *cur < *prev {
-		return *cur, true
+	var d float64
+	for k, v := range cur {
+		p, seen := prev[k]
+		switch {
+		case !seen:
+		case v < p:
+			d += v
+		default:
+			d += v - p
+		}
 	}
-	return *cur - *prev, true
+	return d, true
 }
 
 // count rounds a gauge of requests to a whole number.

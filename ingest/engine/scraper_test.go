@@ -139,6 +139,33 @@ func TestScrapeGoldenFiles(t *testing.T) {
 	}
 }
 
+// TestScrapeDataParallelRestart scrapes a data-parallel vLLM 0.8 (two
+// engines, counters named gpu_prefix_cache_*) whose engine 1 restarted
+// between two scrapes: engine 0's counters add their increase, engine 1's
+// their new values; gauges add up, the KV-cache ratio is averaged.
+func TestScrapeDataParallelRestart(t *testing.T) {
+	hs := httptest.NewServer(&server{files: map[string][]string{"/m": {"vllm_0_8_dp_a.prom", "vllm_0_8_dp_b.prom"}}})
+	defer hs.Close()
+	tg := []engine.Target{{Deployment: "qwen", URL: hs.URL + "/m", Replica: "qwen-0"}}
+	sc := engine.NewScraper(engine.ScraperConfig{Interval: 10 * time.Second})
+	t0 := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	if _, errs := sc.Scrape(t.Context(), tg, t0); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	got, errs := sc.Scrape(t.Context(), tg, t0.Add(10*time.Second))
+	if len(errs) > 0 || len(got) != 1 {
+		t.Fatalf("%v %v", got, errs)
+	}
+	s := got[0]
+	// queries: (5600-5000) + 300; hits: (1100-1000) + 100; preemptions: (5-4) + 1.
+	want := map[string]float64{"running": 14, "waiting": 3, "kv": 0.5, "queries": 900, "hits": 200, "preemptions": 2}
+	have := map[string]float64{"running": float64(s.GetRunning()), "waiting": float64(s.GetWaiting()), "kv": s.GetKvCacheUsage(),
+		"queries": float64(s.GetPrefixCacheQueries()), "hits": float64(s.GetPrefixCacheHits()), "preemptions": float64(s.GetPreemptions())}
+	if d := cmp.Diff(want, have); d != "" || s.PrefixCacheQueries == nil {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+}
+
 // TestScrapeFailuresReported checks that a target that does not answer, or
 // answers something that is not an engine's metrics, is reported and gets
 // no sample, while the others are sampled.
