@@ -288,17 +288,6 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Engine rollups depend on engine samples alone.
-	engineHours, err := j.store.EngineDirtyHours(ctx, since, until)
-	if err != nil {
-		return nil, err
-	}
-	err = j.eachHour(ctx, engineHours, func(ctx context.Context, h time.Time, version uint64) error {
-		return engineHour(ctx, j.store, h, version)
-	})
-	if err != nil {
-		return nil, err
-	}
 	j.pricedVersion = book.Version()
 	j.sloChecked, j.sloVersion = true, sloVersion
 	j.peakless = j.peakless[:len(j.peakless)-len(refill)]
@@ -310,17 +299,57 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	// else (an idle dev ClickHouse kept ~20 such parts about). Usage reads
 	// the hours stamped after the watermark from raw rows; a minute behind
 	// is still exact and hardly slower.
-	worked := len(hours) > 0 || len(costHours) > 0 || len(days) > 0 || len(engineHours) > 0
+	worked := len(hours) > 0 || len(costHours) > 0 || len(days) > 0
 	if worked || !ok || until.Sub(wm) >= idleWatermarkEvery {
 		if err := j.store.SetWatermark(ctx, JobName, until); err != nil {
 			return nil, err
 		}
 	}
 	if worked {
-		j.logger.Info("rolled up", "hours", len(hours), "days", len(days), "costed_hours", len(costHours), "engine_hours", len(engineHours), "slo_version", sloVersion,
+		j.logger.Info("rolled up", "hours", len(hours), "days", len(days), "costed_hours", len(costHours), "slo_version", sloVersion,
 			"price_version", book.Version(), "watermark", until, "hours_without_peaks_left", len(j.peakless))
 	}
+	// Engine rollups depend on engine samples alone and keep a watermark of
+	// their own: a failure there never holds back usage and cost.
+	if err := j.engineRun(ctx, until); err != nil {
+		return mergeHours(hours, costHours), err
+	}
 	return mergeHours(hours, costHours), nil
+}
+
+// EngineJobName keys the engine rollups' watermark.
+const EngineJobName = "rollup-engine"
+
+// engineRun recomputes the engine rollups of the hours touched by engine
+// sample inserts since its own watermark (less the overlap), then advances it.
+func (j *Job) engineRun(ctx context.Context, until time.Time) error {
+	wm, ok, err := j.store.Watermark(ctx, EngineJobName)
+	if err != nil {
+		return err
+	}
+	var since time.Time
+	if ok {
+		since = wm.Add(-j.cfg.Overlap)
+	}
+	hours, err := j.store.EngineDirtyHours(ctx, since, until)
+	if err != nil {
+		return err
+	}
+	err = j.eachHour(ctx, hours, func(ctx context.Context, h time.Time, version uint64) error {
+		return engineHour(ctx, j.store, h, version)
+	})
+	if err != nil {
+		return err
+	}
+	if len(hours) > 0 || !ok || until.Sub(wm) >= idleWatermarkEvery {
+		if err := j.store.SetWatermark(ctx, EngineJobName, until); err != nil {
+			return err
+		}
+	}
+	if len(hours) > 0 {
+		j.logger.Info("rolled up engine samples", "hours", len(hours), "watermark", until)
+	}
+	return nil
 }
 
 // idleWatermarkEvery is how often a run that found nothing to do advances

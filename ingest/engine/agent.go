@@ -58,6 +58,7 @@ type Agent struct {
 
 	pending    []*meterv1.EngineSample // oldest first; used by Run's goroutine only
 	discovered []Target                // the last list of Discover
+	upSeries   map[[2]string]bool      // the meter_engine_target_up series set
 	healthy    atomic.Bool
 
 	scraped, published, scrapeErrors prometheus.Counter
@@ -115,6 +116,7 @@ func (a *Agent) Collect(ctx context.Context) (int, error) {
 	}
 	targets := a.targets()
 	a.scraper.Forget(targets)
+	a.forgetUp(targets)
 	start := time.Now()
 	samples, failed := a.scraper.Scrape(ctx, targets, a.now())
 	a.scrapeSeconds.Observe(time.Since(start).Seconds())
@@ -138,6 +140,29 @@ func (a *Agent) Collect(ctx context.Context) (int, error) {
 	a.scraped.Add(float64(n))
 	a.trim()
 	return n, errors.Join(errs...)
+}
+
+// forgetUp deletes the meter_engine_target_up series of the replicas no
+// longer scraped (pods gone), which would otherwise stay at their last
+// value for ever.
+func (a *Agent) forgetUp(targets []Target) {
+	keep := map[[2]string]bool{}
+	for _, t := range targets {
+		t = t.withDefaults()
+		keep[[2]string{t.Deployment, t.Replica}] = true
+	}
+	for k := range a.upSeries {
+		if !keep[k] {
+			a.up.DeleteLabelValues(k[0], k[1])
+			delete(a.upSeries, k)
+		}
+	}
+	if a.upSeries == nil {
+		a.upSeries = map[[2]string]bool{}
+	}
+	for k := range keep {
+		a.upSeries[k] = true
+	}
 }
 
 // targets are the static targets and the discovered ones, a replica

@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"tokenmeter/ingest/engine"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -102,6 +103,24 @@ func TestPodDiscovery(t *testing.T) {
 		t.Fatalf("collect: %d samples, %v; want 3 (llama-0, other-0, llama-1)", n, err)
 	}
 
+	// A pod gone: its replica is no longer scraped, and its up series is deleted.
+	reg := prometheus.NewRegistry()
+	pods := &podSource{targets: want}
+	agent2, err := engine.NewAgent(engine.AgentConfig{Discover: pods.list}, pub, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := agent2.Collect(t.Context()); err != nil || n != 2 {
+		t.Fatalf("collect: %d, %v", n, err)
+	}
+	pods.targets = want[:1]
+	if n, err := agent2.Collect(t.Context()); err != nil || n != 1 {
+		t.Fatalf("collect after a pod left: %d, %v", n, err)
+	}
+	if n := testutil.CollectAndCount(reg, "meter_engine_target_up"); n != 1 {
+		t.Errorf("%d meter_engine_target_up series, want 1 (llama-1 left)", n)
+	}
+
 	// A refused token is an error, not an empty fleet.
 	if err := os.WriteFile(token, []byte("stale"), 0o600); err != nil {
 		t.Fatal(err)
@@ -114,6 +133,10 @@ func TestPodDiscovery(t *testing.T) {
 		t.Fatalf("collect with discovery failing: %d samples, %v; want 3 and the error", n, err)
 	}
 }
+
+type podSource struct{ targets []engine.Target }
+
+func (p *podSource) list(context.Context) ([]engine.Target, error) { return p.targets, nil }
 
 type recorder struct{ got []*meterv1.EngineSample }
 
