@@ -68,8 +68,12 @@ func TestCoverageWait(t *testing.T) {
 				t.Fatalf("got %v, want success %v or an error naming %q", err, tt.wantSuccess, tt.wantErr)
 			}
 			want := "end=2026-11-24T11%3A00%3A00Z&granularity=total&start=2026-11-23T10%3A00%3A00Z"
-			if api.usageQuery != want {
-				t.Errorf("usage query %s, want %s (whole hours around the span)", api.usageQuery, want)
+			// A poll may still be in flight after a failing wait returned.
+			api.mu.Lock()
+			got := api.usageQuery
+			api.mu.Unlock()
+			if got != want {
+				t.Errorf("usage query %s, want %s (whole hours around the span)", got, want)
 			}
 		})
 	}
