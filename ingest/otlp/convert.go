@@ -227,7 +227,7 @@ func (m Mapping) event(sp *spanCore, a *spanAttrs, attrErr error, res *resourceA
 		TenantId:    tenant,
 		Model:       model,
 		Deployment:  res.deployment,
-		Engine:      a.str[attrProvider],
+		Engine:      servingEngine(a.str[attrProvider], a.str[attrSystem]),
 		Node:        res.node,
 		Region:      res.region,
 		ReceivedAt:  timestampOf(start),
@@ -236,9 +236,6 @@ func (m Mapping) event(sp *spanCore, a *spanAttrs, attrErr error, res *resourceA
 	}
 	if ev.RequestId == "" {
 		ev.RequestId = a.str[attrResponseID]
-	}
-	if ev.Engine == "" {
-		ev.Engine = a.str[attrSystem]
 	}
 	if !ok {
 		ev.Status = status
@@ -605,17 +602,38 @@ func (v value) number(integer bool) (number, error) {
 }
 
 // resourceAttrs holds what a resource says about where the spans ran:
-// deployment from k8s.deployment.name, else service.name; node from
-// host.name, else k8s.node.name; region from cloud.region.
+// deployment from k8s.deployment.name; node from host.name, else
+// k8s.node.name; region from cloud.region. service.name is not a
+// deployment: for client SDKs and gateways it names the calling
+// application, and an event's deployment joins GPU samples (cost).
 type resourceAttrs struct {
 	tenant, deployment, node, region string
-	service, k8sNode                 string
+	k8sNode                          string
+}
+
+// servingEngines are the gen_ai.provider.name (or gen_ai.system) values
+// that name a self-hosted inference engine, the event's engine. Other
+// providers (openai, aws.bedrock, …) are the API called, not an engine.
+var servingEngines = map[string]bool{
+	"vllm": true, "sglang": true, "tgi": true, "text-generation-inference": true,
+	"trt-llm": true, "tensorrt-llm": true, "tensorrt_llm": true, "triton": true,
+	"llama.cpp": true, "ollama": true,
+}
+
+// servingEngine is the first of names that is a serving engine, else "".
+func servingEngine(names ...string) string {
+	for _, n := range names {
+		if servingEngines[strings.ToLower(n)] {
+			return strings.ToLower(n)
+		}
+	}
+	return ""
 }
 
 // resourceKey tells whether a resource attribute is one add reads.
 func resourceKey[K ~string | ~[]byte](k K, tenantAttr string) bool {
 	switch string(k) {
-	case tenantAttr, "k8s.deployment.name", "service.name", "host.name", "k8s.node.name", "cloud.region":
+	case tenantAttr, "k8s.deployment.name", "host.name", "k8s.node.name", "cloud.region":
 		return true
 	}
 	return false
@@ -627,8 +645,6 @@ func (r *resourceAttrs) add(k, v, tenantAttr string) {
 		r.tenant = v
 	case "k8s.deployment.name":
 		r.deployment = v
-	case "service.name":
-		r.service = v
 	case "host.name":
 		r.node = v
 	case "k8s.node.name":
@@ -640,9 +656,6 @@ func (r *resourceAttrs) add(k, v, tenantAttr string) {
 
 // fill applies the fallbacks once every attribute is read.
 func (r *resourceAttrs) fill() {
-	if r.deployment == "" {
-		r.deployment = r.service
-	}
 	if r.node == "" {
 		r.node = r.k8sNode
 	}

@@ -97,11 +97,13 @@ func i64(v int64) *int64                        { return &v }
 func f64(v float64) *float64                    { return &v }
 func ts(d time.Duration) *timestamppb.Timestamp { return timestamppb.New(t0.Add(d)) }
 
-// wantEvent is the event of chatSpan() under the resource of TestConvert.
+// wantEvent is the event of chatSpan() under the resource of TestConvert:
+// no deployment (service.name names the calling application) and no
+// engine (the provider, openai, is the API called, not a serving engine).
 func wantEvent() *meterv1.InferenceEvent {
 	return &meterv1.InferenceEvent{
 		EventId: wantID, RequestId: "chatcmpl-1", TenantId: "acme", Model: "llama-3.1-8b-instruct",
-		Deployment: "chat-gw", Engine: "openai", Node: "node-7", Region: "eu-west-1",
+		Node: "node-7", Region: "eu-west-1",
 		ReceivedAt: ts(0), CompletedAt: ts(2 * time.Second),
 		PromptTokens: i64(120), CachedPromptTokens: i64(20), OutputTokens: i64(30),
 		TtftMs: f64(250), E2EMs: f64(2000),
@@ -123,7 +125,7 @@ func TestConvert(t *testing.T) {
 		{name: "chat span", span: chatSpan(), want: func(*meterv1.InferenceEvent) {}},
 		{name: "request model when no response model", span: without(chatSpan(), "gen_ai.response.model"),
 			want: func(e *meterv1.InferenceEvent) { e.Model = "llama-3.1-8b" }},
-		{name: "k8s deployment over service name", resource: append(resource, str("k8s.deployment.name", "vllm-8b")), span: chatSpan(),
+		{name: "k8s deployment, never service name", resource: append(resource, str("k8s.deployment.name", "vllm-8b")), span: chatSpan(),
 			want: func(e *meterv1.InferenceEvent) { e.Deployment = "vllm-8b" }},
 		{name: "tenant on the resource", resource: append(resource, str("tenant.id", "beta")), span: without(chatSpan(), "tenant.id"),
 			want: func(e *meterv1.InferenceEvent) { e.TenantId = "beta" }},
@@ -186,9 +188,11 @@ func TestConvert(t *testing.T) {
 		{name: "streaming flag", span: chatSpan(boolean("gen_ai.request.stream", true)), want: func(e *meterv1.InferenceEvent) { e.Streaming = true }},
 		{name: "time per output token", span: chatSpan(dbl("gen_ai.server.time_per_output_token", 0.02)), want: func(e *meterv1.InferenceEvent) { e.ItlMs = f64(20) }},
 		{name: "vLLM span without operation name", span: without(chatSpan(), "gen_ai.operation.name", "gen_ai.provider.name"),
-			want: func(e *meterv1.InferenceEvent) { e.Engine = "" }},
+			want: func(*meterv1.InferenceEvent) {}},
 		{name: "older gen_ai.system as engine", span: without(chatSpan(str("gen_ai.system", "vllm")), "gen_ai.provider.name"),
 			want: func(e *meterv1.InferenceEvent) { e.Engine = "vllm" }},
+		{name: "a serving engine as provider", span: chatSpan(str("gen_ai.provider.name", "SGLang")),
+			want: func(e *meterv1.InferenceEvent) { e.Engine = "sglang" }},
 		{name: "HTTP span", span: &tracepb.Span{TraceId: traceID, SpanId: spanID, StartTimeUnixNano: 1, EndTimeUnixNano: 2,
 			Attributes: []*commonpb.KeyValue{str("http.request.method", "GET"), str("tenant.id", "acme")}}, ignored: otlp.ResultNotGenAI},
 		{name: "tool span", span: chatSpan(str("gen_ai.operation.name", "execute_tool")), ignored: otlp.ResultNotInference},

@@ -153,8 +153,8 @@ func sdkSpans(t testing.TB, n int, res *resource.Resource) []sdktrace.ReadOnlySp
 }
 
 func acmeResource() *resource.Resource {
-	return resource.NewSchemaless(attribute.String("service.name", "chat-gw"), attribute.String("tenant.id", "acme"),
-		attribute.String("host.name", "node-1"), attribute.String("cloud.region", "eu-west-1"))
+	return resource.NewSchemaless(attribute.String("service.name", "chat-app"), attribute.String("k8s.deployment.name", "chat-gw"),
+		attribute.String("tenant.id", "acme"), attribute.String("host.name", "node-1"), attribute.String("cloud.region", "eu-west-1"))
 }
 
 // exporters are the SDK's OTLP exporters, each pointed at the receiver.
