@@ -55,9 +55,18 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		r.httpError(w, req, ct, fmt.Errorf("%w: Content-Type %q: want %s or %s", errUnsupported, req.Header.Get("Content-Type"), contentTypeProtobuf, contentTypeJSON))
 		return
 	}
+	// A slot before the body is read: exports beyond MaxInFlight wait
+	// (their clients' timeouts bound the wait) rather than all holding
+	// their bodies in memory at once.
+	select {
+	case r.slots <- struct{}{}:
+	case <-req.Context().Done():
+		return
+	}
 	buf := r.bodies.Get().(*bytes.Buffer)
 	var b Batch
-	if err = r.readBody(w, req, buf); err == nil {
+	err = r.readBody(w, req, buf)
+	if err == nil {
 		if ct == contentTypeProtobuf {
 			b, err = r.cfg.Mapping.ConvertWire(buf.Bytes(), keyTenant)
 		} else {
@@ -72,6 +81,7 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	// The batch keeps nothing of the body: its buffer can serve again.
 	r.putBody(buf)
+	<-r.slots
 	if err != nil {
 		r.httpError(w, req, ct, err)
 		return

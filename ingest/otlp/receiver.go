@@ -63,6 +63,12 @@ type Config struct {
 	// MaxRequestBytes bounds a request body or gRPC message, after
 	// decompression too. Default 16 MiB.
 	MaxRequestBytes int
+	// MaxInFlight bounds the OTLP/HTTP exports read and converted at once
+	// (others wait for a slot before their body is read) and the
+	// concurrent OTLP/gRPC streams of one connection, so that memory stays
+	// near MaxInFlight × MaxRequestBytes (several times that for JSON).
+	// Default DefaultMaxInFlight.
+	MaxInFlight int
 	// Mapping says how spans become events.
 	Mapping Mapping
 	// TLS, when set, serves both receivers with TLS only. Nil: plaintext.
@@ -92,6 +98,9 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// DefaultMaxInFlight is Config.MaxInFlight's default.
+const DefaultMaxInFlight = 16
+
 // Receiver serves OTLP trace exports over gRPC and HTTP.
 type Receiver struct {
 	cfg     Config
@@ -103,6 +112,8 @@ type Receiver struct {
 	bodies sync.Pool
 	// gunzips are gzip readers of request bodies, reused.
 	gunzips sync.Pool
+	// slots holds a token per OTLP/HTTP export being read or converted.
+	slots chan struct{}
 
 	grpc   *grpc.Server
 	http   *http.Server
@@ -121,12 +132,15 @@ func New(cfg Config, pub Publisher, auth Authorizer, reg prometheus.Registerer, 
 	if cfg.MaxRequestBytes == 0 {
 		cfg.MaxRequestBytes = 16 << 20
 	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
 	r := &Receiver{cfg: cfg, pub: pub, auth: auth, logger: logger, metrics: m,
-		bodies: sync.Pool{New: func() any { return new(bytes.Buffer) }}}
+		bodies: sync.Pool{New: func() any { return new(bytes.Buffer) }}, slots: make(chan struct{}, cfg.MaxInFlight)}
 	if cfg.GRPCAddr != "" {
 		if r.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 			return nil, fmt.Errorf("otlp: listen gRPC: %w", err)
@@ -136,6 +150,7 @@ func New(cfg Config, pub Publisher, auth Authorizer, reg prometheus.Registerer, 
 			creds = credentials.NewTLS(cfg.TLS)
 		}
 		r.grpc = grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(cfg.MaxRequestBytes), grpc.InTapHandle(r.authTap),
+			grpc.MaxConcurrentStreams(uint32(cfg.MaxInFlight)),
 			grpc.ForceServerCodecV2(wireCodec{CodecV2: encoding.GetCodecV2(protoCodec), r: r}))
 		(&traceService{r: r}).register(r.grpc)
 	}

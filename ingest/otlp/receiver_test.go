@@ -678,3 +678,66 @@ func TestMalformedGRPC(t *testing.T) {
 		t.Errorf("published %d events, want 1", got)
 	}
 }
+
+// TestHTTPExportsInFlightBounded: with MaxInFlight 1, an export whose body
+// is still arriving holds the only slot; a second export waits (its client
+// times out) until the first is done, then goes through.
+func TestHTTPExportsInFlightBounded(t *testing.T) {
+	pub := &recorder{}
+	r := startReceiver(t, pub, otlp.Config{MaxInFlight: 1})
+	body, err := proto.Marshal(request(nil, chatSpan()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(ctx context.Context, rd io.Reader) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.HTTPAddr()+"/v1/traces", rd)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/x-protobuf")
+		req.Header.Set("Authorization", "Bearer key-ingest")
+		return http.DefaultClient.Do(req)
+	}
+	slow, w := io.Pipe()
+	first := make(chan error, 1)
+	go func() {
+		resp, err := post(context.Background(), slow)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("first export: HTTP %d", resp.StatusCode)
+			}
+		}
+		first <- err
+	}()
+	if _, err := w.Write(body[:5]); err != nil { // the first holds the slot, its body half sent
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); r.InFlight() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first export never took a slot")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if resp, err := post(ctx, bytes.NewReader(body)); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a second export went through (HTTP %d) while the only slot was held", resp.StatusCode)
+	}
+	w.Write(body[5:])
+	w.Close()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	resp, err := post(context.Background(), bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	// The export whose client gave up may still have run once the slot
+	// freed (the server notices a closed connection late): harmless, its
+	// span keeps its event id.
+	if resp.StatusCode != http.StatusOK || len(pub.got()) < 2 {
+		t.Fatalf("after the first: HTTP %d, %d events published, want 200 and at least 2", resp.StatusCode, len(pub.got()))
+	}
+}
