@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -219,17 +220,52 @@ func (s *ingestService) PublishEvents(ctx context.Context, req *meterv1.PublishE
 	if n := len(req.GetEvents()); n > s.maxEvents {
 		return nil, batchTooLong(n, s.maxEvents)
 	}
-	accepted, rejected, err := s.pub.Publish(ctx, req.GetEvents())
-	if err != nil {
-		return nil, err
+	events, index, foreign := ownEvents(ctx, req.GetEvents())
+	var (
+		accepted int
+		rejected []ingest.Rejected
+		err      error
+	)
+	if len(events) > 0 {
+		if accepted, rejected, err = s.pub.Publish(ctx, events); err != nil {
+			return nil, err
+		}
 	}
-	resp := &meterv1.PublishEventsResponse{Accepted: int64(accepted)}
+	resp := &meterv1.PublishEventsResponse{Accepted: int64(accepted), Rejected: foreign}
 	for _, r := range rejected {
+		i := r.Index
+		if index != nil {
+			i = index[i]
+		}
 		resp.Rejected = append(resp.Rejected, &meterv1.RejectedEvent{
-			Index: int32(r.Index), EventId: r.EventID, Reason: r.Err.Message,
+			Index: int32(i), EventId: r.EventID, Reason: r.Err.Message,
 		})
 	}
+	slices.SortFunc(resp.Rejected, func(a, b *meterv1.RejectedEvent) int { return cmp.Compare(a.Index, b.Index) })
 	return resp, nil
+}
+
+// ownEvents keeps, for a key bound to a tenant, the events of that tenant:
+// the others are rejected (as the OTLP receiver rejects such spans). index
+// maps the kept events to their request positions (nil when all are kept).
+func ownEvents(ctx context.Context, all []*meterv1.InferenceEvent) (kept []*meterv1.InferenceEvent, index []int, foreign []*meterv1.RejectedEvent) {
+	p, ok := principalFrom(ctx)
+	if !ok || p.TenantID == "" {
+		return all, nil, nil
+	}
+	for i, e := range all {
+		if e.GetTenantId() != p.TenantID {
+			foreign = append(foreign, &meterv1.RejectedEvent{Index: int32(i), EventId: e.GetEventId(),
+				Reason: fmt.Sprintf("tenant_id %q: key %q publishes for tenant %q only", e.GetTenantId(), p.Name, p.TenantID)})
+			continue
+		}
+		kept = append(kept, e)
+		index = append(index, i)
+	}
+	if len(foreign) == 0 {
+		return all, nil, nil
+	}
+	return kept, index, foreign
 }
 
 // usageService implements meterv1.UsageServiceServer.
