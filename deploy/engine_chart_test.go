@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // TestChartEngineAgent renders the chart with the engine agent on: one
@@ -142,5 +144,36 @@ func TestChartOTLPAndUsageMetrics(t *testing.T) {
 		if strings.HasPrefix(a, "--otlp") || strings.HasPrefix(a, "--usage-metrics") {
 			t.Errorf("default api args hold %s", a)
 		}
+	}
+}
+
+// TestChartUsageServiceMonitor: with the business metrics and a key
+// Secret, a second ServiceMonitor scrapes /metrics/usage on the api pods
+// only, with the finance key from the Secret.
+func TestChartUsageServiceMonitor(t *testing.T) {
+	m := mustRender(t, "serviceMonitor: {enabled: true}\napi: {usageMetrics: {enabled: true, keySecret: {name: prom-finance-key}}}")
+	sm := m.serviceMonitors[fullname+"-usage"]
+	if sm == nil {
+		t.Fatalf("no ServiceMonitor %s-usage (got %v)", fullname, keys(m.serviceMonitors))
+	}
+	if len(sm.Spec.Endpoints) != 1 {
+		t.Fatalf("endpoints %+v", sm.Spec.Endpoints)
+	}
+	ep := sm.Spec.Endpoints[0]
+	if ep.Path != "/metrics/usage" || ep.Authorization == nil || ep.Authorization.Credentials == nil ||
+		ep.Authorization.Credentials.Name != "prom-finance-key" || ep.Authorization.Credentials.Key != "key" {
+		t.Errorf("endpoint %+v: want /metrics/usage with the key of Secret prom-finance-key", ep)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range m.services {
+		if got, want := sel.Matches(labels.Set(s.Labels)), name == fullname+"-api"; got != want {
+			t.Errorf("Service %s selected: %v, want %v (the api pods only)", name, got, want)
+		}
+	}
+	if m := mustRender(t, "serviceMonitor: {enabled: true}\napi: {usageMetrics: {enabled: true}}"); m.serviceMonitors[fullname+"-usage"] != nil {
+		t.Error("a usage ServiceMonitor without a key Secret")
 	}
 }
