@@ -368,17 +368,21 @@ func (f *fixture) checkUsage(t *testing.T, events []*meterv1.InferenceEvent) {
 type clockStore struct {
 	rollup.Store
 	now  time.Time
-	sets int
+	sets map[string]int // watermark writes per job
 }
 
 func (c *clockStore) ServerNow(context.Context) (time.Time, error) { return c.now, nil }
 
 func (c *clockStore) SetWatermark(ctx context.Context, job string, t time.Time) error {
-	c.sets++
+	if c.sets == nil {
+		c.sets = map[string]int{}
+	}
+	c.sets[job]++
 	return c.Store.SetWatermark(ctx, job, t)
 }
 
-// An idle job writes its watermark at most once a minute, not every run.
+// An idle job writes its watermarks (the rollups' and the engine
+// rollups') at most once a minute each, not every run.
 func TestIdleRunsWriteWatermarkOncePerMinute(t *testing.T) {
 	f := newFixture(t)
 	cs := &clockStore{Store: f.store, now: time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)}
@@ -402,8 +406,10 @@ func TestIdleRunsWriteWatermarkOncePerMinute(t *testing.T) {
 		if _, err := j.RunOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if cs.sets != tt.wantSets {
-			t.Errorf("run %d: %d watermark writes, want %d", i, cs.sets, tt.wantSets)
+		for _, job := range []string{rollup.JobName, rollup.EngineJobName} {
+			if cs.sets[job] != tt.wantSets {
+				t.Errorf("run %d: %d writes of the %s watermark, want %d", i, cs.sets[job], job, tt.wantSets)
+			}
 		}
 	}
 }
