@@ -262,18 +262,8 @@ func sumSeries(f *dto.MetricFamily, models *[]string) (float64, int) {
 		n   int
 	)
 	for _, m := range f.GetMetric() {
-		var v float64
-		switch {
-		case m.Gauge != nil:
-			v = m.GetGauge().GetValue()
-		case m.Counter != nil:
-			v = m.GetCounter().GetValue()
-		case m.Untyped != nil:
-			v = m.GetUntyped().GetValue()
-		default:
-			continue
-		}
-		if math.IsNaN(v) || math.IsInf(v, 0) {
+		v, ok := finiteValue(m)
+		if !ok {
 			continue
 		}
 		sum += v
@@ -283,20 +273,30 @@ func sumSeries(f *dto.MetricFamily, models *[]string) (float64, int) {
 	return sum, n
 }
 
-// seriesValues reads a counter family's finite values per series.
+// finiteValue is the value of a gauge, counter or untyped sample, unless it
+// is NaN or infinite.
+func finiteValue(m *dto.Metric) (float64, bool) {
+	var v float64
+	switch {
+	case m.Gauge != nil:
+		v = m.GetGauge().GetValue()
+	case m.Counter != nil:
+		v = m.GetCounter().GetValue()
+	case m.Untyped != nil:
+		v = m.GetUntyped().GetValue()
+	default:
+		return 0, false
+	}
+	return v, !math.IsNaN(v) && !math.IsInf(v, 0)
+}
+
+// seriesValues reads a counter family's finite, non-negative values per
+// series (counter or untyped samples; a gauge is no counter).
 func seriesValues(f *dto.MetricFamily, models *[]string) Counter {
 	out := Counter{}
 	for _, m := range f.GetMetric() {
-		var v float64
-		switch {
-		case m.Counter != nil:
-			v = m.GetCounter().GetValue()
-		case m.Untyped != nil:
-			v = m.GetUntyped().GetValue()
-		default:
-			continue
-		}
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		v, ok := finiteValue(m)
+		if !ok || m.Gauge != nil || v < 0 {
 			continue
 		}
 		out[seriesKey(m)] = v

@@ -13,24 +13,14 @@ import (
 
 // EngineSamples calls emit with synthetic engine samples of the fleet (the
 // replicas of each vLLM and SGLang deployment, cfg.Replicas of them; the
-// scraper does not read TensorRT-LLM), in time order: running requests follow the diurnal load, the queue builds up
-// and the KV cache fills near the peak, with preemptions once it is full.
+// scraper does not read TensorRT-LLM), in time order: running requests
+// follow the diurnal load, the queue builds up and the KV cache fills near
+// the peak, with preemptions once it is full.
 // The samples are deterministic, so a replay is idempotent.
 func EngineSamples(cfg FleetConfig, emit func(*meterv1.EngineSample) error) error {
-	if cfg.Interval == 0 {
-		cfg.Interval = 10 * time.Second
-	}
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 2
-	}
-	if cfg.Models == nil {
-		cfg.Models = DefaultModels()
-	}
-	if cfg.DiurnalAmplitude == 0 {
-		cfg.DiurnalAmplitude = DefaultDiurnalAmplitude
-	}
-	if cfg.Duration <= 0 || cfg.Interval <= 0 {
-		return fmt.Errorf("engine fleet: duration %s and interval %s must be positive", cfg.Duration, cfg.Interval)
+	cfg, err := cfg.withDefaults("engine fleet")
+	if err != nil {
+		return err
 	}
 	start := cfg.Start.UTC().Truncate(time.Second)
 	iv := cfg.Interval.Seconds()

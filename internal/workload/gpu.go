@@ -30,24 +30,34 @@ type FleetConfig struct {
 	IdleDeployment string
 }
 
+// withDefaults fills what c leaves zero and checks the span; what names
+// the fleet in the error.
+func (c FleetConfig) withDefaults(what string) (FleetConfig, error) {
+	if c.Interval == 0 {
+		c.Interval = 10 * time.Second
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 2
+	}
+	if c.Models == nil {
+		c.Models = DefaultModels()
+	}
+	if c.DiurnalAmplitude == 0 {
+		c.DiurnalAmplitude = DefaultDiurnalAmplitude
+	}
+	if c.Duration <= 0 || c.Interval <= 0 {
+		return c, fmt.Errorf("%s: duration %s and interval %s must be positive", what, c.Duration, c.Interval)
+	}
+	return c, nil
+}
+
 // FleetSamples calls emit with every sample of the fleet, in time order.
 // The samples are deterministic: the same config gives the same samples
 // (sample ids included), so a replay is idempotent.
 func FleetSamples(cfg FleetConfig, emit func(*meterv1.GpuSample) error) error {
-	if cfg.Interval == 0 {
-		cfg.Interval = 10 * time.Second
-	}
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 2
-	}
-	if cfg.Models == nil {
-		cfg.Models = DefaultModels()
-	}
-	if cfg.DiurnalAmplitude == 0 {
-		cfg.DiurnalAmplitude = DefaultDiurnalAmplitude
-	}
-	if cfg.Duration <= 0 || cfg.Interval <= 0 {
-		return fmt.Errorf("fleet: duration %s and interval %s must be positive", cfg.Duration, cfg.Interval)
+	cfg, err := cfg.withDefaults("fleet")
+	if err != nil {
+		return err
 	}
 	type gpu struct {
 		m     Model
