@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -66,6 +67,25 @@ func TestIngestReplicasClusterExact(t *testing.T) {
 	})
 }
 
+// lockedBuffer is a process's output, written by os/exec's copying
+// goroutine and read by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // ingestTarget is the ClickHouse of testIngestReplicas: one server, or a
 // cluster with what happens to it mid-stream.
 type ingestTarget struct {
@@ -79,7 +99,7 @@ type ingestTarget struct {
 func testIngestReplicas(t *testing.T, target ingestTarget) {
 	chAddr, db := target.addr, target.db
 	broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Partitions: 12,
-		Topics: []string{ingest.DefaultEventsTopic, ingest.DefaultDLQTopic, ingest.DefaultGPUTopic}})
+		Topics: []string{ingest.DefaultEventsTopic, ingest.DefaultDLQTopic, ingest.DefaultGPUTopic, ingest.DefaultEngineTopic}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,13 +111,13 @@ func testIngestReplicas(t *testing.T, target ingestTarget) {
 
 	type replica struct {
 		cmd  *exec.Cmd
-		log  *bytes.Buffer
+		log  *lockedBuffer
 		http string
 	}
 	var replicas []*replica
 	start := func() *replica {
 		t.Helper()
-		r := &replica{log: &bytes.Buffer{}, http: freeAddr(t)}
+		r := &replica{log: &lockedBuffer{}, http: freeAddr(t)}
 		r.cmd = exec.Command(bin, "--role", "ingest", "--kafka-brokers", broker.Addr(), "--clickhouse", chAddr,
 			"--clickhouse-database", db, "--clickhouse-cluster", target.cluster,
 			"--http-addr", r.http, "--grpc-addr", freeAddr(t), "--batch-timeout", "100ms", "--log-level", "warn")
