@@ -63,7 +63,8 @@ func TestIngestReplicasClusterExact(t *testing.T) {
 				}
 			},
 		},
-		check: func(wantEvents int64) { checkReplicasCaughtUp(t, c, db, wantEvents) },
+		check:    func(wantEvents int64) { checkReplicasCaughtUp(t, c, db, wantEvents) },
+		diagnose: func() string { return replicaState(c, db) },
 	})
 }
 
@@ -94,6 +95,8 @@ type ingestTarget struct {
 	at map[int]func()
 	// check runs once the totals are exact, given the number of events.
 	check func(wantEvents int64)
+	// diagnose, if set, describes the store when the totals are wrong.
+	diagnose func() string
 }
 
 func testIngestReplicas(t *testing.T, target ingestTarget) {
@@ -206,7 +209,14 @@ func testIngestReplicas(t *testing.T, target ingestTarget) {
 	defer store.Close()
 	reads := query.New(store, query.Config{})
 	var rows []query.UsageRow
+	waitStart := time.Now()
+	nextState := waitStart.Add(30 * time.Second)
 	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		if target.diagnose != nil && time.Now().After(nextState) {
+			// Still short after 30 s: where the rows are, as it goes.
+			t.Logf("usage %+v (%v) after %s; the store:\n%s", rows, err, time.Since(waitStart).Round(time.Second), target.diagnose())
+			nextState = time.Now().Add(30 * time.Second)
+		}
 		rows, err = reads.Usage(context.Background(), query.UsageQuery{Start: base.Add(-time.Hour), End: base.Add(3 * time.Hour)})
 		if err == nil && len(rows) == 1 && rows[0].Requests == wantRequests && rows[0].OutputTokens == wantOutput {
 			break
@@ -215,6 +225,9 @@ func testIngestReplicas(t *testing.T, target ingestTarget) {
 			logs := ""
 			for i, r := range replicas {
 				logs += fmt.Sprintf("replica %d:\n%s\n", i, r.log)
+			}
+			if target.diagnose != nil {
+				logs += target.diagnose()
 			}
 			t.Fatalf("usage %+v (%v), want %d requests and %d output tokens\n%s", rows, err, wantRequests, wantOutput, logs)
 		}
@@ -269,4 +282,31 @@ func checkReplicasCaughtUp(t *testing.T, c *chcluster.Cluster, db string, wantEv
 	if total != wantEvents {
 		t.Fatalf("the shards hold %d events, want %d", total, wantEvents)
 	}
+}
+
+// replicaState is, for each server of the cluster, how many distinct
+// events its inference_events_local holds and what its replication queue
+// is doing: where the rows of a wrong total are.
+func replicaState(c *chcluster.Cluster, db string) string {
+	var b bytes.Buffer
+	for s, n := range c.Layout().Replicas {
+		for r := range n {
+			fmt.Fprintf(&b, "server s%dr%d: ", s+1, r+1)
+			conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{c.Addr(s, r)}, Auth: clickhouse.Auth{Database: db}})
+			if err != nil {
+				fmt.Fprintf(&b, "%v\n", err)
+				continue
+			}
+			ctx := context.Background()
+			var events, rows uint64
+			err = conn.QueryRow(ctx, "SELECT count(), uniqExact(tenant_id, event_id) FROM inference_events_local").Scan(&rows, &events)
+			fmt.Fprintf(&b, "%d rows, %d distinct events (%v)", rows, events, err)
+			var queue, tries uint64
+			var exception string
+			err = conn.QueryRow(ctx, "SELECT count(), sum(num_tries), any(last_exception) FROM system.replication_queue WHERE database = ?", db).Scan(&queue, &tries, &exception)
+			fmt.Fprintf(&b, "; replication queue %d entries, %d tries, %q (%v)\n", queue, tries, exception, err)
+			conn.Close()
+		}
+	}
+	return b.String()
 }
