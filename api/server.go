@@ -282,6 +282,16 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 			}
 		}
 		mux.Handle("/v1/", gw)
+		offered := map[string]bool{}
+		for name := range s.grpc.GetServiceInfo() {
+			offered[name] = true
+		}
+		doc, err := openAPIDocument(offered)
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		mux.Handle("GET "+OpenAPIPath, serveOpenAPI(doc))
 		if svc.UsageMetrics != nil {
 			mux.Handle("GET "+UsageMetricsPath, usageMetrics(keys, svc.UsageMetrics))
 		}

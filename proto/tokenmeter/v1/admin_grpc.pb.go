@@ -34,12 +34,20 @@ const (
 // new version and makes the rollups recompute what it changes.
 type AdminServiceClient interface {
 	// GetSloSet returns the SLO set in force.
+	//
+	// Roles: admin.
 	GetSloSet(ctx context.Context, in *GetSloSetRequest, opts ...grpc.CallOption) (*GetSloSetResponse, error)
 	// PutSloSet validates and stores an SLO set.
+	//
+	// Roles: admin.
 	PutSloSet(ctx context.Context, in *PutSloSetRequest, opts ...grpc.CallOption) (*PutSloSetResponse, error)
 	// GetPriceBook returns the price book in force.
+	//
+	// Roles: finance, admin.
 	GetPriceBook(ctx context.Context, in *GetPriceBookRequest, opts ...grpc.CallOption) (*GetPriceBookResponse, error)
 	// PutPriceBook validates and stores a price book.
+	//
+	// Roles: admin.
 	PutPriceBook(ctx context.Context, in *PutPriceBookRequest, opts ...grpc.CallOption) (*PutPriceBookResponse, error)
 }
 
@@ -100,12 +108,20 @@ func (c *adminServiceClient) PutPriceBook(ctx context.Context, in *PutPriceBookR
 // new version and makes the rollups recompute what it changes.
 type AdminServiceServer interface {
 	// GetSloSet returns the SLO set in force.
+	//
+	// Roles: admin.
 	GetSloSet(context.Context, *GetSloSetRequest) (*GetSloSetResponse, error)
 	// PutSloSet validates and stores an SLO set.
+	//
+	// Roles: admin.
 	PutSloSet(context.Context, *PutSloSetRequest) (*PutSloSetResponse, error)
 	// GetPriceBook returns the price book in force.
+	//
+	// Roles: finance, admin.
 	GetPriceBook(context.Context, *GetPriceBookRequest) (*GetPriceBookResponse, error)
 	// PutPriceBook validates and stores a price book.
+	//
+	// Roles: admin.
 	PutPriceBook(context.Context, *PutPriceBookRequest) (*PutPriceBookResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }

@@ -41,24 +41,34 @@ const (
 type BillingServiceClient interface {
 	// ListBillingPeriods lists a tenant's periods, oldest first: the closed
 	// ones (with their statement's hash) and the open ones up to the current.
+	//
+	// Roles: tenant, finance, admin.
 	ListBillingPeriods(ctx context.Context, in *ListBillingPeriodsRequest, opts ...grpc.CallOption) (*ListBillingPeriodsResponse, error)
 	// CloseBillingPeriod closes a period for the tenants named (or every
 	// tenant with usage), storing their statements. Closing is idempotent: a
 	// tenant already closed keeps its statement. It fails with
 	// FAILED_PRECONDITION while the period has not ended plus the grace delay,
 	// ingest has not caught up past its end, or the rollups have not costed it.
+	//
+	// Roles: admin.
 	CloseBillingPeriod(ctx context.Context, in *CloseBillingPeriodRequest, opts ...grpc.CallOption) (*CloseBillingPeriodResponse, error)
 	// GetStatement returns a tenant's statement of a period: the stored one
 	// when the period is closed, else a draft of the usage so far.
+	//
+	// Roles: tenant, finance, admin.
 	GetStatement(ctx context.Context, in *GetStatementRequest, opts ...grpc.CallOption) (*GetStatementResponse, error)
 	// ExportStatements streams the lines of a closed period's statements as a
 	// file in the format asked, in chunks. The concatenated data of the
 	// chunks is the file; an error after the first chunk ends the stream with
 	// that error (the file is then incomplete and must be discarded).
+	//
+	// Roles: tenant, finance, admin.
 	ExportStatements(ctx context.Context, in *ExportStatementsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportStatementsResponse], error)
 	// ExportUsageCost streams the detailed usage and cost (one row per tenant,
 	// model, deployment and hour or day) of a range as a file, in chunks, as
 	// ExportStatements does.
+	//
+	// Roles: tenant, finance, admin.
 	ExportUsageCost(ctx context.Context, in *ExportUsageCostRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportUsageCostResponse], error)
 }
 
@@ -153,24 +163,34 @@ type BillingService_ExportUsageCostClient = grpc.ServerStreamingClient[ExportUsa
 type BillingServiceServer interface {
 	// ListBillingPeriods lists a tenant's periods, oldest first: the closed
 	// ones (with their statement's hash) and the open ones up to the current.
+	//
+	// Roles: tenant, finance, admin.
 	ListBillingPeriods(context.Context, *ListBillingPeriodsRequest) (*ListBillingPeriodsResponse, error)
 	// CloseBillingPeriod closes a period for the tenants named (or every
 	// tenant with usage), storing their statements. Closing is idempotent: a
 	// tenant already closed keeps its statement. It fails with
 	// FAILED_PRECONDITION while the period has not ended plus the grace delay,
 	// ingest has not caught up past its end, or the rollups have not costed it.
+	//
+	// Roles: admin.
 	CloseBillingPeriod(context.Context, *CloseBillingPeriodRequest) (*CloseBillingPeriodResponse, error)
 	// GetStatement returns a tenant's statement of a period: the stored one
 	// when the period is closed, else a draft of the usage so far.
+	//
+	// Roles: tenant, finance, admin.
 	GetStatement(context.Context, *GetStatementRequest) (*GetStatementResponse, error)
 	// ExportStatements streams the lines of a closed period's statements as a
 	// file in the format asked, in chunks. The concatenated data of the
 	// chunks is the file; an error after the first chunk ends the stream with
 	// that error (the file is then incomplete and must be discarded).
+	//
+	// Roles: tenant, finance, admin.
 	ExportStatements(*ExportStatementsRequest, grpc.ServerStreamingServer[ExportStatementsResponse]) error
 	// ExportUsageCost streams the detailed usage and cost (one row per tenant,
 	// model, deployment and hour or day) of a range as a file, in chunks, as
 	// ExportStatements does.
+	//
+	// Roles: tenant, finance, admin.
 	ExportUsageCost(*ExportUsageCostRequest, grpc.ServerStreamingServer[ExportUsageCostResponse]) error
 	mustEmbedUnimplementedBillingServiceServer()
 }

@@ -32,8 +32,12 @@ const (
 // admin keys see everything; a tenant key sees only its own allocated cost.
 type CostServiceClient interface {
 	// GetCost returns GPU cost allocated to tenants, with tokens and cost per 1k tokens.
+	//
+	// Roles: tenant, finance, admin.
 	GetCost(ctx context.Context, in *GetCostRequest, opts ...grpc.CallOption) (*GetCostResponse, error)
 	// GetGpuUsage returns GPU-hours, busy and idle time, energy, coverage and GPU cost.
+	//
+	// Roles: finance, admin.
 	GetGpuUsage(ctx context.Context, in *GetGpuUsageRequest, opts ...grpc.CallOption) (*GetGpuUsageResponse, error)
 }
 
@@ -74,8 +78,12 @@ func (c *costServiceClient) GetGpuUsage(ctx context.Context, in *GetGpuUsageRequ
 // admin keys see everything; a tenant key sees only its own allocated cost.
 type CostServiceServer interface {
 	// GetCost returns GPU cost allocated to tenants, with tokens and cost per 1k tokens.
+	//
+	// Roles: tenant, finance, admin.
 	GetCost(context.Context, *GetCostRequest) (*GetCostResponse, error)
 	// GetGpuUsage returns GPU-hours, busy and idle time, energy, coverage and GPU cost.
+	//
+	// Roles: finance, admin.
 	GetGpuUsage(context.Context, *GetGpuUsageRequest) (*GetGpuUsageResponse, error)
 	mustEmbedUnimplementedCostServiceServer()
 }

@@ -32,6 +32,8 @@ const (
 // tenant (a replica serves every tenant), so tenant keys may not read them.
 type EngineServiceClient interface {
 	// GetEngineStats returns engine saturation statistics per step and group.
+	//
+	// Roles: finance, admin.
 	GetEngineStats(ctx context.Context, in *GetEngineStatsRequest, opts ...grpc.CallOption) (*GetEngineStatsResponse, error)
 }
 
@@ -63,6 +65,8 @@ func (c *engineServiceClient) GetEngineStats(ctx context.Context, in *GetEngineS
 // tenant (a replica serves every tenant), so tenant keys may not read them.
 type EngineServiceServer interface {
 	// GetEngineStats returns engine saturation statistics per step and group.
+	//
+	// Roles: finance, admin.
 	GetEngineStats(context.Context, *GetEngineStatsRequest) (*GetEngineStatsResponse, error)
 	mustEmbedUnimplementedEngineServiceServer()
 }

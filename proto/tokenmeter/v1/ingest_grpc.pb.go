@@ -33,6 +33,8 @@ type IngestServiceClient interface {
 	// accepted event (acks=all). Invalid events are reported one by one and do
 	// not affect the others. When Kafka is unavailable nothing of the batch is
 	// accepted and the call fails with UNAVAILABLE.
+	//
+	// Roles: ingest, admin.
 	PublishEvents(ctx context.Context, in *PublishEventsRequest, opts ...grpc.CallOption) (*PublishEventsResponse, error)
 }
 
@@ -65,6 +67,8 @@ type IngestServiceServer interface {
 	// accepted event (acks=all). Invalid events are reported one by one and do
 	// not affect the others. When Kafka is unavailable nothing of the batch is
 	// accepted and the call fails with UNAVAILABLE.
+	//
+	// Roles: ingest, admin.
 	PublishEvents(context.Context, *PublishEventsRequest) (*PublishEventsResponse, error)
 	mustEmbedUnimplementedIngestServiceServer()
 }

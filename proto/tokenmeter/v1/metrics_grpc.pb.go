@@ -34,10 +34,16 @@ const (
 type MetricsServiceClient interface {
 	// GetLatency returns TTFT, ITL, E2E and queue-time percentiles per step and
 	// for the whole range.
+	//
+	// Roles: tenant, finance, admin.
 	GetLatency(ctx context.Context, in *GetLatencyRequest, opts ...grpc.CallOption) (*GetLatencyResponse, error)
 	// GetGoodput returns SLO attainment and goodput per step and for the whole range.
+	//
+	// Roles: tenant, finance, admin.
 	GetGoodput(ctx context.Context, in *GetGoodputRequest, opts ...grpc.CallOption) (*GetGoodputResponse, error)
 	// GetTraffic returns request and token rates and error rates per step.
+	//
+	// Roles: tenant, finance, admin.
 	GetTraffic(ctx context.Context, in *GetTrafficRequest, opts ...grpc.CallOption) (*GetTrafficResponse, error)
 }
 
@@ -89,10 +95,16 @@ func (c *metricsServiceClient) GetTraffic(ctx context.Context, in *GetTrafficReq
 type MetricsServiceServer interface {
 	// GetLatency returns TTFT, ITL, E2E and queue-time percentiles per step and
 	// for the whole range.
+	//
+	// Roles: tenant, finance, admin.
 	GetLatency(context.Context, *GetLatencyRequest) (*GetLatencyResponse, error)
 	// GetGoodput returns SLO attainment and goodput per step and for the whole range.
+	//
+	// Roles: tenant, finance, admin.
 	GetGoodput(context.Context, *GetGoodputRequest) (*GetGoodputResponse, error)
 	// GetTraffic returns request and token rates and error rates per step.
+	//
+	// Roles: tenant, finance, admin.
 	GetTraffic(context.Context, *GetTrafficRequest) (*GetTrafficResponse, error)
 	mustEmbedUnimplementedMetricsServiceServer()
 }

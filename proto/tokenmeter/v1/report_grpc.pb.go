@@ -34,6 +34,8 @@ type ReportServiceClient interface {
 	// GetCapacityReport returns the capacity report of a range. Over REST,
 	// GET /v1/reports/capacity?format=csv or format=html returns the same
 	// report as a CSV file (one row per unit) or one self-contained HTML file.
+	//
+	// Roles: finance, admin.
 	GetCapacityReport(ctx context.Context, in *GetCapacityReportRequest, opts ...grpc.CallOption) (*GetCapacityReportResponse, error)
 }
 
@@ -67,6 +69,8 @@ type ReportServiceServer interface {
 	// GetCapacityReport returns the capacity report of a range. Over REST,
 	// GET /v1/reports/capacity?format=csv or format=html returns the same
 	// report as a CSV file (one row per unit) or one self-contained HTML file.
+	//
+	// Roles: finance, admin.
 	GetCapacityReport(context.Context, *GetCapacityReportRequest) (*GetCapacityReportResponse, error)
 	mustEmbedUnimplementedReportServiceServer()
 }

@@ -30,6 +30,8 @@ const (
 type UsageServiceClient interface {
 	// GetUsage returns request and token totals per time bucket and group.
 	// A tenant key only ever sees its own tenant, whatever tenant_id asks for.
+	//
+	// Roles: tenant, finance, admin.
 	GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error)
 }
 
@@ -59,6 +61,8 @@ func (c *usageServiceClient) GetUsage(ctx context.Context, in *GetUsageRequest, 
 type UsageServiceServer interface {
 	// GetUsage returns request and token totals per time bucket and group.
 	// A tenant key only ever sees its own tenant, whatever tenant_id asks for.
+	//
+	// Roles: tenant, finance, admin.
 	GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error)
 	mustEmbedUnimplementedUsageServiceServer()
 }
