@@ -238,9 +238,13 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 			s.close()
 			return nil, err
 		}
+		// Answers carry every scalar and list field, zero values included
+		// (EmitDefaultValues); a message or optional field that is not set is
+		// left out rather than written as null, which the OpenAPI document
+		// (Swagger 2.0, no nullable) could not describe.
 		gw := runtime.NewServeMux(
 			runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-				MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
+				MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true},
 				UnmarshalOptions: protojson.UnmarshalOptions{},
 			}),
 			runtime.WithMiddlewares(guard.middleware),

@@ -29,8 +29,8 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// AdminService manages the versioned SLO set and price book (admin keys
-// only). Storing a document that differs from the one in force creates a
+// AdminService manages the versioned SLO set and price book (admin keys;
+// finance keys may read the price book). Storing a document that differs from the one in force creates a
 // new version and makes the rollups recompute what it changes.
 type AdminServiceClient interface {
 	// GetSloSet returns the SLO set in force.
@@ -103,8 +103,8 @@ func (c *adminServiceClient) PutPriceBook(ctx context.Context, in *PutPriceBookR
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
 //
-// AdminService manages the versioned SLO set and price book (admin keys
-// only). Storing a document that differs from the one in force creates a
+// AdminService manages the versioned SLO set and price book (admin keys;
+// finance keys may read the price book). Storing a document that differs from the one in force creates a
 // new version and makes the rollups recompute what it changes.
 type AdminServiceServer interface {
 	// GetSloSet returns the SLO set in force.

@@ -31,7 +31,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // BillingService serves billing periods, statements and exports
-// (ARCHITECTURE "Rollups, late data and billing periods"). A period is a
+// (docs/architecture.md "Billing periods and statements"). A period is a
 // calendar month of the tenant's billing time zone; it is open until an
 // admin closes it, after which its statement is stored and never changes.
 //
@@ -153,7 +153,7 @@ type BillingService_ExportUsageCostClient = grpc.ServerStreamingClient[ExportUsa
 // for forward compatibility.
 //
 // BillingService serves billing periods, statements and exports
-// (ARCHITECTURE "Rollups, late data and billing periods"). A period is a
+// (docs/architecture.md "Billing periods and statements"). A period is a
 // calendar month of the tenant's billing time zone; it is open until an
 // admin closes it, after which its statement is stored and never changes.
 //

@@ -28,7 +28,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // CostService answers what the GPUs cost, who used them and how much sat
-// idle (ARCHITECTURE "GPU time and cost", "Money and prices"). Finance and
+// idle (docs/architecture.md "GPU time and cost", "Money and prices"). Finance and
 // admin keys see everything; a tenant key sees only its own allocated cost.
 type CostServiceClient interface {
 	// GetCost returns GPU cost allocated to tenants, with tokens and cost per 1k tokens.
@@ -74,7 +74,7 @@ func (c *costServiceClient) GetGpuUsage(ctx context.Context, in *GetGpuUsageRequ
 // for forward compatibility.
 //
 // CostService answers what the GPUs cost, who used them and how much sat
-// idle (ARCHITECTURE "GPU time and cost", "Money and prices"). Finance and
+// idle (docs/architecture.md "GPU time and cost", "Money and prices"). Finance and
 // admin keys see everything; a tenant key sees only its own allocated cost.
 type CostServiceServer interface {
 	// GetCost returns GPU cost allocated to tenants, with tokens and cost per 1k tokens.

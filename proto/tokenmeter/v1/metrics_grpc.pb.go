@@ -29,7 +29,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // MetricsService answers latency, goodput and traffic questions from the
-// rollups (ARCHITECTURE "Latency definitions", "Goodput"). A tenant key only
+// rollups (docs/architecture.md "Latency definitions", "Goodput"). A tenant key only
 // ever sees its own tenant.
 type MetricsServiceClient interface {
 	// GetLatency returns TTFT, ITL, E2E and queue-time percentiles per step and
@@ -90,7 +90,7 @@ func (c *metricsServiceClient) GetTraffic(ctx context.Context, in *GetTrafficReq
 // for forward compatibility.
 //
 // MetricsService answers latency, goodput and traffic questions from the
-// rollups (ARCHITECTURE "Latency definitions", "Goodput"). A tenant key only
+// rollups (docs/architecture.md "Latency definitions", "Goodput"). A tenant key only
 // ever sees its own tenant.
 type MetricsServiceServer interface {
 	// GetLatency returns TTFT, ITL, E2E and queue-time percentiles per step and

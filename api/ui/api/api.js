@@ -1,0 +1,22 @@
+// The API reference page: Swagger UI (vendored from npm into
+// ../vendor/swagger-ui by scripts/vendor-swagger-ui.sh) rendering the
+// server's own /openapi.json. A key signed in to the dashboard in this
+// browser tab is put in the "Authorize" dialog, so "Try it out" calls the
+// API with it; otherwise the dialog asks for one ("Bearer <key>").
+"use strict";
+
+const ui = SwaggerUIBundle({
+  url: "/openapi.json",
+  dom_id: "#swagger-ui",
+  deepLinking: true,
+  // Never send the document to swagger.io's online validator: the page
+  // makes no request outside this server.
+  validatorUrl: null,
+  defaultModelsExpandDepth: 0,
+  displayOperationId: true,
+  onComplete: () => {
+    const key = sessionStorage.getItem("tokenmeter.key");
+    if (key) ui.preauthorizeApiKey("ApiKey", "Bearer " + key);
+    document.body.dataset.state = "ready";
+  },
+});
