@@ -212,9 +212,13 @@ func testIngestReplicas(t *testing.T, target ingestTarget) {
 	waitStart := time.Now()
 	nextState := waitStart.Add(30 * time.Second)
 	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		if target.diagnose != nil && time.Now().After(nextState) {
-			// Still short after 30 s: where the rows are, as it goes.
-			t.Logf("usage %+v (%v) after %s; the store:\n%s", rows, err, time.Since(waitStart).Round(time.Second), target.diagnose())
+		if time.Now().After(nextState) {
+			// Still short after 30 s: where the events are, as it goes.
+			state := groupState(broker.Addr())
+			if target.diagnose != nil {
+				state += target.diagnose()
+			}
+			t.Logf("usage %+v (%v) after %s:\n%s", rows, err, time.Since(waitStart).Round(time.Second), state)
 			nextState = time.Now().Add(30 * time.Second)
 		}
 		rows, err = reads.Usage(context.Background(), query.UsageQuery{Start: base.Add(-time.Hour), End: base.Add(3 * time.Hour)})
@@ -226,6 +230,7 @@ func testIngestReplicas(t *testing.T, target ingestTarget) {
 			for i, r := range replicas {
 				logs += fmt.Sprintf("replica %d:\n%s\n", i, r.log)
 			}
+			logs += groupState(broker.Addr())
 			if target.diagnose != nil {
 				logs += target.diagnose()
 			}
@@ -307,6 +312,55 @@ func replicaState(c *chcluster.Cluster, db string) string {
 			fmt.Fprintf(&b, "; replication queue %d entries, %d tries, %q (%v)\n", queue, tries, exception, err)
 			conn.Close()
 		}
+	}
+	return b.String()
+}
+
+// groupState describes the ingest consumer group on the broker: each
+// partition's end offset and committed offset, and which member holds it,
+// so that a short total tells a partition nobody consumes from one
+// consumed but not yet visible in ClickHouse.
+func groupState(addr string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client := &kafka.Client{Addr: kafka.TCP(addr)}
+	topic := ingest.DefaultEventsTopic
+	var parts []int
+	var ends []kafka.OffsetRequest
+	for p := range 12 {
+		parts = append(parts, p)
+		ends = append(ends, kafka.LastOffsetOf(p))
+	}
+	var b bytes.Buffer
+	holder := map[int]string{}
+	if groups, err := client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{ingest.DefaultGroupID}}); err != nil {
+		fmt.Fprintf(&b, "describe group: %v\n", err)
+	} else {
+		for _, g := range groups.Groups {
+			fmt.Fprintf(&b, "group %s: state %s, %d members (%v)\n", g.GroupID, g.GroupState, len(g.Members), g.Error)
+			for _, m := range g.Members {
+				for _, tp := range m.MemberAssignments.Topics {
+					for _, p := range tp.Partitions {
+						holder[p] = m.ClientHost + " " + m.MemberID
+					}
+				}
+			}
+		}
+	}
+	offsets, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: ends}})
+	if err != nil {
+		return b.String() + fmt.Sprintf("list offsets: %v\n", err)
+	}
+	committed, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: ingest.DefaultGroupID, Topics: map[string][]int{topic: parts}})
+	if err != nil {
+		return b.String() + fmt.Sprintf("offset fetch: %v\n", err)
+	}
+	end := map[int]int64{}
+	for _, o := range offsets.Topics[topic] {
+		end[o.Partition] = o.LastOffset
+	}
+	for _, c := range committed.Topics[topic] {
+		fmt.Fprintf(&b, "partition %2d: end %d, committed %d, held by %s\n", c.Partition, end[c.Partition], c.CommittedOffset, holder[c.Partition])
 	}
 	return b.String()
 }
