@@ -1,16 +1,20 @@
 package api
 
 import (
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io/fs"
 	"net/http"
+	"strings"
 )
 
 // dashboardFiles are the dashboard's static files: hand-written HTML, CSS
-// and JavaScript (ES modules) that draw SVG charts from the REST API. No
-// build step, no third-party code.
+// and JavaScript (ES modules) that draw SVG charts from the REST API, with
+// no build step; the one piece of third-party code is the API reference
+// page's renderer, vendored from npm (ui/vendor/swagger-ui).
 //
 //go:embed ui
 var dashboardFiles embed.FS
@@ -30,6 +34,10 @@ func dashboard(keys *Keys) http.Handler {
 		panic(err) // the embedded directory exists: go:embed checked it
 	}
 	files := http.StripPrefix("/ui/", http.FileServerFS(static))
+	etags, err := fileETags(static)
+	if err != nil {
+		panic(err) // reading the embedded files cannot fail
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", dashboardCSP)
@@ -39,10 +47,38 @@ func dashboard(keys *Keys) http.Handler {
 			session(keys, w, r)
 			return
 		}
-		// The files change with the binary: revalidate, never guess.
+		// The files change with the binary: revalidate, never guess. The
+		// ETag lets a revalidation answer 304 (embedded files have no
+		// modification time to compare).
 		h.Set("Cache-Control", "no-cache")
+		name := strings.TrimPrefix(r.URL.Path, "/ui/")
+		if name == "" || strings.HasSuffix(name, "/") {
+			name += "index.html"
+		}
+		if etag, ok := etags[name]; ok {
+			h.Set("ETag", etag)
+		}
 		files.ServeHTTP(w, r)
 	})
+}
+
+// fileETags returns a strong ETag (SHA-256, shortened) per file of fsys,
+// by path.
+func fileETags(fsys fs.FS) (map[string]string, error) {
+	etags := map[string]string{}
+	err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(fsys, path)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(b)
+		etags[path] = `"` + hex.EncodeToString(sum[:16]) + `"`
+		return nil
+	})
+	return etags, err
 }
 
 // sessionInfo is the answer of GET /ui/session.

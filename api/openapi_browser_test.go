@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,22 @@ func TestAPIReferencePage(t *testing.T) {
 	ops := 0
 	for _, byMethod := range doc.Paths {
 		ops += len(byMethod)
+	}
+
+	// The 1.9 MB renderer is revalidated, not downloaded again.
+	for _, path := range []string{"/ui/vendor/swagger-ui/swagger-ui-bundle.js", "/ui/api/"} {
+		_, header, _ := get(t, base+path, "")
+		etag := header.Get("ETag")
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.Header.Set("If-None-Match", etag)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if etag == "" || resp.StatusCode != http.StatusNotModified {
+			t.Errorf("GET %s: ETag %q, revalidation %d, want an ETag and 304", path, etag, resp.StatusCode)
+		}
 	}
 
 	t.Run("anonymous", func(t *testing.T) {

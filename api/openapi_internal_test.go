@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -71,26 +72,10 @@ func gatewayRoutes(t *testing.T) map[string]bool {
 					if !strings.HasPrefix(name.Name, "pattern_") || i >= len(n.Values) {
 						continue
 					}
-					must, ok := n.Values[i].(*ast.CallExpr)
-					if !ok || len(must.Args) != 1 {
-						t.Fatalf("%s: unexpected form", name.Name)
+					version, ops, pool, verb, err := patternArgs(n.Values[i])
+					if err != nil {
+						t.Fatalf("%s: %v", name.Name, err)
 					}
-					np, ok := must.Args[0].(*ast.CallExpr)
-					if !ok || len(np.Args) != 4 {
-						t.Fatalf("%s: unexpected form", name.Name)
-					}
-					version, _ := strconv.Atoi(np.Args[0].(*ast.BasicLit).Value)
-					var ops []int
-					for _, e := range np.Args[1].(*ast.CompositeLit).Elts {
-						v, _ := strconv.Atoi(e.(*ast.BasicLit).Value)
-						ops = append(ops, v)
-					}
-					var pool []string
-					for _, e := range np.Args[2].(*ast.CompositeLit).Elts {
-						s, _ := strconv.Unquote(e.(*ast.BasicLit).Value)
-						pool = append(pool, s)
-					}
-					verb, _ := strconv.Unquote(np.Args[3].(*ast.BasicLit).Value)
 					p, err := runtime.NewPattern(version, ops, pool, verb)
 					if err != nil {
 						t.Fatalf("%s: %v", name.Name, err)
@@ -242,4 +227,68 @@ func TestOpenAPIDocumentOfOfferedServices(t *testing.T) {
 	if !slices.Equal(paths, []string{"/v1/events", "/v1/usage"}) || !slices.Equal(tags, []string{"IngestService", "UsageService"}) {
 		t.Errorf("ingest and usage only: paths %v, tags %v", paths, tags)
 	}
+}
+
+// patternArgs reads the literal arguments of
+// runtime.MustPattern(runtime.NewPattern(version, ops, pool, verb)).
+func patternArgs(e ast.Expr) (version int, ops []int, pool []string, verb string, err error) {
+	unexpected := fmt.Errorf("not runtime.MustPattern(runtime.NewPattern(int, []int{...}, []string{...}, string))")
+	must, ok := e.(*ast.CallExpr)
+	if !ok || len(must.Args) != 1 {
+		return 0, nil, nil, "", unexpected
+	}
+	np, ok := must.Args[0].(*ast.CallExpr)
+	if !ok || len(np.Args) != 4 {
+		return 0, nil, nil, "", unexpected
+	}
+	lit := func(e ast.Expr) (string, bool) {
+		b, ok := e.(*ast.BasicLit)
+		if !ok {
+			return "", false
+		}
+		return b.Value, true
+	}
+	elts := func(e ast.Expr) ([]string, bool) {
+		c, ok := e.(*ast.CompositeLit)
+		if !ok {
+			return nil, false
+		}
+		var out []string
+		for _, el := range c.Elts {
+			v, ok := lit(el)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, v)
+		}
+		return out, true
+	}
+	v, ok1 := lit(np.Args[0])
+	opLits, ok2 := elts(np.Args[1])
+	poolLits, ok3 := elts(np.Args[2])
+	verbLit, ok4 := lit(np.Args[3])
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return 0, nil, nil, "", unexpected
+	}
+	if version, err = strconv.Atoi(v); err != nil {
+		return 0, nil, nil, "", err
+	}
+	for _, o := range opLits {
+		n, err := strconv.Atoi(o)
+		if err != nil {
+			return 0, nil, nil, "", err
+		}
+		ops = append(ops, n)
+	}
+	for _, p := range poolLits {
+		s, err := strconv.Unquote(p)
+		if err != nil {
+			return 0, nil, nil, "", err
+		}
+		pool = append(pool, s)
+	}
+	if verb, err = strconv.Unquote(verbLit); err != nil {
+		return 0, nil, nil, "", err
+	}
+	return version, ops, pool, verb, nil
 }

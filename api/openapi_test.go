@@ -104,10 +104,23 @@ func TestOpenAPIDocument(t *testing.T) {
 	// as protojson writes it (the proto descriptor says what it is).
 	for name, def := range sw.Definitions {
 		md := messageOf(name)
-		if md == nil {
-			continue // google.rpc.Status, Any: described by their own protos
+		// A request body without the path's fields is "<Method>Body".
+		body := false
+		if md == nil && strings.HasSuffix(name, "Body") {
+			md, body = messageOf(strings.TrimSuffix(name, "Body")+"Request"), true
 		}
-		if def.Description == "" && def.Title == "" {
+		if md == nil {
+			switch d, _ := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName("tokenmeter.v1." + strings.TrimPrefix(name, "v1."))); {
+			case d != nil: // an enum of ours
+				if _, ok := d.(protoreflect.EnumDescriptor); !ok || def.Description+def.Title == "" {
+					t.Errorf("definition %s: not an enum with a description", name)
+				}
+			case name != "rpc.Status" && name != "Any" && name != "NullValue":
+				t.Errorf("definition %s is no tokenmeter message", name)
+			}
+			continue // google.rpc.Status, Any, NullValue: described by their own protos
+		}
+		if !body && def.Description == "" && def.Title == "" {
 			t.Errorf("definition %s: no description", name)
 		}
 		fields := md.Fields()
@@ -115,11 +128,16 @@ func TestOpenAPIDocument(t *testing.T) {
 			f := fields.Get(i)
 			prop, ok := def.Properties[string(f.Name())]
 			if !ok {
-				t.Errorf("%s: field %s is not in the document", name, f.Name())
+				if !body {
+					t.Errorf("%s: field %s is not in the document", name, f.Name())
+				}
 				continue
 			}
-			if prop.Description == "" && prop.Title == "" {
-				t.Errorf("%s.%s: no description", name, f.Name())
+			// The proto comments are sentences: one that does not end as
+			// a sentence was cut (protoc-gen-openapiv2 drops what follows
+			// "(--", for one).
+			if text := strings.TrimSpace(prop.Description + prop.Title); !strings.HasSuffix(text, ".") && !strings.HasSuffix(text, ")") {
+				t.Errorf("%s.%s: description %q missing or cut short", name, f.Name(), text)
 			}
 			if f.IsList() {
 				if prop.Items == nil || prop.Items.Schema == nil {
@@ -197,17 +215,17 @@ func TestOpenAPIServedAndResponsesValidate(t *testing.T) {
 	// One real call per operation; the test fails for an operation of the
 	// document without one here.
 	calls := map[string][]call{
-		"IngestService_PublishEvents": {{method: "POST", path: "/v1/events", key: "ingest", body: string(event)}},
-		"UsageService_GetUsage":       {{method: "GET", path: "/v1/usage", query: window + "&granularity=hour&group_by=tenant_id,model", key: "finance"}},
-		"MetricsService_GetLatency":   {{method: "GET", path: "/v1/latency", query: "selector.start=" + hour + "&selector.end=" + end + "&selector.step=hour&selector.group_by=model", key: "finance"}},
-		"MetricsService_GetGoodput":   {{method: "GET", path: "/v1/goodput", query: window + "&step=hour", key: "tenant"}},
-		"MetricsService_GetTraffic":   {{method: "GET", path: "/v1/traffic", query: window + "&step=hour", key: "finance"}},
-		"CostService_GetCost":         {{method: "GET", path: "/v1/cost", query: window + "&step=hour&group_by=tenant_id", key: "finance"}},
-		"CostService_GetGpuUsage":     {{method: "GET", path: "/v1/gpu-usage", query: window + "&step=hour&group_by=gpu_type", key: "finance"}},
-		"AdminService_GetSloSet":      {{method: "GET", path: "/v1/admin/slo-set", key: "admin"}},
-		"AdminService_PutSloSet":      {{method: "PUT", path: "/v1/admin/slo-set", key: "admin", body: `{"rules":[{"slo_class":"interactive","ttft_ms":300}]}`}},
-		"AdminService_GetPriceBook":   {{method: "GET", path: "/v1/admin/price-book", key: "finance"}},
-		"AdminService_PutPriceBook":   {{method: "PUT", path: "/v1/admin/price-book", key: "admin", body: billingtest.Book}},
+		"IngestService_PublishEvents":       {{method: "POST", path: "/v1/events", key: "ingest", body: string(event)}},
+		"UsageService_GetUsage":             {{method: "GET", path: "/v1/usage", query: window + "&granularity=hour&group_by=tenant_id,model", key: "finance"}},
+		"MetricsService_GetLatency":         {{method: "GET", path: "/v1/latency", query: "selector.start=" + hour + "&selector.end=" + end + "&selector.step=hour&selector.group_by=model", key: "finance"}},
+		"MetricsService_GetGoodput":         {{method: "GET", path: "/v1/goodput", query: "selector.start=" + hour + "&selector.end=" + end + "&selector.step=hour", key: "tenant"}},
+		"MetricsService_GetTraffic":         {{method: "GET", path: "/v1/traffic", query: "selector.start=" + hour + "&selector.end=" + end + "&selector.step=hour", key: "finance"}},
+		"CostService_GetCost":               {{method: "GET", path: "/v1/cost", query: window + "&step=hour&group_by=tenant_id", key: "finance"}},
+		"CostService_GetGpuUsage":           {{method: "GET", path: "/v1/gpu-usage", query: window + "&step=hour&group_by=gpu_type", key: "finance"}},
+		"AdminService_GetSloSet":            {{method: "GET", path: "/v1/admin/slo-set", key: "admin"}},
+		"AdminService_PutSloSet":            {{method: "PUT", path: "/v1/admin/slo-set", key: "admin", body: `{"rules":[{"slo_class":"interactive","ttft_ms":300}]}`}},
+		"AdminService_GetPriceBook":         {{method: "GET", path: "/v1/admin/price-book", key: "finance"}},
+		"AdminService_PutPriceBook":         {{method: "PUT", path: "/v1/admin/price-book", key: "admin", body: billingtest.Book}},
 		"BillingService_ListBillingPeriods": {{method: "GET", path: "/v1/billing/periods", query: "tenant_id=acme", key: "finance"}},
 		"BillingService_CloseBillingPeriod": {{method: "POST", path: "/v1/billing/periods/" + billingtest.Period + ":close", key: "admin", body: `{"tenant_ids":["acme","globex"]}`}},
 		"BillingService_GetStatement":       {{method: "GET", path: "/v1/billing/statements/" + billingtest.Period, query: "tenant_id=acme", key: "tenant"}},
@@ -322,6 +340,47 @@ func TestOpenAPIServedAndResponsesValidate(t *testing.T) {
 				continue
 			}
 			validateJSON(t, where+" 401", op.Responses.StatusCodeResponses[401].Schema, body)
+		}
+	}
+
+	// Required parameters: each query parameter of a read call, left out,
+	// gets 400 exactly when the document marks it required. tenant_id is
+	// required of some roles only, which its description says.
+	for _, id := range order {
+		for _, c := range calls[id] {
+			if c.method != "GET" || c.query == "" {
+				continue
+			}
+			op, _ := operation(sw, c.method, c.path)
+			required := map[string]bool{}
+			for _, p := range op.Parameters {
+				if p.In == "query" {
+					required[p.Name] = p.Required
+				}
+			}
+			q, _ := url.ParseQuery(c.query)
+			for name := range q {
+				req, ok := required[name]
+				if !ok {
+					t.Errorf("%s: the call's parameter %s is not in the document (use the canonical names here)", id, name)
+					continue
+				}
+				if name == "tenant_id" {
+					continue
+				}
+				without := url.Values{}
+				for k, v := range q {
+					if k != name {
+						without[k] = v
+					}
+				}
+				short := c
+				short.query = without.Encode()
+				resp, body := do(short, testKeys[c.key])
+				if got := resp.StatusCode == 400; got != req {
+					t.Errorf("%s without %s: %d (%.150s); the document says required=%v", id, name, resp.StatusCode, body, req)
+				}
+			}
 		}
 	}
 

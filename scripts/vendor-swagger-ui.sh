@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Vendors Swagger UI (the renderer of the dashboard's API reference page,
 # /ui/api/) from the npm registry into api/ui/vendor/swagger-ui: the
-# browser bundle, its stylesheet and its licence files, nothing else. The
+# browser bundle, its stylesheet and its licence files (the bundled
+# libraries' notices among them), nothing else. The
 # files are committed and embedded in meterd, so the page needs no CDN.
 # Usage: scripts/vendor-swagger-ui.sh [version]
 set -euo pipefail
@@ -11,7 +12,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 (cd "$tmp" && npm pack --silent "swagger-ui-dist@$version" >/dev/null && tar xzf swagger-ui-dist-"$version".tgz)
 mkdir -p "$dest"
-for f in swagger-ui-bundle.js swagger-ui.css LICENSE NOTICE; do
+for f in swagger-ui-bundle.js swagger-ui-bundle.js.LICENSE.txt swagger-ui.css LICENSE NOTICE; do
   cp "$tmp/package/$f" "$dest/$f"
 done
 {

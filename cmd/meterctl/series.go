@@ -215,9 +215,9 @@ func fetchPages[T any, R interface {
 }
 
 // writeJSON writes m as the gateway does (proto field names, zero values
-// included), indented.
+// included, unset messages left out), indented.
 func writeJSON(w io.Writer, m proto.Message) error {
-	b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
+	b, err := protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true}.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("encode answer: %w", err)
 	}

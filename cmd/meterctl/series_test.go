@@ -68,7 +68,7 @@ func (f *fakeMetrics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(pages[i])
+	b, err := protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true}.Marshal(pages[i]) // as the gateway writes
 	if err != nil {
 		f.t.Errorf("marshal answer: %v", err)
 	}

@@ -101,7 +101,8 @@ type ingestTarget struct {
 
 func testIngestReplicas(t *testing.T, target ingestTarget) {
 	chAddr, db := target.addr, target.db
-	broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Partitions: 12,
+	const partitions = 12
+	broker, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Partitions: partitions,
 		Topics: []string{ingest.DefaultEventsTopic, ingest.DefaultDLQTopic, ingest.DefaultGPUTopic, ingest.DefaultEngineTopic}})
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +215,7 @@ func testIngestReplicas(t *testing.T, target ingestTarget) {
 	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(500 * time.Millisecond) {
 		if time.Now().After(nextState) {
 			// Still short after 30 s: where the events are, as it goes.
-			state := groupState(broker.Addr())
+			state := groupState(broker.Addr(), partitions)
 			if target.diagnose != nil {
 				state += target.diagnose()
 			}
@@ -230,7 +231,7 @@ func testIngestReplicas(t *testing.T, target ingestTarget) {
 			for i, r := range replicas {
 				logs += fmt.Sprintf("replica %d:\n%s\n", i, r.log)
 			}
-			logs += groupState(broker.Addr())
+			logs += groupState(broker.Addr(), partitions)
 			if target.diagnose != nil {
 				logs += target.diagnose()
 			}
@@ -297,12 +298,13 @@ func replicaState(c *chcluster.Cluster, db string) string {
 	for s, n := range c.Layout().Replicas {
 		for r := range n {
 			fmt.Fprintf(&b, "server s%dr%d: ", s+1, r+1)
-			conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{c.Addr(s, r)}, Auth: clickhouse.Auth{Database: db}})
+			conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{c.Addr(s, r)}, Auth: clickhouse.Auth{Database: db}, DialTimeout: 5 * time.Second})
 			if err != nil {
 				fmt.Fprintf(&b, "%v\n", err)
 				continue
 			}
-			ctx := context.Background()
+			// A stuck server must not hang the diagnosis.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			var events, rows uint64
 			err = conn.QueryRow(ctx, "SELECT count(), uniqExact(tenant_id, event_id) FROM inference_events_local").Scan(&rows, &events)
 			fmt.Fprintf(&b, "%d rows, %d distinct events (%v)", rows, events, err)
@@ -310,6 +312,7 @@ func replicaState(c *chcluster.Cluster, db string) string {
 			var exception string
 			err = conn.QueryRow(ctx, "SELECT count(), sum(num_tries), any(last_exception) FROM system.replication_queue WHERE database = ?", db).Scan(&queue, &tries, &exception)
 			fmt.Fprintf(&b, "; replication queue %d entries, %d tries, %q (%v)\n", queue, tries, exception, err)
+			cancel()
 			conn.Close()
 		}
 	}
@@ -320,14 +323,14 @@ func replicaState(c *chcluster.Cluster, db string) string {
 // partition's end offset and committed offset, and which member holds it,
 // so that a short total tells a partition nobody consumes from one
 // consumed but not yet visible in ClickHouse.
-func groupState(addr string) string {
+func groupState(addr string, partitions int) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	client := &kafka.Client{Addr: kafka.TCP(addr)}
 	topic := ingest.DefaultEventsTopic
 	var parts []int
 	var ends []kafka.OffsetRequest
-	for p := range 12 {
+	for p := range partitions {
 		parts = append(parts, p)
 		ends = append(ends, kafka.LastOffsetOf(p))
 	}

@@ -2,7 +2,9 @@
 // ../vendor/swagger-ui by scripts/vendor-swagger-ui.sh) rendering the
 // server's own /openapi.json. A key signed in to the dashboard in this
 // browser tab is put in the "Authorize" dialog, so "Try it out" calls the
-// API with it; otherwise the dialog asks for one ("Bearer <key>").
+// API with it; otherwise the dialog asks for one ("Bearer <key>"). Only
+// the read routes (GET) can be tried here: with an admin key signed in, a
+// period close or a new price book must not be one click away.
 "use strict";
 
 const ui = SwaggerUIBundle({
@@ -14,6 +16,7 @@ const ui = SwaggerUIBundle({
   validatorUrl: null,
   defaultModelsExpandDepth: 0,
   displayOperationId: true,
+  supportedSubmitMethods: ["get"],
   onComplete: () => {
     const key = sessionStorage.getItem("tokenmeter.key");
     if (key) ui.preauthorizeApiKey("ApiKey", "Bearer " + key);

@@ -255,7 +255,7 @@ type CloseBillingPeriodRequest struct {
 	// or around the period, or with a statement of the period before.
 	TenantIds []string `protobuf:"bytes,2,rep,name=tenant_ids,json=tenantIds,proto3" json:"tenant_ids,omitempty"`
 	// grace overrides the server's grace delay after the period's end
-	// (--billing-grace); unset: the server's.
+	// (meterd's --billing-grace flag); unset: the server's.
 	Grace *durationpb.Duration `protobuf:"bytes,3,opt,name=grace,proto3" json:"grace,omitempty"`
 	// reprice_periods lists closed periods before period ("YYYY-MM") whose
 	// usage is repriced with the price book in force: the difference to what

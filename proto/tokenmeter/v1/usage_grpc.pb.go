@@ -29,7 +29,8 @@ const (
 // UsageService answers exact, deduplicated usage totals.
 type UsageServiceClient interface {
 	// GetUsage returns request and token totals per time bucket and group.
-	// A tenant key only ever sees its own tenant, whatever tenant_id asks for.
+	// A tenant key reads its own tenant only: with no tenant_id it gets its
+	// own, and asking for another tenant is PERMISSION_DENIED (403).
 	//
 	// Roles: tenant, finance, admin.
 	GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error)
@@ -60,7 +61,8 @@ func (c *usageServiceClient) GetUsage(ctx context.Context, in *GetUsageRequest, 
 // UsageService answers exact, deduplicated usage totals.
 type UsageServiceServer interface {
 	// GetUsage returns request and token totals per time bucket and group.
-	// A tenant key only ever sees its own tenant, whatever tenant_id asks for.
+	// A tenant key reads its own tenant only: with no tenant_id it gets its
+	// own, and asking for another tenant is PERMISSION_DENIED (403).
 	//
 	// Roles: tenant, finance, admin.
 	GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error)
