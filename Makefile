@@ -20,7 +20,7 @@ run: build ## start meterd --dev (data in ./data), replay demo traffic and GPU s
 	@scripts/run-demo.sh
 
 .PHONY: test
-test: lint check-generated ## lint, check generated code, run every test with -race (but CLUSTER_ONLY), the exactness tests again on a ClickHouse cluster (CLUSTER_ONLY there, without -race), the deployment files' checks (deploy/), then fuzz briefly
+test: lint check-generated ## lint, check generated code, run every test with -race (but CLUSTER_ONLY), the exactness tests again on a ClickHouse cluster (CLUSTER_ONLY there), the deployment files' checks (deploy/), then fuzz briefly
 	$(GO) test -race -count=1 -timeout 20m -skip '^($(CLUSTER_ONLY))$$' ./...
 	@$(MAKE) --no-print-directory test-cluster
 	cd deploy && $(GO) test -count=1 -timeout 10m ./...
@@ -34,22 +34,23 @@ test: lint check-generated ## lint, check generated code, run every test with -r
 CLUSTER_TESTS := ./ingest:TestConsumerExactTotalsAndDLQ,TestConsumerCrashRecovery,TestGPUConsumerExactAndDLQ \
 	./rollup:TestLateEventsRecomputeExactlyTheirHour,TestTwoReplicasSameTotals \
 	./query:TestUsageExactWithDuplicates,TestRollupHourExact,TestTrafficLongRangesExactPeaks,TestMinuteWindow \
-	./internal/chstore:TestMinuteRetention \
-	./cmd/meterd:TestIngestReplicasClusterExact
+	./internal/chstore:TestMinuteRetention
 
 # Tests that run in test-cluster only, not also in the first, parallel pass
 # of `make test`: TestIngestReplicasClusterExact runs four meterd and five
 # ClickHouse servers, and next to other packages' servers on two cores the
 # reads stayed one partition's events short for the test's two minutes
-# (twice in CI, never alone); it runs on a quieter machine there, without
-# -race (its meterd processes never had it: they are built by the test).
+# (twice in CI, never alone); it runs on a quieter machine there, with
+# -race for its own code (its meterd processes are built by the test,
+# without it).
 CLUSTER_ONLY := TestIngestReplicasClusterExact
 
 .PHONY: test-cluster
-test-cluster: ## the exactness tests of ingest, rollups and queries in cluster mode (METER_TEST_CLUSTER=1)
+test-cluster: ## the exactness tests of ingest, rollups and queries in cluster mode (METER_TEST_CLUSTER=1), then CLUSTER_ONLY with -race
 	@set -e; for t in $(CLUSTER_TESTS); do \
 		METER_TEST_CLUSTER=1 $(GO) test -count=1 -timeout 15m -run "^($$(echo $${t#*:} | tr , '|'))$$" "$${t%%:*}"; \
 	done
+	$(GO) test -race -count=1 -timeout 15m -run '^($(CLUSTER_ONLY))$$' ./cmd/meterd
 
 # Fuzz targets as package:FuzzName. Their seed corpora (testdata/fuzz/) also
 # run as plain tests in every `go test`.
