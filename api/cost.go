@@ -132,12 +132,7 @@ func (s *costService) GetCost(ctx context.Context, req *meterv1.GetCostRequest) 
 	}
 	q := query.CostQuery{TenantID: tenant, Step: req.GetStep(), GroupBy: req.GetGroupBy(),
 		Busy: req.GetBusyPolicy(), Idle: req.GetIdlePolicy()}.WithDefaults(book)
-	if req.GetStart() != nil {
-		q.Start = req.GetStart().AsTime()
-	}
-	if req.GetEnd() != nil {
-		q.End = req.GetEnd().AsTime()
-	}
+	q.Start, q.End = timeOf(req.GetStart()), timeOf(req.GetEnd())
 	if q, err = q.Normalize(); err != nil {
 		return nil, err
 	}
@@ -165,12 +160,7 @@ func (s *costService) GetCost(ctx context.Context, req *meterv1.GetCostRequest) 
 
 func (s *costService) GetGpuUsage(ctx context.Context, req *meterv1.GetGpuUsageRequest) (*meterv1.GetGpuUsageResponse, error) {
 	q := query.GPUUsageQuery{Step: req.GetStep(), GroupBy: req.GetGroupBy()}
-	if req.GetStart() != nil {
-		q.Start = req.GetStart().AsTime()
-	}
-	if req.GetEnd() != nil {
-		q.End = req.GetEnd().AsTime()
-	}
+	q.Start, q.End = timeOf(req.GetStart()), timeOf(req.GetEnd())
 	q, err := q.Normalize()
 	if err != nil {
 		return nil, err

@@ -24,12 +24,7 @@ type engineService struct {
 
 func (s *engineService) GetEngineStats(ctx context.Context, req *meterv1.GetEngineStatsRequest) (*meterv1.GetEngineStatsResponse, error) {
 	q := query.EngineQuery{Step: req.GetStep(), GroupBy: req.GetGroupBy()}
-	if req.GetStart() != nil {
-		q.Start = req.GetStart().AsTime()
-	}
-	if req.GetEnd() != nil {
-		q.End = req.GetEnd().AsTime()
-	}
+	q.Start, q.End = timeOf(req.GetStart()), timeOf(req.GetEnd())
 	q, err := q.Normalize()
 	if err != nil {
 		return nil, err

@@ -449,6 +449,14 @@ func TestDeepDocumentOverGRPC(t *testing.T) {
 
 func restTo(t *testing.T, srv *api.Server, method, path, key, body string) (int, []byte) {
 	t.Helper()
+	resp, b := restCall(t, srv, method, path, key, body)
+	return resp.StatusCode, b
+}
+
+// restCall sends a JSON request with key (none when "") and returns the
+// response and as much of its body as could be read.
+func restCall(t *testing.T, srv *api.Server, method, path, key, body string) (*http.Response, []byte) {
+	t.Helper()
 	req, err := http.NewRequest(method, "http://"+srv.HTTPAddr()+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -462,6 +470,6 @@ func restTo(t *testing.T, srv *api.Server, method, path, key, body string) (int,
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(bufio.NewReader(resp.Body))
-	return resp.StatusCode, b
+	b, _ := io.ReadAll(bufio.NewReader(resp.Body)) // a cut answer is checked by its body
+	return resp, b
 }

@@ -37,12 +37,7 @@ func (s *metricsService) selection(ctx context.Context, sel *meterv1.SeriesSelec
 		return selection{}, err
 	}
 	q := query.RollupQuery{TenantID: tenant, Step: sel.GetStep(), GroupBy: sel.GetGroupBy()}
-	if sel.GetStart() != nil {
-		q.Start = sel.GetStart().AsTime()
-	}
-	if sel.GetEnd() != nil {
-		q.End = sel.GetEnd().AsTime()
-	}
+	q.Start, q.End = timeOf(sel.GetStart()), timeOf(sel.GetEnd())
 	q, err = q.Normalize()
 	if err != nil {
 		return selection{}, err

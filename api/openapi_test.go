@@ -244,32 +244,15 @@ func TestOpenAPIServedAndResponsesValidate(t *testing.T) {
 
 	do := func(c call, key string) (*http.Response, []byte) {
 		t.Helper()
-		u := base + c.path
+		path := c.path
 		if c.query != "" {
 			q, err := url.ParseQuery(c.query)
 			if err != nil {
 				t.Fatal(err)
 			}
-			u += "?" + q.Encode()
+			path += "?" + q.Encode()
 		}
-		req, err := http.NewRequest(c.method, u, strings.NewReader(c.body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatalf("%s %s: %v", c.method, c.path, err)
-		}
-		return resp, b
+		return restCall(t, srv, c.method, path, key, c.body)
 	}
 
 	checked := 0

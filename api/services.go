@@ -303,12 +303,7 @@ func (s *usageService) GetUsage(ctx context.Context, req *meterv1.GetUsageReques
 		Granularity: req.GetGranularity(),
 		GroupBy:     req.GetGroupBy(),
 	}
-	if req.GetStart() != nil {
-		q.Start = req.GetStart().AsTime()
-	}
-	if req.GetEnd() != nil {
-		q.End = req.GetEnd().AsTime()
-	}
+	q.Start, q.End = timeOf(req.GetStart()), timeOf(req.GetEnd())
 	rows, err := s.store.Usage(ctx, q)
 	if err != nil {
 		return nil, err
