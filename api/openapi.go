@@ -23,9 +23,7 @@ func openAPIDocument(offered map[string]bool) ([]byte, error) {
 	if err := json.Unmarshal(meterv1.OpenAPI(), &doc); err != nil {
 		return nil, fmt.Errorf("openapi: parse the generated document: %w", err)
 	}
-	var paths map[string]map[string]struct {
-		OperationID string `json:"operationId"`
-	}
+	var paths map[string]json.RawMessage
 	if err := json.Unmarshal(doc["paths"], &paths); err != nil {
 		return nil, fmt.Errorf("openapi: parse paths: %w", err)
 	}
@@ -34,26 +32,26 @@ func openAPIDocument(offered map[string]bool) ([]byte, error) {
 		svc, _, _ := strings.Cut(operationID, "_")
 		return "tokenmeter.v1." + svc
 	}
-	drop := map[string]bool{}
-	for path, ops := range paths {
+	dropped := false
+	for path, raw := range paths {
+		var ops map[string]struct {
+			OperationID string `json:"operationId"`
+		}
+		if err := json.Unmarshal(raw, &ops); err != nil {
+			return nil, fmt.Errorf("openapi: parse path %s: %w", path, err)
+		}
 		for method, op := range ops {
 			if op.OperationID == "" {
 				return nil, fmt.Errorf("openapi: %s %s has no operationId", strings.ToUpper(method), path)
 			}
 			if !offered[serviceOf(op.OperationID)] {
-				drop[path] = true
+				delete(paths, path)
+				dropped = true
 			}
 		}
 	}
-	if len(drop) == 0 {
+	if !dropped {
 		return meterv1.OpenAPI(), nil
-	}
-	var rawPaths map[string]json.RawMessage
-	if err := json.Unmarshal(doc["paths"], &rawPaths); err != nil {
-		return nil, fmt.Errorf("openapi: parse paths: %w", err)
-	}
-	for p := range drop {
-		delete(rawPaths, p)
 	}
 	var tags []struct {
 		Name        string `json:"name"`
@@ -69,7 +67,7 @@ func openAPIDocument(offered map[string]bool) ([]byte, error) {
 		}
 	}
 	var err error
-	if doc["paths"], err = json.Marshal(rawPaths); err != nil {
+	if doc["paths"], err = json.Marshal(paths); err != nil {
 		return nil, err
 	}
 	if doc["tags"], err = json.Marshal(kept); err != nil {
