@@ -66,7 +66,12 @@ type GetCapacityReportRequest struct {
 	// unit) or "html" (one self-contained file with charts). Over gRPC only
 	// "json" or empty is accepted: gRPC clients render the report themselves
 	// (meterctl report capacity --format).
-	Format        string `protobuf:"bytes,13,opt,name=format,proto3" json:"format,omitempty"`
+	Format string `protobuf:"bytes,13,opt,name=format,proto3" json:"format,omitempty"`
+	// max_units is the most units the report lists one by one; default 20,
+	// at most 100, and max_units + 2 (the fleet and others) times the hours
+	// of the range at most 250,000. The units beyond it (the smallest by GPU
+	// time, then by tokens) are summed into one unit, the report's others.
+	MaxUnits      int32 `protobuf:"varint,14,opt,name=max_units,json=maxUnits,proto3" json:"max_units,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -192,6 +197,13 @@ func (x *GetCapacityReportRequest) GetFormat() string {
 	return ""
 }
 
+func (x *GetCapacityReportRequest) GetMaxUnits() int32 {
+	if x != nil {
+		return x.MaxUnits
+	}
+	return 0
+}
+
 // GetCapacityReportResponse holds the report.
 type GetCapacityReportResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -267,13 +279,25 @@ type CapacityReport struct {
 	Currency string `protobuf:"bytes,12,opt,name=currency,proto3" json:"currency,omitempty"`
 	// fleet is every unit together.
 	Fleet *CapacityUnit `protobuf:"bytes,13,opt,name=fleet,proto3" json:"fleet,omitempty"`
-	// units are ordered by name.
+	// units are ordered by name: the max_units largest units (by GPU time,
+	// then by tokens, then by name); the rest are summed into others.
 	Units []*CapacityUnit `protobuf:"bytes,14,rep,name=units,proto3" json:"units,omitempty"`
 	// findings are in plain words, the most urgent first.
 	Findings []*CapacityFinding `protobuf:"bytes,15,rep,name=findings,proto3" json:"findings,omitempty"`
 	// not_enough_data, when set, says why the range supports no figure at
 	// all (no GPU samples and no traffic).
 	NotEnoughData string `protobuf:"bytes,16,opt,name=not_enough_data,json=notEnoughData,proto3" json:"not_enough_data,omitempty"`
+	// others is the units beyond max_units summed into one unit named
+	// "(others)": every count, amount and GPU time of it is the exact sum of
+	// those units' (its deployments, models and GPU types are theirs). Like
+	// the fleet it mixes units, so it has no sustainable load, headroom or
+	// GPUs needed, and no findings. Absent when no unit was folded.
+	Others *CapacityUnit `protobuf:"bytes,17,opt,name=others,proto3" json:"others,omitempty"`
+	// units_in_others counts the units summed into others (0: every unit is
+	// listed in units).
+	UnitsInOthers int32 `protobuf:"varint,18,opt,name=units_in_others,json=unitsInOthers,proto3" json:"units_in_others,omitempty"`
+	// max_units is the limit on listed units applied.
+	MaxUnits      int32 `protobuf:"varint,19,opt,name=max_units,json=maxUnits,proto3" json:"max_units,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -420,16 +444,40 @@ func (x *CapacityReport) GetNotEnoughData() string {
 	return ""
 }
 
+func (x *CapacityReport) GetOthers() *CapacityUnit {
+	if x != nil {
+		return x.Others
+	}
+	return nil
+}
+
+func (x *CapacityReport) GetUnitsInOthers() int32 {
+	if x != nil {
+		return x.UnitsInOthers
+	}
+	return 0
+}
+
+func (x *CapacityReport) GetMaxUnits() int32 {
+	if x != nil {
+		return x.MaxUnits
+	}
+	return 0
+}
+
 // CapacityUnit is the capacity of one deployment, model, GPU type or of the fleet.
 type CapacityUnit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is the deployment, model or GPU type, or "fleet".
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// deployments of the unit, sorted.
+	// deployments of the unit, sorted: at most the first 100 (in name
+	// order); deployment_count counts them all.
 	Deployments []string `protobuf:"bytes,2,rep,name=deployments,proto3" json:"deployments,omitempty"`
-	// models served by the unit, sorted.
+	// models served by the unit, sorted: at most the first 100; model_count
+	// counts them all.
 	Models []string `protobuf:"bytes,3,rep,name=models,proto3" json:"models,omitempty"`
-	// gpu_types of the unit, sorted.
+	// gpu_types of the unit, sorted: at most the first 100; gpu_type_count
+	// counts them all.
 	GpuTypes []string `protobuf:"bytes,4,rep,name=gpu_types,json=gpuTypes,proto3" json:"gpu_types,omitempty"`
 	// hours is the number of hours of the range.
 	Hours int32 `protobuf:"varint,5,opt,name=hours,proto3" json:"hours,omitempty"`
@@ -497,8 +545,17 @@ type CapacityUnit struct {
 	// MIG slice counts its fraction; max_gpus counts instances): what
 	// gpus_needed's change compares with, rounded up.
 	MaxGpuEquivalents float64 `protobuf:"fixed64,34,opt,name=max_gpu_equivalents,json=maxGpuEquivalents,proto3" json:"max_gpu_equivalents,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// deployment_count is the number of deployments of the unit (deployments
+	// lists at most 100 of them).
+	DeploymentCount int32 `protobuf:"varint,35,opt,name=deployment_count,json=deploymentCount,proto3" json:"deployment_count,omitempty"`
+	// model_count is the number of models of the unit (models lists at most
+	// 100 of them).
+	ModelCount int32 `protobuf:"varint,36,opt,name=model_count,json=modelCount,proto3" json:"model_count,omitempty"`
+	// gpu_type_count is the number of GPU types of the unit (gpu_types lists
+	// at most 100 of them).
+	GpuTypeCount  int32 `protobuf:"varint,37,opt,name=gpu_type_count,json=gpuTypeCount,proto3" json:"gpu_type_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CapacityUnit) Reset() {
@@ -765,6 +822,27 @@ func (x *CapacityUnit) GetDays() []*CapacityDay {
 func (x *CapacityUnit) GetMaxGpuEquivalents() float64 {
 	if x != nil {
 		return x.MaxGpuEquivalents
+	}
+	return 0
+}
+
+func (x *CapacityUnit) GetDeploymentCount() int32 {
+	if x != nil {
+		return x.DeploymentCount
+	}
+	return 0
+}
+
+func (x *CapacityUnit) GetModelCount() int32 {
+	if x != nil {
+		return x.ModelCount
+	}
+	return 0
+}
+
+func (x *CapacityUnit) GetGpuTypeCount() int32 {
+	if x != nil {
+		return x.GpuTypeCount
 	}
 	return 0
 }
@@ -1682,7 +1760,7 @@ var File_tokenmeter_v1_report_proto protoreflect.FileDescriptor
 
 const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\n" +
-	"\x1atokenmeter/v1/report.proto\x12\rtokenmeter.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18tokenmeter/v1/cost.proto\x1a\x1atokenmeter/v1/engine.proto\"\x94\x04\n" +
+	"\x1atokenmeter/v1/report.proto\x12\rtokenmeter.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18tokenmeter/v1/cost.proto\x1a\x1atokenmeter/v1/engine.proto\"\xb1\x04\n" +
 	"\x18GetCapacityReportRequest\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x19\n" +
@@ -1699,10 +1777,11 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	" \x01(\x01H\x00R\rmissTolerance\x88\x01\x01\x12'\n" +
 	"\x0flow_utilization\x18\v \x01(\x01R\x0elowUtilization\x12#\n" +
 	"\rheadroom_risk\x18\f \x01(\x01R\fheadroomRisk\x12\x16\n" +
-	"\x06format\x18\r \x01(\tR\x06formatB\x11\n" +
+	"\x06format\x18\r \x01(\tR\x06format\x12\x1b\n" +
+	"\tmax_units\x18\x0e \x01(\x05R\bmaxUnitsB\x11\n" +
 	"\x0f_miss_tolerance\"R\n" +
 	"\x19GetCapacityReportResponse\x125\n" +
-	"\x06report\x18\x01 \x01(\v2\x1d.tokenmeter.v1.CapacityReportR\x06report\"\xa0\x05\n" +
+	"\x06report\x18\x01 \x01(\v2\x1d.tokenmeter.v1.CapacityReportR\x06report\"\x9a\x06\n" +
 	"\x0eCapacityReport\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x19\n" +
@@ -1720,8 +1799,10 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\x05fleet\x18\r \x01(\v2\x1b.tokenmeter.v1.CapacityUnitR\x05fleet\x121\n" +
 	"\x05units\x18\x0e \x03(\v2\x1b.tokenmeter.v1.CapacityUnitR\x05units\x12:\n" +
 	"\bfindings\x18\x0f \x03(\v2\x1e.tokenmeter.v1.CapacityFindingR\bfindings\x12&\n" +
-	"\x0fnot_enough_data\x18\x10 \x01(\tR\rnotEnoughData\"\xef\n" +
-	"\n" +
+	"\x0fnot_enough_data\x18\x10 \x01(\tR\rnotEnoughData\x123\n" +
+	"\x06others\x18\x11 \x01(\v2\x1b.tokenmeter.v1.CapacityUnitR\x06others\x12&\n" +
+	"\x0funits_in_others\x18\x12 \x01(\x05R\runitsInOthers\x12\x1b\n" +
+	"\tmax_units\x18\x13 \x01(\x05R\bmaxUnits\"\xe1\v\n" +
 	"\fCapacityUnit\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdeployments\x18\x02 \x03(\tR\vdeployments\x12\x16\n" +
@@ -1761,7 +1842,11 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\x05trend\x18\x1f \x01(\v2\x1c.tokenmeter.v1.CapacityTrendR\x05trend\x12>\n" +
 	"\fhours_detail\x18  \x03(\v2\x1b.tokenmeter.v1.CapacityHourR\vhoursDetail\x12.\n" +
 	"\x04days\x18! \x03(\v2\x1a.tokenmeter.v1.CapacityDayR\x04days\x12.\n" +
-	"\x13max_gpu_equivalents\x18\" \x01(\x01R\x11maxGpuEquivalents\"\xbb\x02\n" +
+	"\x13max_gpu_equivalents\x18\" \x01(\x01R\x11maxGpuEquivalents\x12)\n" +
+	"\x10deployment_count\x18# \x01(\x05R\x0fdeploymentCount\x12\x1f\n" +
+	"\vmodel_count\x18$ \x01(\x05R\n" +
+	"modelCount\x12$\n" +
+	"\x0egpu_type_count\x18% \x01(\x05R\fgpuTypeCount\"\xbb\x02\n" +
 	"\x10CapacityPeakHour\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12*\n" +
 	"\x11tokens_per_second\x18\x02 \x01(\x01R\x0ftokensPerSecond\x12\x12\n" +
@@ -1886,35 +1971,36 @@ var file_tokenmeter_v1_report_proto_depIdxs = []int32{
 	3,  // 5: tokenmeter.v1.CapacityReport.fleet:type_name -> tokenmeter.v1.CapacityUnit
 	3,  // 6: tokenmeter.v1.CapacityReport.units:type_name -> tokenmeter.v1.CapacityUnit
 	13, // 7: tokenmeter.v1.CapacityReport.findings:type_name -> tokenmeter.v1.CapacityFinding
-	15, // 8: tokenmeter.v1.CapacityUnit.cost:type_name -> tokenmeter.v1.Money
-	15, // 9: tokenmeter.v1.CapacityUnit.busy_cost:type_name -> tokenmeter.v1.Money
-	15, // 10: tokenmeter.v1.CapacityUnit.idle_cost:type_name -> tokenmeter.v1.Money
-	4,  // 11: tokenmeter.v1.CapacityUnit.peak:type_name -> tokenmeter.v1.CapacityPeakHour
-	5,  // 12: tokenmeter.v1.CapacityUnit.sustainable:type_name -> tokenmeter.v1.SustainableLoad
-	6,  // 13: tokenmeter.v1.CapacityUnit.gpus_needed:type_name -> tokenmeter.v1.GpusNeeded
-	7,  // 14: tokenmeter.v1.CapacityUnit.load_profile:type_name -> tokenmeter.v1.LoadProfileDay
-	8,  // 15: tokenmeter.v1.CapacityUnit.trend:type_name -> tokenmeter.v1.CapacityTrend
-	11, // 16: tokenmeter.v1.CapacityUnit.hours_detail:type_name -> tokenmeter.v1.CapacityHour
-	12, // 17: tokenmeter.v1.CapacityUnit.days:type_name -> tokenmeter.v1.CapacityDay
-	14, // 18: tokenmeter.v1.CapacityPeakHour.start:type_name -> google.protobuf.Timestamp
-	16, // 19: tokenmeter.v1.CapacityPeakHour.saturation:type_name -> tokenmeter.v1.EngineStatsPoint
-	14, // 20: tokenmeter.v1.SustainableLoad.hour:type_name -> google.protobuf.Timestamp
-	9,  // 21: tokenmeter.v1.CapacityTrend.weeks:type_name -> tokenmeter.v1.CapacityWeek
-	10, // 22: tokenmeter.v1.CapacityTrend.forecast:type_name -> tokenmeter.v1.PeakForecast
-	14, // 23: tokenmeter.v1.CapacityWeek.start:type_name -> google.protobuf.Timestamp
-	14, // 24: tokenmeter.v1.CapacityWeek.peak_hour:type_name -> google.protobuf.Timestamp
-	14, // 25: tokenmeter.v1.PeakForecast.at:type_name -> google.protobuf.Timestamp
-	14, // 26: tokenmeter.v1.CapacityHour.start:type_name -> google.protobuf.Timestamp
-	14, // 27: tokenmeter.v1.CapacityDay.start:type_name -> google.protobuf.Timestamp
-	15, // 28: tokenmeter.v1.CapacityDay.busy_cost:type_name -> tokenmeter.v1.Money
-	15, // 29: tokenmeter.v1.CapacityDay.idle_cost:type_name -> tokenmeter.v1.Money
-	0,  // 30: tokenmeter.v1.ReportService.GetCapacityReport:input_type -> tokenmeter.v1.GetCapacityReportRequest
-	1,  // 31: tokenmeter.v1.ReportService.GetCapacityReport:output_type -> tokenmeter.v1.GetCapacityReportResponse
-	31, // [31:32] is the sub-list for method output_type
-	30, // [30:31] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	3,  // 8: tokenmeter.v1.CapacityReport.others:type_name -> tokenmeter.v1.CapacityUnit
+	15, // 9: tokenmeter.v1.CapacityUnit.cost:type_name -> tokenmeter.v1.Money
+	15, // 10: tokenmeter.v1.CapacityUnit.busy_cost:type_name -> tokenmeter.v1.Money
+	15, // 11: tokenmeter.v1.CapacityUnit.idle_cost:type_name -> tokenmeter.v1.Money
+	4,  // 12: tokenmeter.v1.CapacityUnit.peak:type_name -> tokenmeter.v1.CapacityPeakHour
+	5,  // 13: tokenmeter.v1.CapacityUnit.sustainable:type_name -> tokenmeter.v1.SustainableLoad
+	6,  // 14: tokenmeter.v1.CapacityUnit.gpus_needed:type_name -> tokenmeter.v1.GpusNeeded
+	7,  // 15: tokenmeter.v1.CapacityUnit.load_profile:type_name -> tokenmeter.v1.LoadProfileDay
+	8,  // 16: tokenmeter.v1.CapacityUnit.trend:type_name -> tokenmeter.v1.CapacityTrend
+	11, // 17: tokenmeter.v1.CapacityUnit.hours_detail:type_name -> tokenmeter.v1.CapacityHour
+	12, // 18: tokenmeter.v1.CapacityUnit.days:type_name -> tokenmeter.v1.CapacityDay
+	14, // 19: tokenmeter.v1.CapacityPeakHour.start:type_name -> google.protobuf.Timestamp
+	16, // 20: tokenmeter.v1.CapacityPeakHour.saturation:type_name -> tokenmeter.v1.EngineStatsPoint
+	14, // 21: tokenmeter.v1.SustainableLoad.hour:type_name -> google.protobuf.Timestamp
+	9,  // 22: tokenmeter.v1.CapacityTrend.weeks:type_name -> tokenmeter.v1.CapacityWeek
+	10, // 23: tokenmeter.v1.CapacityTrend.forecast:type_name -> tokenmeter.v1.PeakForecast
+	14, // 24: tokenmeter.v1.CapacityWeek.start:type_name -> google.protobuf.Timestamp
+	14, // 25: tokenmeter.v1.CapacityWeek.peak_hour:type_name -> google.protobuf.Timestamp
+	14, // 26: tokenmeter.v1.PeakForecast.at:type_name -> google.protobuf.Timestamp
+	14, // 27: tokenmeter.v1.CapacityHour.start:type_name -> google.protobuf.Timestamp
+	14, // 28: tokenmeter.v1.CapacityDay.start:type_name -> google.protobuf.Timestamp
+	15, // 29: tokenmeter.v1.CapacityDay.busy_cost:type_name -> tokenmeter.v1.Money
+	15, // 30: tokenmeter.v1.CapacityDay.idle_cost:type_name -> tokenmeter.v1.Money
+	0,  // 31: tokenmeter.v1.ReportService.GetCapacityReport:input_type -> tokenmeter.v1.GetCapacityReportRequest
+	1,  // 32: tokenmeter.v1.ReportService.GetCapacityReport:output_type -> tokenmeter.v1.GetCapacityReportResponse
+	32, // [32:33] is the sub-list for method output_type
+	31, // [31:32] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_tokenmeter_v1_report_proto_init() }
