@@ -27,6 +27,9 @@ type EngineQuery struct {
 	Step string
 	// GroupBy lists fields of EngineGroupFields.
 	GroupBy []string
+	// Limit bounds the rows read (0: Service.EngineStats applies
+	// Config.MaxSeriesRows, and fails beyond it).
+	Limit int
 }
 
 // StepSeconds is the width of the query's step in seconds: 0 for "total",
@@ -70,7 +73,9 @@ type EngineRow struct {
 }
 
 // EngineStats runs an engine stats query. Minute steps read the minute
-// rows, which are kept for the minute retention window only.
+// rows, which are kept for the minute retention window only. Without a
+// Limit, a query selecting more than Config.MaxSeriesRows (step, group)
+// rows fails with ErrTooManySeries.
 func (s *Service) EngineStats(ctx context.Context, q EngineQuery) ([]EngineRow, error) {
 	q, err := q.Normalize()
 	if err != nil {
@@ -81,7 +86,15 @@ func (s *Service) EngineStats(ctx context.Context, q EngineQuery) ([]EngineRow, 
 			return nil, err
 		}
 	}
-	return s.src.EngineRows(ctx, q)
+	bounded := q.Limit == 0
+	if bounded {
+		q.Limit = s.cfg.MaxSeriesRows + 1
+	}
+	out, err := s.src.EngineRows(ctx, q)
+	if err == nil && bounded && len(out) > s.cfg.MaxSeriesRows {
+		return nil, tooManySeries(s.cfg.MaxSeriesRows)
+	}
+	return out, err
 }
 
 // EnginePoint is the engine statistics of a step (or of the range).

@@ -194,6 +194,9 @@ type GPUUsageQuery struct {
 	// NoTokens leaves out the tokens served, for a caller that reads them
 	// elsewhere (the join reads every cost row of the range).
 	NoTokens bool
+	// Limit bounds the rows read (0: Service.GPUUsage applies
+	// Config.MaxSeriesRows, and fails beyond it).
+	Limit int
 }
 
 // StepSeconds is the width of the query's step in seconds: 0 for "total",

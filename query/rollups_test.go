@@ -136,6 +136,13 @@ func TestTooManySeries(t *testing.T) {
 	if err != nil || len(rows) == 0 || len(rows) > 5 {
 		t.Errorf("hour steps: %d rows, err %v; want 1 to 5 rows", len(rows), err)
 	}
+	// The capacity report's read: 4 (model, deployment) pairs an hour.
+	if _, err := small.DeploymentHours(ctx, day, end); !errors.Is(err, query.ErrTooManySeries) {
+		t.Errorf("deployment hours: err = %v, want ErrTooManySeries", err)
+	}
+	if rows, err := small.DeploymentHours(ctx, day, day.Add(time.Hour)); err != nil || len(rows) != 4 {
+		t.Errorf("deployment hours of one hour: %d rows, err %v; want 4", len(rows), err)
+	}
 }
 
 // TestRollupsMergedHere checks that the rows Rollups merges in this process

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -459,12 +460,22 @@ func (s *Service) Cost(ctx context.Context, q CostQuery) ([]CostRow, error) {
 
 // GPUUsage runs a GPU usage query; the tokens served are joined when the
 // grouping allows (GPUUsageRow.TokensKnown) and the query wants them.
+// Without a Limit, a query selecting more than Config.MaxSeriesRows
+// (step, group) rows fails with ErrTooManySeries.
 func (s *Service) GPUUsage(ctx context.Context, q GPUUsageQuery) ([]GPUUsageRow, error) {
 	q, err := q.Normalize()
 	if err != nil {
 		return nil, err
 	}
-	return s.src.GPUUsageRows(ctx, q, GPUTokens{Join: q.tokensJoinable() && !q.NoTokens, Except: billing.IdleTenant})
+	bounded := q.Limit == 0
+	if bounded {
+		q.Limit = s.cfg.MaxSeriesRows + 1
+	}
+	out, err := s.src.GPUUsageRows(ctx, q, GPUTokens{Join: q.tokensJoinable() && !q.NoTokens, Except: billing.IdleTenant})
+	if err == nil && bounded && len(out) > s.cfg.MaxSeriesRows {
+		return nil, tooManySeries(s.cfg.MaxSeriesRows)
+	}
+	return out, err
 }
 
 // LevelVersionSource reads the newest version of each hour of a range at an
@@ -480,18 +491,25 @@ type LevelVersionSource interface {
 // than its newest all-tenant row (an hour rolled up before the level
 // existed and not yet backfilled, or by a replica of older code) is read
 // from the hour rows instead, so the answer is the same as from the hour
-// rows alone. A source without hour versions reads the hour rows.
+// rows alone. A source without hour versions reads the hour rows. More
+// than Config.MaxSeriesRows (hour, model, deployment) rows fail with
+// ErrTooManySeries.
 func (s *Service) DeploymentHours(ctx context.Context, start, end time.Time) ([]RollupRow, error) {
-	q, err := RollupQuery{Start: start, End: end, Step: "hour", GroupBy: []string{"model", "deployment"}, Columns: CounterColumns}.Normalize()
+	q, err := RollupQuery{Start: start, End: end, Step: "hour", GroupBy: []string{"model", "deployment"}, Columns: CounterColumns,
+		Limit: s.cfg.MaxSeriesRows + 1}.Normalize()
 	if err != nil {
 		return nil, err
 	}
 	if !q.Start.Truncate(time.Hour).Equal(q.Start) || !q.End.Truncate(time.Hour).Equal(q.End) {
 		return nil, fmt.Errorf("%w: start and end must lie on whole hours", ErrInvalidQuery)
 	}
+	var rowsRead atomic.Int64 // by every read, the stale hours' included
 	read := func(q RollupQuery, level Level) ([]RollupRow, error) {
 		var out []RollupRow
 		err := s.src.RollupRows(ctx, RollupRead{Query: q, Level: level, Merge: true}, func(r *RollupRow) error {
+			if rowsRead.Add(1) > int64(s.cfg.MaxSeriesRows) {
+				return tooManySeries(s.cfg.MaxSeriesRows)
+			}
 			out = append(out, cloneRollupRow(r))
 			return nil
 		})

@@ -201,8 +201,11 @@ func engineSQL(q query.EngineQuery) (string, []any) {
 		"sum(prefix_queries)", "sum(prefix_hits)", "sum(hit_rate_weighted)", "sum(hit_rate_seconds)",
 		"sum(preemptions)", "sum(batch_weighted)", "sum(batch_seconds)")
 	groupBy := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
-	return fmt.Sprintf("SELECT %s\nFROM %s\nGROUP BY %s\nORDER BY %s", strings.Join(sel, ", "), from, groupBy, groupBy),
-		append(args, fromArgs...)
+	stmt := fmt.Sprintf("SELECT %s\nFROM %s\nGROUP BY %s\nORDER BY %s", strings.Join(sel, ", "), from, groupBy, groupBy)
+	if q.Limit > 0 {
+		stmt += fmt.Sprintf("\nLIMIT %d", q.Limit)
+	}
+	return stmt, append(args, fromArgs...)
 }
 
 // EngineRows implements query.EngineSource.

@@ -78,10 +78,14 @@ func gpuUsageSQL(q query.GPUUsageQuery) (string, []any) {
 	where, whereArgs := scope("hour", q.Start, q.End, "")
 	from, fromArgs := newestRows("gpu_hour", "hour", where, whereArgs, "")
 	groupBy := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
-	return fmt.Sprintf(`SELECT %s
+	stmt := fmt.Sprintf(`SELECT %s
 FROM (SELECT %s FROM %s GROUP BY %s)
 GROUP BY %s
-ORDER BY %s`, strings.Join(sel, ", "), strings.Join(innerSel, ", "), from, strings.Join(inner, ", "), groupBy, groupBy), append(args, fromArgs...)
+ORDER BY %s`, strings.Join(sel, ", "), strings.Join(innerSel, ", "), from, strings.Join(inner, ", "), groupBy, groupBy)
+	if q.Limit > 0 {
+		stmt += fmt.Sprintf("\nLIMIT %d", q.Limit)
+	}
+	return stmt, append(args, fromArgs...)
 }
 
 // gpuTokensSQL sums the tokens served per (step, group) from the

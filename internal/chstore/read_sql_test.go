@@ -103,8 +103,18 @@ func TestReadSQL(t *testing.T) {
 			gpuQ(t, query.GPUUsageQuery{Start: t0, End: end, Step: "hour", GroupBy: []string{"deployment"}}),
 			[]string{"SELECT toUInt32(intDiv(toUInt32(hour), 3600) * 3600) AS b, deployment, sum(h_gpu)", "FROM (SELECT hour, deployment, sum(gpus) AS h_gpus",
 				"FROM gpu_hour\n", "GROUP BY hour, deployment)\nGROUP BY b, deployment\nORDER BY b, deployment"},
+			[]string{"LIMIT"},
+			[]any{t0.Unix(), end.Unix(), t0.Unix(), end.Unix()}},
+		{"GPU usage by deployment, bounded",
+			gpuQ(t, query.GPUUsageQuery{Start: t0, End: end, Step: "hour", GroupBy: []string{"deployment", "gpu_type"}, Limit: 200_001}),
+			[]string{"GROUP BY b, deployment, gpu_type\nORDER BY b, deployment, gpu_type\nLIMIT 200001"},
 			nil,
 			[]any{t0.Unix(), end.Unix(), t0.Unix(), end.Unix()}},
+		{"engine stats by deployment, bounded",
+			query.EngineQuery{Start: t0, End: end, Step: "hour", GroupBy: []string{"deployment"}, Limit: 200_001},
+			[]string{"uniqExact(replica)", "FROM engine_hour\n", "GROUP BY b, deployment\nORDER BY b, deployment\nLIMIT 200001"},
+			nil,
+			nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sql, args, err := ReadSQL(tc.read)

@@ -35,6 +35,17 @@ const (
 	MinQualifyingHours = 24
 	// MaxHorizonWeeks bounds the forecast horizon.
 	MaxHorizonWeeks = 104
+	// DefaultMaxUnits and MaxMaxUnits are the default and the largest
+	// limit on the units a report lists one by one; MaxUnitHours bounds
+	// the hours the listed units, the fleet and the others hold together
+	// ((MaxUnits + 2) × the range's hours), and so the size of the answer.
+	DefaultMaxUnits = 20
+	MaxMaxUnits     = 100
+	MaxUnitHours    = 250_000
+	// MaxMembers bounds the deployments, models and GPU types a unit lists.
+	MaxMembers = 100
+	// OthersName names the unit of the units beyond MaxUnits.
+	OthersName = "(others)"
 
 	defaultTarget          = 0.99
 	defaultHorizonWeeks    = 13
@@ -112,6 +123,15 @@ func (q Query) Normalize() (Query, error) {
 	if !(q.LowUtilization > 0 && q.LowUtilization < 1) {
 		errs = append(errs, bad("low utilization %v: want a share in (0, 1)", q.LowUtilization))
 	}
+	if q.MaxUnits == 0 {
+		q.MaxUnits = DefaultMaxUnits
+	}
+	if q.MaxUnits < 1 || q.MaxUnits > MaxMaxUnits {
+		errs = append(errs, bad("max_units %d: want 1 to %d", q.MaxUnits, MaxMaxUnits))
+	} else if hours := int64(q.End.Sub(q.Start) / time.Hour); hours > 0 && hours <= int64(MaxRange/time.Hour) && int64(q.MaxUnits+2)*hours > MaxUnitHours {
+		errs = append(errs, bad("max_units %d: %d units (with the fleet and others) × %d hours is more than %d unit-hours; ask for at most %d units or a shorter range",
+			q.MaxUnits, q.MaxUnits+2, hours, MaxUnitHours, max(1, MaxUnitHours/hours-2)))
+	}
 	if q.HeadroomRisk == 0 {
 		q.HeadroomRisk = defaultHeadroomRisk
 	}
@@ -152,6 +172,9 @@ type deployment struct {
 	hours  map[int]*depHour // hour index from the range start
 	models map[string]uint64
 	types  map[string]float64 // GPU seconds per GPU type
+	// gpuSec and tokens are the range's totals, which rank the units.
+	gpuSec float64
+	tokens uint64
 }
 
 func (d *deployment) hour(i int) *depHour {
@@ -193,6 +216,9 @@ func Build(ctx context.Context, src Source, q Query) (*Report, error) {
 		return err
 	})
 	if err := g.Wait(); err != nil {
+		if errors.Is(err, query.ErrTooManySeries) {
+			return nil, fmt.Errorf("the capacity report reads every deployment's hours of the range: report a shorter range: %w", err)
+		}
 		return nil, err
 	}
 	deps := map[string]*deployment{}
@@ -217,6 +243,7 @@ func Build(ctx context.Context, src Source, q Query) (*Report, error) {
 		h.busyCost += r.BusyCostNanos
 		h.idleCost += r.IdleCostNanos
 		d.types[r.Group["gpu_type"]] += r.GPUSeconds
+		d.gpuSec += r.GPUSeconds
 	}
 	for i := range useRows {
 		r := &useRows[i]
@@ -227,6 +254,7 @@ func Build(ctx context.Context, src Source, q Query) (*Report, error) {
 		h.in += r.PromptTokens
 		h.out += r.OutputTokens
 		d.models[r.Group["model"]] += r.PromptTokens + r.OutputTokens
+		d.tokens += r.PromptTokens + r.OutputTokens
 	}
 	if q.Deployment != "" {
 		d, ok := deps[q.Deployment]
@@ -260,18 +288,72 @@ func Build(ctx context.Context, src Source, q Query) (*Report, error) {
 		}
 		groups[key] = append(groups[key], d)
 	}
-	names := make([]string, 0, len(groups))
-	for name := range groups {
-		names = append(names, name)
-	}
-	slices.Sort(names)
+	names, folded := largestUnits(groups, q.MaxUnits)
 	for _, name := range names {
 		u := computeUnit(q, name, groups[name], true)
 		saturation(&u, groups[name], engineRows)
 		rep.Units = append(rep.Units, u)
 	}
+	if len(folded) > 0 {
+		var rest []*deployment
+		for _, name := range folded {
+			rest = append(rest, groups[name]...)
+		}
+		slices.SortFunc(rest, func(a, b *deployment) int { return cmp.Compare(a.name, b.name) })
+		o := computeUnit(q, OthersName, rest, false)
+		o.Sustainable.Reason = fmt.Sprintf("not estimated for %s: it sums %d %ss of different loads; raise max_units (at most %d) or report one deployment to see each",
+			OthersName, len(folded), unitWord(q.GroupBy), MaxMaxUnits)
+		saturation(&o, rest, engineRows)
+		rep.Others, rep.UnitsInOthers = &o, len(folded)
+	}
 	rep.Findings = findings(q, rep.Units)
 	return rep, nil
+}
+
+// unitWord names a unit of g in words.
+func unitWord(g Group) string {
+	switch g {
+	case ByModel:
+		return "model"
+	case ByGPUType:
+		return "GPU type"
+	}
+	return "deployment"
+}
+
+// largestUnits splits the units of groups into the limit largest, by GPU
+// time, then tokens, then name, returned in name order, and the rest
+// (folded into others), in name order too. A unit's GPU time and tokens
+// add up its deployments' (in name order, so that the ranking is the same
+// for the same rows).
+func largestUnits(groups map[string][]*deployment, limit int) (keep, rest []string) {
+	type ranked struct {
+		name   string
+		gpuSec float64
+		tokens uint64
+	}
+	all := make([]ranked, 0, len(groups))
+	for name, deps := range groups {
+		r := ranked{name: name}
+		for _, d := range deps {
+			r.gpuSec += d.gpuSec
+			r.tokens += d.tokens
+		}
+		all = append(all, r)
+	}
+	slices.SortFunc(all, func(a, b ranked) int {
+		return cmp.Or(cmp.Compare(b.gpuSec, a.gpuSec), cmp.Compare(b.tokens, a.tokens), cmp.Compare(a.name, b.name))
+	})
+	for i, r := range all {
+		if i < limit {
+			keep = append(keep, r.name)
+		} else {
+			rest = append(rest, r.name)
+		}
+	}
+	slices.Sort(keep)
+	slices.Sort(rest)
+	return keep, rest
 }
 
 // saturation sets the engine stats of the unit's peak hour: the engine

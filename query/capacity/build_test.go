@@ -489,6 +489,10 @@ func TestInvalidQueries(t *testing.T) {
 		"tolerance":     {func(q Query) Query { q.MissTolerance = ptr(0.7); return q }, "miss tolerance"},
 		"low util":      {func(q Query) Query { q.LowUtilization = 2; return q }, "low utilization"},
 		"headroom risk": {func(q Query) Query { q.HeadroomRisk = -0.1; return q }, "headroom risk"},
+		"max units 0":   {func(q Query) Query { q.MaxUnits = -1; return q }, "max_units -1: want 1 to 100"},
+		"max units":     {func(q Query) Query { q.MaxUnits = 101; return q }, "max_units 101: want 1 to 100"},
+		"unit-hours": {func(q Query) Query { q.End = q.Start.Add(MaxRange); q.MaxUnits = 30; return q },
+			"32 units (with the fleet and others) × 9600 hours is more than 250000 unit-hours; ask for at most 24 units"},
 	} {
 		_, err := Build(context.Background(), &fleet{}, c.q(ok))
 		if !errors.Is(err, query.ErrInvalidQuery) || !strings.Contains(err.Error(), c.want) {
@@ -661,4 +665,132 @@ func TestTargetLabelKeepsItsDigits(t *testing.T) {
 			t.Errorf("target %v: needed %+v, want an entry for %q", tps, unit(t, r, "d").Needed, want)
 		}
 	}
+}
+
+// TestUnitsBeyondTheLimitAreOthers: a fleet of 2,500 deployments reports
+// the MaxUnits largest by GPU time (then tokens) one by one and sums the
+// rest into one unit, exactly: its counts, tokens, cost and GPU counts are
+// the sums of the folded deployments', and the fleet is the listed units
+// and the others together. Member lists stay bounded, with their counts.
+func TestUnitsBeyondTheLimitAreOthers(t *testing.T) {
+	const n, hours = 2500, 3
+	f := &fleet{}
+	type sums struct {
+		requests, good, in, out uint64
+		cost, busy, idle        int64
+		maxGPUs                 uint32
+	}
+	var folded sums
+	for i := range n {
+		dep := fmt.Sprintf("dep-%04d", i)
+		gpus := uint32(1 + i%7)
+		for h := range hours {
+			at := day0.Add(time.Duration(h) * time.Hour)
+			if i%5 != 0 { // every fifth deployment has traffic only
+				f.gpuHour(dep, []string{"H100", "A100"}[i%2], at, gpus, 0.25+float64(i%3)/10, 1_000_000_007+int64(i))
+			}
+			f.traffic(fmt.Sprintf("model-%03d", i%150), dep, at, uint64(100+i), uint64(90+i), uint64(1000*i+h), uint64(7*i+1))
+			f.engineHour(dep, at, 1, uint32(i%4), 0.5)
+		}
+	}
+	r, err := Build(context.Background(), f, Query{Start: day0, End: day0.Add(hours * time.Hour), MaxUnits: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Units) != 12 || r.UnitsInOthers != n-12 || r.Others == nil || r.Others.Name != OthersName || r.MaxUnits != 12 {
+		t.Fatalf("%d units, %d in others (%v), max %d; want 12, %d", len(r.Units), r.UnitsInOthers, r.Others != nil, r.MaxUnits, n-12)
+	}
+	// The largest by GPU time: 7 GPUs (i%7 == 6), not every fifth
+	// (no GPUs), the most tokens first among equals.
+	listed := map[string]bool{}
+	for i, u := range r.Units {
+		listed[u.Name] = true
+		if i > 0 && u.Name <= r.Units[i-1].Name {
+			t.Errorf("units not in name order: %q after %q", u.Name, r.Units[i-1].Name)
+		}
+		if u.MaxGPUs != 7 {
+			t.Errorf("listed unit %s has %d GPUs, want one of the largest (7)", u.Name, u.MaxGPUs)
+		}
+	}
+	for _, want := range []string{"dep-2498", "dep-2491", "dep-2484"} { // i%7 == 6, i%5 != 0, the most tokens
+		if !listed[want] {
+			t.Errorf("%s is not listed; listed %v", want, listed)
+		}
+	}
+	for _, row := range f.gpu {
+		if !listed[row.Group["deployment"]] {
+			folded.cost += row.CostNanos
+			folded.busy += row.BusyCostNanos
+			folded.idle += row.IdleCostNanos
+			if row.Start.Equal(day0) {
+				folded.maxGPUs += row.MaxGPUs
+			}
+		}
+	}
+	for _, row := range f.use {
+		if !listed[row.Group["deployment"]] {
+			folded.requests += row.Requests
+			folded.good += row.GoodRequests
+			folded.in += row.PromptTokens
+			folded.out += row.OutputTokens
+		}
+	}
+	o := r.Others
+	got := sums{o.Requests, o.GoodRequests, o.InputTokens, o.OutputTokens, o.CostNanos, o.BusyCostNanos, o.IdleCostNanos, o.MaxGPUs}
+	if got != folded {
+		t.Errorf("others sums %+v, want the folded deployments' %+v", got, folded)
+	}
+	var listedReq uint64
+	var listedCost int64
+	for _, u := range r.Units {
+		listedReq += u.Requests
+		listedCost += u.CostNanos
+	}
+	if r.Fleet.Requests != listedReq+o.Requests || r.Fleet.CostNanos != listedCost+o.CostNanos {
+		t.Errorf("fleet %d requests, %d nanos; listed + others %d, %d", r.Fleet.Requests, r.Fleet.CostNanos, listedReq+o.Requests, listedCost+o.CostNanos)
+	}
+	if o.DeploymentCount != n-12 || len(o.Deployments) != MaxMembers || o.Deployments[0] != "dep-0000" ||
+		o.ModelCount != 150 || len(o.Models) != MaxMembers || o.GPUTypeCount != 2 || !slices.Equal(o.GPUTypes, []string{"A100", "H100"}) {
+		t.Errorf("others members: %d deployments (%d listed, first %q), %d models (%d listed), GPU types %d %v",
+			o.DeploymentCount, len(o.Deployments), o.Deployments[0], o.ModelCount, len(o.Models), o.GPUTypeCount, o.GPUTypes)
+	}
+	if r.Fleet.DeploymentCount != n || len(r.Fleet.Deployments) != MaxMembers {
+		t.Errorf("fleet: %d deployments, %d listed", r.Fleet.DeploymentCount, len(r.Fleet.Deployments))
+	}
+	if o.Sustainable.Known || len(o.Needed) > 0 || !strings.Contains(o.Sustainable.Reason, "sums 2488 deployments") {
+		t.Errorf("others has a capacity estimate or no reason: %+v", o.Sustainable)
+	}
+	if o.Peak == nil || o.Peak.Saturation == nil || o.Peak.Saturation.Replicas != n-12 {
+		t.Errorf("others' peak saturation: %+v, want the engine rows of its %d deployments", o.Peak, n-12)
+	}
+	for _, fd := range r.Findings {
+		if !listed[fd.Unit] {
+			t.Errorf("finding about %q, which is not a listed unit", fd.Unit)
+		}
+	}
+
+	// By model: 150 models, 20 listed (the default), 130 in others.
+	r, err = Build(context.Background(), f, Query{Start: day0, End: day0.Add(hours * time.Hour), GroupBy: ByModel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Units) != DefaultMaxUnits || r.UnitsInOthers != 130 || r.Others.DeploymentCount+sumDeployments(r.Units) != n {
+		t.Errorf("by model: %d units, %d in others", len(r.Units), r.UnitsInOthers)
+	}
+	// Few enough units: no others.
+	r, err = Build(context.Background(), f, Query{Start: day0, End: day0.Add(hours * time.Hour), GroupBy: ByGPUType})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Units) != 3 || r.Others != nil || r.UnitsInOthers != 0 {
+		t.Errorf("by GPU type: %d units, others %v", len(r.Units), r.Others)
+	}
+}
+
+func sumDeployments(units []Unit) int {
+	n := 0
+	for _, u := range units {
+		n += u.DeploymentCount
+	}
+	return n
 }

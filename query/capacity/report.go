@@ -55,6 +55,10 @@ type Query struct {
 	LowUtilization, HeadroomRisk float64
 	// Currency labels the amounts (the price book's currency).
 	Currency string
+	// MaxUnits is the most units listed one by one (default
+	// DefaultMaxUnits, at most MaxMaxUnits); the rest are summed into the
+	// report's Others.
+	MaxUnits int
 }
 
 // Report is the capacity report of a range.
@@ -62,9 +66,14 @@ type Report struct {
 	// Query is the query answered, normalized: every parameter in force,
 	// defaults filled in (MissTolerance is never nil).
 	Query
-	// Fleet is every unit together; Units are ordered by name.
+	// Fleet is every unit together. Units are the MaxUnits largest units
+	// (by GPU time, then tokens, then name), ordered by name.
 	Fleet Unit
 	Units []Unit
+	// Others is the units beyond MaxUnits summed into one (named
+	// OthersName; nil when none was), UnitsInOthers their number.
+	Others        *Unit
+	UnitsInOthers int
 	// Findings are in plain words, the most urgent first.
 	Findings []Finding
 	// NotEnoughData is set, with the reason, when the range has neither
@@ -76,8 +85,11 @@ type Report struct {
 type Unit struct {
 	// Name is the deployment, model or GPU type ("fleet" for the fleet).
 	Name string
-	// Deployments, Models and GPUTypes seen in the unit, sorted.
-	Deployments, Models, GPUTypes []string
+	// Deployments, Models and GPUTypes seen in the unit, sorted: at most
+	// MaxMembers of each, the first in name order; DeploymentCount,
+	// ModelCount and GPUTypeCount count them all.
+	Deployments, Models, GPUTypes             []string
+	DeploymentCount, ModelCount, GPUTypeCount int
 
 	// Hours is the number of hours of the range; HoursWithGPUs the hours
 	// with GPU samples.

@@ -21,8 +21,10 @@ func computeUnit(q Query, name string, deps []*deployment, capacity bool) Unit {
 	hours := make([]depHour, n)
 	u := Unit{Name: name, Hours: n}
 	models, types := map[string]bool{}, map[string]bool{}
-	for _, d := range deps {
-		u.Deployments = append(u.Deployments, d.name)
+	for _, d := range deps { // in name order
+		if len(u.Deployments) < MaxMembers {
+			u.Deployments = append(u.Deployments, d.name)
+		}
 		for m := range d.models {
 			models[m] = true
 		}
@@ -33,7 +35,8 @@ func computeUnit(q Query, name string, deps []*deployment, capacity bool) Unit {
 			hours[i].add(h)
 		}
 	}
-	u.Models, u.GPUTypes = sortedKeys(models), sortedKeys(types)
+	u.DeploymentCount, u.ModelCount, u.GPUTypeCount = len(deps), len(models), len(types)
+	u.Models, u.GPUTypes = firstKeys(models, MaxMembers), firstKeys(types, MaxMembers)
 
 	var (
 		gpuSec, busySec, tokensOnGPUs float64
@@ -371,11 +374,15 @@ func nearestRank(vs []float64, p float64) float64 {
 	return vs[max(0, min(i, len(vs)-1))]
 }
 
-func sortedKeys(m map[string]bool) []string {
+// firstKeys is the first n keys of m in order.
+func firstKeys(m map[string]bool, n int) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
 	}
 	slices.Sort(out)
+	if len(out) > n {
+		return slices.Clone(out[:n]) // not the whole array
+	}
 	return out
 }
