@@ -60,6 +60,22 @@ func scaledText(n uint64, shift int) string {
 	return whole + "." + frac
 }
 
+// isNumberColumn reports whether a CSV column of any dataset (statement
+// lines, usage and cost, FOCUS) holds numbers: counts, quantities, prices
+// and amounts. The CSV writes their cells as plain numbers ("-12.5" stays a
+// number in a spreadsheet); every other column is text, escaped by safecsv
+// so that no cell opens as a formula.
+func isNumberColumn(column string) bool {
+	switch column {
+	case "requests", "input_tokens", "cached_input_tokens", "output_tokens",
+		"input_per_1m", "cached_input_per_1m", "output_per_1m", "charge", "list_charge", "allocated_cost", "margin",
+		"BilledCost", "ConsumedQuantity", "ContractedCost", "ContractedUnitPrice", "EffectiveCost", "ListCost",
+		"ListUnitPrice", "PricingQuantity", "x_Tokens", "x_Requests", "x_AllocatedCost", "x_Margin":
+		return true
+	}
+	return false
+}
+
 // timeText formats times in UTC, remembering the last one: consecutive rows
 // of an hourly export share their hours.
 type timeText struct {

@@ -109,7 +109,8 @@ func TestStatementCSV(t *testing.T) {
 	if diff := cmp.Diff(wantHeader, recs[0]); diff != "" {
 		t.Errorf("header (-want +got):\n%s", diff)
 	}
-	wantFirst := []string{"acme", "2026-11", "+05:30", "2026-10-31T18:30:00Z", "2026-11-30T18:30:00Z", "USD", st.PriceBook, st.Hash,
+	wantFirst := []string{"acme", "2026-11", "'+05:30", // a text cell starting with + has an apostrophe (safecsv)
+		"2026-10-31T18:30:00Z", "2026-11-30T18:30:00Z", "USD", st.PriceBook, st.Hash,
 		"usage", "m", "d1", "", "2026-11-15T10:00:00Z", "2026-11-15T12:00:00Z", "token:m@2026-01-01T00:00:00Z", "true",
 		"6", "1500001", "400000", "100003", "0.6", "0.3", "1.8", "0.960006"}
 	if diff := cmp.Diff(wantFirst, recs[1]); diff != "" {

@@ -89,7 +89,7 @@ func newFocus[R any](w io.Writer, f Format, opts Options, source func(*R) (focus
 	switch f {
 	case FocusCSV:
 		c := &focusCSV{party: party, finance: opts.Finance, bStart: focusTimeText(), bEnd: focusTimeText(), cStart: focusTimeText(), cEnd: focusTimeText()}
-		out, err := newCSV(w, FocusColumns(opts.Finance), c.fill)
+		out, err := newCSV(w, FocusColumns(opts.Finance), isNumberColumn, c.fill)
 		if err != nil {
 			return nil, err
 		}

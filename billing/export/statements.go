@@ -20,7 +20,7 @@ func NewStatementWriter(w io.Writer, f Format, opts Options) (*Writer[StatementR
 	switch f {
 	case CSV:
 		c := &statementCSV{finance: opts.Finance, periodStart: rfc3339(), periodEnd: rfc3339(), chargeStart: rfc3339(), chEnd: rfc3339()}
-		enc, err = newCSV(w, StatementColumns(opts.Finance), c.fill)
+		enc, err = newCSV(w, StatementColumns(opts.Finance), isNumberColumn, c.fill)
 	case JSONLines:
 		enc = newJSONL(w, statementJSONOf(opts.Finance))
 	case Parquet:

@@ -20,7 +20,7 @@ func NewUsageCostWriter(w io.Writer, f Format, opts Options) (*Writer[UsageCostR
 	switch f {
 	case CSV:
 		c := &usageCSV{finance: opts.Finance, start: rfc3339(), end: rfc3339(), bStart: rfc3339(), bEnd: rfc3339()}
-		enc, err = newCSV(w, UsageCostColumns(opts.Finance), c.fill)
+		enc, err = newCSV(w, UsageCostColumns(opts.Finance), isNumberColumn, c.fill)
 	case JSONLines:
 		enc = newJSONL(w, usageJSONOf(opts.Finance))
 	case Parquet:

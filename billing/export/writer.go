@@ -2,13 +2,14 @@ package export
 
 import (
 	"bufio"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 
 	"github.com/parquet-go/parquet-go"
+
+	"tokenmeter/internal/safecsv"
 )
 
 // DefaultRowGroupRows is the default number of rows of a Parquet row group:
@@ -116,15 +117,18 @@ func (w *Writer[R]) Close() error {
 	return w.err
 }
 
-// csvEncoder writes a header, then one record per row.
+// csvEncoder writes a header, then one record per row, through safecsv:
+// numeric names the columns of numbers (counts and amounts), every other
+// column is text, so that no cell opens as a spreadsheet formula.
 type csvEncoder[R any] struct {
-	cw     *csv.Writer
+	cw     *safecsv.Writer
 	record []string
 	fill   func(r *R, record []string) ([]string, error)
 }
 
-func newCSV[R any](w io.Writer, header []string, fill func(*R, []string) ([]string, error)) (*csvEncoder[R], error) {
-	e := &csvEncoder[R]{cw: csv.NewWriter(w), record: make([]string, 0, len(header)), fill: fill}
+func newCSV[R any](w io.Writer, header []string, numeric func(column string) bool, fill func(*R, []string) ([]string, error)) (*csvEncoder[R], error) {
+	cw := safecsv.NewWriter(w, safecsv.Numeric(header, numeric))
+	e := &csvEncoder[R]{cw: cw, record: make([]string, 0, len(header)), fill: fill}
 	if err := e.cw.Write(header); err != nil {
 		return nil, fmt.Errorf("write csv header: %w", err)
 	}
@@ -137,13 +141,10 @@ func (e *csvEncoder[R]) write(r *R) error {
 		return err
 	}
 	e.record = rec
-	return e.cw.Write(rec) // csv.Writer buffers and writes through: bounded
+	return e.cw.Write(rec) // the writer buffers and writes through: bounded
 }
 
-func (e *csvEncoder[R]) flush() error {
-	e.cw.Flush()
-	return e.cw.Error()
-}
+func (e *csvEncoder[R]) flush() error { return e.cw.Flush() }
 
 func (e *csvEncoder[R]) close() error { return e.flush() }
 
