@@ -38,7 +38,19 @@ func (h *publishHandler) serve(w http.ResponseWriter, r *http.Request, _ map[str
 		runtime.HTTPError(r.Context(), h.mux, out, w, r, err)
 		return
 	}
-	req, index, failed, err := decodeEvents(r.Body)
+	data, err := bodyBytes(r.Body)
+	if err != nil {
+		runtime.HTTPError(ctx, h.mux, out, w, r, status.Error(codes.InvalidArgument, err.Error()))
+		return
+	}
+	// The events are counted before any is decoded: a body of millions of
+	// tiny events ({"events":[{},{},...]}) would otherwise become millions
+	// of messages (gigabytes) before the length check.
+	if countEvents(data, h.maxEvents) > h.maxEvents {
+		runtime.HTTPError(ctx, h.mux, out, w, r, toStatus(ctx, nil, batchOverLimit(h.maxEvents)))
+		return
+	}
+	req, index, failed, err := decodeEvents(data)
 	if err != nil {
 		runtime.HTTPError(ctx, h.mux, out, w, r, status.Error(codes.InvalidArgument, err.Error()))
 		return
@@ -67,18 +79,73 @@ func (h *publishHandler) serve(w http.ResponseWriter, r *http.Request, _ map[str
 	runtime.ForwardResponseMessage(ctx, h.mux, out, w, r, resp, h.mux.GetForwardResponseOptions()...)
 }
 
-// decodeEvents reads the body into a request. A body that decodes whole is
+// bodyBytes is the whole request body.
+func bodyBytes(body io.Reader) ([]byte, error) {
+	if rb, ok := body.(*guardedBody); ok {
+		return rb.data, nil // read whole by the guard already
+	}
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return nil, fmt.Errorf("read request body: %w", err)
+	}
+	return data, nil
+}
+
+// countEvents counts the elements of the arrays directly under the top-level
+// object of a {"events": [...]} body, and stops once it has counted more
+// than max. It reads only the structure (brackets, commas, strings) and
+// allocates nothing; whether the JSON is valid is decodeEvents' concern.
+func countEvents(data []byte, max int) int {
+	n, depth := 0, 0
+	rootObject, inEvents, expect := false, false, false
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case ',':
+			expect = inEvents && depth == 2
+			continue
+		case '}', ']':
+			depth--
+			if depth < 2 {
+				inEvents = false
+			}
+			continue
+		}
+		if inEvents && depth == 2 && expect {
+			// The first byte of an element.
+			if n++; n > max {
+				return n
+			}
+			expect = false
+		}
+		switch c {
+		case '"':
+			for i++; i < len(data) && data[i] != '"'; i++ {
+				if data[i] == '\\' {
+					i++
+				}
+			}
+		case '{', '[':
+			if depth == 0 && c == '{' {
+				rootObject = true
+			}
+			depth++
+			if c == '[' && depth == 2 && rootObject {
+				inEvents, expect = true, true
+			}
+		}
+	}
+	return n
+}
+
+// decodeEvents decodes a body into a request. A body that decodes whole is
 // the common case and is decoded once; otherwise each event is decoded on
 // its own: those that do not decode are returned as rejections, and index
 // maps the request's events to their batch positions (nil when they are
 // the same). err is a body whose envelope is not {"events": [...]}.
-func decodeEvents(body io.Reader) (req *meterv1.PublishEventsRequest, index []int, failed []*meterv1.RejectedEvent, err error) {
-	var data []byte
-	if rb, ok := body.(*guardedBody); ok {
-		data = rb.data // read whole by the guard already
-	} else if data, err = io.ReadAll(body); err != nil {
-		return nil, nil, nil, fmt.Errorf("read request body: %w", err)
-	}
+func decodeEvents(data []byte) (req *meterv1.PublishEventsRequest, index []int, failed []*meterv1.RejectedEvent, err error) {
 	req = &meterv1.PublishEventsRequest{}
 	if protojson.Unmarshal(data, req) == nil {
 		return req, nil, nil, nil

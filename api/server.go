@@ -181,6 +181,7 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 	s.grpc = grpc.NewServer(
 		grpc.Creds(serverCreds(cfg.TLS)),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
+		grpc.ForceServerCodecV2(newBatchCodec()), // PublishEvents counts its events before decoding them
 		grpc.InTapHandle(authTap(keys)),
 		grpc.ChainUnaryInterceptor(errorInterceptor(logger), authInterceptor(keys)),
 		grpc.ChainStreamInterceptor(errorStreamInterceptor(logger), authStreamInterceptor(keys)),
@@ -195,7 +196,7 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 			gateway func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error
 		}{
 			{"ingest", true, func(r grpc.ServiceRegistrar) {
-				meterv1.RegisterIngestServiceServer(r, &ingestService{pub: svc.Publisher, maxEvents: cfg.MaxBatchEvents})
+				registerIngest(r, &ingestService{pub: svc.Publisher, maxEvents: cfg.MaxBatchEvents})
 			}, meterv1.RegisterIngestServiceHandler},
 			{"usage", true, func(r grpc.ServiceRegistrar) {
 				meterv1.RegisterUsageServiceServer(r, &usageService{store: svc.Usage})
