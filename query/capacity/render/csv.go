@@ -1,12 +1,12 @@
 package render
 
 import (
-	"encoding/csv"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 
+	"tokenmeter/internal/safecsv"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -38,13 +38,28 @@ var csvHeader = func() []string {
 		"forecast_at", "forecast_peak_tokens_per_second", "forecast_slope_per_week", "forecast_r2", "forecast_weeks")
 }()
 
+// csvTextColumn reports whether a column of the CSV holds text (names,
+// lists, currency, instants, booleans, reasons and arithmetic); every other
+// column holds numbers. safecsv escapes text cells so that none opens as a
+// spreadsheet formula (a deployment named "=HYPERLINK(...)"), and writes
+// number cells as plain numbers (a growth of -0.25 stays a number).
+func csvTextColumn(column string) bool {
+	switch column {
+	case "name", "deployments", "models", "gpu_types", "currency", "peak_hour",
+		"sustainable_known", "sustainable_hour", "sustainable_lower_bound", "sustainable_saturated", "sustainable_reason",
+		"trend_reason", "forecast_at":
+		return true
+	}
+	return strings.HasPrefix(column, "gpus_needed_") && (strings.HasSuffix(column, "_for") || strings.HasSuffix(column, "_arithmetic"))
+}
+
 // CSV writes r as a CSV file: a header row, then one row per unit, the
 // fleet first. A figure the report does not know is an empty cell, never
 // 0. The findings are not rows of this file (they are in the HTML and the
 // JSON). A report with not enough data has only the header: it supports
 // no figure (the JSON and HTML say why).
 func CSV(w io.Writer, r *meterv1.CapacityReport) error {
-	cw := csv.NewWriter(w)
+	cw := safecsv.NewWriter(w, safecsv.Numeric(csvHeader, func(c string) bool { return !csvTextColumn(c) }))
 	if err := cw.Write(csvHeader); err != nil {
 		return fmt.Errorf("write capacity CSV: %w", err)
 	}
@@ -61,8 +76,7 @@ func CSV(w io.Writer, r *meterv1.CapacityReport) error {
 			return fmt.Errorf("write capacity CSV: %w", err)
 		}
 	}
-	cw.Flush()
-	if err := cw.Error(); err != nil {
+	if err := cw.Flush(); err != nil {
 		return fmt.Errorf("write capacity CSV: %w", err)
 	}
 	return nil
