@@ -46,7 +46,7 @@ func (s *reportService) GetCapacityReport(ctx context.Context, req *meterv1.GetC
 		Target: req.GetTarget(), Growth: req.GetGrowth(), TargetTokensPerSecond: req.GetTargetTokensPerSecond(),
 		HorizonWeeks: int(req.GetHorizonWeeks()), MinHourRequests: req.GetMinHourRequests(),
 		MissTolerance: req.MissTolerance, LowUtilization: req.GetLowUtilization(), HeadroomRisk: req.GetHeadroomRisk(),
-		Currency: book.Currency,
+		Currency: book.Currency, MaxUnits: int(req.GetMaxUnits()),
 	}
 	r, err := capacity.Build(ctx, s.store, q)
 	if err != nil {
@@ -69,7 +69,10 @@ func capacityReport(r *capacity.Report) *meterv1.CapacityReport {
 		Target: r.Target, Growth: r.Growth, TargetTokensPerSecond: r.TargetTokensPerSecond, HorizonWeeks: int32(r.HorizonWeeks),
 		MinHourRequests: r.MinHourRequests, MissTolerance: *r.MissTolerance, LowUtilization: r.LowUtilization,
 		HeadroomRisk: r.HeadroomRisk, Currency: r.Currency, Fleet: capacityUnit(r.Currency, &r.Fleet),
-		NotEnoughData: r.NotEnoughData,
+		NotEnoughData: r.NotEnoughData, UnitsInOthers: int32(r.UnitsInOthers), MaxUnits: int32(r.MaxUnits),
+	}
+	if r.Others != nil {
+		out.Others = capacityUnit(r.Currency, r.Others)
 	}
 	for i := range r.Units {
 		out.Units = append(out.Units, capacityUnit(r.Currency, &r.Units[i]))
@@ -83,6 +86,7 @@ func capacityReport(r *capacity.Report) *meterv1.CapacityReport {
 func capacityUnit(cur string, u *capacity.Unit) *meterv1.CapacityUnit {
 	out := &meterv1.CapacityUnit{
 		Name: u.Name, Deployments: u.Deployments, Models: u.Models, GpuTypes: u.GPUTypes,
+		DeploymentCount: int32(u.DeploymentCount), ModelCount: int32(u.ModelCount), GpuTypeCount: int32(u.GPUTypeCount),
 		Hours: int32(u.Hours), HoursWithGpus: int32(u.HoursWithGPUs), MeanGpus: u.MeanGPUs, MaxGpus: u.MaxGPUs, MaxGpuEquivalents: u.MaxGPUEquivalents,
 		GpuHours: u.GPUHours, BusyGpuHours: u.BusyGPUHours, IdleGpuHours: u.IdleGPUHours,
 		Utilization: u.Utilization, P95Utilization: u.P95Utilization, IdleShare: u.IdleShare,

@@ -1,12 +1,12 @@
 package api
 
 import (
-	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
 	"net/http"
-	"strconv"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
@@ -87,20 +87,47 @@ func (h *reportHandler) capacity(w http.ResponseWriter, r *http.Request, _ map[s
 		runtime.ForwardResponseMessage(ctx, h.mux, out, w, r, resp, h.mux.GetForwardResponseOptions()...)
 		return
 	}
-	var buf bytes.Buffer
-	if err := file.render(&buf, resp.GetReport()); err != nil {
-		h.logger.ErrorContext(ctx, "render capacity report", "format", format, "error", err)
-		runtime.HTTPError(ctx, h.mux, out, w, r, status.Error(codes.Internal, "internal error"))
-		return
-	}
+	// The file is written as it is rendered (the renderers write one
+	// unit at a time), never held whole: no Content-Length. A render error
+	// after the first bytes can no longer be an error answer: the
+	// connection is cut, so that the client sees a failed download, not a
+	// short file.
 	hdr := w.Header()
 	hdr.Set("Content-Type", file.contentType)
 	hdr.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": render.FileName(resp.GetReport(), file.ext)}))
-	hdr.Set("Content-Length", strconv.Itoa(buf.Len()))
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	if format == "html" {
 		hdr.Set("Content-Security-Policy", reportHTMLPolicy)
 	}
-	w.WriteHeader(http.StatusOK)
-	_, _ = buf.WriteTo(w) // a client gone away is no error of ours
+	sw := &startedWriter{w: w}
+	if err := file.render(sw, resp.GetReport()); err != nil {
+		if errors.Is(err, errClientWrite) {
+			return // a client gone away is no error of ours
+		}
+		h.logger.ErrorContext(ctx, "render capacity report", "format", format, "error", err)
+		if !sw.started {
+			runtime.HTTPError(ctx, h.mux, out, w, r, status.Error(codes.Internal, "internal error"))
+			return
+		}
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// errClientWrite marks a write to the client that failed.
+var errClientWrite = errors.New("write to the client")
+
+// startedWriter writes to an http.ResponseWriter, remembering whether it
+// has written (and so sent the 200 and headers).
+type startedWriter struct {
+	w       http.ResponseWriter
+	started bool
+}
+
+func (s *startedWriter) Write(p []byte) (int, error) {
+	s.started = true
+	n, err := s.w.Write(p)
+	if err != nil {
+		return n, fmt.Errorf("%w: %w", errClientWrite, err)
+	}
+	return n, nil
 }

@@ -57,7 +57,9 @@ type capacityConfig struct {
 	Growth       string
 	TargetTPS    float64
 	HorizonWeeks int
-	Format       string
+	// MaxUnits is sent when set (0: the server's default, 20).
+	MaxUnits int
+	Format   string
 	// File is where the report goes; "" or "-" is standard output.
 	File         string
 	ValidateOnly bool
@@ -82,6 +84,7 @@ func parseReportCapacity(args []string, getenv func(string) string, now time.Tim
 	fs.StringVar(&c.Growth, "growth", "", `growth of the observed peak to size GPUs for, a decimal such as 1.3 (default: the server's, "1")`)
 	fs.Float64Var(&c.TargetTPS, "target-tps", 0, "a load in tokens/s to size GPUs for as well")
 	fs.IntVar(&c.HorizonWeeks, "horizon-weeks", 0, "weeks past the last complete week to forecast the peak, up to 104 (default: the server's, 13)")
+	fs.IntVar(&c.MaxUnits, "max-units", 0, "most units listed one by one, up to 100; the smaller ones are summed into (others) (default: the server's, 20)")
 	fs.StringVar(&c.Format, "format", "html", "file format: "+orList(reportFormats))
 	outputFlag(fs, &c.File, "", "file to write (default, or -: standard output)")
 	fs.BoolVar(&c.ValidateOnly, "validate", false, "check the flags and exit")
@@ -120,6 +123,9 @@ func parseReportCapacity(args []string, getenv func(string) string, now time.Tim
 	if c.HorizonWeeks < 0 {
 		errs = append(errs, fmt.Errorf("--horizon-weeks %d: want 1 to 104", c.HorizonWeeks))
 	}
+	if c.MaxUnits < 0 || c.MaxUnits > 100 {
+		errs = append(errs, fmt.Errorf("--max-units %d: want 1 to 100", c.MaxUnits))
+	}
 	if !slices.Contains(reportFormats, c.Format) {
 		errs = append(errs, fmt.Errorf("--format %q: want %s", c.Format, orList(reportFormats)))
 	}
@@ -148,6 +154,9 @@ func (c capacityConfig) query() url.Values {
 	set("target_tokens_per_second", float(c.TargetTPS))
 	if c.HorizonWeeks > 0 {
 		q.Set("horizon_weeks", strconv.Itoa(c.HorizonWeeks))
+	}
+	if c.MaxUnits > 0 {
+		q.Set("max_units", strconv.Itoa(c.MaxUnits))
 	}
 	return q
 }
@@ -182,6 +191,9 @@ func runReportCapacity(ctx context.Context, args []string, getenv func(string) s
 	}
 	if reason := r.GetNotEnoughData(); reason != "" {
 		fmt.Fprintf(stderr, "warning: not enough data: %s\n", reason)
+	}
+	if n := r.GetUnitsInOthers(); n > 0 {
+		fmt.Fprintf(stderr, "note: %d units beyond the %d largest are summed into %s (--max-units)\n", n, r.GetMaxUnits(), r.GetOthers().GetName())
 	}
 	if cfg.File != "" && cfg.File != "-" {
 		fmt.Fprintf(stderr, "meterctl: wrote %s: %d bytes, %s, %d units (%s)\n", cfg.File, buf.Len(), cfg.Format,

@@ -17,16 +17,17 @@ import (
 //go:embed report.html.tmpl
 var reportTemplate string
 
-// page is the template's data.
+// page is the template's data: everything but the units' sections, which
+// are laid out and written one at a time.
 type page struct {
 	Title, Range  string
 	Params        []param
 	NotEnoughData string
-	Findings      []finding
-	Overview      []overviewRow
-	GroupLabel    string
-	Fleet         *unitView
-	Units         []unitView
+	// OthersNote says how many units are summed into the others.
+	OthersNote string
+	Findings   []finding
+	Overview   []overviewRow
+	GroupLabel string
 }
 
 type param struct{ Label, Value string }
@@ -73,16 +74,53 @@ var tmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 // HTML writes r as one self-contained HTML file: no script, no external
 // resource (a Content-Security-Policy meta tag forbids any), inline CSS and
 // inline SVG charts. Every name in it is escaped. When r has not enough
-// data the file says so and shows no figure.
+// data the file says so and shows no figure. The file is written as it is
+// laid out, one unit's section at a time (the fleet, the units, then the
+// others), so that no more than one section is held in memory.
 func HTML(w io.Writer, r *meterv1.CapacityReport) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
-	if err := tmpl.Execute(bw, buildPage(r)); err != nil {
+	p := buildPage(r)
+	if err := tmpl.ExecuteTemplate(bw, "top", p); err != nil {
+		return fmt.Errorf("render capacity HTML: %w", err)
+	}
+	if p.NotEnoughData == "" {
+		for _, s := range sections(r, p.GroupLabel) {
+			if err := tmpl.ExecuteTemplate(bw, "unit", buildUnit(r, s.unit, s.anchor, s.heading)); err != nil {
+				return fmt.Errorf("render capacity HTML: unit %q: %w", s.unit.GetName(), err)
+			}
+		}
+	}
+	if err := tmpl.ExecuteTemplate(bw, "bottom", p); err != nil {
 		return fmt.Errorf("render capacity HTML: %w", err)
 	}
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("write capacity HTML: %w", err)
 	}
 	return nil
+}
+
+// section is a unit's place in the file.
+type section struct {
+	unit            *meterv1.CapacityUnit
+	anchor, heading string
+}
+
+// sections are the units' sections in order: the fleet, the units
+// ("unit-1" on), the others.
+func sections(r *meterv1.CapacityReport, groupLabel string) []section {
+	var out []section
+	if f := r.GetFleet(); f != nil {
+		out = append(out, section{f, "fleet", "Fleet"})
+	}
+	for i, u := range r.GetUnits() {
+		if u != nil {
+			out = append(out, section{u, "unit-" + strconv.Itoa(i+1), groupLabel + " " + u.GetName()})
+		}
+	}
+	if o := r.GetOthers(); o != nil {
+		out = append(out, section{o, "others", "Others: " + countU(uint64(r.GetUnitsInOthers())) + " " + unitNoun(r.GetGroupBy()) + "s summed"})
+	}
+	return out
 }
 
 func buildPage(r *meterv1.CapacityReport) page {
@@ -123,17 +161,11 @@ func buildPage(r *meterv1.CapacityReport) page {
 	if p.NotEnoughData != "" {
 		return p // no figure at all
 	}
-	if f := r.GetFleet(); f != nil {
-		v := buildUnit(r, f, "fleet", "Fleet")
-		p.Fleet = &v
-	}
-	for i, u := range r.GetUnits() {
-		if u == nil {
-			continue
+	p.OthersNote = othersNote(r)
+	for _, s := range sections(r, p.GroupLabel) {
+		if s.anchor != "fleet" {
+			p.Overview = append(p.Overview, overview(r, s.unit, s.anchor))
 		}
-		anchor := "unit-" + strconv.Itoa(i+1)
-		p.Units = append(p.Units, buildUnit(r, u, anchor, p.GroupLabel+" "+u.GetName()))
-		p.Overview = append(p.Overview, overview(r, u, anchor))
 	}
 	return p
 }
@@ -241,9 +273,15 @@ func buildUnit(r *meterv1.CapacityReport, u *meterv1.CapacityUnit, anchor, headi
 	for _, m := range []struct {
 		label string
 		names []string
-	}{{"Deployments", u.GetDeployments()}, {"Models", u.GetModels()}, {"GPU types", u.GetGpuTypes()}} {
+		count int32
+	}{{"Deployments", u.GetDeployments(), u.GetDeploymentCount()}, {"Models", u.GetModels(), u.GetModelCount()},
+		{"GPU types", u.GetGpuTypes(), u.GetGpuTypeCount()}} {
 		if len(m.names) > 0 {
-			v.Members = append(v.Members, param{m.label, strings.Join(m.names, ", ")})
+			list := strings.Join(m.names, ", ")
+			if more := int(m.count) - len(m.names); more > 0 {
+				list += " and " + countU(uint64(more)) + " more"
+			}
+			v.Members = append(v.Members, param{m.label, list})
 		}
 	}
 	v.Cards = unitCards(r, u)

@@ -13,6 +13,7 @@
 package render
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -22,7 +23,8 @@ import (
 )
 
 // units returns the rows of a report: the fleet first (when the report has
-// one), then the units in the report's order.
+// one), then the units in the report's order, then the others (the units
+// beyond the report's max_units, summed), when there are.
 func units(r *meterv1.CapacityReport) []*meterv1.CapacityUnit {
 	var out []*meterv1.CapacityUnit
 	if f := r.GetFleet(); f != nil {
@@ -33,7 +35,32 @@ func units(r *meterv1.CapacityReport) []*meterv1.CapacityUnit {
 			out = append(out, u)
 		}
 	}
+	if o := r.GetOthers(); o != nil {
+		out = append(out, o)
+	}
 	return out
+}
+
+// othersNote says how many units the report summed into its others, or
+// nothing when it listed every unit.
+func othersNote(r *meterv1.CapacityReport) string {
+	n := r.GetUnitsInOthers()
+	if n == 0 || r.GetOthers() == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s %ss beyond the %s largest (by GPU time, then tokens) are summed into %s: its counts, tokens, GPU time and cost are their exact sums (ask for up to 100 units with max_units, or one deployment)",
+		countU(uint64(n)), unitNoun(r.GetGroupBy()), countU(uint64(r.GetMaxUnits())), r.GetOthers().GetName())
+}
+
+// unitNoun is a unit of group_by g in running text.
+func unitNoun(g string) string {
+	switch g {
+	case "model":
+		return "model"
+	case "gpu_type":
+		return "GPU type"
+	}
+	return "deployment"
 }
 
 // hasGPUs tells whether the unit's GPU figures (means, ratios, per-GPU
