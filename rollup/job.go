@@ -43,7 +43,7 @@ type Config struct {
 	// Interval between runs. Default 10s.
 	Interval time.Duration
 	// Settle is how far behind ClickHouse's clock the watermark stays, so that
-	// inserts in flight are seen by the next run. Default 5s.
+	// inserts in flight are seen by the next run. Default DefaultSettle.
 	Settle time.Duration
 	// Overlap re-reads dirty hours this far before the watermark. Default
 	// Overlap; usage queries assume no more than that.
@@ -52,6 +52,11 @@ type Config struct {
 	// than this are dropped (MinuteDropper). 0 keeps them for ever.
 	MinuteRetention time.Duration
 }
+
+// DefaultSettle is how far behind ClickHouse's clock the job's watermark
+// stays by default: an insert is taken to be visible that long after the
+// server stamped it.
+const DefaultSettle = 5 * time.Second
 
 // DefaultMinuteRetention is how long meterd keeps minute rows by default.
 const DefaultMinuteRetention = 7 * 24 * time.Hour
@@ -71,7 +76,7 @@ func (c Config) withDefaults() Config {
 		c.Interval = 10 * time.Second
 	}
 	if c.Settle == 0 {
-		c.Settle = 5 * time.Second
+		c.Settle = DefaultSettle
 	}
 	if c.Overlap == 0 {
 		c.Overlap = Overlap
@@ -299,6 +304,8 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	// else (an idle dev ClickHouse kept ~20 such parts about). Usage reads
 	// the hours stamped after the watermark from raw rows; a minute behind
 	// is still exact and hardly slower.
+	// Billing closes do not wait for it either: Costed sees that nothing
+	// was inserted since.
 	worked := len(hours) > 0 || len(costHours) > 0 || len(days) > 0
 	if worked || !ok || until.Sub(wm) >= idleWatermarkEvery {
 		if err := j.store.SetWatermark(ctx, JobName, until); err != nil {

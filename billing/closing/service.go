@@ -14,6 +14,7 @@ import (
 	"tokenmeter/billing/export"
 	"tokenmeter/internal/ident"
 	"tokenmeter/query"
+	"tokenmeter/rollup"
 )
 
 // Errors of the service, besides billing.ErrInvalidPeriod,
@@ -23,7 +24,7 @@ var (
 	// tenant without usage or statements in the period asked.
 	ErrNotFound = errors.New("not found")
 	// ErrNotClosed marks a period that must be closed for what was asked
-	// (an export of statements).
+	// (an export of statements, a repricing).
 	ErrNotClosed = errors.New("billing period not closed")
 	// ErrRollupBehind marks a close asked before the rollup job has costed
 	// the period: the allocated cost would be incomplete.
@@ -45,9 +46,12 @@ type Reads interface {
 type Statements interface {
 	Store
 	EachStatement(ctx context.Context, period, tenant string, fn func(billing.StoredStatement) error) error
-	// Watermark is the server time up to which the rollup job (job
-	// "rollup") has rolled up and costed every insert.
-	Watermark(ctx context.Context, job string) (time.Time, bool, error)
+	// The rollup job's progress (rollup.Costed): its watermark, and the
+	// inserts of events and GPU samples since.
+	rollup.ProgressStore
+	// StalePriceHours lists the hours at or after from whose cost rows
+	// were computed with a price book other than version.
+	StalePriceHours(ctx context.Context, version string, from time.Time) ([]time.Time, error)
 }
 
 // Locker serializes closes: Lock returns once the caller holds the lock
@@ -84,9 +88,6 @@ type Config struct {
 	Lookback int
 	// ByDeployment splits statement lines per deployment.
 	ByDeployment bool
-	// RollupJob names the rollup job whose watermark says how far cost is
-	// known ("rollup" when empty).
-	RollupJob string
 	// CatchUpWait is how long a close waits for ingest to catch up before
 	// it gives up (DefaultCatchUpWait when zero; negative: no wait).
 	CatchUpWait time.Duration
@@ -119,9 +120,6 @@ func NewService(d Deps, cfg Config) (*Service, error) {
 	}
 	if cfg.Grace < 0 {
 		return nil, fmt.Errorf("billing service: negative grace %s", cfg.Grace)
-	}
-	if cfg.RollupJob == "" {
-		cfg.RollupJob = "rollup"
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -316,7 +314,7 @@ func (s *Service) Close(ctx context.Context, req CloseRequest) ([]billing.Stored
 			return nil, err
 		}
 	}
-	if err := s.checkCosted(ctx, req.Period, tenants, caughtUp); err != nil {
+	if err := s.checkCosted(ctx, req.Period, tenants, caughtUp, book); err != nil {
 		return nil, err
 	}
 	r := Request{Period: req.Period, Now: now, CaughtUp: caughtUp, Grace: grace, Book: book,
@@ -356,17 +354,23 @@ func (s *Service) lock(ctx context.Context) (func(), error) {
 	return s.mu.Unlock, nil
 }
 
-// checkCosted waits (up to CatchUpWait) for the rollup job to have rolled
-// up and costed every insert up to the latest end of the period among
-// tenants' zones and, with an ingest check, up to the instant ingest caught
-// up (events of the period inserted in the grace delay): the statements'
-// allocated cost comes from the cost rollups, and is stored for good.
-func (s *Service) checkCosted(ctx context.Context, period string, tenants []string, caughtUp time.Time) error {
-	var end time.Time
-	for _, t := range tenants {
+// checkCosted waits (up to CatchUpWait) for every insert up to the latest
+// end of the period among tenants' zones and, with an ingest check, up to
+// the instant ingest caught up (events of the period inserted in the grace
+// delay) to be rolled up and costed, with book: the statements' allocated
+// cost comes from the cost rollups, and is stored for good. How far that
+// is comes from rollup.Costed: the job's watermark, or the server's clock
+// when nothing was inserted since it, so that a close on a quiet system
+// does not wait for the job's once-a-minute idle watermark.
+func (s *Service) checkCosted(ctx context.Context, period string, tenants []string, caughtUp time.Time, book *billing.PriceBook) error {
+	var start, end time.Time
+	for i, t := range tenants {
 		p, err := billing.ParsePeriod(period, s.Zone(t))
 		if err != nil {
 			return err
+		}
+		if i == 0 || p.Start.Before(start) {
+			start = p.Start
 		}
 		if p.End.After(end) {
 			end = p.End
@@ -380,16 +384,15 @@ func (s *Service) checkCosted(ctx context.Context, period string, tenants []stri
 	}
 	deadline := time.Now().Add(s.cfg.CatchUpWait)
 	for {
-		wm, ok, err := s.d.Store.Watermark(ctx, s.cfg.RollupJob)
+		behind, err := s.notCosted(ctx, start, end, book)
 		if err != nil {
 			return err
 		}
-		if ok && !wm.Before(end) {
+		if behind == "" {
 			return nil
 		}
 		if !time.Now().Before(deadline) {
-			return fmt.Errorf("%w: %s needs every insert up to %s rolled up and costed; the rollup job has reached %s: retry once it passes",
-				ErrRollupBehind, period, end.UTC().Format(time.RFC3339), wm.UTC().Format(time.RFC3339))
+			return fmt.Errorf("%w: %s %s: retry once it has run", ErrRollupBehind, period, behind)
 		}
 		select {
 		case <-ctx.Done():
@@ -397,6 +400,34 @@ func (s *Service) checkCosted(ctx context.Context, period string, tenants []stri
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// notCosted says why the cost rollups of [start, end) are not complete
+// under book yet; "" when they are.
+func (s *Service) notCosted(ctx context.Context, start, end time.Time, book *billing.PriceBook) (string, error) {
+	costed, ok, err := rollup.Costed(ctx, s.d.Store, rollup.DefaultSettle)
+	switch {
+	case err != nil:
+		return "", err
+	case !ok:
+		return "needs its usage rolled up and costed; the rollup job has not run yet", nil
+	case costed.Before(end):
+		return fmt.Sprintf("needs every insert up to %s rolled up and costed; the rollup job has reached %s",
+			end.UTC().Format(time.RFC3339), costed.UTC().Format(time.RFC3339)), nil
+	}
+	// A price book put since the job's last run: the job recosts every
+	// hour with it at its next run.
+	stale, err := s.d.Store.StalePriceHours(ctx, book.Version(), start.Truncate(time.Hour))
+	if err != nil {
+		return "", err
+	}
+	for _, h := range stale {
+		if h.Before(end) {
+			return fmt.Sprintf("needs its cost computed with price book %s, the one in force; the rollup job has not recosted %s yet",
+				book.Version(), h.UTC().Format(time.RFC3339)), nil
+		}
+	}
+	return "", nil
 }
 
 // candidates are the tenants a close of period without a tenant list
@@ -604,7 +635,7 @@ func checkTenant(tenant string) error {
 	if tenant == "" {
 		return fmt.Errorf("%w: tenant_id is required", ErrInvalidRequest)
 	}
-	if err := ident.Check("tenant_id", tenant); err != nil {
+	if err := ident.CheckParam("tenant_id", tenant); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	return nil

@@ -11,8 +11,10 @@
 // that would make two different ids look the same. Label values and other
 // free text follow a looser rule (CheckText).
 //
-// The package does not own lengths, required fields or reserved names; the
-// callers check those. Key builds map and sort keys from several ids that no
+// The package owns one length, MaxLen: the limit of an event's identifiers
+// (ingest's Limits.MaxStringLen by default), which every identifier a
+// request names is held to as well (CheckParam). Other lengths, required
+// fields and reserved names are the callers' to check. Key builds map and sort keys from several ids that no
 // two different tuples share, whatever the ids hold.
 package ident
 
@@ -93,6 +95,23 @@ func Check(field, s string) error {
 		}
 	}
 	return nil
+}
+
+// MaxLen bounds an identifier, in bytes: the default limit of an event's
+// identifier fields (ingest.DefaultLimits's MaxStringLen). An API request
+// naming a longer one names nothing that can be stored; refused up front,
+// it never reaches the SQL (a tenant_id of 200 KB exceeded ClickHouse's
+// max_query_size and answered 500).
+const MaxLen = 256
+
+// CheckParam is the rule for an identifier a request names (a tenant, a
+// deployment to read or close): at most MaxLen bytes, and Check. Its errors
+// wrap ErrInvalid and quote at most the start of s.
+func CheckParam(field, s string) error {
+	if len(s) > MaxLen {
+		return fmt.Errorf("%w: %s %s is %d bytes long, the limit is %d (that of an event's identifiers)", ErrInvalid, field, quote(s, 16), len(s), MaxLen)
+	}
+	return Check(field, s)
 }
 
 // CheckText is the rule for free text such as label values: valid UTF-8
