@@ -170,9 +170,9 @@ async function loadCapacity(ctx, gen) {
   if (gen !== state.gen) return;
   state.report = report;
   const sel = $("unit");
-  sel.replaceChildren(new Option("fleet (all)", ""));
-  for (const u of report.units || []) sel.appendChild(new Option(u.name, u.name));
-  if (!(report.units || []).some((u) => u.name === state.unit)) state.unit = "";
+  const options = capacity.pickerOptions(report);
+  sel.replaceChildren(...options.map(([label, value]) => new Option(label, value)));
+  if (!options.some(([, value]) => value === state.unit)) state.unit = "";
   sel.value = state.unit;
   capacity.draw(report, state.unit, els);
 }

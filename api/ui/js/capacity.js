@@ -12,6 +12,28 @@ import { figure, lineChart, scatterChart, barChart, heatMap, palette } from "./c
 
 const WEEK = 7 * 24 * 3600e3;
 
+// OTHERS is the picker's value of the report's others (the units beyond
+// its max_units, summed): no unit name holds a NUL, so it names no unit.
+export const OTHERS = "\u0000others";
+
+// othersNote says how many units the report summed into its others ("":
+// it lists every unit).
+export function othersNote(report) {
+  const n = Number(report.units_in_others || 0);
+  if (!n || !report.others) return "";
+  const noun = { model: "models", gpu_type: "GPU types" }[report.group_by] || "deployments";
+  return `${f.count(n)} ${noun} beyond the ${f.count(report.max_units)} largest (by GPU time) are summed into ${report.others.name}; pick it below the units, or download the report for its list.`;
+}
+
+// pickerOptions are the unit picker's [label, value] pairs: the fleet, the
+// units of the report (at most its max_units) and the others.
+export function pickerOptions(report) {
+  const out = [["fleet (all)", ""]];
+  for (const u of report.units || []) out.push([u.name, u.name]);
+  if (report.others) out.push([`${report.others.name}: ${f.count(report.units_in_others)} summed`, OTHERS]);
+  return out;
+}
+
 // params are the report's query parameters for the range.
 export function params(range) {
   return { start: api.iso(range.hourStart), end: api.iso(range.hourEnd) };
@@ -30,9 +52,10 @@ export function draw(report, name, els) {
   findings.replaceChildren();
   charts.replaceChildren();
   units.replaceChildren();
-  note.hidden = !report.not_enough_data;
-  note.textContent = report.not_enough_data ? `Not enough data: ${report.not_enough_data}` : "";
-  const unit = (report.units || []).find((u) => u.name === name) || report.fleet;
+  const text = report.not_enough_data ? `Not enough data: ${report.not_enough_data}` : othersNote(report);
+  note.hidden = !text;
+  note.textContent = text;
+  const unit = (name === OTHERS ? report.others : (report.units || []).find((u) => u.name === name)) || report.fleet;
   if (!unit) return;
   const cur = report.currency;
   drawCards(cards, unit, report, cur);
@@ -167,7 +190,7 @@ function drawForecast(el, u) {
 }
 
 function drawUnits(el, report, cur) {
-  const all = [report.fleet, ...(report.units || [])].filter(Boolean);
+  const all = [report.fleet, ...(report.units || []), report.others].filter(Boolean);
   table(el, `Units (${report.group_by || "deployment"})`, ["Unit", "GPUs (mean / max)", "Utilization", "Idle cost", "Tokens/s per GPU", "Peak per GPU", "Sustainable per GPU", "Headroom", "Attainment"],
     all.map((u) => [
       { text: u.name, name: "unit", raw: u.name },

@@ -189,11 +189,27 @@ function dataTable(fig, head, rows) {
   });
 }
 
+// MAX_SERIES bounds the series a line chart draws: with more (a grouping
+// by deployment over thousands of deployments), it draws the largest by
+// peak and its legend says how many more there are.
+export const MAX_SERIES = 12;
+
+// largestSeries keeps the max series with the highest peaks (the first on
+// a tie), in their order, and counts the rest.
+export function largestSeries(series, max = MAX_SERIES) {
+  if (series.length <= max) return { shown: series, more: 0 };
+  const peak = (s) => s.points.reduce((m, p) => Math.max(m, p[1]), -Infinity);
+  const keep = new Set(series.map((s, i) => [peak(s), i]).sort((a, b) => b[0] - a[0] || a[1] - b[1]).slice(0, max).map(([, i]) => i));
+  return { shown: series.filter((_, i) => keep.has(i)), more: series.length - max };
+}
+
 // lineChart draws series of [t, value] points over the time domain
 // [t0, t1]: opts {series: [{name, points, color?, dashed?, noPoints?}], t0, t1, step,
-// yFormat, yMax?, yLabel?, marks?: [{t, label}] (vertical lines)}.
+// yFormat, yMax?, yLabel?, marks?: [{t, label}] (vertical lines)}. At most
+// MAX_SERIES series are drawn: the largest by peak, the legend naming how
+// many more the answer holds.
 export function lineChart(fig, opts) {
-  const series = opts.series.filter((s) => s.points.length > 0);
+  const { shown: series, more } = largestSeries(opts.series.filter((s) => s.points.length > 0));
   const yFormat = opts.yFormat || f.num;
   const n = series.reduce((a, s) => a + (s.noPoints ? 0 : s.points.length), 0);
   if (n === 0) return empty(fig);
@@ -238,7 +254,13 @@ export function lineChart(fig, opts) {
     }
   });
   fig.dataset.points = String(n);
+  fig.dataset.series = String(series.length);
+  fig.dataset.moreSeries = String(more);
   legend(fig, series.map((s) => ({ name: s.name, color: s.color })));
+  if (more > 0) {
+    const ul = fig.querySelector("ul.legend");
+    html("li", { class: "more" }, `and ${f.count(more)} more series, smaller at their peak, not drawn`, ul);
+  }
 
   // Hover: the values of every series at the nearest instant.
   const sorted = [...times].sort((a, b) => a - b);
