@@ -47,11 +47,15 @@ type User struct {
 
 // Broker is a running in-process broker.
 type Broker struct {
-	cluster *kfake.Cluster
+	cluster  *kfake.Cluster
+	sessions *sessions // nil on a TLS or SASL listener
 }
 
 // Start starts the broker and creates the configured topics.
-func Start(cfg Config) (*Broker, error) {
+func Start(cfg Config) (*Broker, error) { return start(cfg) }
+
+// start is Start with more of kfake's options (tests).
+func start(cfg Config, extra ...kfake.Opt) (*Broker, error) {
 	host, portStr, err := net.SplitHostPort(cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("kafka address %q: %w", cfg.Addr, err)
@@ -84,7 +88,7 @@ func Start(cfg Config) (*Broker, error) {
 			opts = append(opts, kfake.Superuser(u.Mechanism, u.Name, u.Password))
 		}
 	}
-	cluster, err := kfake.NewCluster(opts...)
+	cluster, err := kfake.NewCluster(append(opts, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("start dev kafka broker on %s: %w", cfg.Addr, err)
 	}
@@ -101,7 +105,11 @@ func Start(cfg Config) (*Broker, error) {
 			return nil, fmt.Errorf("create topic %s: %w", t, err)
 		}
 	}
-	return &Broker{cluster: cluster}, nil
+	b := &Broker{cluster: cluster}
+	if cfg.TLS == nil && len(cfg.Users) == 0 {
+		b.sessions = watchSessions(cluster, b.Addr())
+	}
+	return b, nil
 }
 
 func isExists(err error) bool { return errors.Is(err, kerr.TopicAlreadyExists) }
@@ -110,4 +118,9 @@ func isExists(err error) bool { return errors.Is(err, kerr.TopicAlreadyExists) }
 func (b *Broker) Addr() string { return b.cluster.ListenAddrs()[0] }
 
 // Close stops the broker, persisting its state.
-func (b *Broker) Close() { b.cluster.Close() }
+func (b *Broker) Close() {
+	if b.sessions != nil {
+		b.sessions.close()
+	}
+	b.cluster.Close()
+}
