@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -23,6 +22,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"tokenmeter/internal/safecsv"
 )
 
 // This file holds what the series commands (latency, goodput, traffic,
@@ -256,19 +257,21 @@ type grid struct {
 
 func (g *grid) add(cells ...string) { g.rows = append(g.rows, cells) }
 
+// writeCSV writes the grid as CSV through safecsv: the num columns as plain
+// numbers, the others as text that no spreadsheet takes as a formula.
 func (g *grid) writeCSV(w io.Writer) error {
-	cw := csv.NewWriter(w)
 	head := make([]string, len(g.cols))
+	numeric := make([]bool, len(g.cols))
 	for i, c := range g.cols {
-		head[i] = c.csvHead
+		head[i], numeric[i] = c.csvHead, c.num
 	}
-	if err := cw.Write(head); err != nil {
-		return err
+	cw := safecsv.NewWriter(w, numeric)
+	for _, rec := range append([][]string{head}, g.rows...) {
+		if err := cw.Write(rec); err != nil {
+			return err
+		}
 	}
-	if err := cw.WriteAll(g.rows); err != nil {
-		return err
-	}
-	return cw.Error()
+	return cw.Flush()
 }
 
 // writeTable writes the rows aligned, text to the left and numbers to the

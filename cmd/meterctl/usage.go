@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"tokenmeter/internal/safecsv"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -125,10 +125,17 @@ func usageCounts(b *meterv1.UsageBucket) [5]int64 {
 	return [5]int64{b.GetRequests(), b.GetErrors(), b.GetPromptTokens(), b.GetCachedPromptTokens(), b.GetOutputTokens()}
 }
 
+// writeUsageCSV writes the buckets as CSV through safecsv: the group-by
+// columns as text that no spreadsheet takes as a formula, the counts as
+// plain numbers.
 func writeUsageCSV(w io.Writer, groupBy []string, buckets []*meterv1.UsageBucket) error {
-	cw := csv.NewWriter(w)
 	header := append(append([]string{"bucket_start"}, groupBy...),
 		"requests", "errors", "prompt_tokens", "cached_prompt_tokens", "output_tokens")
+	numeric := make([]bool, len(header))
+	for i := 1 + len(groupBy); i < len(header); i++ {
+		numeric[i] = true
+	}
+	cw := safecsv.NewWriter(w, numeric)
 	if err := cw.Write(header); err != nil {
 		return err
 	}
@@ -144,8 +151,7 @@ func writeUsageCSV(w io.Writer, groupBy []string, buckets []*meterv1.UsageBucket
 			return err
 		}
 	}
-	cw.Flush()
-	return cw.Error()
+	return cw.Flush()
 }
 
 // writeUsageTable writes an aligned table, numbers right-aligned, with a
