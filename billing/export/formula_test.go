@@ -6,6 +6,7 @@ import (
 	"tokenmeter/billing"
 	"tokenmeter/billing/export"
 	"tokenmeter/internal/safecsv"
+	"tokenmeter/internal/sheettest"
 )
 
 // Hostile identifiers: each is a formula, a DDE command or a signed number
@@ -76,11 +77,19 @@ func hasNegative(cells []string) bool {
 	return false
 }
 
-// TestCSVNoFormulas writes statement lines and usage and cost, natively
-// and as FOCUS, with hostile identifiers in every text field: no cell may
-// start a formula, the identifiers come back with one apostrophe in front
-// of the trigger, and negative amounts stay plain numbers.
-func TestCSVNoFormulas(t *testing.T) {
+// hostileExport is a CSV export with hostile identifiers in every text
+// field, and cells it must hold.
+type hostileExport struct {
+	name string
+	data []byte
+	want map[string]string // a column and a cell it must hold
+	neg  string            // a number column that must hold a negative number
+}
+
+// hostileExports writes statement lines and usage and cost, natively and
+// as FOCUS, with hostile identifiers in every text field and negative
+// margins.
+func hostileExports(t *testing.T) (exports []hostileExport, usage []export.UsageCostRow) {
 	st := testStatement(t, "acme")
 	statements := export.StatementRows(st)
 	for i := range statements {
@@ -92,7 +101,7 @@ func TestCSVNoFormulas(t *testing.T) {
 		}
 		r.Finance = &export.LineFinance{AllocatedCost: r.Line.Charge + 12_500_000_000, Margin: -12_500_000_000}
 	}
-	usage := usageRows(t, 30)
+	usage = usageRows(t, 30)
 	for i := range usage {
 		r := &usage[i]
 		r.Tenant, r.Model, r.Deployment, r.BillingPeriod, r.Currency = evilTenant, evilModel, evilDeployment, evilPeriod, "@USD"
@@ -100,13 +109,7 @@ func TestCSVNoFormulas(t *testing.T) {
 		r.AllocatedCost = r.ListCharge + 12_500_000_000 // margin -12.5
 	}
 	party := export.FocusParty{ProviderName: "=1+1", PublisherName: "-1", InvoiceIssuerName: "@x", ServiceName: "+x", BillingAccountName: "＝1+1"}
-
-	for _, tt := range []struct {
-		name string
-		data []byte
-		want map[string]string // a column and a cell it must hold
-		neg  string            // a number column that must hold a negative number
-	}{
+	return []hostileExport{
 		{"statement csv", encodeStatements(t, export.CSV, export.Options{Finance: true}, statements),
 			map[string]string{"tenant": "'" + evilTenant, "period": "x;'=1+1", "zone": "'+05:30", "currency": "'@USD",
 				"price_book": "'-5", "statement_hash": "'-1", "model": "'" + evilModel, "deployment": "'+1+1",
@@ -122,7 +125,15 @@ func TestCSVNoFormulas(t *testing.T) {
 		{"usage-cost focus-csv", encodeUsage(t, export.FocusCSV, export.Options{Finance: true}, usage),
 			map[string]string{"SubAccountId": "'" + evilTenant, "BillingAccountName": "'" + evilTenant,
 				"x_Deployment": "'+1+1", "BillingCurrency": "'@USD", "x_PriceBook": "'-5"}, "x_Margin"},
-	} {
+	}, usage
+}
+
+// TestCSVNoFormulas: no cell of the hostile exports may start a formula,
+// the identifiers come back with one apostrophe in front of the trigger,
+// and negative amounts stay plain numbers.
+func TestCSVNoFormulas(t *testing.T) {
+	exports, usage := hostileExports(t)
+	for _, tt := range exports {
 		t.Run(tt.name, func(t *testing.T) {
 			cols := checkNoFormulas(t, tt.data)
 			for col, want := range tt.want {
@@ -137,7 +148,7 @@ func TestCSVNoFormulas(t *testing.T) {
 	}
 	// The sums of the escaped files are still exact.
 	var margin billing.Money
-	for _, c := range checkNoFormulas(t, encodeUsage(t, export.CSV, export.Options{Finance: true}, usage))["margin"] {
+	for _, c := range checkNoFormulas(t, exports[1].data)["margin"] {
 		m, err := billing.ParseMoney(c)
 		if err != nil {
 			t.Fatal(err)
@@ -146,6 +157,22 @@ func TestCSVNoFormulas(t *testing.T) {
 	}
 	if want := billing.Money(-12_500_000_000 * len(usage)); margin != want {
 		t.Errorf("sum of margins %s, want %s", margin, want)
+	}
+}
+
+// TestCSVInASpreadsheet opens the hostile exports in LibreOffice Calc
+// (formulas evaluated): no cell is a formula, every amount and count is a
+// number (negative margins too), every escaped identifier is text.
+func TestCSVInASpreadsheet(t *testing.T) {
+	exports, _ := hostileExports(t)
+	files := make([][]byte, len(exports))
+	for i, e := range exports {
+		files[i] = e.data
+	}
+	for i, sheet := range sheettest.Open(t, sheettest.Comma, files...) {
+		if n := sheettest.CheckCSV(t, sheet, exports[i].data, func(c string) bool { return exportNumberColumns[c] }); n == 0 {
+			t.Errorf("%s: no number cells", exports[i].name)
+		}
 	}
 }
 

@@ -17,11 +17,14 @@
 package sheettest
 
 import (
+	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -162,6 +165,57 @@ func Open(t testing.TB, sep byte, files ...[]byte) []Sheet {
 		}
 	}
 	return sheets
+}
+
+// CheckCSV compares sheet, what file opened as split on commas, with the
+// file (a header row, then data): no cell may be a formula; in the columns
+// whose header numeric names, every cell the file fills must be a number
+// of the file's value (to the 15 significant digits a spreadsheet keeps);
+// every other cell that the file starts with an apostrophe must be text
+// showing just what the file holds. It reports what differs with t.Errorf
+// and returns how many number cells it checked.
+func CheckCSV(t testing.TB, sheet Sheet, file []byte, numeric func(column string) bool) (numbers int) {
+	t.Helper()
+	recs, err := csv.NewReader(bytes.NewReader(file)).ReadAll()
+	if err != nil {
+		t.Fatalf("sheettest: read the CSV file: %v", err)
+	}
+	if len(sheet) != len(recs) {
+		t.Errorf("sheettest: %d rows in the spreadsheet, %d in the file", len(sheet), len(recs))
+	}
+	errs := 0
+	report := func(format string, args ...any) {
+		t.Helper()
+		if errs++; errs <= 20 {
+			t.Errorf(format, args...)
+		}
+	}
+	for r, row := range sheet[:min(len(sheet), len(recs))] {
+		for _, c := range row {
+			if c.Col >= len(recs[r]) {
+				report("sheettest: row %d col %d: %+v past the file's %d cells", r, c.Col, c, len(recs[r]))
+				continue
+			}
+			want, col := recs[r][c.Col], recs[0][c.Col]
+			switch {
+			case c.Formula != "":
+				report("sheettest: row %d %s: %q opened as the formula %q", r, col, want, c.Formula)
+			case r > 0 && numeric(col) && want != "":
+				numbers++
+				w, err1 := strconv.ParseFloat(want, 64)
+				v, err2 := strconv.ParseFloat(c.Value, 64)
+				if c.Type != "float" || err1 != nil || err2 != nil || math.Abs(v-w) > 1e-14*math.Abs(w) {
+					report("sheettest: row %d %s: %q opened as %s %q, want a number", r, col, want, c.Type, c.Value)
+				}
+			case strings.HasPrefix(want, "'") && (c.Type != "string" || c.Text != want):
+				report("sheettest: row %d %s: %q opened as %s %q, want the text as it is", r, col, want, c.Type, c.Text)
+			}
+		}
+	}
+	if errs > 20 {
+		t.Errorf("sheettest: %d more differences", errs-20)
+	}
+	return numbers
 }
 
 // maxRepeat bounds the expansion of repeated cells and rows (LibreOffice
