@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"tokenmeter/internal/safecsv"
+	"tokenmeter/internal/sheettest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -93,4 +94,18 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestCSVInASpreadsheet opens the hostile report's CSV in LibreOffice Calc
+// (formulas evaluated): no cell is a formula, every figure is a number
+// (negative growth and GPU changes too), every escaped name is text.
+func TestCSVInASpreadsheet(t *testing.T) {
+	var buf bytes.Buffer
+	if err := CSV(&buf, formulaReport()); err != nil {
+		t.Fatal(err)
+	}
+	sheet := sheettest.Open(t, sheettest.Comma, buf.Bytes())[0]
+	if n := sheettest.CheckCSV(t, sheet, buf.Bytes(), func(c string) bool { return !csvTextColumn(c) }); n == 0 {
+		t.Error("no number cells")
+	}
 }
