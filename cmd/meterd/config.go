@@ -295,7 +295,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&c.GroupID, "group-id", ingest.DefaultGroupID, "Kafka consumer group of the ingest role")
 	fs.IntVar(&c.BatchSize, "batch-size", 20_000, "flush an insert batch at this many records")
 	fs.DurationVar(&c.BatchTimeout, "batch-timeout", 500*time.Millisecond, "flush a non-empty batch this long after its first record")
-	fs.IntVar(&c.MaxBatch, "max-batch-events", 10_000, "most events in one publish request")
+	fs.IntVar(&c.MaxBatch, "max-batch-events", 10_000, "most events in one publish request, and spans in one OTLP export request")
 	fs.IntVar(&c.MaxBody, "max-request-bytes", 16<<20, "largest request body or gRPC message")
 	fs.DurationVar(&c.HTTPTimeouts[0], "http-read-timeout", time.Minute, "longest time to read an HTTP request, body included")
 	fs.DurationVar(&c.HTTPTimeouts[1], "http-write-timeout", 2*time.Minute, "longest time from the end of an HTTP request's headers to the end of its response")

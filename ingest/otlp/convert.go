@@ -82,6 +82,25 @@ type Batch struct {
 	NotGenAI, NotInference int
 }
 
+// errTooManySpans is an export request of more spans than the receiver's
+// limit (Config.MaxSpans).
+var errTooManySpans = errors.New("too many spans")
+
+// spanCounter counts the spans of an export request as they are reached.
+type spanCounter struct {
+	max int // 0: no limit
+	n   int
+}
+
+// next counts one more span; beyond max it is errTooManySpans.
+func (c *spanCounter) next() error {
+	c.n++
+	if c.max > 0 && c.n > c.max {
+		return fmt.Errorf("%w: the export request has more than %d spans, the limit of one request; send smaller batches (in an OpenTelemetry Collector, the batch processor's send_batch_max_size)", errTooManySpans, c.max)
+	}
+	return nil
+}
+
 // EventID is the event id of a span: its trace id and span id in lowercase
 // hex, joined by "-" (32 + 1 + 16 characters). The same span sent again
 // has the same id, so the pipeline counts it once.

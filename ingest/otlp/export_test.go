@@ -1,4 +1,6 @@
 package otlp
 
-// InFlight is the number of OTLP/HTTP exports holding a slot (tests).
-func (r *Receiver) InFlight() int { return len(r.slots) }
+// ConvertJSON is the OTLP/HTTP JSON reader without a span limit (tests).
+func (m Mapping) ConvertJSON(data []byte, keyTenant string) (Batch, error) {
+	return m.convertJSON(data, keyTenant, 0)
+}

@@ -85,7 +85,8 @@ func (t *traceService) export(ctx context.Context, raw rawExport) (*coltracepb.E
 	keyTenant, err := t.r.auth.AuthorizePublish(authz)
 	var b Batch
 	if err == nil {
-		if b, err = t.r.cfg.Mapping.ConvertWire(raw.buf.Bytes(), keyTenant); err != nil {
+		b, err = t.r.cfg.Mapping.convertWire(raw.buf.Bytes(), keyTenant, t.r.cfg.MaxSpans)
+		if err != nil && !errors.Is(err, errTooManySpans) {
 			err = fmt.Errorf("%w: the message is not an OTLP ExportTraceServiceRequest: %v", errBadRequest, err)
 		}
 	}
@@ -122,6 +123,7 @@ const (
 	answerPermissionDenied = "permission_denied"
 	answerTooLarge         = "too_large"
 	answerUnsupported      = "unsupported"
+	answerBusy             = "busy"
 	answerUnavailable      = "unavailable"
 	answerInternal         = "internal"
 )
@@ -144,12 +146,17 @@ func (r *Receiver) answer(ctx context.Context, err error) (label string, code co
 		return answerUnauthenticated, codes.Unauthenticated, http.StatusUnauthorized, msg
 	case errors.Is(err, ErrPermissionDenied):
 		return answerPermissionDenied, codes.PermissionDenied, http.StatusForbidden, msg
+	case errors.Is(err, errTooManySpans):
+		// Bad data to OTLP: the same request would be refused again.
+		return answerTooLarge, codes.InvalidArgument, http.StatusBadRequest, msg
 	case errors.Is(err, errBadRequest):
 		return answerBadRequest, codes.InvalidArgument, http.StatusBadRequest, msg
 	case errors.Is(err, errTooLarge):
 		return answerTooLarge, codes.ResourceExhausted, http.StatusRequestEntityTooLarge, msg
 	case errors.Is(err, errUnsupported):
 		return answerUnsupported, codes.InvalidArgument, http.StatusUnsupportedMediaType, msg
+	case errors.Is(err, errBusy):
+		return answerBusy, codes.Unavailable, http.StatusServiceUnavailable, msg
 	case errors.Is(err, errUnavailable):
 		return answerUnavailable, codes.Unavailable, http.StatusServiceUnavailable, msg
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -1,7 +1,6 @@
 package otlp
 
 import (
-	"bytes"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -32,10 +30,11 @@ const (
 // "Authorization: Bearer <key>" header. It answers in the request's content
 // type, per the OTLP specification: 200 with the response (its
 // partial_success lists rejected spans); 400 with a google.rpc.Status for a
-// body that does not decode; 401 or 403; 405 for another method; 413 for a
-// body over the limit (compressed or not); 415 for another content type or
-// encoding; 503, which exporters retry, when the event log did not take the
-// events.
+// body that does not decode or holds more than Config.MaxSpans spans; 401
+// or 403; 405 for another method; 413 for a body over the limit
+// (compressed or not); 415 for another content type or encoding; 503,
+// which exporters retry, when the event log did not take the events or
+// when the bodies in progress hold Config.MaxBufferedBytes.
 func (r *Receiver) HTTPHandler() http.Handler { return http.HandlerFunc(r.serveHTTP) }
 
 func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
@@ -55,33 +54,34 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		r.httpError(w, req, ct, fmt.Errorf("%w: Content-Type %q: want %s or %s", errUnsupported, req.Header.Get("Content-Type"), contentTypeProtobuf, contentTypeJSON))
 		return
 	}
-	// A slot before the body is read: exports beyond MaxInFlight wait
-	// (their clients' timeouts bound the wait) rather than all holding
-	// their bodies in memory at once.
+	// The body is read first, with no slot held: a client that sends
+	// slowly delays only itself. Its bytes count against MaxBufferedBytes
+	// as they arrive.
+	body, err := r.readBody(w, req)
+	defer r.release(&body)
+	if err != nil {
+		r.httpError(w, req, ct, err)
+		return
+	}
+	// A slot for the conversion only: CPU work, a few milliseconds per
+	// megabyte.
 	select {
 	case r.slots <- struct{}{}:
 	case <-req.Context().Done():
+		r.httpError(w, req, ct, req.Context().Err())
 		return
 	}
-	buf := r.bodies.Get().(*bytes.Buffer)
 	var b Batch
-	err = r.readBody(w, req, buf)
-	if err == nil {
-		if ct == contentTypeProtobuf {
-			b, err = r.cfg.Mapping.ConvertWire(buf.Bytes(), keyTenant)
-		} else {
-			var ereq coltracepb.ExportTraceServiceRequest
-			if err = unmarshalJSON(buf.Bytes(), &ereq); err == nil {
-				b = r.cfg.Mapping.Convert(&ereq, keyTenant)
-			}
-		}
-		if err != nil {
-			err = fmt.Errorf("%w: body is not an OTLP ExportTraceServiceRequest (%s): %v", errBadRequest, ct, err)
-		}
+	if ct == contentTypeProtobuf {
+		b, err = r.cfg.Mapping.convertWire(body.data, keyTenant, r.cfg.MaxSpans)
+	} else {
+		b, err = r.cfg.Mapping.convertJSON(body.data, keyTenant, r.cfg.MaxSpans)
 	}
-	// The batch keeps nothing of the body: its buffer can serve again.
-	r.putBody(buf)
 	<-r.slots
+	body.data = nil // the batch keeps nothing of it
+	if err != nil && !errors.Is(err, errTooManySpans) {
+		err = fmt.Errorf("%w: body is not an OTLP ExportTraceServiceRequest (%s): %v", errBadRequest, ct, err)
+	}
 	if err != nil {
 		r.httpError(w, req, ct, err)
 		return
@@ -95,21 +95,41 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 	writeMessage(w, ct, http.StatusOK, resp)
 }
 
-// maxPooledBody bounds the buffers kept for reuse: an unusually large
-// body's buffer is left to the collector.
-const maxPooledBody = 4 << 20
+// Sizes of a body's buffer: the first, and the steps it grows by at most.
+const (
+	firstBodyBuffer = 16 << 10
+	maxBodyGrowth   = 4 << 20
+)
 
-// readBody reads the whole body into buf, gunzipped when its
-// Content-Encoding is gzip. The limit holds for the body as sent and as
-// decompressed.
-func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request, buf *bytes.Buffer) error {
+// requestBody is a request body read whole; held is what it reserved of
+// Receiver.buffered, to give back once the export is answered.
+type requestBody struct {
+	data []byte
+	held int64
+}
+
+// readBody reads the whole body, gunzipped when its Content-Encoding is
+// gzip; the limit holds for the body as sent and as decompressed. The
+// buffer grows as bytes arrive (doubling, by 4 MiB at most, never past a
+// declared Content-Length), each growth reserved from r.buffered first:
+// when that is spent the export is answered 503 (errBusy) rather than
+// waiting, so that buffers partly filled never wait on each other.
+func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request) (requestBody, error) {
+	var body requestBody
 	limit := int64(r.cfg.MaxRequestBytes)
+	if req.ContentLength > limit {
+		return body, fmt.Errorf("%w: the body is %d bytes, the limit is %d", errTooLarge, req.ContentLength, limit)
+	}
 	var src io.Reader = http.MaxBytesReader(w, req.Body, limit)
-	gzipped := false
+	// Past the limit (+1, to tell a body of exactly the limit from a
+	// longer one) nothing is read.
+	ceiling := limit + 1
 	switch enc := strings.ToLower(strings.TrimSpace(req.Header.Get("Content-Encoding"))); enc {
 	case "", "identity":
+		if n := req.ContentLength; n >= 0 && n < limit {
+			ceiling = n + 1 // +1: room to read the end of the body
+		}
 	case "gzip":
-		gzipped = true
 		zr, _ := r.gunzips.Get().(*gzip.Reader)
 		var err error
 		if zr == nil {
@@ -118,23 +138,50 @@ func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request, buf *bytes
 			err = zr.Reset(src)
 		}
 		if err != nil {
-			return readError(err, "gzip body")
+			return body, readError(err, "gzip body")
 		}
 		defer r.gunzips.Put(zr)
 		src = zr
 	default:
-		return fmt.Errorf("%w: Content-Encoding %q: want gzip or none", errUnsupported, enc)
+		return body, fmt.Errorf("%w: Content-Encoding %q: want gzip or none", errUnsupported, enc)
 	}
-	if n := req.ContentLength; !gzipped && n > 0 && n <= limit {
-		buf.Grow(int(n) + bytes.MinRead)
+	var buf []byte
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) >= ceiling {
+				return body, fmt.Errorf("%w: the decompressed body exceeds %d bytes", errTooLarge, limit)
+			}
+			size := min(max(2*int64(cap(buf)), firstBodyBuffer), int64(cap(buf))+maxBodyGrowth, ceiling)
+			if !r.buffered.TryAcquire(size - body.held) {
+				return body, errBusy
+			}
+			r.metrics.buffered.Add(float64(size - body.held))
+			body.held = size
+			grown := make([]byte, len(buf), size)
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := src.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return body, readError(err, "body")
+		}
 	}
-	if _, err := buf.ReadFrom(io.LimitReader(src, limit+1)); err != nil {
-		return readError(err, "body")
+	if int64(len(buf)) > limit {
+		return body, fmt.Errorf("%w: the decompressed body exceeds %d bytes", errTooLarge, limit)
 	}
-	if int64(buf.Len()) > limit {
-		return fmt.Errorf("%w: the decompressed body exceeds %d bytes", errTooLarge, limit)
-	}
-	return nil
+	body.data = buf
+	return body, nil
+}
+
+// release gives back what body reserved of r.buffered.
+func (r *Receiver) release(body *requestBody) {
+	r.buffered.Release(body.held)
+	r.metrics.buffered.Sub(float64(body.held))
+	body.held = 0
 }
 
 func readError(err error, what string) error {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -63,12 +64,24 @@ type Config struct {
 	// MaxRequestBytes bounds a request body or gRPC message, after
 	// decompression too. Default 16 MiB.
 	MaxRequestBytes int
-	// MaxInFlight bounds the OTLP/HTTP exports read and converted at once
-	// (others wait for a slot before their body is read) and the
-	// concurrent OTLP/gRPC streams of one connection, so that memory stays
-	// near MaxInFlight × MaxRequestBytes (several times that for JSON).
-	// Default DefaultMaxInFlight.
+	// MaxSpans bounds the spans of one export request, as the event API's
+	// batch limit bounds its events: they are counted as they are read,
+	// and the request is refused (HTTP 400, gRPC InvalidArgument: the
+	// OTLP answer to bad data, which exporters do not retry) at the first
+	// span past the limit, before it is decoded. Default DefaultMaxSpans.
+	MaxSpans int
+	// MaxInFlight bounds the OTLP/HTTP exports converted at once (others
+	// wait for a slot once their body is read: a slot is held for CPU work
+	// only, never while a client sends) and the concurrent OTLP/gRPC
+	// streams of one connection. Default DefaultMaxInFlight.
 	MaxInFlight int
+	// MaxBufferedBytes bounds the OTLP/HTTP body bytes held at once by
+	// the exports being read, converted or published. A body holds only
+	// the bytes that have arrived (its buffer grows with them), so a slow
+	// client holds little and delays only itself; an export whose body
+	// would pass the bound is answered 503 with Retry-After, which
+	// exporters retry. Default MaxInFlight × MaxRequestBytes.
+	MaxBufferedBytes int64
 	// Mapping says how spans become events.
 	Mapping Mapping
 	// TLS, when set, serves both receivers with TLS only. Nil: plaintext.
@@ -89,8 +102,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("otlp: address %q: %w", a, err))
 		}
 	}
-	if c.MaxRequestBytes < 0 {
-		errs = append(errs, errors.New("otlp: the request size limit must not be negative"))
+	if c.MaxRequestBytes < 0 || c.MaxSpans < 0 || c.MaxBufferedBytes < 0 {
+		errs = append(errs, errors.New("otlp: the request size, span and buffered bytes limits must not be negative"))
 	}
 	if strings.TrimSpace(c.Mapping.TenantAttribute) != c.Mapping.TenantAttribute {
 		errs = append(errs, fmt.Errorf("otlp: tenant attribute %q has spaces at an end", c.Mapping.TenantAttribute))
@@ -101,6 +114,10 @@ func (c Config) Validate() error {
 // DefaultMaxInFlight is Config.MaxInFlight's default.
 const DefaultMaxInFlight = 16
 
+// DefaultMaxSpans is Config.MaxSpans' default: the event API's default
+// batch limit.
+const DefaultMaxSpans = 10_000
+
 // Receiver serves OTLP trace exports over gRPC and HTTP.
 type Receiver struct {
 	cfg     Config
@@ -108,12 +125,15 @@ type Receiver struct {
 	auth    Authorizer
 	logger  *slog.Logger
 	metrics *metrics
-	// bodies are the buffers of OTLP/HTTP request bodies, reused.
+	// bodies are the buffers of OTLP/gRPC messages, reused.
 	bodies sync.Pool
 	// gunzips are gzip readers of request bodies, reused.
 	gunzips sync.Pool
-	// slots holds a token per OTLP/HTTP export being read or converted.
+	// slots holds a token per OTLP/HTTP export being converted.
 	slots chan struct{}
+	// buffered holds the OTLP/HTTP body bytes of the exports in progress,
+	// at most Config.MaxBufferedBytes.
+	buffered *semaphore.Weighted
 
 	grpc   *grpc.Server
 	http   *http.Server
@@ -135,12 +155,19 @@ func New(cfg Config, pub Publisher, auth Authorizer, reg prometheus.Registerer, 
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = DefaultMaxInFlight
 	}
+	if cfg.MaxSpans == 0 {
+		cfg.MaxSpans = DefaultMaxSpans
+	}
+	if cfg.MaxBufferedBytes == 0 {
+		cfg.MaxBufferedBytes = int64(cfg.MaxInFlight) * int64(cfg.MaxRequestBytes)
+	}
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
 	r := &Receiver{cfg: cfg, pub: pub, auth: auth, logger: logger, metrics: m,
-		bodies: sync.Pool{New: func() any { return new(bytes.Buffer) }}, slots: make(chan struct{}, cfg.MaxInFlight)}
+		bodies: sync.Pool{New: func() any { return new(bytes.Buffer) }}, slots: make(chan struct{}, cfg.MaxInFlight),
+		buffered: semaphore.NewWeighted(cfg.MaxBufferedBytes)}
 	if cfg.GRPCAddr != "" {
 		if r.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 			return nil, fmt.Errorf("otlp: listen gRPC: %w", err)
@@ -245,6 +272,10 @@ func (r *Receiver) Run(ctx context.Context) error {
 // protoCodec is the name of gRPC's protobuf codec.
 const protoCodec = "proto"
 
+// maxPooledBody bounds the buffers kept for reuse: an unusually large
+// message's buffer is left to the collector.
+const maxPooledBody = 4 << 20
+
 // putBody gives a request body's buffer back to the pool.
 func (r *Receiver) putBody(buf *bytes.Buffer) {
 	if buf.Cap() <= maxPooledBody {
@@ -252,6 +283,11 @@ func (r *Receiver) putBody(buf *bytes.Buffer) {
 		r.bodies.Put(buf)
 	}
 }
+
+// errBusy is an OTLP/HTTP export refused because the bodies of the
+// exports in progress hold Config.MaxBufferedBytes: retryable, like
+// errUnavailable.
+var errBusy = errors.New("too many export bytes in progress: nothing of this export was accepted; retry")
 
 // errUnavailable is an export whose events Kafka did not take: OTLP's
 // retryable answer (503, gRPC Unavailable).
@@ -341,6 +377,7 @@ type metrics struct {
 	spans    *prometheus.CounterVec
 	rejected *prometheus.CounterVec
 	exports  *prometheus.CounterVec
+	buffered prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -355,10 +392,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"reason"}),
 		exports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meter_otlp_exports_total",
-			Help: "OTLP export requests, by protocol (grpc, http) and answer (ok, bad_request, unauthenticated, permission_denied, too_large, unsupported, unavailable, internal).",
+			Help: "OTLP export requests, by protocol (grpc, http) and answer (ok, bad_request, unauthenticated, permission_denied, too_large, unsupported, busy, unavailable, internal).",
 		}, []string{"protocol", "answer"}),
+		buffered: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meter_otlp_http_buffered_bytes",
+			Help: "Bytes reserved by the bodies of the OTLP/HTTP exports being read, converted or published (at most the receiver's MaxBufferedBytes; beyond it exports are answered 503).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.spans, m.rejected, m.exports} {
+	for _, c := range []prometheus.Collector{m.spans, m.rejected, m.exports, m.buffered} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register OTLP metrics: %w", err)
 		}

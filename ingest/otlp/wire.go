@@ -1,6 +1,7 @@
 package otlp
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -25,14 +26,24 @@ import (
 //
 // Nothing of data is kept: the caller may reuse it.
 func (m Mapping) ConvertWire(data []byte, keyTenant string) (Batch, error) {
+	return m.convertWire(data, keyTenant, 0)
+}
+
+// convertWire is ConvertWire that stops with errTooManySpans at span
+// maxSpans+1, before reading it (0: no limit).
+func (m Mapping) convertWire(data []byte, keyTenant string, maxSpans int) (Batch, error) {
 	tenantAttr := m.tenantAttr()
 	var b Batch
+	spans := spanCounter{max: maxSpans}
 	err := fields(data, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 		if num != 1 || typ != protowire.BytesType {
 			return nil
 		}
-		return m.resourceSpans(&b, v, tenantAttr, keyTenant)
+		return m.resourceSpans(&b, v, tenantAttr, keyTenant, &spans)
 	})
+	if errors.Is(err, errTooManySpans) {
+		return Batch{}, err
+	}
 	if err != nil {
 		return Batch{}, fmt.Errorf("decode ExportTraceServiceRequest: %w", err)
 	}
@@ -41,7 +52,7 @@ func (m Mapping) ConvertWire(data []byte, keyTenant string) (Batch, error) {
 
 // resourceSpans reads a ResourceSpans: its resource (1), then its
 // ScopeSpans (2), whatever their order on the wire.
-func (m Mapping) resourceSpans(b *Batch, data []byte, tenantAttr, keyTenant string) error {
+func (m Mapping) resourceSpans(b *Batch, data []byte, tenantAttr, keyTenant string, spans *spanCounter) error {
 	var res resourceAttrs
 	err := fields(data, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 		if num != 1 || typ != protowire.BytesType {
@@ -74,6 +85,9 @@ func (m Mapping) resourceSpans(b *Batch, data []byte, tenantAttr, keyTenant stri
 		return fields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 			if num != 2 || typ != protowire.BytesType { // ScopeSpans.spans
 				return nil
+			}
+			if err := spans.next(); err != nil {
+				return err
 			}
 			return m.span(b, v, &res, tenantAttr, keyTenant)
 		})
