@@ -179,8 +179,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if cfg.OTLP.GRPCAddr != "" || cfg.OTLP.HTTPAddr != "" {
 			otlpRecv, err = otlp.New(otlp.Config{
 				GRPCAddr: cfg.OTLP.GRPCAddr, HTTPAddr: cfg.OTLP.HTTPAddr, MaxRequestBytes: cfg.MaxBody, TLS: apiTLS,
-				MaxSpans: cfg.MaxBatch, // an export is held to the event API's batch limit
-				Mapping: otlp.Mapping{TenantAttribute: cfg.OTLP.TenantAttribute, TTFTFromE2E: cfg.OTLP.TTFTFromE2E},
+				MaxSpans: cfg.MaxBatch, // the event API's batch limit
+				Mapping:  otlp.Mapping{TenantAttribute: cfg.OTLP.TenantAttribute, TTFTFromE2E: cfg.OTLP.TTFTFromE2E},
 			}, pub, keys, reg, logger)
 			if err != nil {
 				return err
