@@ -38,10 +38,13 @@ type DeadLetterWriter interface {
 	InsertDeadLetters(ctx context.Context, dead []chstore.DeadLetter) error
 }
 
-// EventWriter stores a batch of validated events, and the dead letters the
-// DLQ topic refuses; *chstore.Store implements it.
+// EventWriter stores a batch of validated events (and their ids in the
+// event id index), finds the events of a batch that are stored already,
+// and stores the dead letters the DLQ topic refuses; *chstore.Store
+// implements it.
 type EventWriter interface {
 	InsertEvents(ctx context.Context, b *chstore.EventBatch) error
+	StoredEvents(ctx context.Context, keys []uint64) ([]chstore.StoredEvent, error)
 	DeadLetterWriter
 }
 
@@ -86,6 +89,7 @@ type eventRows struct {
 	store   EventWriter
 	row     chstore.EventRow
 	batch   chstore.EventBatch
+	ids     batchIDs
 }
 
 func (r *eventRows) add(m kafka.Message, now time.Time) *ValidationError {
@@ -96,12 +100,14 @@ func (r *eventRows) add(m kafka.Message, now time.Time) *ValidationError {
 	if err != nil {
 		return asValidation(err)
 	}
-	r.batch.AppendRow(&r.row, RowITL(&r.row), now, chstore.Source{Partition: int32(m.Partition), Offset: m.Offset})
-	return nil
+	return r.appendRow(m, now)
 }
 
-func (r *eventRows) len() int                         { return r.batch.Len() }
-func (r *eventRows) reset()                           { r.batch.Reset() }
+func (r *eventRows) len() int { return r.batch.Len() }
+func (r *eventRows) reset() {
+	r.batch.Reset()
+	r.ids.reset()
+}
 func (r *eventRows) insert(ctx context.Context) error { return r.store.InsertEvents(ctx, &r.batch) }
 
 // gpuRows batches GPU samples.
@@ -545,6 +551,9 @@ func (c *Consumer) add(p *pending, m kafka.Message) {
 // commits its offsets, retrying until each step succeeds or ctx ends.
 // Nothing is committed unless both writes succeeded.
 func (c *Consumer) write(ctx context.Context, p *pending) error {
+	if err := c.dedup(ctx, p); err != nil {
+		return err
+	}
 	if len(p.dead) > 0 {
 		if err := c.writeDeadLetters(ctx, p.dead, p.records); err != nil {
 			return err

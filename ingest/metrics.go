@@ -16,6 +16,7 @@ type consumerMetrics struct {
 	insertErrors   prometheus.Counter
 	commitErrors   prometheus.Counter
 	lag            prometheus.Gauge
+	duplicates     prometheus.Counter
 }
 
 func newConsumerMetrics(reg prometheus.Registerer) (*consumerMetrics, error) {
@@ -53,13 +54,17 @@ func newConsumerMetrics(reg prometheus.Registerer) (*consumerMetrics, error) {
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meter_ingest_consumer_lag_messages", Help: "Messages between the consumer's position and the partition end, as last reported by the reader.",
 		}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meter_ingest_duplicates_dropped_total",
+			Help: "Event records equal to the stored copy of their event (or to an earlier record of the batch): retries and redeliveries, not stored again. Copies that differ are rejected with reason duplicate_conflict.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.consumed, m.inserted, m.rejected, m.dlq, m.deadLetters, m.batchSize, m.insertDuration, m.insertErrors, m.commitErrors, m.lag} {
+	for _, c := range []prometheus.Collector{m.consumed, m.inserted, m.rejected, m.dlq, m.deadLetters, m.batchSize, m.insertDuration, m.insertErrors, m.commitErrors, m.lag, m.duplicates} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
-	for _, r := range []string{ReasonMissingField, ReasonInvalidValue, ReasonOutOfRange, ReasonDecode, ReasonOversized} {
+	for _, r := range []string{ReasonMissingField, ReasonInvalidValue, ReasonOutOfRange, ReasonDecode, ReasonOversized, ReasonDuplicateConflict} {
 		m.rejected.WithLabelValues(r)
 	}
 	for _, o := range []string{OutcomeDLQ, OutcomeDLQMinimal, OutcomeTable} {

@@ -42,6 +42,7 @@ import (
 // Distributed table: rand() only serves a manual insert.
 var shardKeys = map[string]string{
 	"inference_events":       "cityHash64(tenant_id)",
+	"event_ids":              "cityHash64(tenant_id)",
 	"dirty_hours":            "rand()",
 	"rollup_minute":          "cityHash64(tenant_id)",
 	"rollup_minute_recent":   "cityHash64(tenant_id)",

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -73,6 +75,10 @@ type EventBatch struct {
 	ingestedAt                                                    []time.Time
 	partition                                                     []int32
 	offset                                                        []int64
+	// keyHash and fingerprint are each row's EventKey and
+	// EventRow.Fingerprint: the event id index's columns (event_ids).
+	keyHash, fingerprint []uint64
+	digest               xxhash.Digest
 }
 
 // Len is the number of rows in the batch.
@@ -91,6 +97,7 @@ func (b *EventBatch) Reset() {
 		status: b.status[:0], streaming: b.streaming[:0], sloClass: b.sloClass[:0],
 		labelKeys: b.labelKeys[:0], labelValues: b.labelValues[:0],
 		ingestedAt: b.ingestedAt[:0], partition: b.partition[:0], offset: b.offset[:0],
+		keyHash: b.keyHash[:0], fingerprint: b.fingerprint[:0],
 	}
 }
 
@@ -122,6 +129,14 @@ func (b *EventBatch) Append(ev *meterv1.InferenceEvent, itl ITL, ingestedAt time
 // ITL. The row's strings and label slice are not kept (its labels are
 // copied), so the caller may reuse the row.
 func (b *EventBatch) AppendRow(r *EventRow, itl ITL, ingestedAt time.Time, src Source) {
+	b.AppendKeyedRow(r, itl, ingestedAt, src, EventKey(r.TenantID, r.EventID), r.Fingerprint(&b.digest))
+}
+
+// AppendKeyedRow is AppendRow for a caller that has computed the row's
+// EventKey and Fingerprint already.
+func (b *EventBatch) AppendKeyedRow(r *EventRow, itl ITL, ingestedAt time.Time, src Source, key, fingerprint uint64) {
+	b.keyHash = append(b.keyHash, key)
+	b.fingerprint = append(b.fingerprint, fingerprint)
 	b.tenantID = append(b.tenantID, r.TenantID)
 	b.eventID = append(b.eventID, r.EventID)
 	b.requestID = append(b.requestID, r.RequestID)
@@ -233,12 +248,20 @@ func (b *EventBatch) columns() []any {
 	}
 }
 
-// InsertEvents writes the batch in one INSERT with an explicit column list.
-// An empty batch is a no-op. The batch is left as it is (the caller resets it
-// after a successful insert, or retries with it).
+// InsertEvents writes the batch in one INSERT with an explicit column list,
+// then records its ids in the event id index (event_ids) in a second one:
+// in that order, so that an id in the index is an event stored (a failure
+// between the two leaves ids unrecorded, and the retry or redelivery that
+// follows stores the same rows again, which the hour's deduplication
+// absorbs). An empty batch is a no-op. The batch is left as it is (the
+// caller resets it after a successful insert, or retries with it).
 func (s *Store) InsertEvents(ctx context.Context, b *EventBatch) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	return s.sendColumns(s.ingestContext(ctx), "insert events batch", InsertEventsSQL, eventColumns, b.columns())
+	ctx = s.ingestContext(ctx)
+	if err := s.sendColumns(ctx, "insert events batch", InsertEventsSQL, eventColumns, b.columns()); err != nil {
+		return err
+	}
+	return s.sendColumns(ctx, "insert event ids", InsertEventIDsSQL, eventIDColumns, b.keyColumns())
 }

@@ -105,3 +105,10 @@ func (s *Store) ApplyOnce(ctx context.Context, version int) (bool, error) {
 	}
 	return false, fmt.Errorf("no migration %d", version)
 }
+
+// QueryUint64 runs a query of one UInt64 value on the store's database.
+func (s *Store) QueryUint64(ctx context.Context, stmt string, args ...any) (uint64, error) {
+	var v uint64
+	err := s.conn.QueryRow(ctx, stmt, args...).Scan(&v)
+	return v, err
+}

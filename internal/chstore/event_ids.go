@@ -1,0 +1,276 @@
+package chstore
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/go-faster/city"
+
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+)
+
+// The event id index (migration 0015, table event_ids) records every
+// (tenant_id, event_id) stored in inference_events, so that an event is
+// counted once whatever completed_at a later copy carries: the key of
+// inference_events starts with the hour, so its ReplacingMergeTree and the
+// reads that group by (tenant_id, event_id) within an hour cannot see a
+// copy stored in another hour or month.
+
+// eventIDColumns is the explicit column list of every insert into event_ids,
+// in the order EventBatch.keyColumns gives them.
+var eventIDColumns = []string{
+	"key_hash", "tenant_id", "event_id", "completed_at_ms", "fingerprint",
+	"ingested_at", "source_partition", "source_offset",
+}
+
+// InsertEventIDsSQL is the statement that records a batch's ids.
+var InsertEventIDsSQL = "INSERT INTO event_ids (" + strings.Join(eventIDColumns, ", ") + ")"
+
+// EventKey is the key_hash of event_ids for one event: ClickHouse's
+// cityHash64(concat(tenant_id, '\0', event_id)). go-faster/city's CH64 is
+// the CityHash64 (v1.0.2) that ClickHouse computes, so the migration can
+// fill the index from SQL and meterd from Go (TestEventKeyMatchesClickHouse
+// holds them equal). Identifiers are printable, so '\0' cannot occur in
+// them and the concatenation is unambiguous.
+func EventKey(tenantID, eventID string) uint64 {
+	var buf [160]byte
+	n := len(tenantID) + 1 + len(eventID)
+	b := buf[:0]
+	if n > len(buf) {
+		b = make([]byte, 0, n)
+	}
+	b = append(b, tenantID...)
+	b = append(b, 0)
+	b = append(b, eventID...)
+	return city.CH64(b)
+}
+
+// Fingerprint is a hash of the event's content: every field of the row,
+// times at full precision. Two copies of an event with equal fingerprints
+// are the same event sent again (a retry or a redelivery); copies that
+// differ in any field conflict. d is scratch space, reset here.
+func (r *EventRow) Fingerprint(d *xxhash.Digest) uint64 {
+	d.Reset()
+	var num [8]byte
+	putInt := func(v int64) {
+		binary.LittleEndian.PutUint64(num[:], uint64(v))
+		_, _ = d.Write(num[:])
+	}
+	putStr := func(s string) {
+		putInt(int64(len(s)))
+		_, _ = d.WriteString(s)
+	}
+	putBool := func(b bool) {
+		if b {
+			putInt(1)
+		} else {
+			putInt(0)
+		}
+	}
+	for _, s := range [...]string{r.EventID, r.RequestID, r.TenantID, r.Model, r.ModelVersion,
+		r.Deployment, r.Engine, r.GPUType, r.Node, r.Region, r.SLOClass} {
+		putStr(s)
+	}
+	putInt(int64(r.TensorParallelism))
+	for _, t := range [...]Timestamp{r.ReceivedAt, r.CompletedAt} {
+		putBool(t.Set)
+		putInt(t.Seconds)
+		putInt(int64(t.Nanos))
+	}
+	for _, o := range [...]OptInt{r.PromptTokens, r.CachedPromptTokens, r.OutputTokens} {
+		putBool(o.Set)
+		putInt(o.V)
+	}
+	for _, o := range [...]OptFloat{r.TTFTMs, r.E2EMs, r.QueueMs, r.PrefillMs, r.ITLMs} {
+		putBool(o.Set)
+		putInt(int64(math.Float64bits(o.V)))
+	}
+	putInt(int64(r.Status))
+	putBool(r.Streaming)
+	putInt(int64(len(r.Labels)))
+	for _, l := range r.Labels {
+		putStr(l.Key)
+		putStr(l.Value)
+	}
+	return d.Sum64()
+}
+
+// StoredEvent is the first stored copy of one (tenant_id, event_id), as the
+// event id index has it.
+type StoredEvent struct {
+	KeyHash           uint64
+	TenantID, EventID string
+	CompletedAtMs     int64
+	// Fingerprint is EventRow.Fingerprint of the copy; 0 for an id recorded
+	// before meterd computed them (migration 0015 copied those from
+	// inference_events), which only CompletedAtMs identifies.
+	Fingerprint uint64
+	IngestedAt  time.Time
+}
+
+// Same reports whether a copy with this fingerprint and completion time is
+// the stored event sent again.
+func (s StoredEvent) Same(fingerprint uint64, completedAtMs int64) bool {
+	if s.Fingerprint == 0 {
+		return s.CompletedAtMs == completedAtMs
+	}
+	return s.Fingerprint == fingerprint
+}
+
+// storedEventsSQL reads the first stored copy of each id whose key is in
+// the list that follows it. The index is ordered by key_hash, so ClickHouse
+// reads only the granules that may hold the listed keys.
+const storedEventsSQL = `SELECT key_hash, tenant_id, event_id,
+    argMin(completed_at_ms, ingested_at), argMin(fingerprint, ingested_at), min(ingested_at)
+FROM event_ids
+WHERE key_hash IN (%s)
+GROUP BY key_hash, tenant_id, event_id`
+
+// storedEventsChunk is the number of keys of one lookup query: their
+// decimal list (at most 21 bytes a key) keeps the query under ClickHouse's
+// default max_query_size (262,144 bytes), which every ClickHouse release
+// and user profile allows without a setting.
+const storedEventsChunk = 10_000
+
+// StoredEvents returns the first stored copy of every event whose key_hash
+// (EventKey) is in keys; a key may match more than one id (a hash
+// collision), so callers compare tenant and event ids.
+func (s *Store) StoredEvents(ctx context.Context, keys []uint64) ([]StoredEvent, error) {
+	var out []StoredEvent
+	var list []byte
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), storedEventsChunk)]
+		keys = keys[len(chunk):]
+		list = list[:0]
+		for i, k := range chunk {
+			if i > 0 {
+				list = append(list, ',')
+			}
+			list = strconv.AppendUint(list, k, 10)
+		}
+		rows, err := s.conn.Query(ctx, fmt.Sprintf(storedEventsSQL, list))
+		if err != nil {
+			return nil, fmt.Errorf("stored event ids: %w", classify(err))
+		}
+		for rows.Next() {
+			var e StoredEvent
+			if err := rows.Scan(&e.KeyHash, &e.TenantID, &e.EventID, &e.CompletedAtMs, &e.Fingerprint, &e.IngestedAt); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("stored event ids: %w", err)
+			}
+			out = append(out, e)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("stored event ids: %w", classify(err))
+		}
+	}
+	return out, nil
+}
+
+// KeyHash is EventKey of row i.
+func (b *EventBatch) KeyHash(i int) uint64 { return b.keyHash[i] }
+
+// KeyHashes is the batch's key_hash column (not to be modified).
+func (b *EventBatch) KeyHashes() []uint64 { return b.keyHash }
+
+// Fingerprint is the fingerprint of row i.
+func (b *EventBatch) Fingerprint(i int) uint64 { return b.fingerprint[i] }
+
+// TenantID and EventID are the ids of row i; CompletedAtMs its completion
+// time in Unix milliseconds.
+func (b *EventBatch) TenantID(i int) string     { return b.tenantID[i] }
+func (b *EventBatch) EventID(i int) string      { return b.eventID[i] }
+func (b *EventBatch) CompletedAtMs(i int) int64 { return b.completedMs[i] }
+func (b *EventBatch) Source(i int) Source {
+	return Source{Partition: b.partition[i], Offset: b.offset[i]}
+}
+func (b *EventBatch) IngestedAt(i int) time.Time { return b.ingestedAt[i] }
+
+// keyColumns are the batch's columns for InsertEventIDsSQL.
+func (b *EventBatch) keyColumns() []any {
+	return []any{b.keyHash, b.tenantID, b.eventID, b.completedMs, b.fingerprint, b.ingestedAt, b.partition, b.offset}
+}
+
+// Keep removes the rows i for which keep[i] is false, in place, keeping
+// the others in order.
+func (b *EventBatch) Keep(keep []bool) {
+	b.tenantID, b.eventID, b.requestID = compact(b.tenantID, keep), compact(b.eventID, keep), compact(b.requestID, keep)
+	b.model, b.modelVersion, b.deployment = compact(b.model, keep), compact(b.modelVersion, keep), compact(b.deployment, keep)
+	b.engine, b.gpuType, b.tp = compact(b.engine, keep), compact(b.gpuType, keep), compact(b.tp, keep)
+	b.node, b.region = compact(b.node, keep), compact(b.region, keep)
+	b.completedAt, b.completedMs, b.receivedMs = compact(b.completedAt, keep), compact(b.completedMs, keep), compact(b.receivedMs, keep)
+	b.prompt, b.cached, b.output = compact(b.prompt, keep), compact(b.cached, keep), compact(b.output, keep)
+	for _, n := range []*nullFloats{&b.ttft, &b.e2e, &b.queue, &b.prefill, &b.itl} {
+		n.v, n.ok = compact(n.v, keep), compact(n.ok, keep)
+	}
+	b.itlMeasured, b.status, b.streaming = compact(b.itlMeasured, keep), compact(b.status, keep), compact(b.streaming, keep)
+	b.sloClass, b.labelKeys, b.labelValues = compact(b.sloClass, keep), compact(b.labelKeys, keep), compact(b.labelValues, keep)
+	b.ingestedAt, b.partition, b.offset = compact(b.ingestedAt, keep), compact(b.partition, keep), compact(b.offset, keep)
+	b.keyHash, b.fingerprint = compact(b.keyHash, keep), compact(b.fingerprint, keep)
+}
+
+func compact[T any](s []T, keep []bool) []T {
+	out := s[:0]
+	for i, v := range s {
+		if keep[i] {
+			out = append(out, v)
+		}
+	}
+	clear(s[len(out):])
+	return out
+}
+
+// Event rebuilds row i as a message: the event as stored (times to the
+// millisecond; itl_ms only where the event sent it). The consumer sends
+// it to the dead letters when the row conflicts with a stored copy.
+func (b *EventBatch) Event(i int) *meterv1.InferenceEvent {
+	r := EventRow{
+		EventID: b.eventID[i], RequestID: b.requestID[i], TenantID: b.tenantID[i],
+		Model: b.model[i], ModelVersion: b.modelVersion[i], Deployment: b.deployment[i],
+		Engine: b.engine[i], GPUType: b.gpuType[i], Node: b.node[i], Region: b.region[i],
+		SLOClass: b.sloClass[i], TensorParallelism: b.tp[i],
+		CompletedAt:  msTimestamp(b.completedMs[i]),
+		PromptTokens: OptInt{V: int64(b.prompt[i]), Set: true}, CachedPromptTokens: OptInt{V: int64(b.cached[i]), Set: true},
+		OutputTokens: OptInt{V: int64(b.output[i]), Set: true},
+		TTFTMs:       b.ttft.opt(i), E2EMs: b.e2e.opt(i), QueueMs: b.queue.opt(i), PrefillMs: b.prefill.opt(i),
+		Status:    statusNumber(b.status[i]),
+		Streaming: b.streaming[i] == 1,
+	}
+	if b.receivedMs[i] != 0 {
+		r.ReceivedAt = msTimestamp(b.receivedMs[i])
+	}
+	if b.itlMeasured[i] == 1 {
+		r.ITLMs = b.itl.opt(i)
+	}
+	for j, k := range b.labelKeys[i] {
+		r.Labels = append(r.Labels, Label{Key: k, Value: b.labelValues[i][j]})
+	}
+	return r.Proto()
+}
+
+func (n nullFloats) opt(i int) OptFloat { return OptFloat{V: n.v[i], Set: n.ok[i]} }
+
+// msTimestamp is the timestamp of ms Unix milliseconds.
+func msTimestamp(ms int64) Timestamp {
+	sec, rem := ms/1000, ms%1000
+	if rem < 0 {
+		sec, rem = sec-1, rem+1000
+	}
+	return Timestamp{Seconds: sec, Nanos: int32(rem) * 1_000_000, Set: true}
+}
+
+// statusNumber is the status whose StatusName is name ("ok" is STATUS_OK).
+func statusNumber(name string) int32 {
+	if v, ok := meterv1.Status_value["STATUS_"+strings.ToUpper(name)]; ok {
+		return v
+	}
+	return int32(meterv1.Status_STATUS_INTERNAL)
+}
