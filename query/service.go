@@ -231,14 +231,17 @@ func (s *Service) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, erro
 	var (
 		out   []RollupRow
 		index = map[string]int{} // step and group → out, when merging here
+		more  [][]RollupRow      // the other rows of out[i], when merging here
 	)
 	err = s.src.RollupRows(ctx, read, func(r *RollupRow) error {
 		if !read.Merge {
 			id := stepID(r.Start, q.GroupBy, r.Group)
 			if i, ok := index[id]; ok {
-				return out[i].add(r)
+				more[i] = append(more[i], cloneRollupRow(r))
+				return nil
 			}
 			index[id] = len(out)
+			more = append(more, nil)
 		}
 		out = append(out, cloneRollupRow(r))
 		if bounded && len(out) > s.cfg.MaxSeriesRows {
@@ -250,9 +253,39 @@ func (s *Service) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, erro
 		return nil, err
 	}
 	if !read.Merge {
+		for i, rows := range more {
+			if err := out[i].merge(rows); err != nil {
+				return nil, err
+			}
+		}
 		out = pageRollups(out, q.GroupBy, q.Offset, q.Limit)
 	}
 	return out, nil
+}
+
+// merge adds rows to r in an order of their own, not the store's: the
+// latency sums are floats, whose sum depends on the order of its terms, and
+// the same read must give the same answer.
+func (r *RollupRow) merge(rows []RollupRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	rows = append(rows, *r)
+	slices.SortFunc(rows, func(a, b RollupRow) int {
+		for _, m := range rollup.LatencyMetrics {
+			if c := cmp.Compare(a.Latency[m].Sum, b.Latency[m].Sum); c != 0 {
+				return c
+			}
+		}
+		return 0
+	})
+	*r = rows[0]
+	for i := range rows[1:] {
+		if err := r.add(&rows[1+i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // stepID identifies a step and group, as a map key (StepID).

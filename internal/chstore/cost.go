@@ -57,7 +57,7 @@ func (s *Store) DeploymentUsage(ctx context.Context, hour time.Time) ([]rollup.D
 	// tenant first).
 	from, args := newestRows("rollup_hour", "bucket", "bucket = toDateTime(?)", []any{hour.Unix()}, "")
 	query := `SELECT deployment, tenant_id, model, sum(requests), sum(prompt_tokens), sum(cached_prompt_tokens),
-  sum(output_tokens), sum(good_output_tokens), sum(e2e_sum), max(slo_version)
+  sum(output_tokens), sum(good_output_tokens), ` + floatSum("e2e_sum") + `, max(slo_version)
 FROM ` + from + `
 GROUP BY deployment, tenant_id, model
 ORDER BY deployment, tenant_id, model`

@@ -109,7 +109,9 @@ func (s *Store) EngineDirtyHours(ctx context.Context, since, until time.Time) ([
 }
 
 // EngineSamplesOfHour implements rollup.EngineStore: the hour's samples,
-// deduplicated by sample_id (the latest ingested copy wins).
+// deduplicated by sample_id (the latest ingested copy wins), in sample_id
+// order, so that the rollup's float sums come out the same on every
+// computation of the hour.
 func (s *Store) EngineSamplesOfHour(ctx context.Context, hour time.Time) ([]rollup.EngineSampleRow, error) {
 	hour = hour.UTC().Truncate(time.Hour)
 	const query = `SELECT argMax(deployment, ingested_at), argMax(engine, ingested_at), argMax(model, ingested_at),
@@ -119,7 +121,8 @@ func (s *Store) EngineSamplesOfHour(ctx context.Context, hour time.Time) ([]roll
   argMax(prefix_cache_hit_rate, ingested_at), argMax(preemptions, ingested_at), argMax(batch_tokens, ingested_at)
 FROM engine_samples
 WHERE sampled_at >= toDateTime(?) AND sampled_at < toDateTime(?)
-GROUP BY sample_id`
+GROUP BY sample_id
+ORDER BY sample_id`
 	rows, err := s.conn.Query(ctx, query, hour.Unix(), hour.Add(time.Hour).Unix())
 	if err != nil {
 		return nil, fmt.Errorf("read engine samples of %s: %w", hour.Format(time.RFC3339), classify(err))
@@ -193,13 +196,15 @@ func engineSQL(q query.EngineQuery) (string, []any) {
 	where, whereArgs := scope("bucket", q.Start, q.End, "")
 	from, fromArgs := newestRows(table, "bucket", where, whereArgs, "")
 	sel := append([]string{bucket + " AS b"}, q.GroupBy...)
-	sel = append(sel, "uniqExact(replica)", "sum(samples)", "sum(sampled_seconds)",
-		"sum(running_weighted)", "sum(running_seconds)", "max(running_max)",
-		"sum(waiting_weighted)", "sum(waiting_seconds)", "max(waiting_max)",
+	// The Float64 columns are summed with floatSum: the same read gives
+	// the same means.
+	sel = append(sel, "uniqExact(replica)", "sum(samples)", floatSum("sampled_seconds"),
+		floatSum("running_weighted"), floatSum("running_seconds"), "max(running_max)",
+		floatSum("waiting_weighted"), floatSum("waiting_seconds"), "max(waiting_max)",
 		"(sumMap(waiting_values, waiting_counts) AS w).1", "w.2",
-		"sum(kv_weighted)", "sum(kv_seconds)", "max(kv_max)", "sum(kv_samples)",
-		"sum(prefix_queries)", "sum(prefix_hits)", "sum(hit_rate_weighted)", "sum(hit_rate_seconds)",
-		"sum(preemptions)", "sum(batch_weighted)", "sum(batch_seconds)")
+		floatSum("kv_weighted"), floatSum("kv_seconds"), "max(kv_max)", "sum(kv_samples)",
+		"sum(prefix_queries)", "sum(prefix_hits)", floatSum("hit_rate_weighted"), floatSum("hit_rate_seconds"),
+		"sum(preemptions)", floatSum("batch_weighted"), floatSum("batch_seconds"))
 	groupBy := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
 	stmt := fmt.Sprintf("SELECT %s\nFROM %s\nGROUP BY %s\nORDER BY %s", strings.Join(sel, ", "), from, groupBy, groupBy)
 	if q.Limit > 0 {

@@ -66,14 +66,16 @@ func (s *Store) CostRows(ctx context.Context, q query.CostQuery) ([]query.CostRo
 func gpuUsageSQL(q query.GPUUsageQuery) (string, []any) {
 	bucket, args := stepExpr("hour", q.StepSeconds(), q.Start)
 	inner := append([]string{"hour"}, q.GroupBy...)
+	// The Float64 columns are summed with floatSum, at both levels: the
+	// same read gives the same hours.
 	innerSel := append(slices.Clone(inner),
-		"sum(gpus) AS h_gpus", "sum(gpu_seconds) AS h_gpu", "sum(busy_seconds) AS h_busy", "sum(covered_seconds) AS h_cov",
-		"toFloat64(sum(gpus) * 3600) AS h_inst", "sum(energy_joules) AS h_energy", "sum(unpriced_seconds) AS h_unpriced",
+		"sum(gpus) AS h_gpus", floatSum("gpu_seconds")+" AS h_gpu", floatSum("busy_seconds")+" AS h_busy", floatSum("covered_seconds")+" AS h_cov",
+		"toFloat64(sum(gpus) * 3600) AS h_inst", floatSum("energy_joules")+" AS h_energy", floatSum("unpriced_seconds")+" AS h_unpriced",
 		"sum(cost_nanos) AS h_cost", "sum(busy_cost_nanos) AS h_busy_cost", "sum(idle_cost_nanos) AS h_idle_cost",
 		"groupUniqArray(price_version) AS h_versions")
 	sel := []string{bucket + " AS b"}
 	sel = append(sel, q.GroupBy...)
-	sel = append(sel, "sum(h_gpu)", "sum(h_busy)", "sum(h_cov)", "sum(h_inst)", "sum(h_energy)", "sum(h_unpriced)",
+	sel = append(sel, floatSum("h_gpu"), floatSum("h_busy"), floatSum("h_cov"), "sum(h_inst)", floatSum("h_energy"), floatSum("h_unpriced"),
 		"toUInt32(max(h_gpus))", "sum(h_cost)", "sum(h_busy_cost)", "sum(h_idle_cost)", "groupUniqArrayArray(h_versions)")
 	where, whereArgs := scope("hour", q.Start, q.End, "")
 	from, fromArgs := newestRows("gpu_hour", "hour", where, whereArgs, "")

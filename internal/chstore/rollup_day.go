@@ -93,7 +93,7 @@ func (s *Store) WriteDay(ctx context.Context, d rollup.DayRollup, version uint64
 	}
 	sel = append(sel, "sum(prompt_tokens)", "sum(cached_prompt_tokens)", "sum(output_tokens)")
 	for _, m := range distColumns {
-		sel = append(sel, "sum("+m+"_count)", "sum("+m+"_sum)",
+		sel = append(sel, "sum("+m+"_count)", floatSum(m+"_sum"),
 			fmt.Sprintf("(sumMap(%[1]s_keys, %[1]s_counts) AS day_%[1]s).1", m), "day_"+m+".2")
 	}
 	sel = append(sel, "any(slo_version)", "sum(good_requests)", "sum(good_output_tokens)", "toUInt64(?)")
