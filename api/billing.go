@@ -39,23 +39,31 @@ const DefaultExportChunkBytes = 64 << 10
 // billingService implements meterv1.BillingServiceServer.
 //
 // Access, beside methodRoles: a tenant key reads and exports its own
-// tenant only (scopeTenant), and never the finance-only parts (allocated
-// GPU cost, margin, cost per 1k tokens: what serving the tenant costs us is
-// not the tenant's to see). Finance and admin keys read and export every
-// tenant with them. Only admin keys close periods: a close is the one
-// write of billing (it fixes what every tenant is invoiced, forever), so it
-// sits with the role that also changes the price book, and finance, which
-// reads everything, cannot change what it audits.
+// tenant only (scopeTenant), and not the finance-only parts (allocated
+// GPU cost, margin, cost per 1k tokens: what serving the tenant costs the
+// provider is the provider's) unless the operator opts in (seesCost).
+// Finance and admin keys read and export every tenant with them. Only
+// admin keys close periods: a close is the one write of billing (it fixes
+// what every tenant is invoiced, forever), so it sits with the role that
+// also changes the price book, and finance, which reads everything, cannot
+// change what it audits.
 type billingService struct {
 	meterv1.UnimplementedBillingServiceServer
 	b     Billing
 	chunk int
+	// tenantCost is Config.TenantCost.
+	tenantCost bool
 }
 
-// seesFinance tells whether the caller may see the finance-only parts.
-func seesFinance(ctx context.Context) bool {
+// seesCost tells whether the caller may see the provider's cost of serving
+// tenants: the allocated GPU cost (busy and idle), the cost per 1k tokens,
+// the margin, the finance parts of statements and exports. It is the
+// operator's: finance and admin keys see it, a tenant key only when the
+// operator opts in (Config.TenantCost, meterd --tenant-cost). One rule for
+// every route that has it (statements, exports, /v1/cost).
+func seesCost(ctx context.Context, tenantCost bool) bool {
 	p, ok := principalFrom(ctx)
-	return ok && (p.Role == RoleFinance || p.Role == RoleAdmin)
+	return ok && (p.Role == RoleFinance || p.Role == RoleAdmin || (p.Role == RoleTenant && tenantCost))
 }
 
 func (s *billingService) ListBillingPeriods(ctx context.Context, req *meterv1.ListBillingPeriodsRequest) (*meterv1.ListBillingPeriodsResponse, error) {
@@ -111,7 +119,7 @@ func (s *billingService) GetStatement(ctx context.Context, req *meterv1.GetState
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.b.Statement(ctx, tenant, req.GetPeriod(), seesFinance(ctx))
+	v, err := s.b.Statement(ctx, tenant, req.GetPeriod(), seesCost(ctx, s.tenantCost))
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +189,7 @@ func (s *billingService) ExportStatements(req *meterv1.ExportStatementsRequest, 
 	if _, err := billing.ParsePeriod(req.GetPeriod(), time.UTC); err != nil {
 		return err
 	}
-	finance := seesFinance(ctx)
+	finance := seesCost(ctx, s.tenantCost)
 	name := exportName("statements", req.GetPeriod(), tenant, f)
 	var (
 		hash string
@@ -241,7 +249,7 @@ func (s *billingService) ExportUsageCost(req *meterv1.ExportUsageCostRequest, st
 	if q.Step == "" {
 		q.Step = "hour"
 	}
-	finance := seesFinance(ctx)
+	finance := seesCost(ctx, s.tenantCost)
 	name := exportName("usage-cost", q.Start.UTC().Format("20060102T15Z")+"-"+q.End.UTC().Format("20060102T15Z")+"-"+q.Step, tenant, f)
 	var w *export.Writer[export.UsageCostRow]
 	cw := newChunkWriter(s.chunk, func(data []byte, first bool) error {

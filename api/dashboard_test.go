@@ -276,10 +276,11 @@ func TestDashboard(t *testing.T) {
 		rg := pageRange(t, p)
 		var cost meterv1.GetCostResponse
 		apiGet(t, base, testKeys["finance"], "/v1/cost", withParams(rg.hours(), "group_by", "tenant_id"), &cost)
-		var total, idle int64
+		var total, idle, list int64
 		lines := 0
 		for _, sr := range cost.Series {
 			total += sr.Summary.GetCost().GetNanos()
+			list += sr.Summary.GetListCharge().GetNanos()
 			if sr.Group["tenant_id"] == "__idle__" {
 				idle += sr.Summary.GetCost().GetNanos()
 			}
@@ -288,8 +289,11 @@ func TestDashboard(t *testing.T) {
 		if idle == 0 {
 			t.Fatalf("the API's cost by tenant has no __idle__ line: the fixture should idle")
 		}
+		if list == 0 {
+			t.Errorf("the API's cost by tenant has no usage at list prices: the fixture's model m1 has a list price")
+		}
 		cards := dashCards(t, p, "#finance-cards")
-		for name, want := range map[string]int64{"finance_cost": total, "finance_idle": idle, "finance_allocated": total - idle} {
+		for name, want := range map[string]int64{"finance_cost": total, "finance_idle": idle, "finance_allocated": total - idle, "finance_list_charge": list} {
 			if got := cards[name]; got != nanosAmount(want) {
 				t.Errorf("card %s = %q, want %q (the API's sum)", name, got, nanosAmount(want))
 			}
@@ -407,9 +411,13 @@ func TestDashboard(t *testing.T) {
 		}
 		counts := chartPoints(t, p, "#metric-charts")
 		checkCharts(t, counts, []string{"latency-ttft", "latency-itl", "latency-e2e", "traffic-requests", "traffic-tokens", "traffic-errors",
-			"goodput-attainment", "goodput-tokens", "cost-busy-idle"})
+			"goodput-attainment", "goodput-tokens"})
 		if _, ok := counts["gpu-utilization"]; ok {
 			t.Errorf("a tenant's page shows the fleet's GPU utilization")
+		}
+		// The provider's cost is the operator's (no --tenant-cost here).
+		if _, ok := counts["cost-busy-idle"]; ok {
+			t.Errorf("a tenant's page shows its allocated GPU cost")
 		}
 		// Grouped by tenant, the only group is the key's own.
 		selectValue(t, p, "#group", "tenant_id")

@@ -41,6 +41,11 @@ type Config struct {
 	// ExportChunkBytes is the size of the chunks billing exports are
 	// streamed in (default DefaultExportChunkBytes).
 	ExportChunkBytes int
+	// TenantCost shows tenant keys the provider's cost of serving their
+	// tenant (seesCost): the allocated GPU cost in /v1/cost, and the
+	// finance parts of their statements and exports. Off, they see their
+	// usage and charges only; finance and admin keys see everything.
+	TenantCost bool
 	// TLS, when set, serves both listeners with TLS only: the certificate
 	// (tlsfiles reloads it when its files change) and, for mutual TLS, the
 	// client verification. Nil serves plaintext.
@@ -183,8 +188,8 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
 		grpc.ForceServerCodecV2(newBatchCodec()), // PublishEvents counts its events before decoding them
 		grpc.InTapHandle(authTap(keys)),
-		grpc.ChainUnaryInterceptor(errorInterceptor(logger), authInterceptor(keys)),
-		grpc.ChainStreamInterceptor(errorStreamInterceptor(logger), authStreamInterceptor(keys)),
+		grpc.ChainUnaryInterceptor(errorInterceptor(logger), authInterceptor(keys), paramsInterceptor()),
+		grpc.ChainStreamInterceptor(errorStreamInterceptor(logger), authStreamInterceptor(keys), paramsStreamInterceptor()),
 	)
 	if svc != nil {
 		// The services offered, each served over gRPC and through the
@@ -205,13 +210,15 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 				meterv1.RegisterMetricsServiceServer(r, &metricsService{store: svc.Rollups})
 			}, meterv1.RegisterMetricsServiceHandler},
 			{"cost", svc.Cost != nil, func(r grpc.ServiceRegistrar) {
-				meterv1.RegisterCostServiceServer(r, newCostService(svc))
+				cs := newCostService(svc)
+				cs.tenantCost = cfg.TenantCost
+				meterv1.RegisterCostServiceServer(r, cs)
 			}, meterv1.RegisterCostServiceHandler},
 			{"admin", svc.Admin != nil, func(r grpc.ServiceRegistrar) {
 				meterv1.RegisterAdminServiceServer(r, &adminService{store: svc.Admin})
 			}, meterv1.RegisterAdminServiceHandler},
 			{"billing", svc.Billing != nil, func(r grpc.ServiceRegistrar) {
-				meterv1.RegisterBillingServiceServer(r, &billingService{b: svc.Billing, chunk: cfg.ExportChunkBytes})
+				meterv1.RegisterBillingServiceServer(r, &billingService{b: svc.Billing, chunk: cfg.ExportChunkBytes, tenantCost: cfg.TenantCost})
 			}, meterv1.RegisterBillingServiceHandler},
 			{"report", svc.Reports != nil, func(r grpc.ServiceRegistrar) {
 				meterv1.RegisterReportServiceServer(r, newReportService(svc))

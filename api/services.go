@@ -181,7 +181,7 @@ func toStatus(ctx context.Context, logger *slog.Logger, err error) error {
 		code = codes.PermissionDenied
 	case errors.Is(err, errTooLarge):
 		code = codes.InvalidArgument
-	case errors.Is(err, query.ErrInvalidQuery), errors.Is(err, errInvalidDocument):
+	case errors.Is(err, query.ErrInvalidQuery), errors.Is(err, errInvalidDocument), errors.Is(err, ident.ErrInvalid):
 		code = codes.InvalidArgument
 	case errors.Is(err, closing.ErrNotFound), errors.Is(err, capacity.ErrNotFound):
 		code = codes.NotFound
@@ -281,7 +281,7 @@ func scopeTenant(ctx context.Context, asked string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%w: no principal", errUnauthenticated)
 	}
-	if err := ident.Check("tenant_id", asked); err != nil {
+	if err := ident.CheckParam("tenant_id", asked); err != nil {
 		return "", fmt.Errorf("%w: %w", query.ErrInvalidQuery, err)
 	}
 	if p.Role != RoleTenant {

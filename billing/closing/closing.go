@@ -431,6 +431,14 @@ func (c *Closer) earlier(ctx context.Context, tenant string, p billing.Period, r
 			}
 		}
 		if !closed && since.IsZero() && (req.firstClosed == "" || q.Key < req.firstClosed) {
+			if reprice[q.Key] {
+				started := "no period is closed yet"
+				if req.firstClosed != "" {
+					started = "billing started with " + req.firstClosed
+				}
+				return nil, nil, false, fmt.Errorf("%w: repricing %s in %s: %s was never closed (%s), so nothing was billed for it to reprice",
+					ErrNotClosed, q.Key, p.Key, q.Key, started)
+			}
 			continue // before billing started: not billed
 		}
 		if !closed && since.IsZero() && len(after) > 0 {

@@ -231,12 +231,19 @@ func (s *Service) firstUsed(ctx context.Context, tenant string, current billing.
 	return billing.Period{}, nil
 }
 
+// MaxCloseTenants bounds the tenants one close request names. A tenant's
+// close is a dozen small queries (about 60 ms on the 2-core bench machine,
+// four at a time: docs/performance.md), so a thousand take about a minute,
+// inside the API's 2-minute write timeout; 50,000 took most of an hour and
+// never answered.
+const MaxCloseTenants = 1000
+
 // CloseRequest is one close.
 type CloseRequest struct {
 	// Period is the month, "2026-11", in each tenant's zone.
 	Period string
-	// Tenants to close; empty: every tenant with usage in or around the
-	// period, or a statement of the period before.
+	// Tenants to close, at most MaxCloseTenants; empty: every tenant with
+	// usage in or around the period, or a statement of the period before.
 	Tenants []string
 	// Grace overrides the default grace delay when not nil.
 	Grace *time.Duration
@@ -260,11 +267,16 @@ func (s *Service) Close(ctx context.Context, req CloseRequest) ([]billing.Stored
 			return nil, fmt.Errorf("%w: grace %s is negative", ErrInvalidRequest, grace)
 		}
 	}
+	if len(req.Tenants) > MaxCloseTenants {
+		return nil, fmt.Errorf("%w: a close names at most %d tenants, this one names %d: split the list over several closes (each tenant's close is a dozen queries, about 60 ms), or name none to close every tenant with usage",
+			ErrInvalidRequest, MaxCloseTenants, len(req.Tenants))
+	}
 	for _, t := range req.Tenants {
 		if err := checkTenant(t); err != nil {
 			return nil, err
 		}
 	}
+	req.Tenants = slices.Compact(slices.Sorted(slices.Values(req.Tenants))) // a tenant named twice is closed once
 	req.Reprice = slices.Compact(slices.Sorted(slices.Values(req.Reprice))) // a period named twice is repriced once
 	for _, r := range req.Reprice {
 		q, err := billing.ParsePeriod(r, time.UTC)

@@ -192,7 +192,12 @@ function drawCharts(el, r, range, group, fleetCost) {
   // Busy and idle cost per step: the fleet's GPUs (GPU usage), or the
   // tenant's allocated cost.
   const src = fleetCost ? r.gpu : r.cost;
-  if (src) {
+  // A tenant key sees its allocated cost only when the operator opts in
+  // (meterd --tenant-cost): without it the answer's points carry usage and
+  // no cost field, and there is no cost chart to draw.
+  const points = src ? src.series.flatMap((s) => s.points || []) : [];
+  const costHidden = !fleetCost && points.length > 0 && !points.some((p) => p.cost || p.busy_cost || p.idle_cost);
+  if (src && !costHidden) {
     // Grouped by deployment, the steps are summed: the chart is the fleet's.
     const byT = new Map();
     const cur = src.currency;

@@ -251,8 +251,9 @@ type CloseBillingPeriodRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// period is the month to close, "YYYY-MM", in each tenant's zone.
 	Period string `protobuf:"bytes,1,opt,name=period,proto3" json:"period,omitempty"`
-	// tenant_ids are the tenants to close; empty: every tenant with usage in
-	// or around the period, or with a statement of the period before.
+	// tenant_ids are the tenants to close, at most 1,000 (more is
+	// INVALID_ARGUMENT: split the list); empty: every tenant with usage in or
+	// around the period, or with a statement of the period before.
 	TenantIds []string `protobuf:"bytes,2,rep,name=tenant_ids,json=tenantIds,proto3" json:"tenant_ids,omitempty"`
 	// grace overrides the server's grace delay after the period's end
 	// (meterd's --billing-grace flag); unset: the server's.

@@ -209,7 +209,10 @@ func (x *GetCostRequest) GetPageToken() string {
 	return ""
 }
 
-// CostPoint is the cost and usage of one group in one step.
+// CostPoint is the cost and usage of one group in one step. For a tenant
+// key the provider's cost (cost, busy_cost, idle_cost, the cost per 1k
+// fields and the unattributed counts) is left out unless the operator opts
+// in (meterd --tenant-cost).
 type CostPoint struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// start is the step's start.

@@ -29,7 +29,9 @@ const (
 //
 // CostService answers what the GPUs cost, who used them and how much sat
 // idle (docs/architecture.md "GPU time and cost", "Money and prices"). Finance and
-// admin keys see everything; a tenant key sees only its own allocated cost.
+// admin keys see everything. A tenant key sees its own tenant only, and the
+// provider's cost of serving it (the allocated cost) only when the operator
+// opts in (meterd --tenant-cost): the provider's cost is the operator's.
 type CostServiceClient interface {
 	// GetCost returns GPU cost allocated to tenants, with tokens and cost per 1k tokens.
 	//
@@ -75,7 +77,9 @@ func (c *costServiceClient) GetGpuUsage(ctx context.Context, in *GetGpuUsageRequ
 //
 // CostService answers what the GPUs cost, who used them and how much sat
 // idle (docs/architecture.md "GPU time and cost", "Money and prices"). Finance and
-// admin keys see everything; a tenant key sees only its own allocated cost.
+// admin keys see everything. A tenant key sees its own tenant only, and the
+// provider's cost of serving it (the allocated cost) only when the operator
+// opts in (meterd --tenant-cost): the provider's cost is the operator's.
 type CostServiceServer interface {
 	// GetCost returns GPU cost allocated to tenants, with tokens and cost per 1k tokens.
 	//
