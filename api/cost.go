@@ -30,6 +30,9 @@ type costService struct {
 	meterv1.UnimplementedCostServiceServer
 	store  CostReader
 	prices PriceBookStore
+	// tenantCost is Config.TenantCost: whether tenant keys see the
+	// allocated cost (seesCost).
+	tenantCost bool
 }
 
 // newCostService serves svc.Cost with the price books of svc.Prices, or of
@@ -155,6 +158,9 @@ func (s *costService) GetCost(ctx context.Context, req *meterv1.GetCostRequest) 
 		resp.Series = append(resp.Series, out)
 	}
 	resp.PriceVersions = versions
+	if !seesCost(ctx, s.tenantCost) {
+		hideCost(resp)
+	}
 	return resp, nil
 }
 

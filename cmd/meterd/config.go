@@ -69,6 +69,9 @@ type Config struct {
 	BillingZones string
 	// BillingByDeployment splits statement lines per deployment.
 	BillingByDeployment bool
+	// TenantCost shows tenant keys the provider's cost of serving them
+	// (api.Config.TenantCost).
+	TenantCost bool
 	// OTLP is the OTLP trace receiver of the api role (off when both
 	// addresses are empty).
 	OTLP OTLPConfig
@@ -256,6 +259,9 @@ func (c Config) Validate() error {
 	if _, err := c.billingZones(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.TenantCost && !c.HasRole("api") {
+		errs = append(errs, errors.New("--tenant-cost is the api role's: add it to --role"))
+	}
 	if c.UsageMetrics && !c.HasRole("api") {
 		errs = append(errs, errors.New("--usage-metrics is served by the api role: add it to --role"))
 	}
@@ -309,6 +315,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.DurationVar(&c.BillingGrace, "billing-grace", billing.DefaultGrace, "how long after its end a billing period may close (an admin's close may ask for another)")
 	fs.StringVar(&c.BillingZones, "billing-zones", "", "billing time zones of tenants, tenant=zone,...: an IANA name or an offset (acme=Asia/Kolkata,beta=+05:30); UTC for the others")
 	fs.BoolVar(&c.BillingByDeployment, "billing-by-deployment", false, "split statement lines per deployment as well as per model")
+	fs.BoolVar(&c.TenantCost, "tenant-cost", false, "api role: show tenant keys the provider's cost of serving them (the allocated GPU cost in /v1/cost, the finance parts of their statements and exports); off, a tenant key sees its usage and charges only")
 	fs.BoolVar(&c.UsageMetrics, "usage-metrics", false, "api role: serve business metrics for Prometheus (llm_requests_total, llm_tokens_*_total, llm_latency, ... per tenant and model) on --http-addr at /metrics/usage, to finance and admin keys")
 	fs.IntVar(&c.UsageMetricsMaxSeries, "usage-metrics-max-series", usagemetrics.DefaultMaxSeries, "most (tenant, model) pairs /metrics/usage exposes, tenant=\"__other__\" included; the smallest others are summed into it")
 	fs.DurationVar(&c.UsageMetricsInterval, "usage-metrics-interval", usagemetrics.DefaultInterval, "/metrics/usage reads the rollups at most this often and serves a cache in between")

@@ -210,7 +210,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	server, err := api.New(ctx, api.Config{
 		GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, MaxBatchEvents: cfg.MaxBatch, MaxRequestBytes: cfg.MaxBody, Pprof: cfg.Pprof,
 		ReadTimeout: cfg.HTTPTimeouts[0], WriteTimeout: cfg.HTTPTimeouts[1], IdleTimeout: cfg.HTTPTimeouts[2],
-		TLS: apiTLS,
+		TLS: apiTLS, TenantCost: cfg.TenantCost,
 	}, svc, ready, reg, logger)
 	if err != nil {
 		return err
