@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -78,7 +79,8 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 		b, err = r.cfg.Mapping.convertJSON(body.data, keyTenant, r.cfg.MaxSpans)
 	}
 	<-r.slots
-	body.data = nil // the batch keeps nothing of it
+	r.buffers.put(body.data) // the batch keeps nothing of it
+	body.data = nil
 	if err != nil && !errors.Is(err, errTooManySpans) {
 		err = fmt.Errorf("%w: body is not an OTLP ExportTraceServiceRequest (%s): %v", errBadRequest, ct, err)
 	}
@@ -96,10 +98,48 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 // Sizes of a body's buffer: the first, and the steps it grows by at most.
+// It doubles from the first up to maxPooledBody, through buffers pooled by
+// size (bodyBuffers); past that it grows by maxBodyGrowth, unpooled.
 const (
 	firstBodyBuffer = 16 << 10
 	maxBodyGrowth   = 4 << 20
 )
+
+// bodyClasses is the number of pooled buffer sizes, firstBodyBuffer to
+// maxPooledBody.
+const bodyClasses = 9 // 16 KiB << 8 = 4 MiB
+
+// bodyBuffers pools OTLP/HTTP body buffers by size: class i holds buffers
+// of firstBodyBuffer << i bytes.
+type bodyBuffers [bodyClasses]sync.Pool
+
+// class is the pool of buffers of size bytes, -1 for none.
+func (p *bodyBuffers) class(size int64) int {
+	for i := range bodyClasses {
+		if size == firstBodyBuffer<<i {
+			return i
+		}
+	}
+	return -1
+}
+
+// get returns an empty buffer of size bytes.
+func (p *bodyBuffers) get(size int64) []byte {
+	if i := p.class(size); i >= 0 {
+		if b, ok := p[i].Get().(*[]byte); ok {
+			return (*b)[:0]
+		}
+	}
+	return make([]byte, 0, size)
+}
+
+// put gives a buffer of get back.
+func (p *bodyBuffers) put(b []byte) {
+	if i := p.class(int64(cap(b))); i >= 0 {
+		b = b[:0]
+		p[i].Put(&b)
+	}
+}
 
 // requestBody is a request body read whole; held is what it reserved of
 // Receiver.buffered, to give back once the export is answered.
@@ -110,8 +150,9 @@ type requestBody struct {
 
 // readBody reads the whole body, gunzipped when its Content-Encoding is
 // gzip; the limit holds for the body as sent and as decompressed. The
-// buffer grows as bytes arrive (doubling, by 4 MiB at most, never past a
-// declared Content-Length), each growth reserved from r.buffered first:
+// buffer grows as bytes arrive (doubling through pooled sizes up to 4 MiB,
+// then by 4 MiB, never past a declared Content-Length), each growth
+// reserved from r.buffered first:
 // when that is spent the export is answered 503 (errBusy) rather than
 // waiting, so that buffers partly filled never wait on each other.
 func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request) (requestBody, error) {
@@ -149,16 +190,23 @@ func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request) (requestBo
 	for {
 		if len(buf) == cap(buf) {
 			if int64(len(buf)) >= ceiling {
+				r.buffers.put(buf)
 				return body, fmt.Errorf("%w: the decompressed body exceeds %d bytes", errTooLarge, limit)
 			}
-			size := min(max(2*int64(cap(buf)), firstBodyBuffer), int64(cap(buf))+maxBodyGrowth, ceiling)
+			size := max(2*int64(cap(buf)), firstBodyBuffer)
+			if size > maxPooledBody {
+				size = min(int64(cap(buf))+maxBodyGrowth, ceiling)
+			} else if size > limit+1 {
+				size = limit + 1
+			}
 			if !r.buffered.TryAcquire(size - body.held) {
+				r.buffers.put(buf)
 				return body, errBusy
 			}
 			r.metrics.buffered.Add(float64(size - body.held))
 			body.held = size
-			grown := make([]byte, len(buf), size)
-			copy(grown, buf)
+			grown := append(r.buffers.get(size), buf...)
+			r.buffers.put(buf)
 			buf = grown
 		}
 		n, err := src.Read(buf[len(buf):cap(buf)])
@@ -167,10 +215,12 @@ func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request) (requestBo
 			break
 		}
 		if err != nil {
+			r.buffers.put(buf)
 			return body, readError(err, "body")
 		}
 	}
 	if int64(len(buf)) > limit {
+		r.buffers.put(buf)
 		return body, fmt.Errorf("%w: the decompressed body exceeds %d bytes", errTooLarge, limit)
 	}
 	body.data = buf

@@ -127,6 +127,8 @@ type Receiver struct {
 	metrics *metrics
 	// bodies are the buffers of OTLP/gRPC messages, reused.
 	bodies sync.Pool
+	// buffers are the buffers of OTLP/HTTP bodies, reused.
+	buffers bodyBuffers
 	// gunzips are gzip readers of request bodies, reused.
 	gunzips sync.Pool
 	// slots holds a token per OTLP/HTTP export being converted.
