@@ -170,7 +170,12 @@ type ConsumerConfig struct {
 	// DLQRetryFor bounds how long transient DLQ write errors are retried
 	// before the dead letters are recorded in ClickHouse instead. Default 30s.
 	DLQRetryFor time.Duration
-	Limits      Limits
+	// StallTimeout is how long a partition this consumer holds may have
+	// records to consume and no committed progress before the consumer
+	// reports itself unready and re-joins the group with a new reader (see
+	// watchdog). Default DefaultStallTimeout; negative turns the watchdog off.
+	StallTimeout time.Duration
+	Limits       Limits
 }
 
 // Validate reports every problem of the configuration at once.
@@ -229,6 +234,9 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	if c.DLQRetryFor == 0 {
 		c.DLQRetryFor = 30 * time.Second
 	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = DefaultStallTimeout
+	}
 	if c.Limits == (Limits{}) {
 		c.Limits = DefaultLimits()
 	}
@@ -247,7 +255,9 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 // order. At most two batches are in memory besides the one being filled.
 type Consumer struct {
 	cfg       ConsumerConfig
-	reader    *kafka.Reader
+	readerCfg kafka.ReaderConfig
+	reader    *groupReader // the fetch loop's; replaced on a re-join (see watchdog)
+	wd        *watchdog
 	dlq       *kafka.Writer
 	deadStore DeadLetterWriter
 	newRows   func() rows
@@ -261,6 +271,9 @@ type Consumer struct {
 	// crash, when set by tests, is asked at each step whether to stop right
 	// there as if the process had died: no flush, no commit.
 	crash func(point string) bool
+	// wedge, when set by tests, makes the reader of that client ID
+	// deliver nothing, as a wedged one would.
+	wedge func(clientID string) bool
 }
 
 // pending is one batch: the rows to insert, the records for the DLQ, and the
@@ -271,6 +284,7 @@ type pending struct {
 	deadBytes int
 	last      map[int]kafka.Message // value dropped
 	records   int
+	reader    *groupReader // that fetched the records; commits go through it
 }
 
 func (p *pending) reset() {
@@ -333,7 +347,12 @@ func NewEngineConsumer(cfg ConsumerConfig, store EngineSampleWriter, reg prometh
 }
 
 func newConsumer(cfg ConsumerConfig, newRows func() rows, deadStore DeadLetterWriter, reg prometheus.Registerer, logger *slog.Logger, now func() time.Time) (*Consumer, error) {
-	metrics, err := newConsumerMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"topic": cfg.Topic}, reg))
+	reg = prometheus.WrapRegistererWith(prometheus.Labels{"topic": cfg.Topic}, reg)
+	metrics, err := newConsumerMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("register ingest metrics: %w", err)
+	}
+	wdMetrics, err := newWatchdogMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("register ingest metrics: %w", err)
 	}
@@ -345,8 +364,9 @@ func newConsumer(cfg ConsumerConfig, newRows func() rows, deadStore DeadLetterWr
 		logger:    logger.With("topic", cfg.Topic),
 		now:       now,
 		free:      make(chan *pending, 3),
+		wd:        &watchdog{metrics: wdMetrics, since: map[int]offsetSince{}, stuck: map[int]int64{}},
 	}
-	c.reader = kafka.NewReader(kafka.ReaderConfig{
+	c.readerCfg = kafka.ReaderConfig{
 		Brokers:        cfg.Brokers,
 		GroupID:        cfg.GroupID,
 		Topic:          cfg.Topic,
@@ -358,7 +378,8 @@ func newConsumer(cfg ConsumerConfig, newRows func() rows, deadStore DeadLetterWr
 		StartOffset:    kafka.FirstOffset,
 		ErrorLogger:    kafka.LoggerFunc(readerLog(logger)),
 		Dialer:         cfg.Kafka.Dialer(),
-	})
+	}
+	c.reader = c.newReader()
 	c.dlq = &kafka.Writer{
 		Addr:         kafka.TCP(cfg.Brokers...),
 		Topic:        cfg.DLQTopic,
@@ -390,6 +411,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 	work := make(chan *pending, 1)
 	writerDone := make(chan error, 1)
 	go func() { writerDone <- c.writer(wctx, work) }()
+	if c.cfg.StallTimeout > 0 {
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		watchDone := make(chan struct{})
+		go func() { defer close(watchDone); c.watch(watchCtx) }()
+		defer func() { stopWatch(); <-watchDone }()
+	}
 
 	cur, err := c.loop(ctx, work, writerDone)
 	switch {
@@ -447,15 +474,36 @@ func (c *Consumer) loop(ctx context.Context, work chan<- *pending, writerDone <-
 		}
 	}
 	var deadline time.Time
+	// fetchCtx ends when the watchdog asks for a re-join.
+	fetchCtx, rejoin := c.armRejoin(ctx)
+	defer func() { rejoin() }()
 	for {
-		fctx := ctx
+		fctx := fetchCtx
 		if cur.records > 0 {
-			fctx = bc.get(ctx, deadline)
+			fctx = bc.get(fetchCtx, deadline)
 		}
-		m, err := c.reader.FetchMessage(fctx)
+		m, err := c.fetch(fctx)
 		switch {
 		case ctx.Err() != nil:
 			return cur, nil
+		case err != nil && fetchCtx.Err() != nil:
+			// Partitions this reader holds stood still (see watchdog): the
+			// batch in hand goes to the writer, and a new reader joins the
+			// group. The old reader's batches are inserted but not
+			// committed: their records are redelivered and deduplicated.
+			if cur.records > 0 {
+				if err := handOff(); err != nil {
+					return cur, err
+				}
+				if ctx.Err() != nil {
+					return cur, nil
+				}
+			}
+			bc.end()
+			c.rejoin()
+			rejoin()
+			fetchCtx, rejoin = c.armRejoin(ctx)
+			continue
 		case errors.Is(err, context.DeadlineExceeded):
 			if err := handOff(); err != nil {
 				return cur, err
@@ -466,6 +514,7 @@ func (c *Consumer) loop(ctx context.Context, work chan<- *pending, writerDone <-
 		}
 		if cur.records == 0 {
 			deadline = time.Now().Add(c.cfg.BatchTimeout)
+			cur.reader = c.reader
 		}
 		c.add(cur, m)
 		if c.shouldCrash("after-fetch") {
@@ -584,7 +633,7 @@ func (c *Consumer) write(ctx context.Context, p *pending) error {
 	for _, m := range p.last {
 		msgs = append(msgs, m)
 	}
-	if err := c.reader.CommitMessages(ctx, msgs...); err != nil {
+	if err := p.reader.commit(ctx, msgs); err != nil {
 		// The rows are in ClickHouse; a lost commit means redelivery, which the
 		// deduplicating queries absorb. Log and go on rather than block.
 		c.metrics.commitErrors.Inc()
@@ -594,7 +643,7 @@ func (c *Consumer) write(ctx context.Context, p *pending) error {
 		return errCrashed
 	}
 	c.metrics.batchSize.Observe(float64(p.records))
-	c.metrics.lag.Set(float64(c.reader.Stats().Lag))
+	c.metrics.lag.Set(float64(p.reader.Stats().Lag))
 	return nil
 }
 

@@ -205,6 +205,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if engineConsumer != nil && !engineConsumer.Healthy() {
 			return errors.New("engine sample ingest is retrying failed writes")
 		}
+		// Partitions this replica holds stood still: it re-joins the group.
+		for _, c := range []*ingest.Consumer{consumer, gpuConsumer, engineConsumer} {
+			if c != nil {
+				if err := c.Stalled(); err != nil {
+					return err
+				}
+			}
+		}
 		return store.Ping(ctx)
 	}
 	server, err := api.New(ctx, api.Config{
