@@ -98,6 +98,8 @@ func costPoint(cur string, p query.CostPoint) *meterv1.CostPoint {
 		UnattributedRequests:       p.UnattributedRequests,
 		UnattributedInputTokens:    p.UnattributedInput,
 		UnattributedOutputTokens:   p.UnattributedOutput,
+		ListCharge:                 money(cur, p.ListCharge),
+		ListUnpricedRequests:       p.ListUnpricedRequests,
 	}
 }
 

@@ -24,7 +24,13 @@ import (
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
-const prices = `{"currency":"USD","gpu_prices":[{"gpu_type":"H100","effective_from":"2026-01-01T00:00:00Z","per_hour":"3.60"}]}`
+// prices is the price book of the API tests: an H100's hour, and list
+// prices for models m and m1 (0.60, 0.30 cached and 1.80 per 1M input,
+// cached input and output tokens: 600, 300 and 1,800 nanos a token); other
+// models have no list price.
+const prices = `{"currency":"USD","gpu_prices":[{"gpu_type":"H100","effective_from":"2026-01-01T00:00:00Z","per_hour":"3.60"}],
+ "token_prices":[{"model":"m","effective_from":"2026-01-01T00:00:00Z","input_per_1m":"0.60","cached_input_per_1m":"0.30","output_per_1m":"1.80"},
+  {"model":"m1","effective_from":"2026-01-01T00:00:00Z","input_per_1m":"0.60","cached_input_per_1m":"0.30","output_per_1m":"1.80"}]}`
 
 func TestAdminPriceBookAndSLOSet(t *testing.T) {
 	s := newStack(t, false)
@@ -82,10 +88,18 @@ func TestCostEndpoints(t *testing.T) {
 	}
 	hour := now.Truncate(time.Hour).Add(-2 * time.Hour)
 	var events chstore.EventBatch
+	listCharge, listUnpriced := map[string]int64{}, map[string]uint64{} // by tenant
 	for i := range 60 {
 		tenant := []string{"acme", "globex", "initech"}[i%3]
 		e := ev(i, tenant)
 		e.CompletedAt = timestamppb.New(hour.Add(time.Duration(i) * time.Minute))
+		if i%6 == 5 {
+			e.Model = "unpriced"
+			listUnpriced[tenant]++
+		} else {
+			in, cached, out := e.GetPromptTokens(), e.GetCachedPromptTokens(), e.GetOutputTokens()
+			listCharge[tenant] += (in-cached)*600 + cached*300 + out*1800
+		}
 		events.Append(e, ingest.ITL(e), time.Now(), chstore.Source{})
 	}
 	var gpus chstore.GPUBatch
@@ -140,6 +154,15 @@ func TestCostEndpoints(t *testing.T) {
 	}
 	if total != 3_600_000_000 || idle != 1_800_000_000 || len(viaGRPC.GetSeries()) != 4 {
 		t.Errorf("total %d idle %d over %d series, want 3.6e9, 1.8e9 and 4 series", total, idle, len(viaGRPC.GetSeries()))
+	}
+	// Each line's usage at list prices, exact, and its requests without a
+	// list price (GET /v1/cost once left both out).
+	for _, s := range viaGRPC.GetSeries() {
+		tenant := s.GetGroup()["tenant_id"]
+		want := &meterv1.Money{Currency: "USD", Nanos: listCharge[tenant], Amount: nanosAmount(listCharge[tenant])}
+		if got := s.GetSummary().GetListCharge(); !proto.Equal(got, want) || s.GetSummary().GetListUnpricedRequests() != listUnpriced[tenant] {
+			t.Errorf("%s: list charge %v with %d unpriced requests, want %v and %d", tenant, got, s.GetSummary().GetListUnpricedRequests(), want, listUnpriced[tenant])
+		}
 	}
 
 	// A tenant key gets its own line whatever it asks, without the
