@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -153,6 +155,16 @@ func testIngestReplicas(t *testing.T, target ingestTarget) {
 	for range 3 {
 		start()
 	}
+	// livePIDs maps the pid of each replica still running to its number.
+	livePIDs := func() map[int]int {
+		pids := map[int]int{}
+		for i, r := range replicas {
+			if r.cmd.ProcessState == nil {
+				pids[r.cmd.Process.Pid] = i
+			}
+		}
+		return pids
+	}
 
 	base := time.Now().UTC().Add(-2 * time.Hour).Truncate(time.Hour)
 	event := func(i int) *meterv1.InferenceEvent {
@@ -215,7 +227,7 @@ func testIngestReplicas(t *testing.T, target ingestTarget) {
 	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(500 * time.Millisecond) {
 		if time.Now().After(nextState) {
 			// Still short after 30 s: where the events are, as it goes.
-			state := groupState(broker.Addr(), partitions)
+			state := groupState(broker.Addr(), partitions, livePIDs())
 			if target.diagnose != nil {
 				state += target.diagnose()
 			}
@@ -231,7 +243,7 @@ func testIngestReplicas(t *testing.T, target ingestTarget) {
 			for i, r := range replicas {
 				logs += fmt.Sprintf("replica %d:\n%s\n", i, r.log)
 			}
-			logs += groupState(broker.Addr(), partitions)
+			logs += groupState(broker.Addr(), partitions, livePIDs())
 			if target.diagnose != nil {
 				logs += target.diagnose()
 			}
@@ -322,8 +334,12 @@ func replicaState(c *chcluster.Cluster, db string) string {
 // groupState describes the ingest consumer group on the broker: each
 // partition's end offset and committed offset, and which member holds it,
 // so that a short total tells a partition nobody consumes from one
-// consumed but not yet visible in ClickHouse.
-func groupState(addr string, partitions int) string {
+// consumed but not yet visible in ClickHouse. A member is named by the
+// replica whose reader it is (the client ID, tokenmeter-<host>-<pid>-<n>,
+// carries the pid; live maps the pids of running replicas to their
+// numbers); a partition with records left is marked, and one held by a
+// member of no running replica (a dead member the broker kept) is said so.
+func groupState(addr string, partitions int, live map[int]int) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	client := &kafka.Client{Addr: kafka.TCP(addr)}
@@ -342,9 +358,17 @@ func groupState(addr string, partitions int) string {
 		for _, g := range groups.Groups {
 			fmt.Fprintf(&b, "group %s: state %s, %d members (%v)\n", g.GroupID, g.GroupState, len(g.Members), g.Error)
 			for _, m := range g.Members {
+				who := "a member of no running replica"
+				if f := strings.Split(m.ClientID, "-"); len(f) >= 2 {
+					if pid, err := strconv.Atoi(f[len(f)-2]); err == nil {
+						if i, ok := live[pid]; ok {
+							who = fmt.Sprintf("replica %d", i)
+						}
+					}
+				}
 				for _, tp := range m.MemberAssignments.Topics {
 					for _, p := range tp.Partitions {
-						holder[p] = m.ClientHost + " " + m.MemberID
+						holder[p] = fmt.Sprintf("%s (%s %s %s)", who, m.ClientHost, m.ClientID, m.MemberID)
 					}
 				}
 			}
@@ -363,7 +387,15 @@ func groupState(addr string, partitions int) string {
 		end[o.Partition] = o.LastOffset
 	}
 	for _, c := range committed.Topics[topic] {
-		fmt.Fprintf(&b, "partition %2d: end %d, committed %d, held by %s\n", c.Partition, end[c.Partition], c.CommittedOffset, holder[c.Partition])
+		mark := ""
+		if left := end[c.Partition] - max(c.CommittedOffset, 0); left > 0 {
+			mark = fmt.Sprintf(" <- %d records left", left)
+		}
+		h, ok := holder[c.Partition]
+		if !ok {
+			h = "nobody"
+		}
+		fmt.Fprintf(&b, "partition %2d: end %d, committed %d, held by %s%s\n", c.Partition, end[c.Partition], c.CommittedOffset, h, mark)
 	}
 	return b.String()
 }
