@@ -31,7 +31,7 @@ test: lint check-generated ## lint, check generated code, run every test with -r
 # (docs/cluster.md). Each test migrates a database of its own on the
 # cluster (about 16 s).
 # Entries are package:Test1,Test2.
-CLUSTER_TESTS := ./ingest:TestConsumerExactTotalsAndDLQ,TestConsumerCrashRecovery,TestGPUConsumerExactAndDLQ \
+CLUSTER_TESTS := ./ingest:TestConsumerExactTotalsAndDLQ,TestConsumerCrashRecovery,TestGPUConsumerExactAndDLQ,TestConsumerCountsEachEventIDOnce \
 	./rollup:TestLateEventsRecomputeExactlyTheirHour,TestTwoReplicasSameTotals \
 	./query:TestUsageExactWithDuplicates,TestRollupHourExact,TestTrafficLongRangesExactPeaks,TestMinuteWindow \
 	./internal/chstore:TestMinuteRetention
