@@ -228,7 +228,7 @@ func (g *httpGuard) readBody(r *http.Request) ([]byte, int, error) {
 	if r.ContentLength > g.maxBody {
 		return nil, http.StatusRequestEntityTooLarge, tooLargeBody(r.ContentLength, g.maxBody)
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, g.maxBody+1))
+	body, err := readAll(io.LimitReader(r.Body, g.maxBody+1), r.ContentLength)
 	if err != nil {
 		return nil, http.StatusBadRequest, status.Errorf(codes.InvalidArgument, "read request body: %v", err)
 	}
@@ -239,6 +239,36 @@ func (g *httpGuard) readBody(r *http.Request) ([]byte, int, error) {
 		return nil, 0, status.Errorf(codes.InvalidArgument, "request body nests more than %d levels deep", maxJSONDepth)
 	}
 	return body, 0, nil
+}
+
+// readAll is io.ReadAll with a buffer that doubles as bytes arrive (from
+// 64 KiB, never past a declared length), where io.ReadAll grows by a
+// quarter: a 16 MB body was some twenty copies and 80 MB of garbage. The
+// buffer is not sized from the declared length up front, so that a client
+// that declares 16 MB and sends nothing holds little.
+func readAll(r io.Reader, declared int64) ([]byte, error) {
+	ceiling := int64(-1)
+	if declared >= 0 {
+		ceiling = declared + 1 // +1: room to read the end of the body
+	}
+	var buf []byte
+	for {
+		if len(buf) == cap(buf) {
+			size := max(2*int64(cap(buf)), 64<<10)
+			if ceiling > int64(cap(buf)) {
+				size = min(size, ceiling)
+			}
+			buf = append(make([]byte, 0, size), buf...)
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
 }
 
 func tooLargeBody(size, max int64) error {

@@ -69,6 +69,9 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	if len(args) > 0 && args[0] == "hour" {
 		return runHour(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "bombs" {
+		return runBombs(ctx, args[1:], stdout, stderr)
+	}
 	var cfg config
 	fs := flag.NewFlagSet("meterbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -105,6 +105,11 @@ const (
 	maxBodyGrowth   = 4 << 20
 )
 
+// maxPooledStep bounds the buffers given back to the pool while a body
+// grows past them: the larger ones of a burst of large bodies are left to
+// the collector, which frees them sooner than the pool would.
+const maxPooledStep = 1 << 20
+
 // bodyClasses is the number of pooled buffer sizes, firstBodyBuffer to
 // maxPooledBody.
 const bodyClasses = 9 // 16 KiB << 8 = 4 MiB
@@ -206,7 +211,9 @@ func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request) (requestBo
 			r.metrics.buffered.Add(float64(size - body.held))
 			body.held = size
 			grown := append(r.buffers.get(size), buf...)
-			r.buffers.put(buf)
+			if cap(buf) <= maxPooledStep {
+				r.buffers.put(buf)
+			}
 			buf = grown
 		}
 		n, err := src.Read(buf[len(buf):cap(buf)])
