@@ -42,10 +42,11 @@
 package safecsv
 
 import (
-	"encoding/csv"
+	"bufio"
 	"fmt"
 	"io"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -57,6 +58,11 @@ func Text(s string) string {
 	if !needsEscape(s) {
 		return s
 	}
+	return escape(s)
+}
+
+// escape is s with an apostrophe before each trigger at a cell start.
+func escape(s string) string {
 	var b strings.Builder
 	b.Grow(len(s) + 4)
 	start := true
@@ -93,9 +99,25 @@ func needsEscape(s string) bool {
 	return false
 }
 
+// Classes of the bytes of a cell.
+const (
+	// quoteByte: the CSV quotes a field that holds it (, " CR LF).
+	quoteByte uint8 = 1 << iota
+	// breakByte: a cell may start after it, on a spreadsheet that splits on
+	// something other than the comma or ends a row there (; TAB CR LF).
+	breakByte
+)
+
+// byteClass is the class of each byte (a table: the writer looks at every
+// byte of every cell).
+var byteClass = [256]uint8{
+	',': quoteByte, '"': quoteByte, '\r': quoteByte | breakByte, '\n': quoteByte | breakByte,
+	';': breakByte, '\t': breakByte,
+}
+
 // isBreak reports whether a cell may start after c: a separator other than
 // the comma, or the end of a row.
-func isBreak(c byte) bool { return c == ';' || c == '\t' || c == '\r' || c == '\n' }
+func isBreak(c byte) bool { return byteClass[c]&breakByte != 0 }
 
 // FormulaRisk reports whether a spreadsheet could read a formula from
 // cell: whether a trigger stands where a cell could start (past spaces),
@@ -195,20 +217,21 @@ func Cell(s string, numeric bool) string {
 	return Text(s)
 }
 
-// Writer writes CSV records (RFC 4180, as encoding/csv writes them, lines
-// ended by "\n") whose cells are made safe by Cell. It buffers; Flush
-// writes the buffer out. It is not safe for concurrent use.
+// Writer writes CSV records as encoding/csv's Writer does (RFC 4180: a
+// field is quoted when it holds a comma, a quote, CR or LF, or starts with
+// a space; lines end with "\n"), each cell made safe by Cell, in one pass
+// over its bytes. It buffers; Flush writes the buffer out. It is not safe
+// for concurrent use.
 type Writer struct {
-	cw      *csv.Writer
+	bw      *bufio.Writer
 	numeric []bool
-	cells   []string
 }
 
 // NewWriter returns a Writer to w. numeric[i] says that column i holds
 // numbers; every other column is text, and so is every column past the end
 // of numeric. A header row goes through Write too (its names are text).
 func NewWriter(w io.Writer, numeric []bool) *Writer {
-	return &Writer{cw: csv.NewWriter(w), numeric: numeric}
+	return &Writer{bw: bufio.NewWriter(w), numeric: numeric}
 }
 
 // Numeric returns the numeric argument of NewWriter for the header: true
@@ -221,23 +244,69 @@ func Numeric(header []string, isNumber func(column string) bool) []bool {
 	return out
 }
 
-// Write writes one record, each cell through Cell.
+// Write writes one record, each cell through Cell. The error is the
+// underlying io.Writer's, once the buffer is written out.
 func (w *Writer) Write(record []string) error {
-	w.cells = w.cells[:0]
 	for i, s := range record {
-		w.cells = append(w.cells, Cell(s, i < len(w.numeric) && w.numeric[i]))
+		if i > 0 {
+			w.bw.WriteByte(',')
+		}
+		if i < len(w.numeric) && w.numeric[i] && IsNumber(s) {
+			w.bw.WriteString(s) // digits, '-', '.', 'e', '+': never quoted
+			continue
+		}
+		w.text(s)
 	}
-	if err := w.cw.Write(w.cells); err != nil {
+	if err := w.bw.WriteByte('\n'); err != nil {
 		return fmt.Errorf("write csv record: %w", err)
 	}
 	return nil
 }
 
+// text writes s as Text, quoted where encoding/csv would quote it.
+func (w *Writer) text(s string) {
+	var class uint8
+	for i := 0; i < len(s); i++ {
+		class |= byteClass[s[i]]
+	}
+	if _, ok := triggerAt(s, 0); ok || class&breakByte != 0 && needsEscape(s) {
+		s = escape(s)
+	}
+	if class&quoteByte == 0 && !leadingSpace(s) && s != `\.` {
+		w.bw.WriteString(s)
+		return
+	}
+	w.bw.WriteByte('"')
+	for {
+		i := strings.IndexByte(s, '"')
+		if i < 0 {
+			break
+		}
+		w.bw.WriteString(s[:i+1])
+		w.bw.WriteByte('"')
+		s = s[i+1:]
+	}
+	w.bw.WriteString(s)
+	w.bw.WriteByte('"')
+}
+
+// leadingSpace reports whether s starts with a space character, which
+// encoding/csv quotes (a reader may trim it otherwise).
+func leadingSpace(s string) bool {
+	if s == "" {
+		return false
+	}
+	if s[0] < utf8.RuneSelf {
+		return unicode.IsSpace(rune(s[0]))
+	}
+	r, _ := utf8.DecodeRuneInString(s)
+	return unicode.IsSpace(r)
+}
+
 // Flush writes buffered records to the underlying io.Writer and returns
 // the first error a write met.
 func (w *Writer) Flush() error {
-	w.cw.Flush()
-	if err := w.cw.Error(); err != nil {
+	if err := w.bw.Flush(); err != nil {
 		return fmt.Errorf("write csv: %w", err)
 	}
 	return nil
