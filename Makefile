@@ -56,7 +56,7 @@ test-cluster: ## the exactness tests of ingest, rollups and queries in cluster m
 # run as plain tests in every `go test`.
 FUZZ_TARGETS := ./ingest:FuzzDecodeEvent ./ingest:FuzzDecodeGPUSample ./ingest:FuzzRowDecodeEvent ./ingest:FuzzRowDecodeGPUSample \
 	./billing:FuzzParsePriceBook \
-	./rollup:FuzzParseSLOSet ./api:FuzzQueryParams
+	./rollup:FuzzParseSLOSet ./api:FuzzQueryParams ./internal/safecsv:FuzzText
 FUZZTIME ?= 10s
 
 .PHONY: fuzz
