@@ -31,6 +31,17 @@
 // same totals as the statement. Times are UTC: RFC 3339 strings in CSV and
 // JSON lines (FOCUS: YYYY-MM-DDTHH:mm:ssZ), TIMESTAMP(MICROS, UTC) in Parquet.
 //
+// # CSV and spreadsheets
+//
+// The CSV formats write through internal/safecsv, so that no cell opens as
+// a formula in a spreadsheet whatever a tenant, model, deployment or price
+// id holds. The count, quantity, price and amount columns (isNumberColumn)
+// are plain numbers: a negative margin "-12.5" stays a number. Every other
+// column is text, with an apostrophe in front of = + - @, tab or CR (and
+// their full-width forms) wherever a cell could start: "=HYPERLINK(...)" is
+// written "'=HYPERLINK(...)", a zone "+05:30" "'+05:30", "a;=1" "a;'=1".
+// JSON lines and Parquet carry every value verbatim.
+//
 // # FOCUS mapping
 //
 // A FOCUS row is one token kind of one source row: input (uncached input
