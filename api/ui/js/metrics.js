@@ -117,9 +117,13 @@ function drawCards(el, r, group, range) {
       text: f.num(g.goodput_output_tokens_per_second || 0), sub: `${f.count(g.good_output_tokens || 0)} good output tokens`,
     });
   }
-  if (r.cost) {
+  // Without the provider's cost (a tenant key, unless the operator opts in
+  // with --tenant-cost) the lines carry usage only: no cost cards.
+  const costSums = r.cost ? (r.cost.series || []).map((s) => s.summary || {}) : [];
+  const costHidden = costSums.length > 0 && !costSums.some((s) => s.cost || s.busy_cost || s.idle_cost);
+  if (r.cost && !costHidden) {
     const cur = r.cost.currency;
-    const sums = (r.cost.series || []).map((s) => s.summary || {});
+    const sums = costSums;
     const total = f.moneySum(sums.map((s) => s.cost), cur);
     const note = range.hourStart !== range.start || range.hourEnd !== range.end ? `whole hours ${f.rangeText(range.hourStart, range.hourEnd)}` : "GPU cost allocated";
     card(el, { name: "cost", title: "Cost", raw: total.amount, text: f.money(total.amount, cur), sub: note });
