@@ -99,6 +99,10 @@ bench-billing: build ## billing benchmark: month close of 1,000 tenants, stateme
 bench-hour: ## rollup of one hour of 1M events, 6 times 10 s apart (the rollup job's interval), with ClickHouse's time per query (~3 min)
 	$(GO) run ./cmd/meterbench hour --runs 6 --pause 10s --query-log
 
+.PHONY: bench-bombs
+bench-bombs: build ## 16 MB bodies of millions of empty events or spans on every ingest path, alone and 16 at once, against meterd --dev: answers, time and meterd's peak memory (~2 min)
+	$(BIN)/meterbench bombs --meterd $(BIN)/meterd
+
 .PHONY: tools
 tools: $(TOOLS)/.stamp ## build the pinned code generators (tools/go.mod)
 
