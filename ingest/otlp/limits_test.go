@@ -390,3 +390,34 @@ func counterGauge(r receiver, name string) prometheus.Collector {
 		}
 	})
 }
+
+// FuzzConvertJSON: the OTLP JSON reader never panics, and for any input
+// protojson reads as an export request (with ids of valid hex), it gives
+// Convert's batch.
+func FuzzConvertJSON(f *testing.F) {
+	for _, req := range wireSeeds()[:3] {
+		b, err := protojson.Marshal(req)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(otlpJSONIDs(f, b))
+	}
+	f.Add([]byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{}]}],"resource":{"attributes":[{"value":{"intValue":"7"},"key":"tenant.id"}]}}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := otlp.Mapping{}.ConvertJSON(data, "k")
+		if err != nil {
+			return
+		}
+		// Ids in hex read as bytes by protojson only where there are none.
+		if bytes.Contains(data, []byte("Id")) || bytes.Contains(data, []byte("_id")) || bytes.Contains(data, []byte(`\u`)) {
+			return
+		}
+		var req coltracepb.ExportTraceServiceRequest
+		if protojson.Unmarshal(data, &req) != nil {
+			return // protojson checks what the reader skips
+		}
+		if diff := cmp.Diff(otlp.Mapping{}.Convert(&req, "k"), got, protocmp.Transform()); diff != "" {
+			t.Errorf("(-protojson+Convert +ConvertJSON):\n%s", diff)
+		}
+	})
+}
