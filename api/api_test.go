@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,17 @@ import (
 	"tokenmeter/query"
 )
 
-func TestMain(m *testing.M) { chtest.Main(m) }
+// TestMain runs the tests on a shared ClickHouse, recording the fields of
+// the answers; a run of every test fails if a response field was never set
+// (answerfields_test.go).
+func TestMain(m *testing.M) {
+	fields := recordAnswerFields()
+	code := chtest.Run(m)
+	if c := fields.check(os.Stderr); code == 0 {
+		code = c
+	}
+	os.Exit(code)
+}
 
 // keys of every role; the tenant key belongs to tenant "acme".
 var testKeys = map[string]string{
@@ -328,6 +339,12 @@ func TestPublishAndQueryExact(t *testing.T) {
 	}
 	if diff := cmp.Diff(&meterv1.GetUsageResponse{Buckets: []*meterv1.UsageBucket{want["acme"]}}, &restResp, protocmp.Transform()); diff != "" {
 		t.Fatalf("tenant usage (-want +got):\n%s", diff)
+	}
+	// Grouped by deployment: one bucket, of every request.
+	byDep, err := usageC.GetUsage(withKey(testKeys["finance"]), &meterv1.GetUsageRequest{Start: req.GetStart(), End: req.GetEnd(), GroupBy: []string{"deployment"}})
+	if err != nil || len(byDep.GetBuckets()) != 1 || byDep.GetBuckets()[0].GetDeployment() != "d" ||
+		byDep.GetBuckets()[0].GetRequests() != want["acme"].GetRequests()+want["globex"].GetRequests() {
+		t.Errorf("usage by deployment: %v, %v; want one bucket of deployment d with every request", byDep, err)
 	}
 }
 

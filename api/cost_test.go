@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/url"
 	"strings"
 	"testing"
@@ -102,10 +103,22 @@ func TestCostEndpoints(t *testing.T) {
 		}
 		events.Append(e, ingest.ITL(e), time.Now(), chstore.Source{})
 	}
+	// Requests of a deployment without GPU samples: their cost is unknown
+	// (unattributed), their tokens still have a list price.
+	var unattributed uint64
+	for i := range 4 {
+		e := ev(100+i, "acme")
+		e.Deployment, e.CompletedAt = "no-gpus", timestamppb.New(hour.Add(time.Duration(i)*time.Minute))
+		in, cached, out := e.GetPromptTokens(), e.GetCachedPromptTokens(), e.GetOutputTokens()
+		listCharge["acme"] += (in-cached)*600 + cached*300 + out*1800
+		unattributed++
+		events.Append(e, ingest.ITL(e), time.Now(), chstore.Source{})
+	}
 	var gpus chstore.GPUBatch
 	for k := range 360 {
 		gpus.Append(&meterv1.GpuSample{SampleId: fmt.Sprint(k), GpuUuid: "GPU-1", GpuType: "H100", Deployment: "d",
-			SampledAt: timestamppb.New(hour.Add(time.Duration(k) * 10 * time.Second)), IntervalS: 10, Utilization: 0.5}, time.Now())
+			SampledAt: timestamppb.New(hour.Add(time.Duration(k) * 10 * time.Second)), IntervalS: 10, Utilization: 0.5,
+			EnergyJoules: 7000}, time.Now())
 	}
 	if err := s.store.InsertEvents(ctx, &events); err != nil {
 		t.Fatal(err)
@@ -163,6 +176,9 @@ func TestCostEndpoints(t *testing.T) {
 		if got := s.GetSummary().GetListCharge(); !proto.Equal(got, want) || s.GetSummary().GetListUnpricedRequests() != listUnpriced[tenant] {
 			t.Errorf("%s: list charge %v with %d unpriced requests, want %v and %d", tenant, got, s.GetSummary().GetListUnpricedRequests(), want, listUnpriced[tenant])
 		}
+		if tenant == "acme" && s.GetSummary().GetUnattributedRequests() != unattributed {
+			t.Errorf("acme: %d unattributed requests, want %d", s.GetSummary().GetUnattributedRequests(), unattributed)
+		}
 	}
 
 	// A tenant key gets its own line whatever it asks, without the
@@ -196,7 +212,8 @@ func TestCostEndpoints(t *testing.T) {
 	if code != 200 || protojson.Unmarshal(body, &gu) != nil || len(gu.GetSeries()) != 1 {
 		t.Fatalf("GPU usage: %d %s", code, body)
 	}
-	if p := gu.GetSeries()[0].GetSummary(); p.GetGpuHours() != 1 || p.GetUtilization() != 0.5 || p.GetCoverage() != 1 || p.GetCost().GetAmount() != "3.600000000" || p.GetTokensPerGpuHour() == 0 {
+	if p := gu.GetSeries()[0].GetSummary(); p.GetGpuHours() != 1 || p.GetUtilization() != 0.5 || p.GetCoverage() != 1 || p.GetCost().GetAmount() != "3.600000000" || p.GetTokensPerGpuHour() == 0 ||
+		math.Abs(p.GetEnergyKwh()-0.7) > 1e-12 { // 360 samples of 7 kJ
 		t.Errorf("GPU usage summary %v", p)
 	}
 

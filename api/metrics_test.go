@@ -33,8 +33,13 @@ func latencyEvent(i int, tenant string) *meterv1.InferenceEvent {
 		SloClass: []string{"interactive", "batch"}[i%2], CompletedAt: timestamppb.New(now.Add(-time.Duration(i%3000) * time.Second)),
 		PromptTokens: proto.Int64(100), OutputTokens: proto.Int64(out),
 		TtftMs: proto.Float64(ttft), E2EMs: proto.Float64(ttft + itl*float64(out-1)), ItlMs: proto.Float64(itl),
+		QueueMs: proto.Float64(float64(1 + i%40)),
 	}
 }
+
+// metricsSLO is the SLO set of TestMetricsEndpoints, stored before the
+// events are rolled up: goodput answers its version.
+const metricsSLO = `{"rules":[{"slo_class":"interactive","ttft_ms":300,"itl_ms":40},{"slo_class":"batch","e2e_ms":5000}]}`
 
 func selector(tenant string, step string, group ...string) *meterv1.SeriesSelector {
 	start := now.Truncate(time.Minute).Add(-time.Hour)
@@ -58,6 +63,9 @@ func selectorQuery(sel *meterv1.SeriesSelector) string {
 
 func TestMetricsEndpoints(t *testing.T) {
 	s := newStack(t, false)
+	if code, body := s.rest(t, "PUT", "/v1/admin/slo-set", testKeys["admin"], []byte(metricsSLO)); code != 200 {
+		t.Fatalf("PUT SLO set: %d %s", code, body)
+	}
 	ingestC := meterv1.NewIngestServiceClient(s.gconn)
 	var events []*meterv1.InferenceEvent
 	for _, tenant := range []string{"acme", "globex"} {
@@ -166,15 +174,19 @@ func TestMetricsEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	var wantGood uint64
-	set := rollup.DefaultSLOSet()
+	set, err := rollup.ParseSLOSet([]byte(metricsSLO))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, ev := range events {
 		r, _ := set.Resolve(ev.GetTenantId(), ev.GetModel(), ev.GetSloClass())
 		if (r.TTFTMs <= 0 || ev.GetTtftMs() <= r.TTFTMs) && (r.ITLMs <= 0 || ev.GetItlMs() <= r.ITLMs) && (r.E2EMs <= 0 || ev.GetE2EMs() <= r.E2EMs) {
 			wantGood++
 		}
 	}
-	if sum := gp.Series[0].Summary; sum.Requests != uint64(len(events)) || sum.GoodRequests != wantGood {
-		t.Errorf("goodput: %d requests, %d good; want %d, %d", sum.Requests, sum.GoodRequests, len(events), wantGood)
+	if sum := gp.Series[0].Summary; sum.Requests != uint64(len(events)) || sum.GoodRequests != wantGood || sum.SloVersionMin != 1 || sum.SloVersionMax != 1 {
+		t.Errorf("goodput: %d requests, %d good under SLO versions %d to %d; want %d, %d under version 1",
+			sum.Requests, sum.GoodRequests, sum.SloVersionMin, sum.SloVersionMax, len(events), wantGood)
 	}
 	tr, err := mc.GetTraffic(finance, &meterv1.GetTrafficRequest{Selector: selector("", "hour")})
 	if err != nil {

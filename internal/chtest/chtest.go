@@ -65,7 +65,12 @@ var shared struct {
 // Main runs the tests, then stops the shared server (if a test started it)
 // and removes its directory, and exits with the tests' status. Call it from
 // TestMain.
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main without the exit: it returns the tests' status (1 if the
+// shared servers did not stop cleanly), for a TestMain that checks more
+// after the tests have run.
+func Run(m *testing.M) int {
 	shared.mainCalled = true
 	code := m.Run()
 	if err := errors.Join(stopShared(), chcluster.StopShared()); err != nil {
@@ -74,7 +79,7 @@ func Main(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 func stopShared() error {
