@@ -87,11 +87,12 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
-	// Both copies are in Kafka (acknowledged); wait until ClickHouse has them.
+	// Both copies are in Kafka (acknowledged); wait until the consumer has
+	// handled them: the first stored, the second dropped as its duplicate.
 	deadline := time.Now().Add(30 * time.Second)
-	for inserted(t, p.reg) < 2*n {
+	for handled(t, p.reg) < 2*n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d records inserted after 30 s", inserted(t, p.reg), 2*n)
+			t.Fatalf("%d of %d records inserted or dropped as duplicates after 30 s", handled(t, p.reg), 2*n)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -110,13 +111,22 @@ func TestEndToEnd(t *testing.T) {
 
 // inserted is meter_ingest_events_inserted_total.
 func inserted(t testing.TB, reg *prometheus.Registry) int {
+	return counterValue(t, reg, "meter_ingest_events_inserted_total")
+}
+
+// handled is the records the consumer stored or dropped as duplicates.
+func handled(t testing.TB, reg *prometheus.Registry) int {
+	return inserted(t, reg) + counterValue(t, reg, "meter_ingest_duplicates_dropped_total")
+}
+
+func counterValue(t testing.TB, reg *prometheus.Registry, name string) int {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == "meter_ingest_events_inserted_total" {
+		if mf.GetName() == name {
 			return int(mf.GetMetric()[0].GetCounter().GetValue())
 		}
 	}
