@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/segmentio/kafka-go"
 	"google.golang.org/protobuf/proto"
 
@@ -34,9 +33,9 @@ const ReasonDuplicateConflict = "duplicate_conflict"
 
 // batchIDs finds the rows of one batch that share their ids.
 type batchIDs struct {
-	first  map[uint64]int32 // key hash -> index of its first row in the batch
-	repeat bool             // some key hash has more than one row
-	digest xxhash.Digest
+	first   map[uint64]int32 // key hash -> index of its first row in the batch
+	repeat  bool             // some key hash has more than one row
+	scratch []byte           // for EventRow.Fingerprint
 }
 
 func (b *batchIDs) reset() {
@@ -48,7 +47,7 @@ func (b *batchIDs) reset() {
 // noting the first row of each key hash.
 func (r *eventRows) appendRow(m kafka.Message, now time.Time) *ValidationError {
 	key := chstore.EventKey(r.row.TenantID, r.row.EventID)
-	fp := r.row.Fingerprint(&r.ids.digest)
+	fp := r.row.Fingerprint(&r.ids.scratch)
 	if r.ids.first == nil {
 		r.ids.first = make(map[uint64]int32)
 	}

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -78,7 +76,7 @@ type EventBatch struct {
 	// keyHash and fingerprint are each row's EventKey and
 	// EventRow.Fingerprint: the event id index's columns (event_ids).
 	keyHash, fingerprint []uint64
-	digest               xxhash.Digest
+	scratch              []byte
 }
 
 // Len is the number of rows in the batch.
@@ -129,7 +127,7 @@ func (b *EventBatch) Append(ev *meterv1.InferenceEvent, itl ITL, ingestedAt time
 // ITL. The row's strings and label slice are not kept (its labels are
 // copied), so the caller may reuse the row.
 func (b *EventBatch) AppendRow(r *EventRow, itl ITL, ingestedAt time.Time, src Source) {
-	b.AppendKeyedRow(r, itl, ingestedAt, src, EventKey(r.TenantID, r.EventID), r.Fingerprint(&b.digest))
+	b.AppendKeyedRow(r, itl, ingestedAt, src, EventKey(r.TenantID, r.EventID), r.Fingerprint(&b.scratch))
 }
 
 // AppendKeyedRow is AppendRow for a caller that has computed the row's
