@@ -633,9 +633,14 @@ func (c *Consumer) write(ctx context.Context, p *pending) error {
 	for _, m := range p.last {
 		msgs = append(msgs, m)
 	}
-	if err := p.reader.commit(ctx, msgs); err != nil {
+	switch err := p.reader.commit(ctx, msgs); {
+	case errors.Is(err, errReaderRetired):
+		// A re-join left these offsets to the new member: redelivered and
+		// dropped as equal copies. Expected, not a failed commit.
+		c.logger.Info("offsets of a replaced reader left for redelivery", "records", p.records)
+	case err != nil:
 		// The rows are in ClickHouse; a lost commit means redelivery, which the
-		// deduplicating queries absorb. Log and go on rather than block.
+		// event id index absorbs. Log and go on rather than block.
 		c.metrics.commitErrors.Inc()
 		c.logger.Warn("commit offsets", "error", err, "records", p.records)
 	}

@@ -82,9 +82,21 @@ func (r *groupReader) commit(ctx context.Context, msgs []kafka.Message) error {
 func (c *Consumer) rejoin() {
 	old := c.reader
 	old.retire()
-	if err := old.Close(); err != nil {
-		c.logger.Warn("close the stalled reader", "error", err)
-	}
+	// Closed aside: kafka-go's Close waits for the reader's goroutines,
+	// and a reader wedged inside kafka-go may never let it return; the
+	// fetch loop must not wait for it. (Retired, it commits nothing.)
+	go func() {
+		done := make(chan error, 1)
+		go func() { done <- old.Close() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				c.logger.Warn("close the stalled reader", "error", err)
+			}
+		case <-time.After(time.Minute):
+			c.logger.Error("the stalled reader did not close within a minute; its member is left to the broker's session timeout", "client_id", old.clientID)
+		}
+	}()
 	c.reader = c.newReader()
 	c.wd.metrics.rejoins.Inc()
 	c.logger.Warn("re-joined the consumer group with a new reader", "old_client_id", old.clientID, "client_id", c.reader.clientID)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -231,17 +233,18 @@ func (s *Service) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, erro
 	var (
 		out   []RollupRow
 		index = map[string]int{} // step and group → out, when merging here
-		more  [][]RollupRow      // the other rows of out[i], when merging here
+		sums  []latencySums      // the latency sums of out[i], when merging here
 	)
 	err = s.src.RollupRows(ctx, read, func(r *RollupRow) error {
 		if !read.Merge {
 			id := stepID(r.Start, q.GroupBy, r.Group)
 			if i, ok := index[id]; ok {
-				more[i] = append(more[i], cloneRollupRow(r))
-				return nil
+				sums[i].add(r)
+				return out[i].add(r)
 			}
 			index[id] = len(out)
-			more = append(more, nil)
+			sums = append(sums, latencySums{})
+			sums[len(sums)-1].add(r)
 		}
 		out = append(out, cloneRollupRow(r))
 		if bounded && len(out) > s.cfg.MaxSeriesRows {
@@ -253,39 +256,55 @@ func (s *Service) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, erro
 		return nil, err
 	}
 	if !read.Merge {
-		for i, rows := range more {
-			if err := out[i].merge(rows); err != nil {
-				return nil, err
-			}
+		for i := range out {
+			sums[i].set(&out[i])
 		}
 		out = pageRollups(out, q.GroupBy, q.Offset, q.Limit)
 	}
 	return out, nil
 }
 
-// merge adds rows to r in an order of their own, not the store's: the
-// latency sums are floats, whose sum depends on the order of its terms, and
-// the same read must give the same answer.
-func (r *RollupRow) merge(rows []RollupRow) error {
-	if len(rows) == 0 {
-		return nil
-	}
-	rows = append(rows, *r)
-	slices.SortFunc(rows, func(a, b RollupRow) int {
-		for _, m := range rollup.LatencyMetrics {
-			if c := cmp.Compare(a.Latency[m].Sum, b.Latency[m].Sum); c != 0 {
-				return c
-			}
+// latencySums adds the latency sums of the rows of one step and group in
+// fixed point (nanoseconds, 128 bits), so that their total does not depend
+// on the order the store sends the rows in: the same read gives the same
+// bytes, with memory per merged row, not per stored row.
+type latencySums struct {
+	rows int
+	ns   map[string]int128
+}
+
+// int128 is a signed 128-bit integer: hi * 2^64 + lo.
+type int128 struct {
+	hi int64
+	lo uint64
+}
+
+func (s *latencySums) add(r *RollupRow) {
+	s.rows++
+	for m, d := range r.Latency {
+		if s.ns == nil {
+			s.ns = make(map[string]int128, len(r.Latency))
 		}
-		return 0
-	})
-	*r = rows[0]
-	for i := range rows[1:] {
-		if err := r.add(&rows[1+i]); err != nil {
-			return err
-		}
+		v := int64(math.Round(d.Sum * 1e6)) // ms to ns
+		t := s.ns[m]
+		var carry uint64
+		t.lo, carry = bits.Add64(t.lo, uint64(v), 0)
+		t.hi += v>>63 + int64(carry)
+		s.ns[m] = t
 	}
-	return nil
+}
+
+// set writes the sums into r when it merged more than one stored row (a
+// single row keeps its value as stored).
+func (s *latencySums) set(r *RollupRow) {
+	if s.rows < 2 {
+		return
+	}
+	for m, t := range s.ns {
+		d := r.Latency[m]
+		d.Sum = (float64(t.hi)*(1<<64) + float64(t.lo)) / 1e6
+		r.Latency[m] = d
+	}
 }
 
 // stepID identifies a step and group, as a map key (StepID).

@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/ext"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/go-faster/city"
@@ -114,53 +116,52 @@ func (s StoredEvent) Same(fingerprint uint64, completedAtMs int64) bool {
 }
 
 // storedEventsSQL reads the first stored copy of each id whose key is in
-// the list that follows it. The index is ordered by key_hash, so ClickHouse
-// reads only the granules that may hold the listed keys.
+// the external table batch_keys. The index is ordered by key_hash, so
+// ClickHouse reads only the granules that may hold the batch's keys.
 const storedEventsSQL = `SELECT key_hash, tenant_id, event_id,
     argMin(completed_at_ms, ingested_at), argMin(fingerprint, ingested_at), min(ingested_at)
 FROM event_ids
-WHERE key_hash IN (%s)
+WHERE key_hash IN (SELECT key_hash FROM batch_keys)
 GROUP BY key_hash, tenant_id, event_id`
-
-// storedEventsChunk is the number of keys of one lookup query: their
-// decimal list (at most 21 bytes a key) keeps the query under ClickHouse's
-// default max_query_size (262,144 bytes), which every ClickHouse release
-// and user profile allows without a setting.
-const storedEventsChunk = 10_000
 
 // StoredEvents returns the first stored copy of every event whose key_hash
 // (EventKey) is in keys; a key may match more than one id (a hash
-// collision), so callers compare tenant and event ids.
+// collision), so callers compare tenant and event ids. The keys travel as
+// an external table (a block of UInt64, sent with the query): in the SQL
+// text, 10,000 keys cost 18.16 about 0.3 s to parse, and max_query_size
+// bounds the text.
 func (s *Store) StoredEvents(ctx context.Context, keys []uint64) ([]StoredEvent, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	table, err := ext.NewTable("batch_keys", ext.Column("key_hash", "UInt64"))
+	if err != nil {
+		return nil, fmt.Errorf("stored event ids: %w", err)
+	}
+	for _, k := range keys {
+		if err := table.Append(k); err != nil {
+			return nil, fmt.Errorf("stored event ids: %w", err)
+		}
+	}
+	// On the replicas the inserts went to (ingestContext): in cluster mode
+	// another replica of the local shard may not have the rows of the batch
+	// before yet.
+	ctx = clickhouse.Context(s.ingestContext(ctx), clickhouse.WithExternalTable(table))
+	rows, err := s.conn.Query(ctx, storedEventsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("stored event ids: %w", classify(err))
+	}
+	defer rows.Close()
 	var out []StoredEvent
-	var list []byte
-	for len(keys) > 0 {
-		chunk := keys[:min(len(keys), storedEventsChunk)]
-		keys = keys[len(chunk):]
-		list = list[:0]
-		for i, k := range chunk {
-			if i > 0 {
-				list = append(list, ',')
-			}
-			list = strconv.AppendUint(list, k, 10)
+	for rows.Next() {
+		var e StoredEvent
+		if err := rows.Scan(&e.KeyHash, &e.TenantID, &e.EventID, &e.CompletedAtMs, &e.Fingerprint, &e.IngestedAt); err != nil {
+			return nil, fmt.Errorf("stored event ids: %w", err)
 		}
-		rows, err := s.conn.Query(ctx, fmt.Sprintf(storedEventsSQL, list))
-		if err != nil {
-			return nil, fmt.Errorf("stored event ids: %w", classify(err))
-		}
-		for rows.Next() {
-			var e StoredEvent
-			if err := rows.Scan(&e.KeyHash, &e.TenantID, &e.EventID, &e.CompletedAtMs, &e.Fingerprint, &e.IngestedAt); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("stored event ids: %w", err)
-			}
-			out = append(out, e)
-		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return nil, fmt.Errorf("stored event ids: %w", classify(err))
-		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("stored event ids: %w", classify(err))
 	}
 	return out, nil
 }
