@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"math/big"
 	"math/bits"
 	"slices"
 	"strconv"
@@ -265,12 +266,14 @@ func (s *Service) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, erro
 }
 
 // latencySums adds the latency sums of the rows of one step and group in
-// fixed point (nanoseconds, 128 bits), so that their total does not depend
-// on the order the store sends the rows in: the same read gives the same
-// bytes, with memory per merged row, not per stored row.
+// fixed point, as the store's floatSum does when ClickHouse merges
+// (chstore: each value times 10^15, truncated, summed in 128 bits, the
+// total converted to Float64 and divided by 10^15), so that the total does
+// not depend on the order the store sends the rows in (the same read gives
+// the same bytes) and agrees with ClickHouse's, with memory per merged row,
+// not per stored row.
 type latencySums struct {
-	rows int
-	ns   map[string]int128
+	acc map[string]int128
 }
 
 // int128 is a signed 128-bit integer: hi * 2^64 + lo.
@@ -279,30 +282,34 @@ type int128 struct {
 	lo uint64
 }
 
+const two64 = 18446744073709551616.0
+
 func (s *latencySums) add(r *RollupRow) {
-	s.rows++
 	for m, d := range r.Latency {
-		if s.ns == nil {
-			s.ns = make(map[string]int128, len(r.Latency))
+		if s.acc == nil {
+			s.acc = make(map[string]int128, len(r.Latency))
 		}
-		v := int64(math.Round(d.Sum * 1e6)) // ms to ns
-		t := s.ns[m]
+		// A float64 that is a whole number splits into two exact halves.
+		p := math.Trunc(d.Sum * 1e15)
+		hi := math.Floor(p / two64)
+		lo := p - hi*two64
+		t := s.acc[m]
 		var carry uint64
-		t.lo, carry = bits.Add64(t.lo, uint64(v), 0)
-		t.hi += v>>63 + int64(carry)
-		s.ns[m] = t
+		t.lo, carry = bits.Add64(t.lo, uint64(lo), 0)
+		t.hi += int64(hi) + int64(carry)
+		s.acc[m] = t
 	}
 }
 
-// set writes the sums into r when it merged more than one stored row (a
-// single row keeps its value as stored).
+// set writes the sums into r (a single row too, as ClickHouse's floatSum
+// would give it).
 func (s *latencySums) set(r *RollupRow) {
-	if s.rows < 2 {
-		return
-	}
-	for m, t := range s.ns {
+	for m, t := range s.acc {
+		v := new(big.Int).Lsh(big.NewInt(t.hi), 64)
+		v.Add(v, new(big.Int).SetUint64(t.lo))
+		f, _ := new(big.Float).SetInt(v).Float64()
 		d := r.Latency[m]
-		d.Sum = (float64(t.hi)*(1<<64) + float64(t.lo)) / 1e6
+		d.Sum = f / 1e15
 		r.Latency[m] = d
 	}
 }
