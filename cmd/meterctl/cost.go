@@ -221,8 +221,13 @@ func (f cellFormat) lead(group []string, start string, m *meterv1.Money, cur str
 
 // money is an amount of m's currency (cur when m names none): in tables
 // the currency and the amount rounded to moneyDecimals, in CSV the exact
-// amount.
+// amount. An amount the answer left out (the provider's cost, which a
+// tenant key sees only where the operator opted in) is a missing value,
+// not zero.
 func (f cellFormat) money(m *meterv1.Money, cur string) string {
+	if m == nil {
+		return f.missing()
+	}
 	amount := m.GetAmount()
 	if amount == "" {
 		amount = nanosDecimal(m.GetNanos())
