@@ -42,8 +42,9 @@ CLUSTER_TESTS := ./ingest:TestConsumerExactTotalsAndDLQ,TestConsumerCrashRecover
 # reads stayed one partition's events short for the test's two minutes
 # (twice in CI, never alone); it runs on a quieter machine there, with
 # -race for its own code (its meterd processes are built by the test,
-# without it).
-CLUSTER_ONLY := TestIngestReplicasClusterExact
+# without it). TestIngestClusterEventIDCountedOnce (two meterd and the
+# cluster, one event id index across shards) runs there for the same reason.
+CLUSTER_ONLY := TestIngestReplicasClusterExact|TestIngestClusterEventIDCountedOnce
 
 .PHONY: test-cluster
 test-cluster: ## the exactness tests of ingest, rollups and queries in cluster mode (METER_TEST_CLUSTER=1), then CLUSTER_ONLY with -race
