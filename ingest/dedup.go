@@ -22,10 +22,11 @@ import (
 // (chstore.StoredEvents, table event_ids), which InsertEvents fills after
 // every batch, and compared with the batch's earlier rows (the first row
 // of each key hash is noted as the batch is filled). The writer writes
-// batches in order, so a batch's lookup sees every batch before it. The publish path keys records by event_id,
-// so the copies of an id reach one partition and one consumer at a time,
-// in order; two copies of an id produced under different keys to two
-// partitions in the same instant could both be stored (docs/architecture.md).
+// batches in order, so a batch's lookup sees every batch before it. The
+// publish path keys records by event_id, so the copies of an id reach one
+// partition and one consumer at a time, in order; two copies of an id
+// produced under different keys to two partitions in the same instant
+// could both be stored (docs/architecture.md).
 
 // ReasonDuplicateConflict is the reason code of a copy of a stored event
 // (same tenant_id and event_id) whose content differs from the stored one.
