@@ -160,16 +160,34 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 // later migration that removed what this run still reads (0013 drops the
 // table 0012 copies from), the other's record is what counts: elsewhere is
 // true and the error is dropped.
+//
+// In cluster mode a failure is retried twice, a second and then two
+// apart: two meterd migrating at once race on ON CLUSTER DDL (one's
+// DROP of a table an earlier migration made, seen on its own server
+// before the other's CREATE of the new form reached it, drops that new
+// form everywhere, and the other's next statement finds no table; seen in
+// make test under load). Every statement is idempotent (IF NOT EXISTS, a
+// drop only of an older form), so a run again converges.
 func (s *Store) applyOnce(ctx context.Context, m Migration) (elsewhere bool, err error) {
-	err = s.apply(ctx, m)
-	if err == nil {
-		return false, nil
+	for attempt := 0; ; attempt++ {
+		err = s.apply(ctx, m)
+		if err == nil {
+			return false, nil
+		}
+		if recorded, cerr := s.recordedElsewhere(ctx, m.Version); cerr == nil && recorded {
+			s.logger.Info("migration applied by another meterd meanwhile", "version", m.Version, "error here", err)
+			return true, nil
+		}
+		if s.cfg.Cluster == "" || attempt == 2 {
+			return false, err
+		}
+		s.logger.Warn("migration failed; applying it again", "version", m.Version, "attempt", attempt+1, "error", err)
+		select {
+		case <-ctx.Done():
+			return false, err
+		case <-time.After(time.Duration(attempt+1) * time.Second):
+		}
 	}
-	if recorded, cerr := s.recordedElsewhere(ctx, m.Version); cerr == nil && recorded {
-		s.logger.Info("migration applied by another meterd meanwhile", "version", m.Version, "error here", err)
-		return true, nil
-	}
-	return false, err
 }
 
 // recordedElsewhere reports whether schema_migrations records version,
