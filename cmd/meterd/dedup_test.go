@@ -74,14 +74,18 @@ func TestDevEventIDCountedOnce(t *testing.T) {
 		copies = append(copies, c)
 	}
 	publish(copies)
-	// A marker published after the copies: once it is counted, the copies
-	// before it on its partition have been through the consumer.
-	marker := &meterv1.InferenceEvent{EventId: "marker", TenantId: "initech", Model: "m", Deployment: "d",
-		CompletedAt: timestamppb.New(oct.Add(24 * time.Hour)), PromptTokens: proto.Int64(1), OutputTokens: proto.Int64(1),
-		TtftMs: proto.Float64(5), E2EMs: proto.Float64(50)}
-	publish([]*meterv1.InferenceEvent{marker})
-	m.waitUsage(t, oct, oct.AddDate(0, 1, 0), 1)
-	m.waitUsage(t, sep, oct.AddDate(0, 1, 0), n+1)
+	// Markers published after the copies, keyed like them onto every
+	// partition: once they are counted, the copies before them have been
+	// through the consumer.
+	var markers []*meterv1.InferenceEvent
+	for i := range 24 {
+		markers = append(markers, &meterv1.InferenceEvent{EventId: fmt.Sprintf("marker-%d", i), TenantId: "initech", Model: "m", Deployment: "d",
+			CompletedAt: timestamppb.New(oct.Add(24*time.Hour + time.Duration(i)*time.Second)), PromptTokens: proto.Int64(1), OutputTokens: proto.Int64(1),
+			TtftMs: proto.Float64(5), E2EMs: proto.Float64(50)})
+	}
+	publish(markers)
+	m.waitUsage(t, oct, oct.AddDate(0, 1, 0), len(markers))
+	m.waitUsage(t, sep, oct.AddDate(0, 1, 0), n+len(markers))
 
 	usage := func(from, to time.Time, tenant string) string {
 		t.Helper()
