@@ -5,10 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"os/exec"
-	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -43,49 +39,9 @@ func TestIngestClusterEventIDCountedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(broker.Close)
-	bin := filepath.Join(t.TempDir(), "meterd")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	type replica struct {
-		cmd *exec.Cmd
-		log *lockedBuffer
-	}
-	var replicas []*replica
-	start := func() *replica {
-		t.Helper()
-		r := &replica{log: &lockedBuffer{}}
-		httpAddr := freeAddr(t)
-		r.cmd = exec.Command(bin, "--role", "ingest", "--kafka-brokers", broker.Addr(), "--clickhouse", c.Addr(1, 0),
-			"--clickhouse-database", db, "--clickhouse-cluster", c.Name(),
-			"--http-addr", httpAddr, "--grpc-addr", freeAddr(t), "--batch-timeout", "100ms", "--log-level", "warn")
-		r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
-		if err := r.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		replicas = append(replicas, r)
-		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-			if resp, err := http.Get("http://" + httpAddr + "/healthz/ready"); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return r
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("replica %d not ready:\n%s", len(replicas), r.log)
-			}
-		}
-	}
-	t.Cleanup(func() {
-		for _, r := range replicas {
-			if r.cmd.ProcessState == nil {
-				r.cmd.Process.Signal(syscall.SIGTERM)
-				r.cmd.Wait()
-			}
-		}
-	})
-	start()
-	start()
+	fleet := newIngestFleet(t, broker.Addr(), c.Addr(1, 0), db, c.Name())
+	fleet.start(t)
+	fleet.start(t)
 
 	sep := time.Date(2026, 9, 10, 12, 0, 0, 0, time.UTC)
 	oct := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
@@ -143,7 +99,7 @@ func TestIngestClusterEventIDCountedOnce(t *testing.T) {
 			if time.Now().After(deadline) {
 				got, _, _ := usage(from, to)
 				logs := ""
-				for i, r := range replicas {
+				for i, r := range fleet.replicas {
 					logs += fmt.Sprintf("replica %d:\n%s\n", i, r.log)
 				}
 				t.Fatalf("usage of [%s, %s): %d requests, want %d\n%s", from, to, got, want, logs)
@@ -161,8 +117,8 @@ func TestIngestClusterEventIDCountedOnce(t *testing.T) {
 	waitRequests(sep.AddDate(0, 0, -9), oct, n)
 
 	// A crash, and the copies, which the other replica takes.
-	replicas[0].cmd.Process.Kill()
-	replicas[0].cmd.Wait()
+	fleet.replicas[0].cmd.Process.Kill()
+	fleet.replicas[0].cmd.Wait()
 	var copies []*meterv1.InferenceEvent
 	for i := range n {
 		cp := event(i)

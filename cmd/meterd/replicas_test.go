@@ -110,55 +110,15 @@ func testIngestReplicas(t *testing.T, target ingestTarget) {
 		t.Fatal(err)
 	}
 	t.Cleanup(broker.Close)
-	bin := filepath.Join(t.TempDir(), "meterd")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-
-	type replica struct {
-		cmd  *exec.Cmd
-		log  *lockedBuffer
-		http string
-	}
-	var replicas []*replica
-	start := func() *replica {
-		t.Helper()
-		r := &replica{log: &lockedBuffer{}, http: freeAddr(t)}
-		r.cmd = exec.Command(bin, "--role", "ingest", "--kafka-brokers", broker.Addr(), "--clickhouse", chAddr,
-			"--clickhouse-database", db, "--clickhouse-cluster", target.cluster,
-			"--http-addr", r.http, "--grpc-addr", freeAddr(t), "--batch-timeout", "100ms", "--log-level", "warn")
-		r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
-		if err := r.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		replicas = append(replicas, r)
-		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-			if resp, err := http.Get("http://" + r.http + "/healthz/ready"); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return r
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("replica %d not ready:\n%s", len(replicas), r.log)
-			}
-		}
-	}
-	t.Cleanup(func() {
-		for _, r := range replicas {
-			if r.cmd.ProcessState == nil {
-				r.cmd.Process.Signal(syscall.SIGTERM)
-				r.cmd.Wait()
-			}
-		}
-	})
+	fleet := newIngestFleet(t, broker.Addr(), chAddr, db, target.cluster)
+	start := func() *ingestReplica { return fleet.start(t) }
 	for range 3 {
 		start()
 	}
 	// livePIDs maps the pid of each replica still running to its number.
 	livePIDs := func() map[int]int {
 		pids := map[int]int{}
-		for i, r := range replicas {
+		for i, r := range fleet.replicas {
 			if r.cmd.ProcessState == nil {
 				pids[r.cmd.Process.Pid] = i
 			}
@@ -205,8 +165,8 @@ func testIngestReplicas(t *testing.T, target ingestTarget) {
 			produce(0) // a producer's retry: the same events again
 		case 2:
 			// Crash: no flush, no commit; its partitions go to the others.
-			replicas[1].cmd.Process.Kill()
-			replicas[1].cmd.Wait()
+			fleet.replicas[1].cmd.Process.Kill()
+			fleet.replicas[1].cmd.Wait()
 		case 4:
 			start() // scaled out mid-stream: the group rebalances
 		}
@@ -240,7 +200,7 @@ func testIngestReplicas(t *testing.T, target ingestTarget) {
 		}
 		if time.Now().After(deadline) {
 			logs := ""
-			for i, r := range replicas {
+			for i, r := range fleet.replicas {
 				logs += fmt.Sprintf("replica %d:\n%s\n", i, r.log)
 			}
 			logs += groupState(broker.Addr(), partitions, livePIDs())
@@ -398,4 +358,61 @@ func groupState(addr string, partitions int, live map[int]int) string {
 		fmt.Fprintf(&b, "partition %2d: end %d, committed %d, held by %s%s\n", c.Partition, end[c.Partition], c.CommittedOffset, h, mark)
 	}
 	return b.String()
+}
+
+// ingestFleet runs real `meterd --role ingest` processes of one binary,
+// built once, against one broker and one ClickHouse database (in cluster
+// mode when cluster is set); the test's cleanup stops those still running.
+type ingestFleet struct {
+	bin, broker, chAddr, db, cluster string
+	replicas                         []*ingestReplica
+}
+
+// ingestReplica is one process of an ingestFleet.
+type ingestReplica struct {
+	cmd  *exec.Cmd
+	log  *lockedBuffer
+	http string
+}
+
+func newIngestFleet(t *testing.T, broker, chAddr, db, cluster string) *ingestFleet {
+	t.Helper()
+	f := &ingestFleet{bin: filepath.Join(t.TempDir(), "meterd"), broker: broker, chAddr: chAddr, db: db, cluster: cluster}
+	if out, err := exec.Command("go", "build", "-o", f.bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		for _, r := range f.replicas {
+			if r.cmd.ProcessState == nil {
+				r.cmd.Process.Signal(syscall.SIGTERM)
+				r.cmd.Wait()
+			}
+		}
+	})
+	return f
+}
+
+// start starts one more replica and waits until it is ready.
+func (f *ingestFleet) start(t *testing.T) *ingestReplica {
+	t.Helper()
+	r := &ingestReplica{log: &lockedBuffer{}, http: freeAddr(t)}
+	r.cmd = exec.Command(f.bin, "--role", "ingest", "--kafka-brokers", f.broker, "--clickhouse", f.chAddr,
+		"--clickhouse-database", f.db, "--clickhouse-cluster", f.cluster,
+		"--http-addr", r.http, "--grpc-addr", freeAddr(t), "--batch-timeout", "100ms", "--log-level", "warn")
+	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.replicas = append(f.replicas, r)
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if resp, err := http.Get("http://" + r.http + "/healthz/ready"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return r
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %d not ready:\n%s", len(f.replicas), r.log)
+		}
+	}
 }
