@@ -16,9 +16,9 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	"tokenmeter/internal/browsertest"
-	"tokenmeter/internal/chtest"
-	"tokenmeter/internal/devenv"
+	"tokenmeter/internal/adapter/devenv"
+	"tokenmeter/internal/testkit/browsertest"
+	"tokenmeter/internal/testkit/chtest"
 )
 
 // The answers' fields: every field of every response message of the API's

@@ -29,9 +29,9 @@ import (
 
 	"tokenmeter/api"
 	"tokenmeter/ingest"
-	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/chtest"
-	"tokenmeter/internal/devenv"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/adapter/devenv"
+	"tokenmeter/internal/testkit/chtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
 )

@@ -28,8 +28,8 @@ import (
 	"tokenmeter/billing"
 	"tokenmeter/billing/closing"
 	"tokenmeter/billing/export"
-	"tokenmeter/internal/billingtest"
-	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/testkit/billingtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
 )

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"tokenmeter/internal/billingtest"
-	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/testkit/billingtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

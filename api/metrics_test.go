@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"tokenmeter/internal/billingtest"
+	"tokenmeter/internal/testkit/billingtest"
 	"tokenmeter/query"
 
 	"github.com/google/go-cmp/cmp"

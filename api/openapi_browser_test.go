@@ -9,7 +9,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"tokenmeter/internal/browsertest"
+	"tokenmeter/internal/testkit/browsertest"
 )
 
 // TestAPIReferencePage opens the dashboard's API reference (/ui/api/,

@@ -26,9 +26,9 @@ import (
 
 	"tokenmeter/api"
 	"tokenmeter/ingest"
-	"tokenmeter/internal/billingtest"
-	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/devenv"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/adapter/devenv"
+	"tokenmeter/internal/testkit/billingtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
 )

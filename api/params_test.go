@@ -23,9 +23,9 @@ import (
 	"tokenmeter/api"
 	"tokenmeter/billing/closing"
 	"tokenmeter/ingest"
-	"tokenmeter/internal/billingtest"
-	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/ident"
+	"tokenmeter/internal/testkit/billingtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
 )

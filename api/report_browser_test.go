@@ -12,7 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"tokenmeter/internal/browsertest"
+	"tokenmeter/internal/testkit/browsertest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

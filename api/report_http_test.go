@@ -21,7 +21,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"tokenmeter/api"
-	"tokenmeter/internal/capacitytest"
+	"tokenmeter/internal/testkit/capacitytest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query/capacity/render"
 )

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"tokenmeter/api"
-	"tokenmeter/internal/browsertest"
-	"tokenmeter/internal/capacitytest"
+	"tokenmeter/internal/testkit/browsertest"
+	"tokenmeter/internal/testkit/capacitytest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

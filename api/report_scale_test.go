@@ -17,9 +17,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/ingest"
-	"tokenmeter/internal/billingtest"
-	"tokenmeter/internal/browsertest"
-	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/testkit/billingtest"
+	"tokenmeter/internal/testkit/browsertest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
 	"tokenmeter/query/capacity"

@@ -18,8 +18,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/ingest"
-	"tokenmeter/internal/billingtest"
-	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/testkit/billingtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

@@ -22,8 +22,8 @@ import (
 
 	"tokenmeter/api"
 	"tokenmeter/ingest"
-	"tokenmeter/internal/certtest"
-	"tokenmeter/internal/devenv"
+	"tokenmeter/internal/adapter/devenv"
+	"tokenmeter/internal/testkit/certtest"
 	"tokenmeter/internal/tlsfiles"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )

@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/api"
-	"tokenmeter/internal/chstore/chstoretest"
+	"tokenmeter/internal/adapter/chstore/chstoretest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
 	"tokenmeter/rollup"

@@ -16,7 +16,7 @@
 //     shared_weighted, shared_even), rounded by largest remainder so that the
 //     lines add up to the GPU cost exactly. BusyPolicies and IdlePolicies
 //     are the single list of policies, and IdleTenant the one name of the
-//     idle line: the rollup job, the API, internal/chstore's cost_hour
+//     idle line: the rollup job, the API, internal/adapter/chstore's cost_hour
 //     columns (held equal by a test) and meterctl follow them.
 //   - Billing periods (period.go): calendar months of a tenant's time zone
 //     (UTC, a fixed offset such as +05:30, or an IANA zone), exact to the
@@ -30,7 +30,7 @@
 // clock, a file or a database.
 //
 // It does not read samples or usage from ClickHouse, write cost rows, or store
-// price books (internal/chstore and the rollup job do), and it does not serve
+// price books (internal/adapter/chstore and the rollup job do), and it does not serve
 // anything (package api does).
 //
 // # Price book file

@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
-	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/kafkaconn"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/adapter/kafkaconn"
 )
 
 // Default topics and consumer group.

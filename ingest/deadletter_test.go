@@ -26,9 +26,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"tokenmeter/internal/chcluster"
-	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/chtest"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/testkit/chcluster"
+	"tokenmeter/internal/testkit/chtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

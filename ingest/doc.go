@@ -5,6 +5,6 @@
 // batches records into one ClickHouse INSERT per batch, sends bad records to
 // the dead-letter topic, and commits offsets only after the insert.
 //
-// It does not own the schema or the SQL (internal/chstore), nor
+// It does not own the schema or the SQL (internal/adapter/chstore), nor
 // authentication or the mapping of errors to status codes (api).
 package ingest

@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/ident"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"tokenmeter/internal/chtest"
-	"tokenmeter/internal/devenv"
+	"tokenmeter/internal/adapter/devenv"
+	"tokenmeter/internal/testkit/chtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

@@ -11,11 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
-	"tokenmeter/internal/certtest"
-	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/chtest"
-	"tokenmeter/internal/devenv"
-	"tokenmeter/internal/kafkaconn"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/adapter/devenv"
+	"tokenmeter/internal/adapter/kafkaconn"
+	"tokenmeter/internal/testkit/certtest"
+	"tokenmeter/internal/testkit/chtest"
 	"tokenmeter/internal/tlsfiles"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )

@@ -10,7 +10,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"tokenmeter/internal/kafkaconn"
+	"tokenmeter/internal/adapter/kafkaconn"
 )
 
 // ErrLagging marks a consumer group that has not yet consumed every record

@@ -1,7 +1,7 @@
 package ingest
 
 import (
-	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/adapter/chstore"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

@@ -5,7 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/adapter/chstore"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

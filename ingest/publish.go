@@ -11,7 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"google.golang.org/protobuf/proto"
 
-	"tokenmeter/internal/kafkaconn"
+	"tokenmeter/internal/adapter/kafkaconn"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

@@ -3,7 +3,7 @@ package ingest
 import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/adapter/chstore"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

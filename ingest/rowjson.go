@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
-	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/adapter/chstore"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

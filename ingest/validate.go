@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/ident"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )

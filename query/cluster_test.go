@@ -20,9 +20,9 @@ import (
 
 	"tokenmeter/billing"
 	"tokenmeter/ingest"
-	"tokenmeter/internal/chcluster"
-	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/chstore/chstoretest"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/adapter/chstore/chstoretest"
+	"tokenmeter/internal/testkit/chcluster"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
 	"tokenmeter/query/capacity"

@@ -4,7 +4,7 @@
 // for hours the rollup job has not finished), merges and pages the rows,
 // and turns latency histograms into percentiles and goodput counts into
 // ratios. It declares the reads it needs of its store as small interfaces
-// (Source and the ones it embeds); internal/chstore implements them with
+// (Source and the ones it embeds); internal/adapter/chstore implements them with
 // SQL. Package api maps the protocol onto a Service and its errors onto
 // status codes.
 package query

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/chtest"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/testkit/chtest"
 	"tokenmeter/query"
 )
 

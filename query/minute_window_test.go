@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tokenmeter/ingest"
-	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/chstore/chstoretest"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/adapter/chstore/chstoretest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
 	"tokenmeter/rollup"

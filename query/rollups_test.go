@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"testing"
 	"time"
-	"tokenmeter/internal/chstore/chstoretest"
+	"tokenmeter/internal/adapter/chstore/chstoretest"
 	"tokenmeter/query"
 
 	"github.com/google/go-cmp/cmp"
@@ -16,8 +16,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/ingest"
-	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/chtest"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/testkit/chtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/rollup"
 )

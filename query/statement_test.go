@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tokenmeter/internal/chstore/chstoretest"
+	"tokenmeter/internal/adapter/chstore/chstoretest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
 	"tokenmeter/rollup"

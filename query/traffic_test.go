@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"tokenmeter/internal/chstore/chstoretest"
+	"tokenmeter/internal/adapter/chstore/chstoretest"
 	"tokenmeter/query"
 
 	"github.com/google/go-cmp/cmp"
@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/adapter/chstore"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/rollup"
 )

@@ -6,14 +6,14 @@
 // dimensions, error classes and latency distributions), the day policy,
 // and the lease that lets one replica at a time run the job. It declares
 // the store it needs (Store: HourStore, DayStore, CostStore) and the
-// records that store reads and writes; internal/chstore implements it.
+// records that store reads and writes; internal/adapter/chstore implements it.
 //
 // An hour is recomputed from one read of its deduplicated events, aggregated
 // here into every level at once (minute, hour, tenant-hour, all-tenant hour;
 // Roller.RollupHour, which keeps the memory of the last hour's events for
 // the next; each Job has its own), goodput counted with the rules of a
 // GoodputSpec; the SQL that reads the events and writes the rows lives in
-// internal/chstore, the histogram keys in rollup/sketch. Days that have
+// internal/adapter/chstore, the histogram keys in rollup/sketch. Days that have
 // ended are then rolled up per tenant from the tenant-hour rows (RollupDay):
 // the days of the hours just recomputed, and any ended day left without a
 // fresh one (StaleDays). A day rollup is fresh while it was computed from

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"tokenmeter/internal/chstore/chstoretest"
+	"tokenmeter/internal/adapter/chstore/chstoretest"
 	"tokenmeter/query"
 	"tokenmeter/rollup"
 
@@ -18,8 +18,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/ingest"
-	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/chtest"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/testkit/chtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

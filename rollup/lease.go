@@ -9,7 +9,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"tokenmeter/internal/kafkaconn"
+	"tokenmeter/internal/adapter/kafkaconn"
 )
 
 // Lease defaults: a one-partition topic whose single partition is the lease,

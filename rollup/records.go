@@ -3,7 +3,7 @@ package rollup
 import "time"
 
 // The records the rollup job reads from and writes to its store
-// (internal/chstore implements the store).
+// (internal/adapter/chstore implements the store).
 
 // HourGroup is one (tenant, model, model_version, deployment, gpu_type,
 // slo_class) of an hour's events.

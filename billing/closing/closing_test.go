@@ -15,8 +15,8 @@ import (
 
 	"tokenmeter/billing"
 	"tokenmeter/billing/closing"
-	"tokenmeter/internal/chstore/chstoretest"
-	"tokenmeter/internal/chtest"
+	"tokenmeter/internal/adapter/chstore/chstoretest"
+	"tokenmeter/internal/testkit/chtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
 )

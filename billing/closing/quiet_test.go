@@ -9,8 +9,8 @@ import (
 
 	"tokenmeter/billing"
 	"tokenmeter/billing/closing"
-	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/chstore/chstoretest"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/adapter/chstore/chstoretest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
 	"tokenmeter/rollup"

@@ -15,9 +15,9 @@ import (
 	"tokenmeter/billing"
 	"tokenmeter/billing/closing"
 	"tokenmeter/billing/export"
-	"tokenmeter/internal/billingtest"
-	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/chstore/chstoretest"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/adapter/chstore/chstoretest"
+	"tokenmeter/internal/testkit/billingtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
 )

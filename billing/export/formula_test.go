@@ -6,7 +6,7 @@ import (
 	"tokenmeter/billing"
 	"tokenmeter/billing/export"
 	"tokenmeter/internal/safecsv"
-	"tokenmeter/internal/sheettest"
+	"tokenmeter/internal/testkit/sheettest"
 )
 
 // Hostile identifiers: each is a formula, a DDE command or a signed number

@@ -14,8 +14,8 @@ import (
 	"tokenmeter/ingest"
 	"tokenmeter/ingest/engine"
 	"tokenmeter/ingest/gpu"
+	"tokenmeter/internal/adapter/kafkaconn"
 	"tokenmeter/internal/envflag"
-	"tokenmeter/internal/kafkaconn"
 	"tokenmeter/internal/logsetup"
 )
 

@@ -22,7 +22,7 @@ import (
 
 	"tokenmeter/ingest/engine"
 	"tokenmeter/ingest/gpu"
-	"tokenmeter/internal/kafkaconn"
+	"tokenmeter/internal/adapter/kafkaconn"
 	"tokenmeter/internal/logsetup"
 	"tokenmeter/internal/tlsfiles"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"

@@ -20,7 +20,7 @@ import (
 
 	"tokenmeter/ingest"
 	"tokenmeter/ingest/gpu"
-	"tokenmeter/internal/devenv"
+	"tokenmeter/internal/adapter/devenv"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

@@ -14,9 +14,9 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"tokenmeter/ingest"
-	"tokenmeter/internal/certtest"
-	"tokenmeter/internal/devenv"
-	"tokenmeter/internal/kafkaconn"
+	"tokenmeter/internal/adapter/devenv"
+	"tokenmeter/internal/adapter/kafkaconn"
+	"tokenmeter/internal/testkit/certtest"
 	"tokenmeter/internal/tlsfiles"
 )
 

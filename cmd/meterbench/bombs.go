@@ -29,7 +29,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"tokenmeter/internal/devenv"
+	"tokenmeter/internal/adapter/devenv"
 	"tokenmeter/internal/logsetup"
 )
 

@@ -16,8 +16,8 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
-	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/devenv"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/adapter/devenv"
 )
 
 // benchClickHouse is a private ClickHouse for a benchmark: a migrated store

@@ -20,10 +20,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tokenmeter/ingest"
-	"tokenmeter/internal/chcluster"
-	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/devenv"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/adapter/devenv"
 	"tokenmeter/internal/logsetup"
+	"tokenmeter/internal/testkit/chcluster"
 	"tokenmeter/rollup"
 )
 

@@ -6,7 +6,7 @@ import (
 	"io"
 	"strconv"
 	"time"
-	"tokenmeter/internal/browsertest"
+	"tokenmeter/internal/testkit/browsertest"
 
 	"github.com/chromedp/chromedp"
 )

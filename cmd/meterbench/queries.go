@@ -23,7 +23,7 @@ import (
 
 	"tokenmeter/api"
 	"tokenmeter/billing"
-	"tokenmeter/internal/chstore"
+	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/logsetup"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"

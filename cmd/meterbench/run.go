@@ -28,10 +28,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/ingest"
-	"tokenmeter/internal/bench"
-	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/devenv"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/adapter/devenv"
 	"tokenmeter/internal/logsetup"
+	"tokenmeter/internal/testkit/bench"
 	"tokenmeter/internal/workload"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )

@@ -18,8 +18,8 @@ import (
 	"tokenmeter/api"
 	"tokenmeter/billing/closing"
 	"tokenmeter/billing/export"
-	"tokenmeter/internal/billingtest"
-	"tokenmeter/internal/chtest"
+	"tokenmeter/internal/testkit/billingtest"
+	"tokenmeter/internal/testkit/chtest"
 )
 
 func TestMain(m *testing.M) { chtest.Main(m) }

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"tokenmeter/ingest"
-	"tokenmeter/internal/devenv"
+	"tokenmeter/internal/adapter/devenv"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

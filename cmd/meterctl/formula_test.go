@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 
-	"tokenmeter/internal/sheettest"
+	"tokenmeter/internal/testkit/sheettest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"tokenmeter/api"
-	"tokenmeter/internal/capacitytest"
+	"tokenmeter/internal/testkit/capacitytest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query/capacity/render"
 )

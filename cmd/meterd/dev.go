@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"tokenmeter/api"
-	"tokenmeter/internal/devenv"
+	"tokenmeter/internal/adapter/devenv"
 	"tokenmeter/rollup"
 )
 

@@ -19,7 +19,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"tokenmeter/internal/chtest"
+	"tokenmeter/internal/testkit/chtest"
 )
 
 // TestOTLPFlags: the --otlp-* flags and their checks.

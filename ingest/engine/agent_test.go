@@ -14,9 +14,9 @@ import (
 
 	"tokenmeter/ingest"
 	"tokenmeter/ingest/engine"
-	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/chtest"
-	"tokenmeter/internal/devenv"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/adapter/devenv"
+	"tokenmeter/internal/testkit/chtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"tokenmeter/ingest"
-	"tokenmeter/internal/kafkaconn"
+	"tokenmeter/internal/adapter/kafkaconn"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

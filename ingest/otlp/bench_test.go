@@ -22,7 +22,7 @@ import (
 
 	"tokenmeter/ingest"
 	"tokenmeter/ingest/otlp"
-	"tokenmeter/internal/devenv"
+	"tokenmeter/internal/adapter/devenv"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

@@ -15,9 +15,9 @@ import (
 
 	"tokenmeter/ingest"
 	"tokenmeter/ingest/otlp"
-	"tokenmeter/internal/chstore"
-	"tokenmeter/internal/chtest"
-	"tokenmeter/internal/devenv"
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/adapter/devenv"
+	"tokenmeter/internal/testkit/chtest"
 	"tokenmeter/query"
 )
 

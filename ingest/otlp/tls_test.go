@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"tokenmeter/ingest/otlp"
-	"tokenmeter/internal/certtest"
+	"tokenmeter/internal/testkit/certtest"
 )
 
 // TestTLS: with Config.TLS both receivers serve TLS only, and the SDK's

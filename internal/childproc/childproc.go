@@ -3,8 +3,8 @@
 // are signalled together, and a Ctrl-C in a terminal reaches only the
 // parent), and on Linux the kernel sends it a signal when the parent dies,
 // so that a SIGKILLed meterd or test binary leaves no server running. The
-// test ClickHouse servers (internal/devenv) and the test cluster's ZooKeeper
-// (internal/chcluster) are started through it.
+// test ClickHouse servers (internal/adapter/devenv) and the test cluster's ZooKeeper
+// (internal/testkit/chcluster) are started through it.
 package childproc
 
 import (

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"tokenmeter/internal/safecsv"
-	"tokenmeter/internal/sheettest"
+	"tokenmeter/internal/testkit/sheettest"
 )
 
 // hostile is a table of ids that spreadsheets take as formulas, DDE

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"tokenmeter/internal/certtest"
+	"tokenmeter/internal/testkit/certtest"
 	"tokenmeter/internal/tlsfiles"
 )
 

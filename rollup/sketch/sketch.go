@@ -23,7 +23,7 @@
 // Array(UInt64), sorted by key and without zero counts: the shape that
 // ClickHouse's sumMap returns, so histograms merge exactly with
 // sumMap(keys, counts) over any range and grouping. Histogram holds one in
-// Go, adds to it, merges it and reads quantiles from it; internal/chstore
+// Go, adds to it, merges it and reads quantiles from it; internal/adapter/chstore
 // holds the SQL that computes the same keys and histograms, and merges
 // stored ones, inside ClickHouse.
 //
@@ -36,7 +36,7 @@
 // [MinValue, MaxValue].
 //
 // The package holds no SQL, does not query ClickHouse or own table schemas
-// (that is internal/chstore), and does not decide which requests enter a
+// (that is internal/adapter/chstore), and does not decide which requests enter a
 // distribution (that is the rollup job, per ARCHITECTURE "Latency
 // definitions").
 package sketch
@@ -64,14 +64,14 @@ const (
 	MaxKey int16 = 1152
 )
 
-// lnGamma is ln γ as math.Log computes it (internal/chstore's SQL divides
+// lnGamma is ln γ as math.Log computes it (internal/adapter/chstore's SQL divides
 // by the same float64).
 var lnGamma = math.Log(Gamma)
 
 // Key returns the key of the bucket holding the latency v (ms):
 // ⌈ln v / ln γ⌉, clamped to [MinKey, MaxKey]. NaN and every value ≤
 // MinValue, zero and negative ones included, map to MinKey; +Inf and every
-// value ≥ MaxValue map to MaxKey. internal/chstore computes the same in
+// value ≥ MaxValue map to MaxKey. internal/adapter/chstore computes the same in
 // ClickHouse.
 func Key(v float64) int16 {
 	switch {

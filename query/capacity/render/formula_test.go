@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"tokenmeter/internal/safecsv"
-	"tokenmeter/internal/sheettest"
+	"tokenmeter/internal/testkit/sheettest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 

@@ -1,0 +1,332 @@
+package chserver_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+
+	"tokenmeter/internal/adapter/devenv/internal/chserver"
+	"tokenmeter/internal/testkit/chtest"
+)
+
+func testLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// start starts a server in dir and stops it when the test ends.
+func start(t *testing.T, dir string) *chserver.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	srv, err := chserver.Start(ctx, chserver.Config{Dir: dir, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Stop(context.Background()); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return srv
+}
+
+func execSQL(t *testing.T, addr string, queries ...string) {
+	t.Helper()
+	conn := open(t, addr)
+	defer conn.Close()
+	for _, q := range queries {
+		if err := conn.Exec(context.Background(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+func count(t *testing.T, addr, table string) uint64 {
+	t.Helper()
+	conn := open(t, addr)
+	defer conn.Close()
+	var n uint64
+	if err := conn.QueryRow(context.Background(), "SELECT count() FROM "+table).Scan(&n); err != nil {
+		t.Fatalf("count %s: %v", table, err)
+	}
+	return n
+}
+
+func open(t *testing.T, addr string) clickhouse.Conn {
+	t.Helper()
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+func TestStartNotInstalled(t *testing.T) {
+	_, err := chserver.Start(context.Background(), chserver.Config{
+		Dir:    t.TempDir(),
+		Binary: filepath.Join(t.TempDir(), "clickhouse-server"),
+	})
+	if !errors.Is(err, chserver.ErrNotInstalled) {
+		t.Fatalf("got %v, want ErrNotInstalled", err)
+	}
+}
+
+// TestRestartKeepsPortAndData stops the server gracefully and by SIGKILL,
+// and checks that each restart on the same directory listens on the same
+// port and still has the data.
+func TestRestartKeepsPortAndData(t *testing.T) {
+	chtest.RequireLocal(t)
+	outer := t
+	dir := t.TempDir()
+	srv := start(t, dir)
+	addr := srv.Addr()
+
+	// The server runs with its jemalloc setting (serverEnv).
+	if environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", srv.Pid())); err != nil {
+		t.Errorf("server environment: %v", err)
+	} else if !bytes.Contains(environ, []byte("\x00MALLOC_CONF=")) && !bytes.HasPrefix(environ, []byte("MALLOC_CONF=")) {
+		t.Errorf("server environment has no MALLOC_CONF")
+	}
+
+	conn := open(t, addr)
+	var one uint8
+	if err := conn.QueryRow(context.Background(), "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("SELECT 1: got %d, %v", one, err)
+	}
+	conn.Close()
+	execSQL(t, addr,
+		"CREATE TABLE default.kept (n UInt64) ENGINE = MergeTree ORDER BY n",
+		"INSERT INTO default.kept SELECT number FROM system.numbers LIMIT 1000",
+	)
+
+	restarts := []struct {
+		name string
+		stop func(t *testing.T, s *chserver.Server) error
+		// start is what brings the server back.
+		start func(t *testing.T, s *chserver.Server) *chserver.Server
+	}{
+		{
+			name: "Stop then package Start",
+			stop: func(t *testing.T, s *chserver.Server) error { return s.Stop(context.Background()) },
+			start: func(_ *testing.T, _ *chserver.Server) *chserver.Server {
+				return start(outer, dir) // stopped when the whole test ends
+			},
+		},
+		{
+			name: "Kill then method Start",
+			stop: func(t *testing.T, s *chserver.Server) error { return s.Kill() },
+			start: func(t *testing.T, s *chserver.Server) *chserver.Server {
+				if err := s.Start(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				return s
+			},
+		},
+		{
+			name: "Restart",
+			stop: func(t *testing.T, s *chserver.Server) error { return nil },
+			start: func(t *testing.T, s *chserver.Server) *chserver.Server {
+				if err := s.Restart(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				return s
+			},
+		},
+	}
+	for _, r := range restarts {
+		t.Run(r.name, func(t *testing.T) {
+			if err := r.stop(t, srv); err != nil {
+				t.Fatal(err)
+			}
+			srv = r.start(t, srv)
+			if got := srv.Addr(); got != addr {
+				t.Errorf("got addr %s after restart, want %s", got, addr)
+			}
+			if got := count(t, srv.Addr(), "default.kept"); got != 1000 {
+				t.Errorf("got %d rows after restart, want 1000", got)
+			}
+		})
+	}
+}
+
+// TestStartStopsLeftover starts a second server on a directory whose first
+// server is still running, as after meterd --dev was killed with SIGKILL:
+// the leftover is found through the pid file or ClickHouse's status file and
+// stopped.
+func TestStartStopsLeftover(t *testing.T) {
+	chtest.RequireLocal(t)
+	tests := []struct {
+		name   string
+		remove string // file removed before the second start
+	}{
+		{name: "pid file"},
+		{name: "status file only", remove: "clickhouse.pid"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			first := start(t, dir)
+			pid := readPID(t, filepath.Join(dir, "clickhouse.pid"))
+			if tt.remove != "" {
+				if err := os.Remove(filepath.Join(dir, tt.remove)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			second := start(t, dir)
+			if chserver.ProcessAlive(pid) {
+				t.Errorf("leftover pid %d still running", pid)
+			}
+			if second.Addr() != first.Addr() {
+				t.Errorf("got addr %s, want %s", second.Addr(), first.Addr())
+			}
+			if got := count(t, second.Addr(), "system.one"); got != 1 {
+				t.Errorf("got %d rows in system.one, want 1", got)
+			}
+		})
+	}
+}
+
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(string(b[:len(b)-1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// TestStartPortTaken checks that a server that cannot bind its port fails
+// Start promptly instead of waiting for the start timeout, and leaves no
+// process behind.
+func TestStartPortTaken(t *testing.T) {
+	chtest.RequireLocal(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	begin := time.Now()
+	srv, err := chserver.Start(ctx, chserver.Config{
+		Dir:          dir,
+		TCPPort:      l.Addr().(*net.TCPAddr).Port,
+		Logger:       testLogger(),
+		StartTimeout: 60 * time.Second,
+	})
+	if err == nil {
+		srv.Stop(context.Background())
+		t.Fatal("Start succeeded on a taken port")
+	}
+	t.Log(err)
+	if d := time.Since(begin); d > 30*time.Second {
+		t.Errorf("Start took %v to fail, want it to notice the exit", d)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "clickhouse.pid")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pid file: got %v, want it removed", err)
+	}
+}
+
+// helperDirEnv tells a re-executed test binary to act as a parent that
+// starts a server in that directory and then waits to be killed.
+const helperDirEnv = "CHSERVER_TEST_PARENT_DIR"
+
+// TestParentKilled kills the process that started a server with SIGKILL, as
+// happens to a meterd --dev, and starts a server on the same directory again:
+// it must come up on the same port with the data, and the orphan must be
+// gone.
+func TestParentKilled(t *testing.T) {
+	if dir := os.Getenv(helperDirEnv); dir != "" {
+		srv, err := chserver.Start(context.Background(), chserver.Config{Dir: dir})
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		fmt.Println(srv.Addr())
+		select {} // until killed
+	}
+	chtest.RequireLocal(t)
+	dir := t.TempDir()
+	cmd := osexec.Command(os.Args[0], "-test.run=^TestParentKilled$")
+	cmd.Env = append(os.Environ(), helperDirEnv+"="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("parent: %v", err)
+	}
+	addr := strings.TrimSpace(line)
+	pid := readPID(t, filepath.Join(dir, "clickhouse.pid"))
+	execSQL(t, addr,
+		"CREATE TABLE default.kept (n UInt64) ENGINE = MergeTree ORDER BY n",
+		"INSERT INTO default.kept SELECT number FROM system.numbers LIMIT 100",
+	)
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+
+	srv := start(t, dir)
+	if srv.Addr() != addr {
+		t.Errorf("got addr %s after the parent died, want %s", srv.Addr(), addr)
+	}
+	if chserver.ProcessAlive(pid) {
+		t.Errorf("orphaned pid %d still running", pid)
+	}
+	if got := count(t, srv.Addr(), "default.kept"); got != 100 {
+		t.Errorf("got %d rows, want 100", got)
+	}
+}
+
+func Example() {
+	ctx := context.Background()
+	srv, err := chserver.Start(ctx, chserver.Config{Dir: "/tmp/meter-dev/clickhouse"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Stop(ctx)
+	fmt.Println("ClickHouse at", srv.Addr())
+}
+
+// The server deletes inactive parts 30 s after a merge or a rewrite, not
+// the default 8 minutes (a dev data directory grew to 1.4 GB of them).
+func TestOldPartsLifetime(t *testing.T) {
+	chtest.RequireLocal(t)
+	srv := start(t, t.TempDir())
+	conn := open(t, srv.Addr())
+	defer conn.Close()
+	var v string
+	if err := conn.QueryRow(context.Background(), "SELECT value FROM system.merge_tree_settings WHERE name = 'old_parts_lifetime'").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	if v != "30" {
+		t.Errorf("old_parts_lifetime = %s, want 30", v)
+	}
+}
