@@ -20,11 +20,22 @@ run: build ## start meterd --dev (data in ./data), replay demo traffic and GPU s
 	@scripts/run-demo.sh
 
 .PHONY: test
-test: lint check-generated ## lint, check generated code, run every test with -race (but CLUSTER_ONLY), the exactness tests again on a ClickHouse cluster (CLUSTER_ONLY there), the deployment files' checks (deploy/), then fuzz briefly
+test: ## every stage, even after one fails, with each stage's time and result, then a summary; fails at the end if any stage failed (STAGES="lint unit" picks some)
+	@scripts/test-stages.sh
+
+# The stages of `make test`, in its order.
+.PHONY: test-stage-tools test-stage-lint test-stage-check-generated test-stage-unit test-stage-cluster test-stage-deploy test-stage-fuzz
+test-stage-tools: tools
+test-stage-lint: lint
+test-stage-check-generated: check-generated
+# unit: every go test with -race, but CLUSTER_ONLY (they run in test-cluster).
+test-stage-unit:
 	$(GO) test -race -count=1 -timeout 20m -skip '^($(CLUSTER_ONLY))$$' ./...
-	@$(MAKE) --no-print-directory test-cluster
+test-stage-cluster: test-cluster
+# deploy: the deployment files' checks (deploy/: Helm, compose, Kubernetes types).
+test-stage-deploy:
 	cd deploy && $(GO) test -count=1 -timeout 10m ./...
-	@$(MAKE) --no-print-directory fuzz
+test-stage-fuzz: fuzz
 
 # The exactness tests of ingest, rollups and queries, run again with their
 # stores in cluster mode on a two-shard ClickHouse cluster with ZooKeeper
@@ -34,7 +45,7 @@ test: lint check-generated ## lint, check generated code, run every test with -r
 CLUSTER_TESTS := ./ingest:TestConsumerExactTotalsAndDLQ,TestConsumerCrashRecovery,TestGPUConsumerExactAndDLQ,TestConsumerCountsEachEventIDOnce \
 	./rollup:TestLateEventsRecomputeExactlyTheirHour,TestTwoReplicasSameTotals \
 	./query:TestUsageExactWithDuplicates,TestRollupHourExact,TestTrafficLongRangesExactPeaks,TestMinuteWindow \
-	./internal/chstore:TestMinuteRetention
+	./internal/adapter/chstore:TestMinuteRetention
 
 # Tests that run in test-cluster only, not also in the first, parallel pass
 # of `make test`: TestIngestReplicasClusterExact runs four meterd and five
@@ -48,10 +59,11 @@ CLUSTER_ONLY := TestIngestReplicasClusterExact|TestIngestClusterEventIDCountedOn
 
 .PHONY: test-cluster
 test-cluster: ## the exactness tests of ingest, rollups and queries in cluster mode (METER_TEST_CLUSTER=1), then CLUSTER_ONLY with -race
-	@set -e; for t in $(CLUSTER_TESTS); do \
-		METER_TEST_CLUSTER=1 $(GO) test -count=1 -timeout 15m -run "^($$(echo $${t#*:} | tr , '|'))$$" "$${t%%:*}"; \
-	done
-	$(GO) test -race -count=1 -timeout 15m -run '^($(CLUSTER_ONLY))$$' ./cmd/meterd
+	@fail=""; for t in $(CLUSTER_TESTS); do \
+		METER_TEST_CLUSTER=1 $(GO) test -count=1 -timeout 15m -run "^($$(echo $${t#*:} | tr , '|'))$$" "$${t%%:*}" || fail="$$fail $${t%%:*}"; \
+	done; \
+	$(GO) test -race -count=1 -timeout 15m -run '^($(CLUSTER_ONLY))$$' ./cmd/meterd || fail="$$fail ./cmd/meterd"; \
+	if [ -n "$$fail" ]; then echo "test-cluster: failed in$$fail"; exit 1; fi
 
 # Fuzz targets as package:FuzzName. Their seed corpora (testdata/fuzz/) also
 # run as plain tests in every `go test`.
@@ -62,15 +74,16 @@ FUZZTIME ?= 10s
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target for FUZZTIME (default 10s); a failing input is written under the package's testdata/fuzz/
-	@set -e; for t in $(FUZZ_TARGETS); do \
+	@fail=""; for t in $(FUZZ_TARGETS); do \
 		echo "fuzz $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
 		for try in 1 2; do \
 			out=$$($(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}" 2>&1) && { echo "$$out"; break; }; \
 			echo "$$out"; \
-			if [ $$try = 2 ] || ! echo "$$out" | grep -q 'context deadline exceeded' || echo "$$out" | grep -q 'Failing input written'; then exit 1; fi; \
+			if [ $$try = 2 ] || ! echo "$$out" | grep -q 'context deadline exceeded' || echo "$$out" | grep -q 'Failing input written'; then fail="$$fail $${t#*:}"; break; fi; \
 			echo "fuzz $${t#*:}: Go 1.26's fuzz coordinator failed at -fuzztime without a failing input (golang/go#75804, fixed in Go 1.27); once more"; \
 		done; \
-	done
+	done; \
+	if [ -n "$$fail" ]; then echo "fuzz: failed:$$fail"; exit 1; fi
 
 .PHONY: test-short
 test-short: ## go tests only, no lint or generation check

@@ -14,7 +14,7 @@ import (
 // (20,000 random keys, half of them stored) as the index grows: the cost
 // a consumer pays per batch on top of its inserts.
 //
-//	go test -run '^$' -bench StoredEvents -benchtime 5x ./internal/chstore
+//	go test -run '^$' -bench StoredEvents -benchtime 5x ./internal/adapter/chstore
 func BenchmarkStoredEvents(b *testing.B) {
 	for _, n := range []int{100_000, 1_000_000, 10_000_000} {
 		b.Run(fmt.Sprintf("index=%d", n), func(b *testing.B) {
