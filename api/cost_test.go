@@ -11,6 +11,7 @@ import (
 	"time"
 	"tokenmeter/billing"
 	"tokenmeter/ingest"
+	"tokenmeter/ingest/sink"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
@@ -101,7 +102,7 @@ func TestCostEndpoints(t *testing.T) {
 			in, cached, out := e.GetPromptTokens(), e.GetCachedPromptTokens(), e.GetOutputTokens()
 			listCharge[tenant] += (in-cached)*600 + cached*300 + out*1800
 		}
-		events.Append(e, ingest.ITL(e), time.Now(), chstore.Source{})
+		events.Append(e, ingest.ITL(e), time.Now(), sink.Source{})
 	}
 	// Requests of a deployment without GPU samples: their cost is unknown
 	// (unattributed), their tokens still have a list price.
@@ -112,7 +113,7 @@ func TestCostEndpoints(t *testing.T) {
 		in, cached, out := e.GetPromptTokens(), e.GetCachedPromptTokens(), e.GetOutputTokens()
 		listCharge["acme"] += (in-cached)*600 + cached*300 + out*1800
 		unattributed++
-		events.Append(e, ingest.ITL(e), time.Now(), chstore.Source{})
+		events.Append(e, ingest.ITL(e), time.Now(), sink.Source{})
 	}
 	var gpus chstore.GPUBatch
 	for k := range 360 {

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/ingest"
+	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/testkit/billingtest"
 	"tokenmeter/internal/testkit/browsertest"
@@ -91,7 +92,7 @@ func fillDashboard(t *testing.T, s *stack) time.Time {
 			if !peak && i%7 == 3 {
 				e.Status = meterv1.Status_STATUS_TIMEOUT
 			}
-			events.Append(e, ingest.ITL(e), time.Now(), chstore.Source{})
+			events.Append(e, ingest.ITL(e), time.Now(), sink.Source{})
 		}
 		util := 0.25
 		if peak {

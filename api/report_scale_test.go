@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/ingest"
+	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/testkit/billingtest"
 	"tokenmeter/internal/testkit/browsertest"
@@ -56,7 +57,7 @@ func TestCapacityReportManyDeployments(t *testing.T) {
 			e.Deployment, e.Model = dep, fmt.Sprintf("model-%02d", i%40)
 			e.CompletedAt = timestamppb.New(at.Add(time.Duration(i%3000) * time.Second))
 			e.PromptTokens, e.OutputTokens = proto.Int64(int64(100+i)), proto.Int64(int64(1+i%50))
-			events.Append(e, ingest.ITL(e), time.Now(), chstore.Source{})
+			events.Append(e, ingest.ITL(e), time.Now(), sink.Source{})
 			w := want[dep]
 			w.requests++
 			w.in += uint64(100 + i)

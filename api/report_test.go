@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/ingest"
+	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/testkit/billingtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -44,7 +45,7 @@ func TestCapacityReport(t *testing.T) {
 			e := ev(h*1000+i, []string{"acme", "globex"}[i%2])
 			e.Deployment = "busy"
 			e.CompletedAt = timestamppb.New(at.Add(time.Duration(i) * time.Second))
-			events.Append(e, ingest.ITL(e), time.Now(), chstore.Source{})
+			events.Append(e, ingest.ITL(e), time.Now(), sink.Source{})
 		}
 		for k := range 360 {
 			for g, dep := range []string{"busy", "busy", "spare"} {

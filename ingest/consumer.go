@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
-	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/adapter/kafkaconn"
 )
 
@@ -32,33 +32,35 @@ const (
 	HeaderDLQOffset     = "dlq-source-offset"
 )
 
-// DeadLetterWriter records rejected records that the DLQ topic refused;
-// *chstore.Store implements it.
+// The consumers' store port: the writers below, and the rows and batches
+// they carry (package ingest/sink). internal/adapter/chstore implements
+// them.
+
+// DeadLetterWriter records rejected records that the DLQ topic refused.
 type DeadLetterWriter interface {
-	InsertDeadLetters(ctx context.Context, dead []chstore.DeadLetter) error
+	InsertDeadLetters(ctx context.Context, dead []sink.DeadLetter) error
 }
 
-// EventWriter stores a batch of validated events (and their ids in the
-// event id index), finds the events of a batch that are stored already,
-// and stores the dead letters the DLQ topic refuses; *chstore.Store
-// implements it.
+// EventWriter makes the batches the consumer fills with validated events,
+// stores a batch (and its ids in the event id index), finds the events of
+// a batch that are stored already, and stores the dead letters the DLQ
+// topic refuses.
 type EventWriter interface {
-	InsertEvents(ctx context.Context, b *chstore.EventBatch) error
-	StoredEvents(ctx context.Context, keys []uint64) ([]chstore.StoredEvent, error)
+	NewEventBatch() sink.EventBatch
+	// InsertEvents stores b, a batch NewEventBatch made.
+	InsertEvents(ctx context.Context, b sink.EventBatch) error
+	StoredEvents(ctx context.Context, keys []uint64) ([]sink.StoredEvent, error)
 	DeadLetterWriter
 }
 
-// GPUSampleWriter stores a batch of validated GPU samples, and the dead
-// letters the DLQ topic refuses; *chstore.Store implements it.
+// GPUSampleWriter makes and stores batches of validated GPU samples, and
+// stores the dead letters the DLQ topic refuses.
 type GPUSampleWriter interface {
-	InsertGPUSamples(ctx context.Context, b *chstore.GPUBatch) error
+	NewGPUBatch() sink.GPUBatch
+	// InsertGPUSamples stores b, a batch NewGPUBatch made.
+	InsertGPUSamples(ctx context.Context, b sink.GPUBatch) error
 	DeadLetterWriter
 }
-
-var (
-	_ EventWriter     = (*chstore.Store)(nil)
-	_ GPUSampleWriter = (*chstore.Store)(nil)
-)
 
 // DefaultGPUGroupID is the consumer group of the GPU sample consumer.
 const DefaultGPUGroupID = "tokenmeter-ingest-gpu"
@@ -87,8 +89,8 @@ type eventRows struct {
 	decoder *RowDecoder
 	limits  Limits
 	store   EventWriter
-	row     chstore.EventRow
-	batch   chstore.EventBatch
+	row     sink.EventRow
+	batch   sink.EventBatch // made by store
 	ids     batchIDs
 }
 
@@ -108,15 +110,15 @@ func (r *eventRows) reset() {
 	r.batch.Reset()
 	r.ids.reset()
 }
-func (r *eventRows) insert(ctx context.Context) error { return r.store.InsertEvents(ctx, &r.batch) }
+func (r *eventRows) insert(ctx context.Context) error { return r.store.InsertEvents(ctx, r.batch) }
 
 // gpuRows batches GPU samples.
 type gpuRows struct {
 	decoder *RowDecoder
 	limits  Limits
 	store   GPUSampleWriter
-	row     chstore.GPURow
-	batch   chstore.GPUBatch
+	row     sink.GPURow
+	batch   sink.GPUBatch // made by store
 }
 
 func (r *gpuRows) add(m kafka.Message, now time.Time) *ValidationError {
@@ -133,7 +135,7 @@ func (r *gpuRows) add(m kafka.Message, now time.Time) *ValidationError {
 
 func (r *gpuRows) len() int                         { return r.batch.Len() }
 func (r *gpuRows) reset()                           { r.batch.Reset() }
-func (r *gpuRows) insert(ctx context.Context) error { return r.store.InsertGPUSamples(ctx, &r.batch) }
+func (r *gpuRows) insert(ctx context.Context) error { return r.store.InsertGPUSamples(ctx, r.batch) }
 
 func asValidation(err error) *ValidationError {
 	var verr *ValidationError
@@ -308,7 +310,9 @@ func NewConsumer(cfg ConsumerConfig, store EventWriter, reg prometheus.Registere
 	cfg = cfg.withDefaults()
 	// One decoder for every batch: only the fetch loop decodes.
 	decoder := NewRowDecoder(cfg.Limits)
-	return newConsumer(cfg, func() rows { return &eventRows{decoder: decoder, limits: cfg.Limits, store: store} }, store, reg, logger, now)
+	return newConsumer(cfg, func() rows {
+		return &eventRows{decoder: decoder, limits: cfg.Limits, store: store, batch: store.NewEventBatch()}
+	}, store, reg, logger, now)
 }
 
 // NewGPUConsumer creates the consumer of GPU samples (topic DefaultGPUTopic,
@@ -326,7 +330,9 @@ func NewGPUConsumer(cfg ConsumerConfig, store GPUSampleWriter, reg prometheus.Re
 	}
 	cfg = cfg.withDefaults()
 	decoder := NewRowDecoder(cfg.Limits)
-	return newConsumer(cfg, func() rows { return &gpuRows{decoder: decoder, limits: cfg.Limits, store: store} }, store, reg, logger, now)
+	return newConsumer(cfg, func() rows {
+		return &gpuRows{decoder: decoder, limits: cfg.Limits, store: store, batch: store.NewGPUBatch()}
+	}, store, reg, logger, now)
 }
 
 // NewEngineConsumer creates the consumer of engine samples (topic
@@ -343,7 +349,9 @@ func NewEngineConsumer(cfg ConsumerConfig, store EngineSampleWriter, reg prometh
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return newConsumer(cfg, func() rows { return &engineRows{limits: cfg.Limits, store: store} }, store, reg, logger, now)
+	return newConsumer(cfg, func() rows {
+		return &engineRows{limits: cfg.Limits, store: store, batch: store.NewEngineBatch()}
+	}, store, reg, logger, now)
 }
 
 func newConsumer(cfg ConsumerConfig, newRows func() rows, deadStore DeadLetterWriter, reg prometheus.Registerer, logger *slog.Logger, now func() time.Time) (*Consumer, error) {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/ingest/sink"
 )
 
 // Dead-letter headers that identify the whole original value and say what
@@ -163,8 +163,8 @@ func (d *deadLetter) minimal() kafka.Message {
 }
 
 // row is the dead letter as a row of the dead_letters table.
-func (d *deadLetter) row(dlqErr error, now time.Time) chstore.DeadLetter {
-	return chstore.DeadLetter{
+func (d *deadLetter) row(dlqErr error, now time.Time) sink.DeadLetter {
+	return sink.DeadLetter{
 		SourceTopic: d.topic, SourcePartition: int32(d.partition), SourceOffset: d.offset,
 		ReasonCode: d.reasonCode, Reason: d.reason,
 		OriginalSize: uint64(d.size), OriginalSHA256: d.sha256,
@@ -232,7 +232,7 @@ func (c *Consumer) writeDeadLetters(ctx context.Context, dead []deadLetter, reco
 	}
 	if len(toTable) > 0 {
 		now := c.now()
-		rows := make([]chstore.DeadLetter, len(toTable))
+		rows := make([]sink.DeadLetter, len(toTable))
 		for j, i := range toTable {
 			rows[j] = dead[i].row(errs[i], now)
 		}

@@ -8,7 +8,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"google.golang.org/protobuf/proto"
 
-	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/ingest/sink"
 )
 
 // One event, one count. An event is identified by (tenant_id, event_id),
@@ -19,7 +19,7 @@ import (
 // stored or counted.
 //
 // Before a batch is inserted, its ids are looked up in the event id index
-// (chstore.StoredEvents, table event_ids), which InsertEvents fills after
+// (EventWriter.StoredEvents, table event_ids), which InsertEvents fills after
 // every batch, and compared with the batch's earlier rows (the first row
 // of each key hash is noted as the batch is filled). The writer writes
 // batches in order, so a batch's lookup sees every batch before it. The
@@ -47,7 +47,7 @@ func (b *batchIDs) reset() {
 // appendRow appends r.row to the batch with its key hash and fingerprint,
 // noting the first row of each key hash.
 func (r *eventRows) appendRow(m kafka.Message, now time.Time) *ValidationError {
-	key := chstore.EventKey(r.row.TenantID, r.row.EventID)
+	key := sink.EventKey(r.row.TenantID, r.row.EventID)
 	fp := r.row.Fingerprint(&r.ids.scratch)
 	if r.ids.first == nil {
 		r.ids.first = make(map[uint64]int32)
@@ -57,7 +57,7 @@ func (r *eventRows) appendRow(m kafka.Message, now time.Time) *ValidationError {
 	} else {
 		r.ids.first[key] = int32(r.batch.Len())
 	}
-	r.batch.AppendKeyedRow(&r.row, RowITL(&r.row), now, chstore.Source{Partition: int32(m.Partition), Offset: m.Offset}, key, fp)
+	r.batch.AppendKeyedRow(&r.row, RowITL(&r.row), now, sink.Source{Partition: int32(m.Partition), Offset: m.Offset}, key, fp)
 	return nil
 }
 
@@ -86,35 +86,38 @@ func (r *eventRows) dedupStored(ctx context.Context, topic string) (conflicts []
 	if len(stored) == 0 && !r.ids.repeat {
 		return nil, 0, nil
 	}
-	byKey := make(map[uint64][]chstore.StoredEvent, len(stored))
+	byKey := make(map[uint64][]sink.StoredEvent, len(stored))
 	for _, s := range stored {
 		byKey[s.KeyHash] = append(byKey[s.KeyHash], s)
 	}
 	keep := make([]bool, n)
 	for i := range keep {
 		keep[i] = true
-		key, tenant, id := r.batch.KeyHash(i), r.batch.TenantID(i), r.batch.EventID(i)
-		var first *chstore.StoredEvent
-		for k, s := range byKey[key] {
-			if s.TenantID == tenant && s.EventID == id {
-				first = &byKey[key][k]
+		row := r.batch.Stored(i)
+		var first *sink.StoredEvent
+		for k, s := range byKey[row.KeyHash] {
+			if s.TenantID == row.TenantID && s.EventID == row.EventID {
+				first = &byKey[row.KeyHash][k]
 				break
 			}
 		}
 		if first == nil {
-			j := int(r.ids.first[key])
-			if j == i || r.batch.TenantID(j) != tenant || r.batch.EventID(j) != id {
-				continue // the first copy (or, for a hash shared by two ids, not found: kept)
+			j := int(r.ids.first[row.KeyHash])
+			if j == i {
+				continue // the first copy
 			}
-			first = &chstore.StoredEvent{KeyHash: key, TenantID: tenant, EventID: id,
-				CompletedAtMs: r.batch.CompletedAtMs(j), Fingerprint: r.batch.Fingerprint(j), IngestedAt: r.batch.IngestedAt(j)}
+			earlier := r.batch.Stored(j)
+			if earlier.TenantID != row.TenantID || earlier.EventID != row.EventID {
+				continue // a hash shared by two ids, not found: kept
+			}
+			first = &earlier
 		}
 		keep[i] = false
-		if first.Same(r.batch.Fingerprint(i), r.batch.CompletedAtMs(i)) {
+		if first.Same(row.Fingerprint, row.CompletedAtMs) {
 			dropped++
 			continue
 		}
-		conflicts = append(conflicts, r.conflictRecord(i, *first, topic))
+		conflicts = append(conflicts, r.conflictRecord(i, row, *first, topic))
 	}
 	if dropped+len(conflicts) > 0 {
 		r.batch.Keep(keep)
@@ -122,8 +125,9 @@ func (r *eventRows) dedupStored(ctx context.Context, topic string) (conflicts []
 	return conflicts, dropped, nil
 }
 
-// conflictRecord is the dead letter of row i, which conflicts with stored.
-func (r *eventRows) conflictRecord(i int, stored chstore.StoredEvent, topic string) conflict {
+// conflictRecord is the dead letter of row i (its ids are row), which
+// conflicts with stored.
+func (r *eventRows) conflictRecord(i int, row, stored sink.StoredEvent, topic string) conflict {
 	src := r.batch.Source(i)
 	value, err := proto.Marshal(r.batch.Event(i))
 	if err != nil {
@@ -132,14 +136,14 @@ func (r *eventRows) conflictRecord(i int, stored chstore.StoredEvent, topic stri
 	return conflict{
 		msg: kafka.Message{
 			Topic: topic, Partition: int(src.Partition), Offset: src.Offset,
-			Key: []byte(r.batch.EventID(i)), Value: value,
+			Key: []byte(row.EventID), Value: value,
 			Headers: []kafka.Header{{Key: HeaderContentType, Value: []byte(ContentTypeProtobuf)}},
 		},
 		verr: invalid(ReasonDuplicateConflict,
 			"event %q of tenant %q was received first with completed_at %s (at %s); this copy (completed_at %s) differs from it and is not counted (the record is the copy as decoded)",
-			r.batch.EventID(i), r.batch.TenantID(i),
+			row.EventID, row.TenantID,
 			time.UnixMilli(stored.CompletedAtMs).UTC().Format(time.RFC3339Nano), stored.IngestedAt.UTC().Format(time.RFC3339),
-			time.UnixMilli(r.batch.CompletedAtMs(i)).UTC().Format(time.RFC3339Nano)),
+			time.UnixMilli(row.CompletedAtMs).UTC().Format(time.RFC3339Nano)),
 	}
 }
 

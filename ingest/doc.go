@@ -5,6 +5,11 @@
 // batches records into one ClickHouse INSERT per batch, sends bad records to
 // the dead-letter topic, and commits offsets only after the insert.
 //
+// It declares what it writes: the writers its consumers call
+// (EventWriter, GPUSampleWriter, EngineSampleWriter, DeadLetterWriter)
+// and, in ingest/sink, the rows and batches they carry;
+// internal/adapter/chstore implements them, and ingest does not import it.
+//
 // It does not own the schema or the SQL (internal/adapter/chstore), nor
 // authentication or the mapping of errors to status codes (api).
 package ingest

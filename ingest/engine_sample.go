@@ -7,7 +7,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/ident"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
@@ -22,10 +22,12 @@ const DefaultEngineGroupID = "tokenmeter-ingest-engine"
 // Engines are the engine names an EngineSample may carry.
 var Engines = []string{"vllm", "sglang", "tgi"}
 
-// EngineSampleWriter writes engine sample batches; *chstore.Store
-// implements it.
+// EngineSampleWriter makes and stores batches of validated engine
+// samples, and stores the dead letters the DLQ topic refuses.
 type EngineSampleWriter interface {
-	InsertEngineSamples(ctx context.Context, b *chstore.EngineBatch) error
+	NewEngineBatch() sink.EngineBatch
+	// InsertEngineSamples stores b, a batch NewEngineBatch made.
+	InsertEngineSamples(ctx context.Context, b sink.EngineBatch) error
 	DeadLetterWriter
 }
 
@@ -101,7 +103,7 @@ func (l Limits) ValidateEngineSample(s *meterv1.EngineSample, now time.Time) err
 type engineRows struct {
 	limits Limits
 	store  EngineSampleWriter
-	batch  chstore.EngineBatch
+	batch  sink.EngineBatch // made by store
 }
 
 func (r *engineRows) add(m kafka.Message, now time.Time) *ValidationError {
@@ -120,5 +122,5 @@ func (r *engineRows) add(m kafka.Message, now time.Time) *ValidationError {
 func (r *engineRows) len() int { return r.batch.Len() }
 func (r *engineRows) reset()   { r.batch.Reset() }
 func (r *engineRows) insert(ctx context.Context) error {
-	return r.store.InsertEngineSamples(ctx, &r.batch)
+	return r.store.InsertEngineSamples(ctx, r.batch)
 }

@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/ident"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
@@ -25,13 +25,13 @@ func DecodeGPUSample(s *meterv1.GpuSample, value []byte, contentType string, lim
 // cost" and the limits. An empty deployment is valid: the GPU's time is
 // reported as unattributed. It returns nil or a *ValidationError.
 func (l Limits) ValidateGPUSample(s *meterv1.GpuSample, now time.Time) error {
-	var r chstore.GPURow
+	var r sink.GPURow
 	r.FromProto(s)
 	return l.ValidateGPURow(&r, now)
 }
 
 // ValidateGPURow is ValidateGPUSample of a sample row: the one set of rules.
-func (l Limits) ValidateGPURow(s *chstore.GPURow, now time.Time) error {
+func (l Limits) ValidateGPURow(s *sink.GPURow, now time.Time) error {
 	for _, f := range [...]struct{ name, v string }{{"sample_id", s.SampleID}, {"gpu_uuid", s.GPUUUID}} {
 		if f.v == "" {
 			return invalid(ReasonMissingField, "%s is required", f.name)

@@ -3,12 +3,12 @@ package ingest
 import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/ingest/sink"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
 // RowDecoder decodes event and GPU sample records straight into rows
-// (chstore.EventRow, chstore.GPURow), without a message per record.
+// (sink.EventRow, sink.GPURow), without a message per record.
 //
 // Why by hand: protojson and proto.Unmarshal build a message per record
 // through reflection, with a pointer per optional field, a map for the
@@ -40,9 +40,9 @@ func NewRowDecoder(limits Limits) *RowDecoder {
 }
 
 // DecodeEvent fills r from value, as Decoder.Decode then
-// chstore.EventRow.FromProto would. Errors are *ValidationError with
+// sink.EventRow.FromProto would. Errors are *ValidationError with
 // reason decode or oversized.
-func (d *RowDecoder) DecodeEvent(r *chstore.EventRow, value []byte, contentType string) error {
+func (d *RowDecoder) DecodeEvent(r *sink.EventRow, value []byte, contentType string) error {
 	isJSON, err := d.precheck(value, contentType)
 	if err != nil {
 		return err
@@ -67,13 +67,13 @@ func (d *RowDecoder) DecodeEvent(r *chstore.EventRow, value []byte, contentType 
 }
 
 // DecodeGPUSample fills r from value, as DecodeGPUSample then
-// chstore.GPURow.FromProto would.
-func (d *RowDecoder) DecodeGPUSample(r *chstore.GPURow, value []byte, contentType string) error {
+// sink.GPURow.FromProto would.
+func (d *RowDecoder) DecodeGPUSample(r *sink.GPURow, value []byte, contentType string) error {
 	isJSON, err := d.precheck(value, contentType)
 	if err != nil {
 		return err
 	}
-	*r = chstore.GPURow{}
+	*r = sink.GPURow{}
 	var ok bool
 	if isJSON {
 		ok = d.jsonGPU(r, value)

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/workload"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -31,9 +32,9 @@ import (
 
 var rowCmp = []cmp.Option{cmpopts.EquateEmpty(), cmpopts.EquateNaNs()}
 
-func referenceEventRow(value []byte, ct string) (chstore.EventRow, error) {
+func referenceEventRow(value []byte, ct string) (sink.EventRow, error) {
 	var ev meterv1.InferenceEvent
-	var r chstore.EventRow
+	var r sink.EventRow
 	err := NewDecoder(DefaultLimits()).Decode(&ev, value, ct)
 	if err == nil {
 		r.FromProto(&ev)
@@ -41,9 +42,9 @@ func referenceEventRow(value []byte, ct string) (chstore.EventRow, error) {
 	return r, err
 }
 
-func referenceGPURow(value []byte, ct string) (chstore.GPURow, error) {
+func referenceGPURow(value []byte, ct string) (sink.GPURow, error) {
 	var s meterv1.GpuSample
-	var r chstore.GPURow
+	var r sink.GPURow
 	err := DecodeGPUSample(&s, value, ct, DefaultLimits())
 	if err == nil {
 		r.FromProto(&s)
@@ -72,7 +73,7 @@ func sameError(t testing.TB, what string, got, want error) {
 func diffEvent(t testing.TB, d *RowDecoder, value []byte, ct string) bool {
 	t.Helper()
 	want, werr := referenceEventRow(value, ct)
-	var got chstore.EventRow
+	var got sink.EventRow
 	gerr := d.DecodeEvent(&got, value, ct)
 	what := fmt.Sprintf("event %q (content-type %q)", value, ct)
 	sameError(t, what, gerr, werr)
@@ -90,7 +91,7 @@ func diffEvent(t testing.TB, d *RowDecoder, value []byte, ct string) bool {
 func diffGPU(t testing.TB, d *RowDecoder, value []byte, ct string) bool {
 	t.Helper()
 	want, werr := referenceGPURow(value, ct)
-	var got chstore.GPURow
+	var got sink.GPURow
 	gerr := d.DecodeGPUSample(&got, value, ct)
 	what := fmt.Sprintf("GPU sample %q (content-type %q)", value, ct)
 	sameError(t, what, gerr, werr)
@@ -515,13 +516,13 @@ func BenchmarkDecodePath(b *testing.B) {
 				if err := limits.Validate(&ev, now); err != nil {
 					b.Fatal(err)
 				}
-				batch.Append(&ev, ITL(&ev), now, chstore.Source{})
+				batch.Append(&ev, ITL(&ev), now, sink.Source{})
 			}
 		})
 		b.Run(enc.name+"/rows", func(b *testing.B) {
 			dec := NewRowDecoder(limits)
 			var batch chstore.EventBatch
-			var row chstore.EventRow
+			var row sink.EventRow
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				if i%len(values) == 0 {
@@ -533,7 +534,7 @@ func BenchmarkDecodePath(b *testing.B) {
 				if err := limits.ValidateRow(&row, now); err != nil {
 					b.Fatal(err)
 				}
-				batch.AppendRow(&row, RowITL(&row), now, chstore.Source{})
+				batch.AppendRow(&row, RowITL(&row), now, sink.Source{})
 			}
 		})
 	}
@@ -545,7 +546,7 @@ func BenchmarkDecodePath(b *testing.B) {
 func TestRowDecoderInternsOnlyValidLengths(t *testing.T) {
 	limits := DefaultLimits()
 	d := NewRowDecoder(limits)
-	var r chstore.EventRow
+	var r sink.EventRow
 	for i := range 100 {
 		js := fmt.Sprintf(`{"eventId":"e%d","tenantId":"%s-%d","model":"m"}`, i, strings.Repeat("t", 10_000), i)
 		if err := d.DecodeEvent(&r, []byte(js), ContentTypeJSON); err != nil {

@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
-	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/ingest/sink"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -189,26 +189,26 @@ func (s *jscan) boolean() (bool, bool) {
 // timestamp reads an RFC 3339 timestamp as protojson does: time.Parse with
 // time.RFC3339Nano, seconds within years 1 to 9999, at most nine digits of
 // fraction.
-func (s *jscan) timestamp() (chstore.Timestamp, bool) {
+func (s *jscan) timestamp() (sink.Timestamp, bool) {
 	raw, ok := s.str()
 	if !ok {
-		return chstore.Timestamp{}, false
+		return sink.Timestamp{}, false
 	}
 	str := unsafeString(raw)
 	t, err := time.Parse(time.RFC3339Nano, str)
 	if err != nil {
-		return chstore.Timestamp{}, false
+		return sink.Timestamp{}, false
 	}
 	secs := t.Unix()
 	if secs < minTimestampSeconds || secs > maxTimestampSeconds {
-		return chstore.Timestamp{}, false
+		return sink.Timestamp{}, false
 	}
 	if dot := strings.LastIndexByte(str, '.'); dot >= 0 {
 		if zone := strings.LastIndexAny(str, "Z-+"); zone >= dot && zone-dot > 10 {
-			return chstore.Timestamp{}, false
+			return sink.Timestamp{}, false
 		}
 	}
-	return chstore.Timestamp{Seconds: secs, Nanos: int32(t.Nanosecond()), Set: true}, true
+	return sink.Timestamp{Seconds: secs, Nanos: int32(t.Nanosecond()), Set: true}, true
 }
 
 // The setters read the value at the scanner into dst, as protojson reads
@@ -238,15 +238,15 @@ func (s *jscan) setF64(dst *float64) bool {
 	return ok
 }
 
-func (s *jscan) setOptInt(dst *chstore.OptInt) bool {
+func (s *jscan) setOptInt(dst *sink.OptInt) bool {
 	v, ok := s.uintValue(18)
-	*dst = chstore.OptInt{V: int64(v), Set: true}
+	*dst = sink.OptInt{V: int64(v), Set: true}
 	return ok
 }
 
-func (s *jscan) setOptFloat(dst *chstore.OptFloat) bool {
+func (s *jscan) setOptFloat(dst *sink.OptFloat) bool {
 	v, ok := s.float()
-	*dst = chstore.OptFloat{V: v, Set: true}
+	*dst = sink.OptFloat{V: v, Set: true}
 	return ok
 }
 
@@ -295,7 +295,7 @@ func (s *jscan) object(names map[string]int32, field func(num int32) bool) bool 
 // validation refuses them anyway.
 const maxFastLabels = 64
 
-func (d *RowDecoder) jsonEvent(r *chstore.EventRow, b []byte) bool {
+func (d *RowDecoder) jsonEvent(r *sink.EventRow, b []byte) bool {
 	s := jscan{b: b}
 	return s.object(eventFieldNumbers, func(num int32) bool {
 		var ok bool
@@ -371,7 +371,7 @@ func (d *RowDecoder) jsonEvent(r *chstore.EventRow, b []byte) bool {
 
 // jsonLabels reads the labels object; a repeated key falls back (protojson
 // refuses it).
-func (d *RowDecoder) jsonLabels(r *chstore.EventRow, s *jscan) bool {
+func (d *RowDecoder) jsonLabels(r *sink.EventRow, s *jscan) bool {
 	if s.peek() != '{' {
 		return false
 	}
@@ -395,7 +395,7 @@ func (d *RowDecoder) jsonLabels(r *chstore.EventRow, s *jscan) bool {
 				return false
 			}
 		}
-		r.Labels = append(r.Labels, chstore.Label{Key: d.strs.get(k), Value: d.strs.get(v)})
+		r.Labels = append(r.Labels, sink.Label{Key: d.strs.get(k), Value: d.strs.get(v)})
 		s.ws()
 		c := s.peek()
 		s.i++
@@ -409,7 +409,7 @@ func (d *RowDecoder) jsonLabels(r *chstore.EventRow, s *jscan) bool {
 	}
 }
 
-func (d *RowDecoder) jsonGPU(r *chstore.GPURow, b []byte) bool {
+func (d *RowDecoder) jsonGPU(r *sink.GPURow, b []byte) bool {
 	s := jscan{b: b}
 	return s.object(gpuFieldNumbers, func(num int32) bool {
 		var ok bool

@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/ingest/sink"
 )
 
 // The protobuf fast path (see RowDecoder): the wire format read with
@@ -116,16 +116,16 @@ func (w *wireReader) setF64(dst *float64) bool {
 	return ok
 }
 
-func (w *wireReader) setOptInt(dst *chstore.OptInt) bool {
+func (w *wireReader) setOptInt(dst *sink.OptInt) bool {
 	v, ok := w.varint()
-	*dst = chstore.OptInt{V: int64(v), Set: true}
+	*dst = sink.OptInt{V: int64(v), Set: true}
 	return ok
 }
 
-func (w *wireReader) setOptFloat(dst *chstore.OptFloat) bool {
+func (w *wireReader) setOptFloat(dst *sink.OptFloat) bool {
 	var f float64
 	ok := w.setF64(&f)
-	*dst = chstore.OptFloat{V: f, Set: true}
+	*dst = sink.OptFloat{V: f, Set: true}
 	return ok
 }
 
@@ -133,7 +133,7 @@ func (w *wireReader) setOptFloat(dst *chstore.OptFloat) bool {
 func (w *wireReader) done() bool { return len(w.b) == 0 }
 
 // timestamp merges a google.protobuf.Timestamp message into t.
-func (w *wireReader) timestamp(t *chstore.Timestamp) bool {
+func (w *wireReader) timestamp(t *sink.Timestamp) bool {
 	b, ok := w.bytes()
 	if !ok {
 		return false
@@ -163,7 +163,7 @@ func (w *wireReader) timestamp(t *chstore.Timestamp) bool {
 	return m.done()
 }
 
-func (d *RowDecoder) protoEvent(r *chstore.EventRow, b []byte) bool {
+func (d *RowDecoder) protoEvent(r *sink.EventRow, b []byte) bool {
 	w := wireReader{b: b}
 	for w.next() {
 		var ok bool
@@ -235,12 +235,12 @@ func (d *RowDecoder) protoEvent(r *chstore.EventRow, b []byte) bool {
 
 // protoLabel reads one map entry (key 1, value 2; either may be missing).
 // SortLabels later keeps the last value of a repeated key.
-func (d *RowDecoder) protoLabel(r *chstore.EventRow, w *wireReader) bool {
+func (d *RowDecoder) protoLabel(r *sink.EventRow, w *wireReader) bool {
 	b, ok := w.bytes()
 	if !ok || len(r.Labels) >= maxFastLabels {
 		return false
 	}
-	var l chstore.Label
+	var l sink.Label
 	m := wireReader{b: b}
 	for m.next() {
 		switch m.num {
@@ -267,7 +267,7 @@ func (d *RowDecoder) protoLabel(r *chstore.EventRow, w *wireReader) bool {
 	return true
 }
 
-func (d *RowDecoder) protoGPU(r *chstore.GPURow, b []byte) bool {
+func (d *RowDecoder) protoGPU(r *sink.GPURow, b []byte) bool {
 	w := wireReader{b: b}
 	for w.next() {
 		var ok bool

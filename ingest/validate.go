@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/ident"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
@@ -87,7 +87,7 @@ func (l Limits) Validate(ev *meterv1.InferenceEvent, now time.Time) error {
 	if ev == nil {
 		return invalid(ReasonMissingField, "event is empty")
 	}
-	var r chstore.EventRow
+	var r sink.EventRow
 	r.FromProto(ev)
 	return l.ValidateRow(&r, now)
 }
@@ -98,7 +98,7 @@ const minTimestampSeconds, maxTimestampSeconds = -62135596800, 253402300799
 
 // checkTimestamp returns the error of t.Proto().CheckValid() without
 // building the message for a valid timestamp.
-func checkTimestamp(t chstore.Timestamp) error {
+func checkTimestamp(t sink.Timestamp) error {
 	if t.Seconds >= minTimestampSeconds && t.Seconds <= maxTimestampSeconds && t.Nanos >= 0 && t.Nanos < 1e9 {
 		return nil
 	}
@@ -107,7 +107,7 @@ func checkTimestamp(t chstore.Timestamp) error {
 
 // ValidateRow is Validate of an event row: the one set of rules, which
 // every path (Kafka records of either encoding, the API) goes through.
-func (l Limits) ValidateRow(ev *chstore.EventRow, now time.Time) error {
+func (l Limits) ValidateRow(ev *sink.EventRow, now time.Time) error {
 	for _, f := range [...]struct{ name, v string }{
 		{"event_id", ev.EventID}, {"tenant_id", ev.TenantID}, {"model", ev.Model},
 	} {
@@ -172,7 +172,7 @@ func (l Limits) ValidateRow(ev *chstore.EventRow, now time.Time) error {
 	}
 	for _, f := range [...]struct {
 		name string
-		v    chstore.OptInt
+		v    sink.OptInt
 	}{
 		{"prompt_tokens", ev.PromptTokens}, {"cached_prompt_tokens", ev.CachedPromptTokens}, {"output_tokens", ev.OutputTokens},
 	} {
@@ -192,7 +192,7 @@ func (l Limits) ValidateRow(ev *chstore.EventRow, now time.Time) error {
 	maxMs := float64(l.MaxLatency.Milliseconds())
 	for _, f := range [...]struct {
 		name string
-		v    chstore.OptFloat
+		v    sink.OptFloat
 	}{
 		{"ttft_ms", ev.TTFTMs}, {"e2e_ms", ev.E2EMs}, {"queue_ms", ev.QueueMs}, {"prefill_ms", ev.PrefillMs}, {"itl_ms", ev.ITLMs},
 	} {

@@ -20,6 +20,7 @@ import (
 
 	"tokenmeter/billing"
 	"tokenmeter/ingest"
+	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/adapter/chstore/chstoretest"
 	"tokenmeter/internal/testkit/chcluster"
@@ -174,7 +175,7 @@ func (e *eqStores) insert(t *testing.T, events []*meterv1.InferenceEvent, sample
 		if len(events) > 0 {
 			var b chstore.EventBatch
 			for _, ev := range events {
-				b.Append(ev, ingest.ITL(ev), time.Now(), chstore.Source{})
+				b.Append(ev, ingest.ITL(ev), time.Now(), sink.Source{})
 			}
 			if err := s.InsertEvents(t.Context(), &b); err != nil {
 				return err

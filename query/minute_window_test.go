@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tokenmeter/ingest"
+	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/adapter/chstore/chstoretest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -32,7 +33,7 @@ func TestMinuteWindow(t *testing.T) {
 	}
 	var b chstore.EventBatch
 	for _, ev := range events {
-		b.Append(ev, ingest.ITL(ev), time.Now(), chstore.Source{Partition: 0, Offset: 1})
+		b.Append(ev, ingest.ITL(ev), time.Now(), sink.Source{Partition: 0, Offset: 1})
 	}
 	if err := s.InsertEvents(ctx, &b); err != nil {
 		t.Fatal(err)

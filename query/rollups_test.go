@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/ingest"
+	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/testkit/chtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -113,7 +114,7 @@ func TestTooManySeries(t *testing.T) {
 	var b chstore.EventBatch
 	for i := range 400 { // 400 × 37 s: about four hours, well over 5 minutes
 		ev := event(i)
-		b.Append(ev, ingest.ITL(ev), time.Now(), chstore.Source{})
+		b.Append(ev, ingest.ITL(ev), time.Now(), sink.Source{})
 	}
 	if err := s.InsertEvents(ctx, &b); err != nil {
 		t.Fatal(err)
@@ -162,7 +163,7 @@ func rollUpSpreadEvents(t *testing.T, s *chstore.Store, n int) (time.Time, rollu
 			ev.E2EMs = proto.Float64(400 + float64(i*104729%90000)/7)
 			ev.ItlMs = proto.Float64(5 + float64(i%97)/3)
 		}
-		b.Append(ev, ingest.ITL(ev), time.Now(), chstore.Source{})
+		b.Append(ev, ingest.ITL(ev), time.Now(), sink.Source{})
 	}
 	if err := s.InsertEvents(context.Background(), &b); err != nil {
 		t.Fatal(err)
@@ -357,7 +358,7 @@ func TestRollupDays(t *testing.T) {
 	late := event(n + 1)
 	late.CompletedAt = timestamppb.New(day.Add(5*time.Hour + 3*time.Minute))
 	var b chstore.EventBatch
-	b.Append(late, ingest.ITL(late), time.Now(), chstore.Source{})
+	b.Append(late, ingest.ITL(late), time.Now(), sink.Source{})
 	if err := s.InsertEvents(ctx, &b); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 	"tokenmeter/ingest"
+	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/adapter/chstore/chstoretest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -104,14 +105,14 @@ func TestUsageExactWithDuplicates(t *testing.T) {
 	// INSERT (redelivery), so duplicates sit in different parts.
 	var b chstore.EventBatch
 	for _, ev := range events {
-		b.Append(ev, ingest.ITL(ev), time.Now(), chstore.Source{Partition: 0, Offset: 1})
+		b.Append(ev, ingest.ITL(ev), time.Now(), sink.Source{Partition: 0, Offset: 1})
 	}
 	if err := s.InsertEvents(ctx, &b); err != nil {
 		t.Fatal(err)
 	}
 	b.Reset()
 	for i := 0; i < len(events); i += 3 {
-		b.Append(events[i], ingest.ITL(events[i]), time.Now(), chstore.Source{Partition: 1, Offset: int64(i)})
+		b.Append(events[i], ingest.ITL(events[i]), time.Now(), sink.Source{Partition: 1, Offset: int64(i)})
 	}
 	if err := s.InsertEvents(ctx, &b); err != nil {
 		t.Fatal(err)
@@ -153,7 +154,7 @@ func TestUsageMonths(t *testing.T) {
 		ev := event(i)
 		ev.CompletedAt = timestamppb.New(at)
 		events = append(events, ev)
-		b.Append(ev, ingest.ITL(ev), time.Now(), chstore.Source{})
+		b.Append(ev, ingest.ITL(ev), time.Now(), sink.Source{})
 	}
 	if err := s.InsertEvents(ctx, &b); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/ingest"
+	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/testkit/chtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -82,7 +83,7 @@ func (f *fixture) insert(t *testing.T, events []*meterv1.InferenceEvent) {
 	t.Helper()
 	var b chstore.EventBatch
 	for _, ev := range events {
-		b.Append(ev, ingest.ITL(ev), time.Now(), chstore.Source{})
+		b.Append(ev, ingest.ITL(ev), time.Now(), sink.Source{})
 	}
 	if err := f.store.InsertEvents(context.Background(), &b); err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/ingest"
+	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/adapter/devenv"
 	"tokenmeter/internal/logsetup"
@@ -287,7 +288,7 @@ func rawInsert(ctx context.Context, addr, db, compression string, events []*mete
 	for i := 0; i < len(events); i += batchSize {
 		b := &chstore.EventBatch{}
 		for j, ev := range events[i:min(i+batchSize, len(events))] {
-			b.Append(ev, ingest.ITL(ev), now, chstore.Source{Partition: 0, Offset: int64(i + j)})
+			b.Append(ev, ingest.ITL(ev), now, sink.Source{Partition: 0, Offset: int64(i + j)})
 		}
 		batches = append(batches, b)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/testkit/chcluster"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -107,7 +108,7 @@ func TestClusterMigrate(t *testing.T) {
 			Deployment: fmt.Sprintf("d%d", i%5), SampledAt: timestamppb.New(now.Add(-time.Duration(i) * time.Second)), IntervalS: 1}, now)
 		ev := &meterv1.InferenceEvent{EventId: fmt.Sprintf("e%d", i), TenantId: fmt.Sprintf("t%d", i%7), Model: "m", Deployment: "d",
 			CompletedAt: timestamppb.New(now.Add(-time.Duration(i) * time.Second))}
-		events.Append(ev, chstore.ITL{}, now, chstore.Source{})
+		events.Append(ev, sink.ITL{}, now, sink.Source{})
 	}
 	if err := s.InsertGPUSamples(ctx, &gpus); err != nil {
 		t.Fatal(err)
@@ -135,7 +136,7 @@ func TestClusterMigrate(t *testing.T) {
 	for i := range 60 {
 		ev := &meterv1.InferenceEvent{EventId: fmt.Sprintf("late%d", i), TenantId: fmt.Sprintf("t%d", i%7), Model: "m", Deployment: "d",
 			CompletedAt: timestamppb.New(now)}
-		more.Append(ev, chstore.ITL{}, now, chstore.Source{})
+		more.Append(ev, sink.ITL{}, now, sink.Source{})
 	}
 	if err := s.InsertEvents(ctx, &more); err != nil {
 		t.Fatal(err)

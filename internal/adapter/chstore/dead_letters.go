@@ -5,24 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"time"
-)
 
-// DeadLetter is a rejected record that could not be written to the
-// dead-letter topic, kept in the dead_letters table instead.
-type DeadLetter struct {
-	SourceTopic     string
-	SourcePartition int32
-	SourceOffset    int64
-	ReasonCode      string
-	Reason          string
-	OriginalSize    uint64
-	OriginalSHA256  string // hex
-	Key             []byte // at most the caller's bound
-	Payload         []byte // the start of the value, at most the caller's bound
-	Truncated       bool   // Payload is shorter than the value
-	DLQError        string // why the dead-letter topic refused it
-	RecordedAt      time.Time
-}
+	"tokenmeter/ingest/sink"
+)
 
 // deadLetterColumns is the explicit column list of every insert into dead_letters.
 var deadLetterColumns = []string{
@@ -31,8 +16,9 @@ var deadLetterColumns = []string{
 	"dlq_error", "recorded_at",
 }
 
-// InsertDeadLetters writes the dead letters in one INSERT. An empty slice is a no-op.
-func (s *Store) InsertDeadLetters(ctx context.Context, dead []DeadLetter) error {
+// InsertDeadLetters implements ingest.DeadLetterWriter: it writes the dead
+// letters in one INSERT. An empty slice is a no-op.
+func (s *Store) InsertDeadLetters(ctx context.Context, dead []sink.DeadLetter) error {
 	if len(dead) == 0 {
 		return nil
 	}
@@ -55,15 +41,15 @@ LIMIT ?`
 
 // DeadLetters returns up to limit dead letters recorded for records of topic,
 // in partition and offset order.
-func (s *Store) DeadLetters(ctx context.Context, topic string, limit int) ([]DeadLetter, error) {
+func (s *Store) DeadLetters(ctx context.Context, topic string, limit int) ([]sink.DeadLetter, error) {
 	rows, err := s.conn.Query(ctx, deadLettersSQL, topic, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read dead letters: %w", classify(err))
 	}
 	defer rows.Close()
-	var out []DeadLetter
+	var out []sink.DeadLetter
 	for rows.Next() {
-		var d DeadLetter
+		var d sink.DeadLetter
 		var key, payload string
 		var truncated uint8
 		if err := rows.Scan(&d.SourceTopic, &d.SourcePartition, &d.SourceOffset, &d.ReasonCode, &d.Reason,

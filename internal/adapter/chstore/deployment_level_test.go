@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/ingest"
+	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/testkit/chtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -55,7 +56,7 @@ func TestDeploymentLevelBackfill(t *testing.T) {
 		if i%13 == 0 {
 			e.Status = meterv1.Status_STATUS_TIMEOUT
 		}
-		b.Append(e, ingest.ITL(e), time.Now(), chstore.Source{})
+		b.Append(e, ingest.ITL(e), time.Now(), sink.Source{})
 	}
 	if err := s.InsertEvents(ctx, &b); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"tokenmeter/ingest/sink"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
 	"tokenmeter/rollup"
@@ -66,7 +67,7 @@ func (b *EngineBatch) Append(s *meterv1.EngineSample, ingestedAt time.Time) {
 	b.model = append(b.model, s.GetModel())
 	b.node = append(b.node, s.GetNode())
 	b.sampledAt = append(b.sampledAt, time.Unix(at.GetSeconds(), 0).UTC())
-	b.sampledMs = append(b.sampledMs, unixMilli(Timestamp{Seconds: at.GetSeconds(), Nanos: at.GetNanos()}))
+	b.sampledMs = append(b.sampledMs, unixMilli(sink.Timestamp{Seconds: at.GetSeconds(), Nanos: at.GetNanos()}))
 	b.interval = append(b.interval, s.GetIntervalS())
 	b.running = append(b.running, s.Running)
 	b.waiting = append(b.waiting, s.Waiting)
@@ -88,9 +89,18 @@ func (b *EngineBatch) columns() []any {
 	}
 }
 
-// InsertEngineSamples writes the batch in one INSERT with an explicit
-// column list. An empty batch is a no-op; the batch is left as it is.
-func (s *Store) InsertEngineSamples(ctx context.Context, b *EngineBatch) error {
+// NewEngineBatch implements ingest.EngineSampleWriter: an empty
+// *EngineBatch.
+func (s *Store) NewEngineBatch() sink.EngineBatch { return new(EngineBatch) }
+
+// InsertEngineSamples writes the batch, an *EngineBatch, in one INSERT
+// with an explicit column list. An empty batch is a no-op; the batch is
+// left as it is.
+func (s *Store) InsertEngineSamples(ctx context.Context, batch sink.EngineBatch) error {
+	b, ok := batch.(*EngineBatch)
+	if !ok {
+		return fmt.Errorf("insert engine samples batch: %w", errForeignBatch(batch))
+	}
 	if b.Len() == 0 {
 		return nil
 	}

@@ -2,18 +2,13 @@ package chstore
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"strings"
-	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/ext"
 
-	"github.com/cespare/xxhash/v2"
-	"github.com/go-faster/city"
-
+	"tokenmeter/ingest/sink"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -34,86 +29,8 @@ var eventIDColumns = []string{
 // InsertEventIDsSQL is the statement that records a batch's ids.
 var InsertEventIDsSQL = "INSERT INTO event_ids (" + strings.Join(eventIDColumns, ", ") + ")"
 
-// EventKey is the key_hash of event_ids for one event: ClickHouse's
-// cityHash64(concat(tenant_id, '\0', event_id)). go-faster/city's CH64 is
-// the CityHash64 (v1.0.2) that ClickHouse computes, so the migration can
-// fill the index from SQL and meterd from Go (TestEventKeyMatchesClickHouse
-// holds them equal). Identifiers are printable, so '\0' cannot occur in
-// them and the concatenation is unambiguous.
-func EventKey(tenantID, eventID string) uint64 {
-	var buf [160]byte
-	n := len(tenantID) + 1 + len(eventID)
-	b := buf[:0]
-	if n > len(buf) {
-		b = make([]byte, 0, n)
-	}
-	b = append(b, tenantID...)
-	b = append(b, 0)
-	b = append(b, eventID...)
-	return city.CH64(b)
-}
-
-// Fingerprint is a hash of the event's content: every field of the row,
-// times at full precision. Two copies of an event with equal fingerprints
-// are the same event sent again (a retry or a redelivery); copies that
-// differ in any field conflict. buf is scratch space: the fields are
-// appended to it and hashed at once (one xxhash call, not one a field).
-func (r *EventRow) Fingerprint(buf *[]byte) uint64 {
-	b := (*buf)[:0]
-	str := func(s string) {
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
-		b = append(b, s...)
-	}
-	for _, s := range [...]string{r.EventID, r.RequestID, r.TenantID, r.Model, r.ModelVersion,
-		r.Deployment, r.Engine, r.GPUType, r.Node, r.Region, r.SLOClass} {
-		str(s)
-	}
-	b = binary.LittleEndian.AppendUint32(b, r.TensorParallelism)
-	for _, t := range [...]Timestamp{r.ReceivedAt, r.CompletedAt} {
-		b = append(b, boolByte(t.Set))
-		b = binary.LittleEndian.AppendUint64(b, uint64(t.Seconds))
-		b = binary.LittleEndian.AppendUint32(b, uint32(t.Nanos))
-	}
-	for _, o := range [...]OptInt{r.PromptTokens, r.CachedPromptTokens, r.OutputTokens} {
-		b = append(b, boolByte(o.Set))
-		b = binary.LittleEndian.AppendUint64(b, uint64(o.V))
-	}
-	for _, o := range [...]OptFloat{r.TTFTMs, r.E2EMs, r.QueueMs, r.PrefillMs, r.ITLMs} {
-		b = append(b, boolByte(o.Set))
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(o.V))
-	}
-	b = binary.LittleEndian.AppendUint32(b, uint32(r.Status))
-	b = append(b, boolByte(r.Streaming))
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(r.Labels)))
-	for _, l := range r.Labels {
-		str(l.Key)
-		str(l.Value)
-	}
-	*buf = b
-	return xxhash.Sum64(b)
-}
-
-// StoredEvent is the first stored copy of one (tenant_id, event_id), as the
-// event id index has it.
-type StoredEvent struct {
-	KeyHash           uint64
-	TenantID, EventID string
-	CompletedAtMs     int64
-	// Fingerprint is EventRow.Fingerprint of the copy; 0 for an id recorded
-	// before meterd computed them (migration 0015 copied those from
-	// inference_events), which only CompletedAtMs identifies.
-	Fingerprint uint64
-	IngestedAt  time.Time
-}
-
-// Same reports whether a copy with this fingerprint and completion time is
-// the stored event sent again.
-func (s StoredEvent) Same(fingerprint uint64, completedAtMs int64) bool {
-	if s.Fingerprint == 0 {
-		return s.CompletedAtMs == completedAtMs
-	}
-	return s.Fingerprint == fingerprint
-}
+// The key_hash of a row is sink.EventKey, its fingerprint
+// sink.EventRow.Fingerprint: ingest computes both as it batches a row.
 
 // storedEventsSQL reads the first stored copy of each id whose key is in
 // the external table batch_keys. The index is ordered by key_hash, so
@@ -124,13 +41,13 @@ FROM event_ids
 WHERE key_hash IN (SELECT key_hash FROM batch_keys)
 GROUP BY key_hash, tenant_id, event_id`
 
-// StoredEvents returns the first stored copy of every event whose key_hash
-// (EventKey) is in keys; a key may match more than one id (a hash
+// StoredEvents implements ingest.EventWriter: the first stored copy of
+// every event whose key_hash (sink.EventKey) is in keys; a key may match more than one id (a hash
 // collision), so callers compare tenant and event ids. The keys travel as
 // an external table (a block of UInt64, sent with the query): in the SQL
 // text, 10,000 keys cost 18.16 about 0.3 s to parse, and max_query_size
 // bounds the text.
-func (s *Store) StoredEvents(ctx context.Context, keys []uint64) ([]StoredEvent, error) {
+func (s *Store) StoredEvents(ctx context.Context, keys []uint64) ([]sink.StoredEvent, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
@@ -152,9 +69,9 @@ func (s *Store) StoredEvents(ctx context.Context, keys []uint64) ([]StoredEvent,
 		return nil, fmt.Errorf("stored event ids: %w", classify(err))
 	}
 	defer rows.Close()
-	var out []StoredEvent
+	var out []sink.StoredEvent
 	for rows.Next() {
-		var e StoredEvent
+		var e sink.StoredEvent
 		if err := rows.Scan(&e.KeyHash, &e.TenantID, &e.EventID, &e.CompletedAtMs, &e.Fingerprint, &e.IngestedAt); err != nil {
 			return nil, fmt.Errorf("stored event ids: %w", err)
 		}
@@ -166,24 +83,19 @@ func (s *Store) StoredEvents(ctx context.Context, keys []uint64) ([]StoredEvent,
 	return out, nil
 }
 
-// KeyHash is EventKey of row i.
-func (b *EventBatch) KeyHash(i int) uint64 { return b.keyHash[i] }
-
 // KeyHashes is the batch's key_hash column (not to be modified).
 func (b *EventBatch) KeyHashes() []uint64 { return b.keyHash }
 
-// Fingerprint is the fingerprint of row i.
-func (b *EventBatch) Fingerprint(i int) uint64 { return b.fingerprint[i] }
-
-// TenantID and EventID are the ids of row i; CompletedAtMs its completion
-// time in Unix milliseconds.
-func (b *EventBatch) TenantID(i int) string     { return b.tenantID[i] }
-func (b *EventBatch) EventID(i int) string      { return b.eventID[i] }
-func (b *EventBatch) CompletedAtMs(i int) int64 { return b.completedMs[i] }
-func (b *EventBatch) Source(i int) Source {
-	return Source{Partition: b.partition[i], Offset: b.offset[i]}
+// Stored is row i as the event id index records it.
+func (b *EventBatch) Stored(i int) sink.StoredEvent {
+	return sink.StoredEvent{KeyHash: b.keyHash[i], TenantID: b.tenantID[i], EventID: b.eventID[i],
+		CompletedAtMs: b.completedMs[i], Fingerprint: b.fingerprint[i], IngestedAt: b.ingestedAt[i]}
 }
-func (b *EventBatch) IngestedAt(i int) time.Time { return b.ingestedAt[i] }
+
+// Source is where row i came from.
+func (b *EventBatch) Source(i int) sink.Source {
+	return sink.Source{Partition: b.partition[i], Offset: b.offset[i]}
+}
 
 // keyColumns are the batch's columns for InsertEventIDsSQL.
 func (b *EventBatch) keyColumns() []any {
@@ -223,14 +135,14 @@ func compact[T any](s []T, keep []bool) []T {
 // millisecond; itl_ms only where the event sent it). The consumer sends
 // it to the dead letters when the row conflicts with a stored copy.
 func (b *EventBatch) Event(i int) *meterv1.InferenceEvent {
-	r := EventRow{
+	r := sink.EventRow{
 		EventID: b.eventID[i], RequestID: b.requestID[i], TenantID: b.tenantID[i],
 		Model: b.model[i], ModelVersion: b.modelVersion[i], Deployment: b.deployment[i],
 		Engine: b.engine[i], GPUType: b.gpuType[i], Node: b.node[i], Region: b.region[i],
 		SLOClass: b.sloClass[i], TensorParallelism: b.tp[i],
 		CompletedAt:  msTimestamp(b.completedMs[i]),
-		PromptTokens: OptInt{V: int64(b.prompt[i]), Set: true}, CachedPromptTokens: OptInt{V: int64(b.cached[i]), Set: true},
-		OutputTokens: OptInt{V: int64(b.output[i]), Set: true},
+		PromptTokens: sink.OptInt{V: int64(b.prompt[i]), Set: true}, CachedPromptTokens: sink.OptInt{V: int64(b.cached[i]), Set: true},
+		OutputTokens: sink.OptInt{V: int64(b.output[i]), Set: true},
 		TTFTMs:       b.ttft.opt(i), E2EMs: b.e2e.opt(i), QueueMs: b.queue.opt(i), PrefillMs: b.prefill.opt(i),
 		Status:    statusNumber(b.status[i]),
 		Streaming: b.streaming[i] == 1,
@@ -242,20 +154,20 @@ func (b *EventBatch) Event(i int) *meterv1.InferenceEvent {
 		r.ITLMs = b.itl.opt(i)
 	}
 	for j, k := range b.labelKeys[i] {
-		r.Labels = append(r.Labels, Label{Key: k, Value: b.labelValues[i][j]})
+		r.Labels = append(r.Labels, sink.Label{Key: k, Value: b.labelValues[i][j]})
 	}
 	return r.Proto()
 }
 
-func (n nullFloats) opt(i int) OptFloat { return OptFloat{V: n.v[i], Set: n.ok[i]} }
+func (n nullFloats) opt(i int) sink.OptFloat { return sink.OptFloat{V: n.v[i], Set: n.ok[i]} }
 
 // msTimestamp is the timestamp of ms Unix milliseconds.
-func msTimestamp(ms int64) Timestamp {
+func msTimestamp(ms int64) sink.Timestamp {
 	sec, rem := ms/1000, ms%1000
 	if rem < 0 {
 		sec, rem = sec-1, rem+1000
 	}
-	return Timestamp{Seconds: sec, Nanos: int32(rem) * 1_000_000, Set: true}
+	return sink.Timestamp{Seconds: sec, Nanos: int32(rem) * 1_000_000, Set: true}
 }
 
 // statusNumber is the status whose StatusName is name ("ok" is STATUS_OK).

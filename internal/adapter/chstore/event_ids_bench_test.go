@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/adapter/chstore/chstoretest"
 )
 
@@ -34,7 +34,7 @@ FROM system.numbers LIMIT %d`, n)); err != nil {
 				b.StopTimer()
 				for k := range keys {
 					id := rand.IntN(2 * n) // half of them stored
-					keys[k] = chstore.EventKey(fmt.Sprintf("t%d", id%100), fmt.Sprint(id))
+					keys[k] = sink.EventKey(fmt.Sprintf("t%d", id%100), fmt.Sprint(id))
 				}
 				b.StartTimer()
 				found, err := s.StoredEvents(ctx, keys)

@@ -2,9 +2,11 @@ package chstore
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
+	"tokenmeter/ingest/sink"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -99,26 +101,10 @@ func (b *EventBatch) Reset() {
 	}
 }
 
-// Source records where an event came from: the Kafka partition and offset, or
-// -1/-1 for rows written by other paths.
-type Source struct {
-	Partition int32
-	Offset    int64
-}
-
-// ITL is what an event's row stores of its inter-token latency (itl_ms,
-// itl_measured): Ms when Valid (NULL otherwise), and whether the event
-// measured it rather than it being derived. The caller computes it by the
-// event's definition (ingest.ITL).
-type ITL struct {
-	Ms              float64
-	Valid, Measured bool
-}
-
 // Append adds one event, which the caller has validated, with its ITL.
 // ingestedAt is the time the pipeline received it.
-func (b *EventBatch) Append(ev *meterv1.InferenceEvent, itl ITL, ingestedAt time.Time, src Source) {
-	var r EventRow
+func (b *EventBatch) Append(ev *meterv1.InferenceEvent, itl sink.ITL, ingestedAt time.Time, src sink.Source) {
+	var r sink.EventRow
 	r.FromProto(ev)
 	b.AppendRow(&r, itl, ingestedAt, src)
 }
@@ -126,13 +112,13 @@ func (b *EventBatch) Append(ev *meterv1.InferenceEvent, itl ITL, ingestedAt time
 // AppendRow adds one event row, which the caller has validated, with its
 // ITL. The row's strings and label slice are not kept (its labels are
 // copied), so the caller may reuse the row.
-func (b *EventBatch) AppendRow(r *EventRow, itl ITL, ingestedAt time.Time, src Source) {
-	b.AppendKeyedRow(r, itl, ingestedAt, src, EventKey(r.TenantID, r.EventID), r.Fingerprint(&b.scratch))
+func (b *EventBatch) AppendRow(r *sink.EventRow, itl sink.ITL, ingestedAt time.Time, src sink.Source) {
+	b.AppendKeyedRow(r, itl, ingestedAt, src, sink.EventKey(r.TenantID, r.EventID), r.Fingerprint(&b.scratch))
 }
 
 // AppendKeyedRow is AppendRow for a caller that has computed the row's
-// EventKey and Fingerprint already.
-func (b *EventBatch) AppendKeyedRow(r *EventRow, itl ITL, ingestedAt time.Time, src Source, key, fingerprint uint64) {
+// EventKey and Fingerprint already (sink.EventBatch).
+func (b *EventBatch) AppendKeyedRow(r *sink.EventRow, itl sink.ITL, ingestedAt time.Time, src sink.Source, key, fingerprint uint64) {
 	b.keyHash = append(b.keyHash, key)
 	b.fingerprint = append(b.fingerprint, fingerprint)
 	b.tenantID = append(b.tenantID, r.TenantID)
@@ -175,7 +161,7 @@ func (b *EventBatch) AppendKeyedRow(r *EventRow, itl ITL, ingestedAt time.Time, 
 
 // unixMilli is t in milliseconds since the epoch, as t.Time().UnixMilli()
 // for a valid timestamp (0 <= Nanos < 1e9).
-func unixMilli(t Timestamp) int64 { return t.Seconds*1000 + int64(t.Nanos)/1_000_000 }
+func unixMilli(t sink.Timestamp) int64 { return t.Seconds*1000 + int64(t.Nanos)/1_000_000 }
 
 // nullFloats is a Nullable(Float64) column: values and validity. (clickhouse-go
 // ignores Valid in []sql.NullFloat64, so the insert sends []*float64 built
@@ -222,7 +208,7 @@ var emptyStrings = []string{}
 // labelColumns splits labels, sorted by key, into the label_keys and
 // label_values arrays of a row (sorted, so that duplicates of an event
 // store identical rows).
-func labelColumns(labels []Label) (keys, values []string) {
+func labelColumns(labels []sink.Label) (keys, values []string) {
 	if len(labels) == 0 {
 		return emptyStrings, emptyStrings
 	}
@@ -246,14 +232,21 @@ func (b *EventBatch) columns() []any {
 	}
 }
 
-// InsertEvents writes the batch in one INSERT with an explicit column list,
+// NewEventBatch implements ingest.EventWriter: an empty *EventBatch.
+func (s *Store) NewEventBatch() sink.EventBatch { return new(EventBatch) }
+
+// InsertEvents writes the batch, an *EventBatch, in one INSERT with an explicit column list,
 // then records its ids in the event id index (event_ids) in a second one:
 // in that order, so that an id in the index is an event stored (a failure
 // between the two leaves ids unrecorded, and the retry or redelivery that
 // follows stores the same rows again, which the hour's deduplication
 // absorbs). An empty batch is a no-op. The batch is left as it is (the
 // caller resets it after a successful insert, or retries with it).
-func (s *Store) InsertEvents(ctx context.Context, b *EventBatch) error {
+func (s *Store) InsertEvents(ctx context.Context, batch sink.EventBatch) error {
+	b, ok := batch.(*EventBatch)
+	if !ok {
+		return fmt.Errorf("insert events batch: %w", errForeignBatch(batch))
+	}
 	if b.Len() == 0 {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"tokenmeter/ingest/sink"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -61,13 +62,13 @@ func (b *GPUBatch) Reset() {
 
 // Append adds one sample, which the caller has validated.
 func (b *GPUBatch) Append(s *meterv1.GpuSample, ingestedAt time.Time) {
-	var r GPURow
+	var r sink.GPURow
 	r.FromProto(s)
 	b.AppendRow(&r, ingestedAt)
 }
 
 // AppendRow adds one sample row, which the caller has validated.
-func (b *GPUBatch) AppendRow(r *GPURow, ingestedAt time.Time) {
+func (b *GPUBatch) AppendRow(r *sink.GPURow, ingestedAt time.Time) {
 	b.sampleID = append(b.sampleID, r.SampleID)
 	b.node = append(b.node, r.Node)
 	b.uuid = append(b.uuid, r.GPUUUID)
@@ -105,9 +106,17 @@ func (b *GPUBatch) columns() []any {
 	}
 }
 
-// InsertGPUSamples writes the batch in one INSERT with an explicit column
-// list. An empty batch is a no-op; the batch is left as it is.
-func (s *Store) InsertGPUSamples(ctx context.Context, b *GPUBatch) error {
+// NewGPUBatch implements ingest.GPUSampleWriter: an empty *GPUBatch.
+func (s *Store) NewGPUBatch() sink.GPUBatch { return new(GPUBatch) }
+
+// InsertGPUSamples writes the batch, a *GPUBatch, in one INSERT with an
+// explicit column list. An empty batch is a no-op; the batch is left as it
+// is.
+func (s *Store) InsertGPUSamples(ctx context.Context, batch sink.GPUBatch) error {
+	b, ok := batch.(*GPUBatch)
+	if !ok {
+		return fmt.Errorf("insert GPU samples batch: %w", errForeignBatch(batch))
+	}
 	if b.Len() == 0 {
 		return nil
 	}
@@ -183,4 +192,10 @@ func appendRows[T any](col driver.BatchColumn, rows []T) error {
 		}
 	}
 	return nil
+}
+
+// errForeignBatch is the error of an insert given a batch that the store
+// did not make.
+func errForeignBatch(b any) error {
+	return fmt.Errorf("a batch of type %T, not one this store made", b)
 }

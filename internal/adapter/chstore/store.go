@@ -1,8 +1,9 @@
 // Package chstore owns tokenmeter's ClickHouse access: the schema (embedded,
 // versioned migrations, and the tables' column names in schema.go),
-// columnar batch inserts of raw events, the reads and writes of the rollup
-// job (hours, days, cost), the SQL of sketch's histograms, and the SQL and
-// scans of the reads package query plans. Every other package reaches
+// columnar batch inserts of raw events (the batches ingest/sink declares),
+// the reads and writes of the rollup job (hours, days, cost), the SQL of
+// sketch's histograms, and the SQL and scans of the reads package query
+// plans. Every other package reaches
 // ClickHouse through the small interfaces it declares itself, implemented
 // by *Store, and owns the records they carry.
 //

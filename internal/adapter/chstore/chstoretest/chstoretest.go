@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"tokenmeter/ingest"
+	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/testkit/chcluster"
 	"tokenmeter/internal/testkit/chtest"
@@ -71,7 +72,7 @@ func Insert(t testing.TB, s *chstore.Store, events []*meterv1.InferenceEvent) {
 	t.Helper()
 	var b chstore.EventBatch
 	for _, ev := range events {
-		b.Append(ev, ingest.ITL(ev), time.Now(), chstore.Source{})
+		b.Append(ev, ingest.ITL(ev), time.Now(), sink.Source{})
 	}
 	if err := s.InsertEvents(t.Context(), &b); err != nil {
 		t.Fatal(err)

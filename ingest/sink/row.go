@@ -1,4 +1,4 @@
-package chstore
+package sink
 
 import (
 	"slices"
@@ -200,4 +200,20 @@ func (r *GPURow) Proto() *meterv1.GpuSample {
 		FbUsedBytes: r.FBUsedBytes, FbTotalBytes: r.FBTotalBytes, PowerWatts: r.PowerWatts,
 		EnergyJoules: r.EnergyJoules, TemperatureC: r.TemperatureC, SmClockMhz: r.SMClockMHz, Source: r.Source,
 	}
+}
+
+// Source records where an event came from: the Kafka partition and offset, or
+// -1/-1 for rows written by other paths.
+type Source struct {
+	Partition int32
+	Offset    int64
+}
+
+// ITL is what an event's row stores of its inter-token latency (itl_ms,
+// itl_measured): Ms when Valid (NULL otherwise), and whether the event
+// measured it rather than it being derived. ingest.ITL and ingest.RowITL
+// compute it by the event's definition.
+type ITL struct {
+	Ms              float64
+	Valid, Measured bool
 }
