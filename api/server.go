@@ -122,54 +122,106 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if svc != nil {
-		// The price book in force labels amounts and gives the default
-		// policies: without one, answers would quietly use the empty book.
-		for _, b := range []struct {
-			name    string
-			backend any
-			offered bool
-		}{{"Cost", svc.Cost, svc.Cost != nil}, {"Reports", svc.Reports, svc.Reports != nil}} {
-			if b.offered && svc.priceBooks(b.backend) == nil {
-				return nil, fmt.Errorf("api: Services.%s needs Services.Prices (or a %s that keeps the price books)", b.name, b.name)
-			}
-		}
+	if err := svc.checkPriceBooks(); err != nil {
+		return nil, err
 	}
-	if cfg.MaxBatchEvents == 0 {
-		cfg.MaxBatchEvents = 10_000
-	}
-	if cfg.MaxRequestBytes == 0 {
-		cfg.MaxRequestBytes = 16 << 20
-	}
-	if cfg.ReadTimeout == 0 {
-		cfg.ReadTimeout = time.Minute
-	}
-	if cfg.WriteTimeout == 0 {
-		cfg.WriteTimeout = 2 * time.Minute
-	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = 2 * time.Minute
-	}
-	if cfg.ExportChunkBytes == 0 {
-		cfg.ExportChunkBytes = DefaultExportChunkBytes
-	}
-	keys := &Keys{}
-	if svc != nil && svc.Keys != nil {
-		keys = svc.Keys
-	}
+	cfg = cfg.withDefaults()
+	keys := svc.keys()
 	s := &Server{cfg: cfg, logger: logger}
-	var err error
-	if s.grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-		return nil, fmt.Errorf("listen gRPC: %w", err)
-	}
-	if s.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		s.grpcLn.Close()
-		return nil, fmt.Errorf("listen HTTP: %w", err)
-	}
-	if cfg.TLS != nil {
-		s.httpLn = tls.NewListener(s.httpLn, httpTLS(cfg.TLS))
+	if err := s.listen(); err != nil {
+		return nil, err
 	}
 	s.local = newInProcess()
+	mux := operationalMux(cfg, gatherer, ready, logger)
+	s.grpc = newGRPCServer(cfg, keys, logger)
+	if svc != nil {
+		if err := s.serve(ctx, mux, svc, keys); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
+	s.http = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+	}
+	s.http.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn) // TLS handshake errors among others
+	return s, nil
+}
+
+// checkPriceBooks refuses backends that need the price book in force
+// without a way to read it: it labels amounts and gives the default
+// policies, and without one answers would quietly use the empty book. A
+// nil Services offers none.
+func (svc *Services) checkPriceBooks() error {
+	if svc == nil {
+		return nil
+	}
+	for _, b := range []struct {
+		name    string
+		backend any
+		offered bool
+	}{{"Cost", svc.Cost, svc.Cost != nil}, {"Reports", svc.Reports, svc.Reports != nil}} {
+		if b.offered && svc.priceBooks(b.backend) == nil {
+			return fmt.Errorf("api: Services.%s needs Services.Prices (or a %s that keeps the price books)", b.name, b.name)
+		}
+	}
+	return nil
+}
+
+// keys are the API keys of svc; none for a nil Services or nil Keys.
+func (svc *Services) keys() *Keys {
+	if svc != nil && svc.Keys != nil {
+		return svc.Keys
+	}
+	return &Keys{}
+}
+
+// withDefaults fills the limits and timeouts left zero.
+func (c Config) withDefaults() Config {
+	if c.MaxBatchEvents == 0 {
+		c.MaxBatchEvents = 10_000
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = 16 << 20
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = time.Minute
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 2 * time.Minute
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 2 * time.Minute
+	}
+	if c.ExportChunkBytes == 0 {
+		c.ExportChunkBytes = DefaultExportChunkBytes
+	}
+	return c
+}
+
+// listen opens the gRPC and HTTP listeners (HTTP behind TLS when
+// configured); on an error neither stays open.
+func (s *Server) listen() error {
+	var err error
+	if s.grpcLn, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
+		return fmt.Errorf("listen gRPC: %w", err)
+	}
+	if s.httpLn, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+		s.grpcLn.Close()
+		return fmt.Errorf("listen HTTP: %w", err)
+	}
+	if s.cfg.TLS != nil {
+		s.httpLn = tls.NewListener(s.httpLn, httpTLS(s.cfg.TLS))
+	}
+	return nil
+}
+
+// operationalMux is the HTTP mux with what every meterd serves, whatever
+// its roles: /metrics, the health checks, and pprof when configured.
+func operationalMux(cfg Config, gatherer prometheus.Gatherer, ready func(context.Context) error, logger *slog.Logger) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	if cfg.Pprof {
@@ -182,8 +234,13 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("GET /healthz/ready", readiness(ready, logger))
+	return mux
+}
 
-	s.grpc = grpc.NewServer(
+// newGRPCServer is the gRPC server with its limits, authentication,
+// parameter checks and error mapping, and no services yet.
+func newGRPCServer(cfg Config, keys *Keys, logger *slog.Logger) *grpc.Server {
+	return grpc.NewServer(
 		grpc.Creds(serverCreds(cfg.TLS)),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
 		grpc.ForceServerCodecV2(newBatchCodec()), // PublishEvents counts its events before decoding them
@@ -191,135 +248,144 @@ func New(ctx context.Context, cfg Config, svc *Services, ready func(context.Cont
 		grpc.ChainUnaryInterceptor(errorInterceptor(logger), authInterceptor(keys), paramsInterceptor()),
 		grpc.ChainStreamInterceptor(errorStreamInterceptor(logger), authStreamInterceptor(keys), paramsStreamInterceptor()),
 	)
-	if svc != nil {
-		// The services offered, each served over gRPC and through the
-		// gateway; those without a backend are left unregistered.
-		services := []struct {
-			name    string
-			offered bool
-			serve   func(grpc.ServiceRegistrar)
-			gateway func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error
-		}{
-			{"ingest", true, func(r grpc.ServiceRegistrar) {
-				registerIngest(r, &ingestService{pub: svc.Publisher, maxEvents: cfg.MaxBatchEvents})
-			}, meterv1.RegisterIngestServiceHandler},
-			{"usage", true, func(r grpc.ServiceRegistrar) {
-				meterv1.RegisterUsageServiceServer(r, &usageService{store: svc.Usage})
-			}, meterv1.RegisterUsageServiceHandler},
-			{"metrics", svc.Rollups != nil, func(r grpc.ServiceRegistrar) {
-				meterv1.RegisterMetricsServiceServer(r, &metricsService{store: svc.Rollups})
-			}, meterv1.RegisterMetricsServiceHandler},
-			{"cost", svc.Cost != nil, func(r grpc.ServiceRegistrar) {
-				cs := newCostService(svc)
-				cs.tenantCost = cfg.TenantCost
-				meterv1.RegisterCostServiceServer(r, cs)
-			}, meterv1.RegisterCostServiceHandler},
-			{"admin", svc.Admin != nil, func(r grpc.ServiceRegistrar) {
-				meterv1.RegisterAdminServiceServer(r, &adminService{store: svc.Admin})
-			}, meterv1.RegisterAdminServiceHandler},
-			{"billing", svc.Billing != nil, func(r grpc.ServiceRegistrar) {
-				meterv1.RegisterBillingServiceServer(r, &billingService{b: svc.Billing, chunk: cfg.ExportChunkBytes, tenantCost: cfg.TenantCost})
-			}, meterv1.RegisterBillingServiceHandler},
-			{"report", svc.Reports != nil, func(r grpc.ServiceRegistrar) {
-				meterv1.RegisterReportServiceServer(r, newReportService(svc))
-			}, meterv1.RegisterReportServiceHandler},
-			{"engine", svc.Engine != nil, func(r grpc.ServiceRegistrar) {
-				meterv1.RegisterEngineServiceServer(r, &engineService{store: svc.Engine})
-			}, meterv1.RegisterEngineServiceHandler},
-		}
-		for _, sv := range services {
-			if sv.offered {
-				sv.serve(s.grpc)
-			}
-		}
+}
 
-		// The gateway calls our own gRPC server, in process (see tls.go), so
-		// that REST and gRPC share authentication, limits and error mapping.
-		s.conn, err = grpc.NewClient(gatewayTarget, append(s.local.gatewayDialOptions(),
-			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(cfg.MaxRequestBytes), grpc.MaxCallRecvMsgSize(64<<20)))...)
-		if err != nil {
-			s.close()
-			return nil, fmt.Errorf("dial own gRPC server: %w", err)
+// service is one API service: registered on the gRPC server and the
+// gateway when offered (it has a backend).
+type service struct {
+	name    string
+	offered bool
+	serve   func(grpc.ServiceRegistrar)
+	gateway func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error
+}
+
+// services are the API's services over svc's backends; those without a
+// backend are not offered.
+func (s *Server) services(svc *Services) []service {
+	cfg := s.cfg
+	return []service{
+		{"ingest", true, func(r grpc.ServiceRegistrar) {
+			registerIngest(r, &ingestService{pub: svc.Publisher, maxEvents: cfg.MaxBatchEvents})
+		}, meterv1.RegisterIngestServiceHandler},
+		{"usage", true, func(r grpc.ServiceRegistrar) {
+			meterv1.RegisterUsageServiceServer(r, &usageService{store: svc.Usage})
+		}, meterv1.RegisterUsageServiceHandler},
+		{"metrics", svc.Rollups != nil, func(r grpc.ServiceRegistrar) {
+			meterv1.RegisterMetricsServiceServer(r, &metricsService{store: svc.Rollups})
+		}, meterv1.RegisterMetricsServiceHandler},
+		{"cost", svc.Cost != nil, func(r grpc.ServiceRegistrar) {
+			cs := newCostService(svc)
+			cs.tenantCost = cfg.TenantCost
+			meterv1.RegisterCostServiceServer(r, cs)
+		}, meterv1.RegisterCostServiceHandler},
+		{"admin", svc.Admin != nil, func(r grpc.ServiceRegistrar) {
+			meterv1.RegisterAdminServiceServer(r, &adminService{store: svc.Admin})
+		}, meterv1.RegisterAdminServiceHandler},
+		{"billing", svc.Billing != nil, func(r grpc.ServiceRegistrar) {
+			meterv1.RegisterBillingServiceServer(r, &billingService{b: svc.Billing, chunk: cfg.ExportChunkBytes, tenantCost: cfg.TenantCost})
+		}, meterv1.RegisterBillingServiceHandler},
+		{"report", svc.Reports != nil, func(r grpc.ServiceRegistrar) {
+			meterv1.RegisterReportServiceServer(r, newReportService(svc))
+		}, meterv1.RegisterReportServiceHandler},
+		{"engine", svc.Engine != nil, func(r grpc.ServiceRegistrar) {
+			meterv1.RegisterEngineServiceServer(r, &engineService{store: svc.Engine})
+		}, meterv1.RegisterEngineServiceHandler},
+	}
+}
+
+// serve offers svc's services over gRPC and, through the REST gateway,
+// under /v1/ on mux, with the OpenAPI document, the usage metrics and the
+// dashboard beside them.
+func (s *Server) serve(ctx context.Context, mux *http.ServeMux, svc *Services, keys *Keys) error {
+	services := s.services(svc)
+	for _, sv := range services {
+		if sv.offered {
+			sv.serve(s.grpc)
 		}
-		guard, err := newHTTPGuard(keys, int64(cfg.MaxRequestBytes))
-		if err != nil {
-			s.close()
+	}
+	gw, err := s.gateway(ctx, svc, keys, services)
+	if err != nil {
+		return err
+	}
+	mux.Handle("/v1/", gw)
+	offered := map[string]bool{}
+	for name := range s.grpc.GetServiceInfo() {
+		offered[name] = true
+	}
+	doc, err := openAPIDocument(offered)
+	if err != nil {
+		return err
+	}
+	mux.Handle("GET "+OpenAPIPath, serveOpenAPI(doc))
+	if svc.UsageMetrics != nil {
+		mux.Handle("GET "+UsageMetricsPath, usageMetrics(keys, svc.UsageMetrics))
+	}
+	// The web dashboard: static files, and /ui/session for the key's role.
+	mux.Handle("GET /ui/", dashboard(keys))
+	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+	return nil
+}
+
+// gateway is the REST gateway of the offered services. It calls our own
+// gRPC server, in process (see tls.go), so that REST and gRPC share
+// authentication, limits and error mapping; a few routes are handled by
+// hand in its place (publish, billing exports, capacity report files).
+func (s *Server) gateway(ctx context.Context, svc *Services, keys *Keys, services []service) (*runtime.ServeMux, error) {
+	cfg, logger := s.cfg, s.logger
+	var err error
+	s.conn, err = grpc.NewClient(gatewayTarget, append(s.local.gatewayDialOptions(),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(cfg.MaxRequestBytes), grpc.MaxCallRecvMsgSize(64<<20)))...)
+	if err != nil {
+		return nil, fmt.Errorf("dial own gRPC server: %w", err)
+	}
+	guard, err := newHTTPGuard(keys, int64(cfg.MaxRequestBytes))
+	if err != nil {
+		return nil, err
+	}
+	// Answers carry every scalar and list field, zero values included
+	// (EmitDefaultValues); a message or optional field that is not set is
+	// left out rather than written as null, which the OpenAPI document
+	// (Swagger 2.0, no nullable) could not describe.
+	gw := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true},
+			UnmarshalOptions: protojson.UnmarshalOptions{},
+		}),
+		runtime.WithMiddlewares(guard.middleware),
+		runtime.WithRoutingErrorHandler(guard.routingError),
+		runtime.WithErrorHandler(errorHandler(logger)),
+	)
+	guard.mux = gw
+	for _, sv := range services {
+		if !sv.offered {
+			continue
+		}
+		if err := sv.gateway(ctx, gw, s.conn); err != nil {
+			return nil, fmt.Errorf("register %s gateway: %w", sv.name, err)
+		}
+	}
+	// Registered after the generated ingest handler, so it takes its place.
+	pe := &publishHandler{mux: gw, client: meterv1.NewIngestServiceClient(s.conn), maxEvents: cfg.MaxBatchEvents}
+	if err := gw.HandlePath(http.MethodPost, "/v1/events", pe.serve); err != nil {
+		return nil, fmt.Errorf("register publish handler: %w", err)
+	}
+	if svc.Billing != nil {
+		// Registered after the generated billing handlers, so that
+		// exports stream as files (see billing_http.go).
+		ex := &exportHandler{mux: gw, client: meterv1.NewBillingServiceClient(s.conn), writeTimeout: cfg.WriteTimeout, logger: logger}
+		if err := ex.register(gw); err != nil {
 			return nil, err
 		}
-		// Answers carry every scalar and list field, zero values included
-		// (EmitDefaultValues); a message or optional field that is not set is
-		// left out rather than written as null, which the OpenAPI document
-		// (Swagger 2.0, no nullable) could not describe.
-		gw := runtime.NewServeMux(
-			runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-				MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true},
-				UnmarshalOptions: protojson.UnmarshalOptions{},
-			}),
-			runtime.WithMiddlewares(guard.middleware),
-			runtime.WithRoutingErrorHandler(guard.routingError),
-			runtime.WithErrorHandler(errorHandler(logger)),
-		)
-		guard.mux = gw
-		for _, sv := range services {
-			if !sv.offered {
-				continue
-			}
-			if err := sv.gateway(ctx, gw, s.conn); err != nil {
-				s.close()
-				return nil, fmt.Errorf("register %s gateway: %w", sv.name, err)
-			}
-		}
-		// Registered after the generated ingest handler, so it takes its place.
-		pe := &publishHandler{mux: gw, client: meterv1.NewIngestServiceClient(s.conn), maxEvents: cfg.MaxBatchEvents}
-		if err := gw.HandlePath(http.MethodPost, "/v1/events", pe.serve); err != nil {
-			s.close()
-			return nil, fmt.Errorf("register publish handler: %w", err)
-		}
-		if svc.Billing != nil {
-			// Registered after the generated billing handlers, so that
-			// exports stream as files (see billing_http.go).
-			ex := &exportHandler{mux: gw, client: meterv1.NewBillingServiceClient(s.conn), writeTimeout: cfg.WriteTimeout, logger: logger}
-			if err := ex.register(gw); err != nil {
-				s.close()
-				return nil, err
-			}
-		}
-		if svc.Reports != nil {
-			// Registered after the generated report handler, so that
-			// format=csv and format=html answer files (see report_http.go).
-			rh := &reportHandler{mux: gw, client: meterv1.NewReportServiceClient(s.conn), logger: logger}
-			if err := rh.register(gw); err != nil {
-				s.close()
-				return nil, fmt.Errorf("register capacity report handler: %w", err)
-			}
-		}
-		mux.Handle("/v1/", gw)
-		offered := map[string]bool{}
-		for name := range s.grpc.GetServiceInfo() {
-			offered[name] = true
-		}
-		doc, err := openAPIDocument(offered)
-		if err != nil {
-			s.close()
-			return nil, err
-		}
-		mux.Handle("GET "+OpenAPIPath, serveOpenAPI(doc))
-		if svc.UsageMetrics != nil {
-			mux.Handle("GET "+UsageMetricsPath, usageMetrics(keys, svc.UsageMetrics))
-		}
-		// The web dashboard: static files, and /ui/session for the key's role.
-		mux.Handle("GET /ui/", dashboard(keys))
-		mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	}
-	s.http = &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       cfg.ReadTimeout,
-		WriteTimeout:      cfg.WriteTimeout,
-		IdleTimeout:       cfg.IdleTimeout,
+	if svc.Reports != nil {
+		// Registered after the generated report handler, so that
+		// format=csv and format=html answer files (see report_http.go).
+		rh := &reportHandler{mux: gw, client: meterv1.NewReportServiceClient(s.conn), logger: logger}
+		if err := rh.register(gw); err != nil {
+			return nil, fmt.Errorf("register capacity report handler: %w", err)
+		}
 	}
-	s.http.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn) // TLS handshake errors among others
-	return s, nil
+	return gw, nil
 }
 
 // readiness answers /healthz/ready: 200 "ready", or 503 "not ready" without
