@@ -43,219 +43,335 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stdout, "configuration is valid")
 		return nil
 	}
-	logger := logsetup.JSON(stderr, cfg.LogLevel)
-	now := time.Now
+	p := newProcess(cfg, getenv, stderr)
+	defer p.close()
+	for _, part := range []func(context.Context) error{
+		p.startDev,       // --dev: Kafka and ClickHouse beside this process
+		p.openStorage,    // Kafka's connection, ClickHouse (schema, price book)
+		p.newConsumers,   // ingest role: events, GPU samples, engine samples
+		p.newRollupJob,   // rollup role: the SLO set and the job
+		p.newAPIServices, // api role: publish, reads, billing, OTLP, usage metrics
+		p.newServer,      // every role: the listeners, /metrics, the health checks
+	} {
+		if err := part(ctx); err != nil {
+			return err
+		}
+	}
+	p.announce(stdout)
+	return p.serve(ctx)
+}
+
+// process is the parts of one meterd, made by run in order; a part of a
+// role this process does not run stays nil.
+type process struct {
+	cfg    Config
+	logger *slog.Logger
+	now    func() time.Time
+	reg    *prometheus.Registry
+	// closers run in reverse order when meterd stops: the writers before
+	// the clients they write with, the dev engines last.
+	closers []func()
+
+	devKeys   []devKey        // --dev: the keys it made
+	kafka     *kafkaconn.Conn // Kafka's TLS and SASL; nil: plaintext
+	apiTLS    *tls.Config
+	store     *chstore.Store
+	consumers []consumer // ingest role
+	job       *rollup.Job
+	services  *api.Services // api role
+	otlp      *otlp.Receiver
+	server    *api.Server
+}
+
+// consumer is one of the ingest role's consumers; what names it in the
+// readiness check's reason.
+type consumer struct {
+	*ingest.Consumer
+	what string
+}
+
+func newProcess(cfg Config, getenv func(string) string, stderr io.Writer) *process {
 	if cfg.MemoryMiB > 0 && getenv("GOMEMLIMIT") == "" {
 		// A soft limit: the collector works harder near it, so that the
 		// process stays within what its container is given.
 		debug.SetMemoryLimit(int64(cfg.MemoryMiB) << 20)
 	}
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return &process{cfg: cfg, logger: logsetup.JSON(stderr, cfg.LogLevel), now: time.Now, reg: reg}
+}
 
-	// Development mode: the engines run inside and beside this process.
-	var devKeys []devKey
-	if cfg.Dev {
-		var stopDev func()
-		if cfg, devKeys, stopDev, err = startDevMode(ctx, cfg, logger); err != nil {
-			return err
-		}
-		defer stopDev()
+// onClose adds f to what close runs.
+func (p *process) onClose(f func()) { p.closers = append(p.closers, f) }
+
+// close runs the closers, the last added first.
+func (p *process) close() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
 	}
+}
 
-	kafkaConn, chCfg, apiTLS, err := security(ctx, cfg, logger)
+// startDev starts the engines inside and beside this process in
+// development mode, and points the configuration at them.
+func (p *process) startDev(ctx context.Context) error {
+	if !p.cfg.Dev {
+		return nil
+	}
+	cfg, keys, stop, err := startDevMode(ctx, p.cfg, p.logger)
 	if err != nil {
 		return err
 	}
-	defer kafkaConn.Close() // after the writers, deferred below
-	store, err := chstore.Open(chCfg, logger)
+	p.cfg, p.devKeys = cfg, keys
+	p.onClose(stop)
+	return nil
+}
+
+// openStorage connects to Kafka and ClickHouse, applies the schema and
+// stores the --prices book when it is new.
+func (p *process) openStorage(ctx context.Context) error {
+	kafkaConn, chCfg, apiTLS, err := security(ctx, p.cfg, p.logger)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	if err := migrate(ctx, store, logger); err != nil {
+	p.kafka, p.apiTLS = kafkaConn, apiTLS
+	p.onClose(kafkaConn.Close) // after the writers, closed before it
+	store, err := chstore.Open(chCfg, p.logger)
+	if err != nil {
 		return err
 	}
+	p.store = store
+	p.onClose(func() { store.Close() })
+	if err := migrate(ctx, store, p.logger); err != nil {
+		return err
+	}
+	return p.ensurePrices(ctx)
+}
 
-	if cfg.PricesFile != "" {
-		data, err := os.ReadFile(cfg.PricesFile)
-		if err != nil {
-			return fmt.Errorf("--prices: %w", err)
-		}
-		book, err := billing.ParsePriceBook(data)
-		if err != nil {
-			return fmt.Errorf("--prices %s: %w", cfg.PricesFile, err)
-		}
-		v, changed, err := billing.EnsurePriceBook(ctx, store, book, cfg.PricesFile, now())
-		if err != nil {
-			return err
-		}
-		logger.Info("price book in force", "version", v, "new", changed, "source", cfg.PricesFile)
+// ensurePrices stores the --prices book, when given and new.
+func (p *process) ensurePrices(ctx context.Context) error {
+	if p.cfg.PricesFile == "" {
+		return nil
 	}
+	data, err := os.ReadFile(p.cfg.PricesFile)
+	if err != nil {
+		return fmt.Errorf("--prices: %w", err)
+	}
+	book, err := billing.ParsePriceBook(data)
+	if err != nil {
+		return fmt.Errorf("--prices %s: %w", p.cfg.PricesFile, err)
+	}
+	v, changed, err := billing.EnsurePriceBook(ctx, p.store, book, p.cfg.PricesFile, p.now())
+	if err != nil {
+		return err
+	}
+	p.logger.Info("price book in force", "version", v, "new", changed, "source", p.cfg.PricesFile)
+	return nil
+}
 
-	var consumer, gpuConsumer, engineConsumer *ingest.Consumer
-	if cfg.HasRole("ingest") && cfg.EngineTopic != "" {
-		engineConsumer, err = ingest.NewEngineConsumer(ingest.ConsumerConfig{
-			Brokers: cfg.KafkaBrokers, Kafka: kafkaConn, Topic: cfg.EngineTopic, GroupID: cfg.GroupID + "-engine", DLQTopic: cfg.DLQTopic,
+// newConsumers makes the ingest role's consumers: of engine samples and
+// GPU samples when their topics are set, and of events.
+func (p *process) newConsumers(context.Context) error {
+	cfg := p.cfg
+	if !cfg.HasRole("ingest") {
+		return nil
+	}
+	consumerConfig := func(topic, group string) ingest.ConsumerConfig {
+		return ingest.ConsumerConfig{
+			Brokers: cfg.KafkaBrokers, Kafka: p.kafka, Topic: topic, GroupID: group, DLQTopic: cfg.DLQTopic,
 			BatchSize: cfg.BatchSize, BatchTimeout: cfg.BatchTimeout,
-		}, store, reg, logger, now)
-		if err != nil {
+		}
+	}
+	var engine, gpu *ingest.Consumer
+	var err error
+	if cfg.EngineTopic != "" {
+		if engine, err = ingest.NewEngineConsumer(consumerConfig(cfg.EngineTopic, cfg.GroupID+"-engine"), p.store, p.reg, p.logger, p.now); err != nil {
 			return err
 		}
 	}
-	if cfg.HasRole("ingest") && cfg.GPUTopic != "" {
-		gpuConsumer, err = ingest.NewGPUConsumer(ingest.ConsumerConfig{
-			Brokers: cfg.KafkaBrokers, Kafka: kafkaConn, Topic: cfg.GPUTopic, GroupID: cfg.GroupID + "-gpu", DLQTopic: cfg.DLQTopic,
-			BatchSize: cfg.BatchSize, BatchTimeout: cfg.BatchTimeout,
-		}, store, reg, logger, now)
-		if err != nil {
+	if cfg.GPUTopic != "" {
+		if gpu, err = ingest.NewGPUConsumer(consumerConfig(cfg.GPUTopic, cfg.GroupID+"-gpu"), p.store, p.reg, p.logger, p.now); err != nil {
 			return err
 		}
 	}
-	if cfg.HasRole("ingest") {
-		consumer, err = ingest.NewConsumer(ingest.ConsumerConfig{
-			Brokers: cfg.KafkaBrokers, Kafka: kafkaConn, Topic: cfg.EventsTopic, GroupID: cfg.GroupID, DLQTopic: cfg.DLQTopic,
-			BatchSize: cfg.BatchSize, BatchTimeout: cfg.BatchTimeout,
-		}, store, reg, logger, now)
+	events, err := ingest.NewConsumer(consumerConfig(cfg.EventsTopic, cfg.GroupID), p.store, p.reg, p.logger, p.now)
+	if err != nil {
+		return err
+	}
+	p.consumers = append(p.consumers, consumer{events, "ingest"})
+	if gpu != nil {
+		p.consumers = append(p.consumers, consumer{gpu, "GPU sample ingest"})
+	}
+	if engine != nil {
+		p.consumers = append(p.consumers, consumer{engine, "engine sample ingest"})
+	}
+	return nil
+}
+
+// newRollupJob makes the rollup role's job. The SLO set in force lives in
+// ClickHouse (versioned, managed through the admin API). A --slo-file is
+// applied at start when it differs from it; without one the stored set
+// stays (the built-in defaults, version 0, until a set is stored).
+func (p *process) newRollupJob(ctx context.Context) error {
+	cfg := p.cfg
+	if !cfg.HasRole("rollup") {
+		return nil
+	}
+	if cfg.SLOFile != "" {
+		set, err := rollup.LoadSLOFile(cfg.SLOFile)
 		if err != nil {
+			return err
+		}
+		v, err := rollup.EnsureSLO(ctx, p.store, set, cfg.SLOFile)
+		if err != nil {
+			return err
+		}
+		p.logger.Info("SLO set in force", "version", v, "source", cfg.SLOFile)
+	}
+	job, err := rollup.NewJob(rollup.Config{Interval: cfg.RollupEvery, MinuteRetention: cfg.MinuteRetention}, p.store, p.reg, p.logger, p.now)
+	p.job = job
+	return err
+}
+
+// newAPIServices makes the api role's backends: the publisher, the reads,
+// billing closes, the OTLP receiver and the usage metrics.
+func (p *process) newAPIServices(ctx context.Context) error {
+	cfg := p.cfg
+	if !cfg.HasRole("api") {
+		return nil
+	}
+	keys, err := api.LoadKeys(cfg.AuthKeys)
+	if err != nil {
+		return err
+	}
+	pub, err := ingest.NewPublisher(ingest.PublisherConfig{Brokers: cfg.KafkaBrokers, Kafka: p.kafka, Topic: cfg.EventsTopic}, p.reg, p.logger, p.now)
+	if err != nil {
+		return err
+	}
+	p.onClose(func() { pub.Close() })
+	reads := query.New(p.store, query.Config{MinuteRetention: cfg.MinuteRetention, Now: p.now})
+	bill, err := p.newBilling(reads)
+	if err != nil {
+		return err
+	}
+	if p.otlp, err = p.newOTLP(pub, keys); err != nil {
+		return err
+	}
+	p.services = &api.Services{Keys: keys, Publisher: pub, Usage: reads, Rollups: reads, Cost: reads, Engine: reads,
+		Prices: p.store, Admin: p.store, Billing: bill, Reports: reads}
+	if cfg.UsageMetrics {
+		if p.services.UsageMetrics, err = usagemetrics.New(usagemetrics.Config{MaxSeries: cfg.UsageMetricsMaxSeries, Interval: cfg.UsageMetricsInterval},
+			reads, p.reg, p.logger, p.now); err != nil {
 			return err
 		}
 	}
-	var job *rollup.Job
-	if cfg.HasRole("rollup") {
-		// The SLO set in force lives in ClickHouse (versioned, managed through
-		// the admin API). A --slo-file is applied at start when it differs from
-		// it; without one the stored set stays (the built-in defaults, version
-		// 0, until a set is stored).
-		if cfg.SLOFile != "" {
-			set, err := rollup.LoadSLOFile(cfg.SLOFile)
-			if err != nil {
-				return err
-			}
-			v, err := rollup.EnsureSLO(ctx, store, set, cfg.SLOFile)
-			if err != nil {
-				return err
-			}
-			logger.Info("SLO set in force", "version", v, "source", cfg.SLOFile)
-		}
-		if job, err = rollup.NewJob(rollup.Config{Interval: cfg.RollupEvery, MinuteRetention: cfg.MinuteRetention}, store, reg, logger, now); err != nil {
-			return err
-		}
+	return nil
+}
+
+// newBilling makes the billing service: closes wait for ingest to catch
+// up, and run one at a time across api replicas, under a Kafka lock on the
+// rollup lease topic (a consumer group of its own per lock).
+func (p *process) newBilling(reads *query.Service) (*closing.Service, error) {
+	cfg := p.cfg
+	zones, err := cfg.billingZones()
+	if err != nil {
+		return nil, err
 	}
-	var svc *api.Services
-	var otlpRecv *otlp.Receiver
-	if cfg.HasRole("api") {
-		keys, err := api.LoadKeys(cfg.AuthKeys)
-		if err != nil {
-			return err
-		}
-		pub, err := ingest.NewPublisher(ingest.PublisherConfig{Brokers: cfg.KafkaBrokers, Kafka: kafkaConn, Topic: cfg.EventsTopic}, reg, logger, now)
-		if err != nil {
-			return err
-		}
-		defer pub.Close()
-		reads := query.New(store, query.Config{MinuteRetention: cfg.MinuteRetention, Now: now})
-		zones, err := cfg.billingZones()
-		if err != nil {
-			return err
-		}
-		caughtUp, err := ingestCaughtUp(cfg, kafkaConn)
-		if err != nil {
-			return err
-		}
-		// Closes run one at a time across api replicas: a Kafka lock on the
-		// rollup lease topic (a consumer group of its own per lock).
-		lock, err := kafkalock.New(kafkalock.Config{Brokers: cfg.KafkaBrokers, Kafka: kafkaConn, Topic: rollup.DefaultLeaseTopic, Logger: logger})
-		if err != nil {
-			return err
-		}
-		bill, err := closing.NewService(closing.Deps{Reads: reads, Store: store, CaughtUp: caughtUp, Lock: lock,
-			Prices: func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, store) }},
-			closing.Config{Zones: zones, Grace: cfg.BillingGrace, ByDeployment: cfg.BillingByDeployment, Now: now})
-		if err != nil {
-			return err
-		}
-		if cfg.OTLP.GRPCAddr != "" || cfg.OTLP.HTTPAddr != "" {
-			otlpRecv, err = otlp.New(otlp.Config{
-				GRPCAddr: cfg.OTLP.GRPCAddr, HTTPAddr: cfg.OTLP.HTTPAddr, MaxRequestBytes: cfg.MaxBody, TLS: apiTLS,
-				MaxSpans: cfg.MaxBatch, // the event API's batch limit
-				Mapping:  otlp.Mapping{TenantAttribute: cfg.OTLP.TenantAttribute, TTFTFromE2E: cfg.OTLP.TTFTFromE2E},
-			}, pub, keys, reg, logger)
-			if err != nil {
-				return err
-			}
-			logger.Info("OTLP receiver", "grpc", otlpRecv.GRPCAddr(), "http", otlpRecv.HTTPAddr())
-		}
-		svc = &api.Services{Keys: keys, Publisher: pub, Usage: reads, Rollups: reads, Cost: reads, Engine: reads, Prices: store, Admin: store, Billing: bill, Reports: reads}
-		if cfg.UsageMetrics {
-			if svc.UsageMetrics, err = usagemetrics.New(usagemetrics.Config{MaxSeries: cfg.UsageMetricsMaxSeries, Interval: cfg.UsageMetricsInterval},
-				reads, reg, logger, now); err != nil {
-				return err
-			}
-		}
+	caughtUp, err := ingestCaughtUp(cfg, p.kafka)
+	if err != nil {
+		return nil, err
 	}
-	ready := func(ctx context.Context) error {
-		if consumer != nil && !consumer.Healthy() {
-			return errors.New("ingest is retrying failed writes")
-		}
-		if gpuConsumer != nil && !gpuConsumer.Healthy() {
-			return errors.New("GPU sample ingest is retrying failed writes")
-		}
-		if engineConsumer != nil && !engineConsumer.Healthy() {
-			return errors.New("engine sample ingest is retrying failed writes")
-		}
-		// Partitions this replica holds stood still: it re-joins the group.
-		for _, c := range []*ingest.Consumer{consumer, gpuConsumer, engineConsumer} {
-			if c != nil {
-				if err := c.Stalled(); err != nil {
-					return err
-				}
-			}
-		}
-		return store.Ping(ctx)
+	lock, err := kafkalock.New(kafkalock.Config{Brokers: cfg.KafkaBrokers, Kafka: p.kafka, Topic: rollup.DefaultLeaseTopic, Logger: p.logger})
+	if err != nil {
+		return nil, err
 	}
+	store := p.store
+	return closing.NewService(closing.Deps{Reads: reads, Store: store, CaughtUp: caughtUp, Lock: lock,
+		Prices: func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, store) }},
+		closing.Config{Zones: zones, Grace: cfg.BillingGrace, ByDeployment: cfg.BillingByDeployment, Now: p.now})
+}
+
+// newOTLP makes the OTLP receiver when it has an address; nil otherwise.
+func (p *process) newOTLP(pub *ingest.Publisher, keys *api.Keys) (*otlp.Receiver, error) {
+	cfg := p.cfg
+	if cfg.OTLP.GRPCAddr == "" && cfg.OTLP.HTTPAddr == "" {
+		return nil, nil
+	}
+	recv, err := otlp.New(otlp.Config{
+		GRPCAddr: cfg.OTLP.GRPCAddr, HTTPAddr: cfg.OTLP.HTTPAddr, MaxRequestBytes: cfg.MaxBody, TLS: p.apiTLS,
+		MaxSpans: cfg.MaxBatch, // the event API's batch limit
+		Mapping:  otlp.Mapping{TenantAttribute: cfg.OTLP.TenantAttribute, TTFTFromE2E: cfg.OTLP.TTFTFromE2E},
+	}, pub, keys, p.reg, p.logger)
+	if err != nil {
+		return nil, err
+	}
+	p.logger.Info("OTLP receiver", "grpc", recv.GRPCAddr(), "http", recv.HTTPAddr())
+	return recv, nil
+}
+
+// newServer opens the API's listeners: the services of the api role, and
+// on every role /metrics and the health checks.
+func (p *process) newServer(ctx context.Context) error {
+	cfg := p.cfg
 	server, err := api.New(ctx, api.Config{
 		GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, MaxBatchEvents: cfg.MaxBatch, MaxRequestBytes: cfg.MaxBody, Pprof: cfg.Pprof,
 		ReadTimeout: cfg.HTTPTimeouts[0], WriteTimeout: cfg.HTTPTimeouts[1], IdleTimeout: cfg.HTTPTimeouts[2],
-		TLS: apiTLS, TenantCost: cfg.TenantCost,
-	}, svc, ready, reg, logger)
-	if err != nil {
-		return err
-	}
+		TLS: p.apiTLS, TenantCost: cfg.TenantCost,
+	}, p.services, p.ready, p.reg, p.logger)
+	p.server = server
+	return err
+}
 
-	logger.Info("meterd started", "roles", cfg.Roles, "http", server.HTTPAddr(), "grpc", server.GRPCAddr(),
+// ready is the readiness check: the consumers write and their partitions
+// move, and ClickHouse answers.
+func (p *process) ready(ctx context.Context) error {
+	for _, c := range p.consumers {
+		if !c.Healthy() {
+			return errors.New(c.what + " is retrying failed writes")
+		}
+	}
+	// Partitions this replica holds stood still: it re-joins the group.
+	for _, c := range p.consumers {
+		if err := c.Stalled(); err != nil {
+			return err
+		}
+	}
+	return p.store.Ping(ctx)
+}
+
+// announce logs the start, and in development mode prints the banner.
+func (p *process) announce(stdout io.Writer) {
+	cfg := p.cfg
+	p.logger.Info("meterd started", "roles", cfg.Roles, "http", p.server.HTTPAddr(), "grpc", p.server.GRPCAddr(),
 		"kafka", cfg.KafkaBrokers, "clickhouse", cfg.ClickHouse, "dev", cfg.Dev)
 	if cfg.Dev {
-		printDevBanner(stdout, cfg, server, devKeys)
+		printDevBanner(stdout, cfg, p.server, p.devKeys)
 	}
+}
 
+// serve runs the parts until ctx ends or one fails: the API server, the
+// OTLP receiver, the consumers, and the rollup job while this replica
+// holds the rollup lease.
+func (p *process) serve(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return server.Run(gctx) })
-	if otlpRecv != nil {
-		g.Go(func() error { return otlpRecv.Run(gctx) })
+	g.Go(func() error { return p.server.Run(gctx) })
+	if p.otlp != nil {
+		g.Go(func() error { return p.otlp.Run(gctx) })
 	}
-	if consumer != nil {
-		g.Go(func() error { return consumer.Run(gctx) })
+	for _, c := range p.consumers {
+		g.Go(func() error { return c.Run(gctx) })
 	}
-	if gpuConsumer != nil {
-		g.Go(func() error { return gpuConsumer.Run(gctx) })
-	}
-	if engineConsumer != nil {
-		g.Go(func() error { return engineConsumer.Run(gctx) })
-	}
-	if job != nil {
+	if p.job != nil {
 		g.Go(func() error {
-			return rollup.HoldLease(gctx, cfg.KafkaBrokers, kafkaConn, rollup.DefaultLeaseTopic, rollup.DefaultLeaseGroup, logger, func(ctx context.Context) {
+			return rollup.HoldLease(gctx, p.cfg.KafkaBrokers, p.kafka, rollup.DefaultLeaseTopic, rollup.DefaultLeaseGroup, p.logger, func(ctx context.Context) {
 				// Losing the lease or stopping meterd ends ctx: not a warning.
-				if err := job.Run(ctx); err != nil && ctx.Err() == nil {
-					logger.Warn("rollup job stopped", "error", err)
+				if err := p.job.Run(ctx); err != nil && ctx.Err() == nil {
+					p.logger.Warn("rollup job stopped", "error", err)
 				}
 			})
 		})
 	}
-	err = g.Wait()
-	logger.Info("meterd stopped")
+	err := g.Wait()
+	p.logger.Info("meterd stopped")
 	return err
 }
 
