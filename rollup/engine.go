@@ -174,14 +174,38 @@ func ValueQuantile(values []uint32, counts []uint64, q float64) (v uint32, ok bo
 	return values[len(values)-1], true
 }
 
-// engineHour recomputes one hour's engine rollups, writing them with version.
-func engineHour(ctx context.Context, store EngineStore, hour time.Time, version uint64) error {
-	samples, err := store.EngineSamplesOfHour(ctx, hour)
-	if err != nil {
-		return err
+// engineHours recomputes the engine rollups of several hours, one after
+// another, writing their rows with version together: one write of each
+// table for them all (an INSERT costs a part of every column whatever its
+// rows), or one per maxPendingEngineRows minute rows.
+func engineHours(ctx context.Context, store EngineStore, hours []time.Time, version uint64) error {
+	var minutes, hourRows []EngineRow
+	write := func() error {
+		if len(minutes)+len(hourRows) == 0 {
+			return nil
+		}
+		if err := store.WriteEngineRows(ctx, minutes, hourRows, version); err != nil {
+			return fmt.Errorf("engine rollup of %s and %d more hours: %w", hours[0].Format(time.RFC3339), len(hours)-1, err)
+		}
+		minutes, hourRows = minutes[:0], hourRows[:0]
+		return nil
 	}
-	if err := store.WriteEngineRows(ctx, RollupEngine(samples, time.Minute), RollupEngine(samples, time.Hour), version); err != nil {
-		return fmt.Errorf("engine rollup of %s: %w", hour.Format(time.RFC3339), err)
+	for _, hour := range hours {
+		samples, err := store.EngineSamplesOfHour(ctx, hour)
+		if err != nil {
+			return err
+		}
+		minutes = append(minutes, RollupEngine(samples, time.Minute)...)
+		hourRows = append(hourRows, RollupEngine(samples, time.Hour)...)
+		if len(minutes) >= maxPendingEngineRows {
+			if err := write(); err != nil {
+				return err
+			}
+		}
 	}
-	return nil
+	return write()
 }
+
+// maxPendingEngineRows bounds the engine minute rows engineHours holds
+// before it writes them.
+const maxPendingEngineRows = 50_000

@@ -237,13 +237,16 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	changed := mergeHours(dirty, stale)
 	hours := mergeHours(changed, refill)
 	spec := set.Spec(sloVersion)
-	err = j.eachHour(ctx, hours, func(ctx context.Context, h time.Time, version uint64) error {
+	err = j.eachChunk(ctx, hours, func(ctx context.Context, hs []time.Time, version uint64) error {
 		start := time.Now()
-		if _, err := j.roller.RollupHour(ctx, j.store, h, spec, version); err != nil {
+		if _, err := j.roller.RollupHours(ctx, j.store, hs, spec, version); err != nil {
 			return err
 		}
-		j.duration.Observe(time.Since(start).Seconds())
-		j.hours.Inc()
+		took := time.Since(start).Seconds() / float64(len(hs))
+		for range hs {
+			j.duration.Observe(took)
+			j.hours.Inc()
+		}
 		return nil
 	})
 	if err != nil {
@@ -282,12 +285,15 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 		}
 	}
 	costHours := mergeHours(changed, gpuDirty, stalePrice)
-	err = j.eachHour(ctx, costHours, func(ctx context.Context, h time.Time, version uint64) error {
+	err = j.eachChunk(ctx, costHours, func(ctx context.Context, hs []time.Time, version uint64) error {
 		start := time.Now()
-		if err := j.costHour(ctx, h, book, version); err != nil {
+		if err := j.costHours(ctx, hs, book, version); err != nil {
 			return err
 		}
-		j.costDuration.Observe(time.Since(start).Seconds())
+		took := time.Since(start).Seconds() / float64(len(hs))
+		for range hs {
+			j.costDuration.Observe(took)
+		}
 		return nil
 	})
 	if err != nil {
@@ -342,8 +348,8 @@ func (j *Job) engineRun(ctx context.Context, until time.Time) error {
 	if err != nil {
 		return err
 	}
-	err = j.eachHour(ctx, hours, func(ctx context.Context, h time.Time, version uint64) error {
-		return engineHour(ctx, j.store, h, version)
+	err = j.eachChunk(ctx, hours, func(ctx context.Context, hs []time.Time, version uint64) error {
+		return engineHours(ctx, j.store, hs, version)
 	})
 	if err != nil {
 		return err
@@ -423,22 +429,67 @@ func (j *Job) eachHour(ctx context.Context, hours []time.Time, do func(ctx conte
 	return g.Wait()
 }
 
-// costHour recomputes one hour's GPU usage and cost allocation, writing it
-// with version.
-func (j *Job) costHour(ctx context.Context, hour time.Time, book *billing.PriceBook, version uint64) error {
-	samples, err := j.store.GPUSamplesOfHour(ctx, hour)
-	if err != nil {
-		return err
+// hoursPerChunk bounds the hours one rollup writes together (RollupHours,
+// costHours, engineHours): a run catching up weeks of hours writes each
+// table once per chunk instead of once per hour, while hoursAtOnce chunks
+// are computed at once.
+const hoursPerChunk = 24
+
+// eachChunk splits hours (in order) into chunks of at most hoursPerChunk,
+// small enough that hoursAtOnce chunks share the work when there are few
+// hours, and calls do for each, hoursAtOnce at a time, each with a version
+// taken in the order of hours; it returns the first error, once every call
+// has ended (the others' context is then canceled). Queries read each
+// hour's newest version, so the hours of a chunk share one.
+func (j *Job) eachChunk(ctx context.Context, hours []time.Time, do func(ctx context.Context, hours []time.Time, version uint64) error) error {
+	size := min(hoursPerChunk, max(1, (len(hours)+hoursAtOnce-1)/hoursAtOnce))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(hoursAtOnce)
+	for len(hours) > 0 {
+		n := min(size, len(hours))
+		chunk := hours[:n:n]
+		hours = hours[n:]
+		version := j.nextVersion()
+		g.Go(func() error { return do(gctx, chunk, version) })
 	}
-	usage, err := j.store.DeploymentUsage(ctx, hour)
-	if err != nil {
-		return err
+	return g.Wait()
+}
+
+// maxPendingCostRows bounds the GPU and cost rows costHours holds before it
+// writes them.
+const maxPendingCostRows = 50_000
+
+// costHours recomputes the hours' GPU usage and cost allocation, one hour
+// after another, writing their rows with version together (in one write,
+// or one per maxPendingCostRows rows).
+func (j *Job) costHours(ctx context.Context, hours []time.Time, book *billing.PriceBook, version uint64) error {
+	var gpus []GPUHourRow
+	var costs []CostRow
+	for _, hour := range hours {
+		samples, err := j.store.GPUSamplesOfHour(ctx, hour)
+		if err != nil {
+			return err
+		}
+		usage, err := j.store.DeploymentUsage(ctx, hour)
+		if err != nil {
+			return err
+		}
+		gpu, cost, err := ComputeCost(hour, book, samples, usage)
+		if err != nil {
+			return fmt.Errorf("cost of %s: %w", hour.Format(time.RFC3339), err)
+		}
+		gpus, costs = append(gpus, gpu...), append(costs, cost...)
+		if len(gpus)+len(costs) >= maxPendingCostRows {
+			if err := j.store.WriteCost(ctx, gpus, costs, version); err != nil {
+				return err
+			}
+			gpus, costs = gpus[:0], costs[:0]
+		}
 	}
-	gpu, cost, err := ComputeCost(hour, book, samples, usage)
-	if err != nil {
-		return fmt.Errorf("cost of %s: %w", hour.Format(time.RFC3339), err)
+	if len(gpus)+len(costs) == 0 {
+		return nil
 	}
-	return j.store.WriteCost(ctx, gpu, cost, version)
+	return j.store.WriteCost(ctx, gpus, costs, version)
 }
 
 // versionReplicaBits is the part of a version that names the replica.
