@@ -43,14 +43,16 @@ const dashboardDays = 22
 // qualifies for the sustainable load and misses its SLO at the top of the
 // peak from the third week, "spare" nearly idle), growing week by week, with
 // failed requests outside the peaks; then it runs the rollups.
-// It returns the first hour of the data.
-func fillDashboard(t *testing.T, s *stack) time.Time {
+// It returns the first hour of the data and its end, now: the hour in
+// progress has data from its first instant, so that the page marks it as
+// partial.
+func fillDashboard(t *testing.T, s *stack) (first, end time.Time) {
 	t.Helper()
 	ctx := t.Context()
 	if code, body := s.rest(t, "PUT", "/v1/admin/price-book", testKeys["admin"], []byte(prices)); code != 200 {
 		t.Fatalf("PUT price book: %d %s", code, body)
 	}
-	end := time.Now().UTC().Truncate(time.Minute)
+	end = time.Now().UTC()
 	start := end.Truncate(time.Hour).Add(-dashboardDays * 24 * time.Hour)
 	var events chstore.EventBatch
 	var gpus chstore.GPUBatch
@@ -120,7 +122,7 @@ func fillDashboard(t *testing.T, s *stack) time.Time {
 		t.Fatal(err)
 	}
 	billingtest.RollUp(t, s.store)
-	return start
+	return start, end
 }
 
 // TestDashboard opens the dashboard in a real headless Chromium against
@@ -133,7 +135,7 @@ func TestDashboard(t *testing.T) {
 	b := browsertest.New(t)
 	s := newStack(t, false)
 	began := time.Now()
-	first := fillDashboard(t, s)
+	first, last := fillDashboard(t, s)
 	t.Logf("data written and rolled up in %v", time.Since(began).Round(time.Millisecond))
 	base := "http://" + s.server.HTTPAddr()
 
@@ -443,6 +445,10 @@ func TestDashboard(t *testing.T) {
 		}
 		noErrors(t, p)
 		p.Screenshot(t, "dashboard-metrics-tenant")
+	})
+
+	t.Run("layout", func(t *testing.T) {
+		dashboardLayout(t, b, base, first, last)
 	})
 
 	t.Run("keys", func(t *testing.T) {

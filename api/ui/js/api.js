@@ -143,11 +143,20 @@ export function resolveRange(choice, customStart, customEnd, now = Date.now()) {
     start,
     end,
     step,
+    now,
     hourStart: floorTo(start, HOUR),
     hourEnd: ceilTo(end, HOUR),
     // Cost and GPU usage have no minute step.
     hourStep: step === "minute" ? "hour" : step,
   };
+}
+
+// partial is the bucket of a step ("minute", "hour", "day") still in
+// progress at now: {t, label}, where t is its start (UTC) and label names
+// it ("partial hour"). Rates over it count a part of the step only.
+export function partial(step, now = Date.now()) {
+  const name = ["minute", "hour", "day"].includes(step) ? step : "hour";
+  return { t: floorTo(now, { minute: MIN, hour: HOUR, day: DAY }[name]), label: `partial ${name}` };
 }
 
 export const iso = (t) => new Date(t).toISOString().replace(".000Z", "Z");

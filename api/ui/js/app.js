@@ -10,6 +10,7 @@ import * as f from "./format.js";
 import * as metrics from "./metrics.js";
 import * as finance from "./finance.js";
 import * as capacity from "./capacity.js";
+import { fitValues } from "./cards.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -131,6 +132,7 @@ async function load() {
   document.body.dataset.hourStart = api.iso(range.hourStart);
   document.body.dataset.hourEnd = api.iso(range.hourEnd);
   document.body.dataset.step = range.step;
+  document.body.dataset.now = String(range.now); // ms: the partial step's clock
   const ctx = { key: state.key, range, group: state.group, tenant: state.tenant, finance: isFinance() };
   try {
     if (state.tab === "metrics") {
@@ -309,9 +311,21 @@ function wire() {
   }
 }
 
+// refit fits the shown cards' values again once the window's width has
+// changed (cards.fitValues).
+function refit() {
+  let width = window.innerWidth;
+  window.addEventListener("resize", () => {
+    if (window.innerWidth === width) return;
+    width = window.innerWidth;
+    for (const id of ["metric-cards", "finance-cards", "capacity-cards"]) fitValues($(id));
+  });
+}
+
 function start() {
   readHash();
   wire();
+  refit();
   const key = api.keyStore.get();
   if (key) signIn(key);
   else showSignIn("");

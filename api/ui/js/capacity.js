@@ -7,8 +7,8 @@
 
 import * as api from "./api.js";
 import * as f from "./format.js";
-import { card, panelError, table } from "./cards.js";
-import { figure, lineChart, scatterChart, barChart, heatMap, palette } from "./charts.js";
+import { card, panelError, table, fitValues } from "./cards.js";
+import { figure, lineChart, scatterChart, timeBars, heatMap, palette } from "./charts.js";
 
 const WEEK = 7 * 24 * 3600e3;
 
@@ -74,6 +74,7 @@ export function draw(report, name, els) {
   }
   drawCharts(charts, unit, report, cur);
   drawUnits(units, report, cur);
+  fitValues(cards);
 }
 
 function drawCards(el, u, report, cur) {
@@ -125,7 +126,7 @@ function drawCharts(el, u, report, cur) {
   scatterChart(fig, {
     points: pts,
     groups: [{ name: "qualifying hours", color: palette[0] }, { name: `under ${f.count(report.min_hour_requests)} requests`, color: "#9aa3ad" }],
-    xLabel: "tokens/s per GPU", yLabel: "attainment", xFormat: f.num, yFormat: (v) => f.pct(v), yAxisFormat: (v) => f.pct(v, 0), yMax: 1,
+    xLabel: "tokens/s per GPU", yLabel: "attainment", xFormat: f.num, yFormat: (v) => f.pct(v), yAxis: "percent", yMax: 1,
     marks: s.known ? [{ x: s.tokens_per_second_per_gpu, label: `sustainable ${f.num(s.tokens_per_second_per_gpu)}` }] : [],
     ring: sh ? { x: sh.tokens_per_second_per_gpu, y: sh.attainment, label: "sustainable point" } : undefined,
     hline: { y: report.target, label: `target ${f.pct(report.target, 1)}` },
@@ -133,7 +134,7 @@ function drawCharts(el, u, report, cur) {
   });
   scatterChart(figure(el, "capacity-utilization", "Utilization against tokens/s per GPU", "each hour with GPU samples"), {
     points: withGPUs.map((h) => ({ x: h.tokens_per_second_per_gpu, y: h.utilization, label: `${f.time(api.ts(h.start))} UTC` })),
-    xLabel: "tokens/s per GPU", yLabel: "utilization", xFormat: f.num, yFormat: (v) => f.pct(v, 1), yAxisFormat: (v) => f.pct(v, 0), yMax: 1,
+    xLabel: "tokens/s per GPU", yLabel: "utilization", xFormat: f.num, yFormat: (v) => f.pct(v, 1), yAxis: "percent", yMax: 1,
     emptyText: "No hours with GPU samples in this range.",
   });
   const profile = u.load_profile || [];
@@ -145,14 +146,15 @@ function drawCharts(el, u, report, cur) {
     note: (i, j) => (profile[i].hours ? `${profile[i].hours[j]} hours` : ""),
   });
   const days = u.days || [];
-  barChart(figure(el, "capacity-cost-days", "Busy and idle cost per day", "UTC days"), {
-    categories: days.map((d) => f.time(api.ts(d.start), "day")),
+  // Over the report's range, on a time axis; today is partial.
+  timeBars(figure(el, "capacity-cost-days", "Busy and idle cost per day", "UTC days"), {
+    t0: api.ts(report.start), t1: api.ts(report.end), step: "day", partial: api.partial("day"),
+    times: days.map((d) => api.ts(d.start)),
     stacks: [
       { name: "busy", values: days.map((d) => f.moneyNum(d.busy_cost)), color: "#0072b2" },
       { name: "idle", values: days.map((d) => f.moneyNum(d.idle_cost)), color: "#e0a000" },
     ],
-    yFormat: (v) => f.money(v, cur), categoryLabel: "Day",
-    categoryTick: (c) => c.split(" ").slice(0, 2).join(" "),
+    yFormat: (v) => f.money(v, cur), yAxis: "money", currency: cur,
   });
   drawForecast(el, u);
 }

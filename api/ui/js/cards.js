@@ -28,15 +28,38 @@ export function card(parent, c) {
 }
 
 // trio adds a card with three labelled values, such as p50, p95 and p99:
-// {title, items: [{name, label, raw, text}], sub?}.
+// {title, items: [{name, label, raw, text}], sub?}. It is two columns wide.
 export function trio(parent, c) {
-  const box = el("div", "card", null, parent);
+  const box = el("div", "card wide trio-card", null, parent);
   el("h3", null, c.title, box);
   const g = el("div", "trio", null, box);
   for (const it of c.items) el("span", "l", it.label, g);
   for (const it of c.items) valueEl("span", "v", it.name, it.raw, it.text, g);
   if (c.sub) el("div", "sub", c.sub, box);
   return box;
+}
+
+// MIN_FONT is the smallest size (px) fitValues shrinks a value to; a value
+// still too wide then wraps.
+const MIN_FONT = 12;
+
+// fitValues makes every card value under root fit its card: a value wider
+// than its box (a long amount, "1,234.56 ms" three abreast) is set in a
+// smaller font, down to MIN_FONT, then wrapped. It measures, so it runs
+// once the cards are on the page and the charts drawn (the page's scroll
+// bar takes width), and again when the window's width changes.
+export function fitValues(root) {
+  for (const e of root.querySelectorAll(".card .big, .card .trio .v")) {
+    e.style.fontSize = "";
+    e.classList.remove("wrap");
+    if (!e.clientWidth) continue; // not shown
+    let size = parseFloat(getComputedStyle(e).fontSize);
+    while (e.scrollWidth > e.clientWidth && size > MIN_FONT) {
+      size -= 1;
+      e.style.fontSize = `${size}px`;
+    }
+    if (e.scrollWidth > e.clientWidth) e.classList.add("wrap");
+  }
 }
 
 // panelError shows a failure inside a panel, in place of what it would

@@ -7,6 +7,17 @@
 //
 // Labels that come from data (tenants, models, deployments) are always set
 // as text, never as markup.
+//
+// Value axes are "nice": their ticks are multiples of 1, 2, 2.5 or 5 times
+// a power of ten, and each label is its tick's value exactly (axisTicks;
+// class "tick", the value in data-v), in percent or with the currency where
+// the axis is one of ratios or money. Time charts (lineChart, timeBars)
+// span the domain they are given, the range the page asked for, whatever
+// the data cover, so that every chart of a range shares one time axis
+// (data-t0 and data-t1 on the figure); a bucket still in progress (the
+// current hour) is drawn apart as partial: a dashed, lighter segment or
+// a lighter bar with a dashed edge, over a shaded band, named in the legend
+// and the tooltip.
 
 import * as f from "./format.js";
 
@@ -55,18 +66,35 @@ function empty(fig, text) {
   fig.dataset.empty = "true";
 }
 
-// niceTicks returns about n round tick values covering [lo, hi].
+// niceTicks returns about n round tick values covering [lo, hi]: multiples
+// of step, which is 1, 2, 2.5 or 5 times a power of ten.
 export function niceTicks(lo, hi, n = 5) {
   if (!(hi > lo)) hi = lo + (lo === 0 ? 1 : Math.abs(lo) * 0.1);
   const raw = (hi - lo) / n;
   const mag = Math.pow(10, Math.floor(Math.log10(raw)));
   const r = raw / mag;
-  const step = (r <= 1 ? 1 : r <= 2 ? 2 : r <= 2.5 ? 2.5 : r <= 5 ? 5 : 10) * mag;
-  const start = Math.floor(lo / step) * step;
-  const end = Math.ceil(hi / step) * step;
+  const step = Number(((r <= 1 ? 1 : r <= 2 ? 2 : r <= 2.5 ? 2.5 : r <= 5 ? 5 : 10) * mag).toPrecision(12));
+  const k0 = Math.floor(lo / step);
+  const k1 = Math.ceil(hi / step);
   const ticks = [];
-  for (let v = start; v <= end + step / 2; v += step) ticks.push(Number(v.toPrecision(12)));
-  return { ticks, lo: start, hi: end };
+  for (let k = k0; k <= k1; k++) ticks.push(Number((k * step).toPrecision(12)));
+  return { ticks, lo: ticks[0], hi: ticks[ticks.length - 1], step };
+}
+
+// axisTicks are the ticks of a value axis over [lo, hi] with their labels:
+// kind "number" (compact: 1.5k), "percent" (ratios: 0.025 reads 2.5 %) or
+// "money" (in currency cur: $1.5k). Every label is its tick exactly, with
+// the decimals the step needs, so no two read alike.
+export function axisTicks(lo, hi, n, kind = "number", cur = "") {
+  const t = niceTicks(lo, hi, n);
+  return { ...t, labels: t.ticks.map((v) => f.tick(v, t.step, kind, cur)) };
+}
+
+// axisTitle is the title of a value axis: the unit given, or the
+// currency's code on a money axis.
+function axisTitle(kind, cur, label) {
+  if (label) return kind === "money" && cur && !label.includes(cur) ? `${label} (${cur})` : label;
+  return kind === "money" ? cur || "USD" : "";
 }
 
 const MIN = 60e3;
@@ -91,32 +119,69 @@ function timeLabel(t, tickStep, span) {
   return hm;
 }
 
-// frame draws the plot area's axes and grid and returns the scales.
-function frame(root, xs, ys, xTicks, xLabel, yTicks, yFormat, labels = {}) {
+// frame draws the plot area's axes and grid. yt is the value axis
+// (axisTicks); the x axis is xt, axisTicks too (numbers: class "tick",
+// data-v) or {ticks, label(t)} (times: class "tick-t", data-t).
+function frame(root, xs, ys, xt, yt, labels = {}) {
   const grid = svg("g", { class: "grid" }, root);
   const axis = svg("g", { class: "axis" }, root);
-  for (const v of yTicks) {
+  yt.ticks.forEach((v, i) => {
     const y = ys(v);
     svg("line", { x1: M.left, x2: W - M.right, y1: y, y2: y }, grid);
-    const t = svg("text", { x: M.left - 6, y: y + 4, "text-anchor": "end" }, axis);
-    t.textContent = yFormat(v);
-  }
-  for (const v of xTicks) {
+    const t = svg("text", { class: "tick tick-y", x: M.left - 6, y: y + 4, "text-anchor": "end", "data-v": v }, axis);
+    t.textContent = yt.labels[i];
+  });
+  xt.ticks.forEach((v, i) => {
     const x = xs(v);
     svg("line", { x1: x, x2: x, y1: H - M.bottom, y2: H - M.bottom + 4 }, axis);
-    const t = svg("text", { x, y: H - M.bottom + 16, "text-anchor": "middle" }, axis);
-    t.textContent = xLabel(v);
-  }
+    const attrs = xt.labels ? { class: "tick tick-x", "data-v": v } : { class: "tick-t", "data-t": v };
+    const t = svg("text", { ...attrs, x, y: H - M.bottom + 16, "text-anchor": "middle" }, axis);
+    t.textContent = xt.labels ? xt.labels[i] : xt.label(v);
+  });
   svg("line", { x1: M.left, x2: W - M.right, y1: H - M.bottom, y2: H - M.bottom }, axis);
   svg("line", { x1: M.left, x2: M.left, y1: M.top, y2: H - M.bottom }, axis);
   if (labels.x) {
-    const t = svg("text", { x: W - M.right, y: H - 2, "text-anchor": "end" }, axis);
+    const t = svg("text", { class: "axis-title-x", x: W - M.right, y: H - 2, "text-anchor": "end" }, axis);
     t.textContent = labels.x;
   }
   if (labels.y) {
-    const t = svg("text", { x: M.left + 4, y: M.top - 2, "text-anchor": "start" }, axis);
+    const t = svg("text", { class: "axis-title", x: M.left + 4, y: M.top - 2, "text-anchor": "start" }, axis);
     t.textContent = labels.y;
   }
+}
+
+let clipCount = 0;
+
+// clip adds a clip path of the plot area (a few units wider, so that
+// points on its edges show whole) and returns its url() reference.
+function clip(root, x, y, w, h) {
+  const id = `plot-clip-${++clipCount}`;
+  const cp = svg("clipPath", { id }, svg("defs", {}, root));
+  svg("rect", { x: x - 4, y: y - 4, width: w + 8, height: h + 8 }, cp);
+  return `url(#${id})`;
+}
+
+// partialBand shades the part of the plot from the partial bucket's start
+// to the domain's end and names it.
+function partialBand(root, xs, partial, t1) {
+  const x = Math.max(M.left, xs(partial.t));
+  const x2 = Math.min(W - M.right, xs(t1));
+  if (!(x2 > x)) return;
+  const band = svg("rect", { class: "partial-band", x, y: M.top, width: x2 - x, height: H - M.top - M.bottom }, root);
+  svg("title", {}, band).textContent = `${partial.label}, in progress`;
+}
+
+// timeAxis sets the figure's time domain (data-t0, data-t1) and returns
+// the time scale and ticks of [t0, t1].
+function timeAxis(fig, t0, t1) {
+  if (!(t1 > t0)) t1 = t0 + HOUR;
+  fig.dataset.t0 = String(t0);
+  fig.dataset.t1 = String(t1);
+  fig.dataset.x0 = String(M.left); // the plot's left and right, in the SVG's units
+  fig.dataset.x1 = String(W - M.right);
+  const xs = (t) => M.left + ((t - t0) / (t1 - t0)) * (W - M.left - M.right);
+  const tt = timeTicks(t0, t1);
+  return { t0, t1, xs, xt: { ticks: tt.ticks, label: (t) => timeLabel(t, tt.step, t1 - t0) } };
 }
 
 function legend(fig, items) {
@@ -125,7 +190,8 @@ function legend(fig, items) {
   for (const it of items) {
     const li = html("li", {}, null, ul);
     const sw = html("span", { class: "swatch " + (it.shape || ""), "aria-hidden": "true" }, null, li);
-    sw.style.background = it.color;
+    if (it.color) sw.style.background = it.color;
+    if (it.shape === "partial-line" || it.shape === "partial-bar") li.className = "partial";
     html("span", {}, it.name, li);
   }
 }
@@ -204,10 +270,12 @@ export function largestSeries(series, max = MAX_SERIES) {
 }
 
 // lineChart draws series of [t, value] points over the time domain
-// [t0, t1]: opts {series: [{name, points, color?, dashed?, noPoints?}], t0, t1, step,
-// yFormat, yMax?, yLabel?, marks?: [{t, label}] (vertical lines)}. At most
-// MAX_SERIES series are drawn: the largest by peak, the legend naming how
-// many more the answer holds.
+// [t0, t1] (points outside it are clipped): opts {series: [{name, points,
+// color?, dashed?, noPoints?}], t0, t1, step, yFormat, yAxis? ("number",
+// "percent", "money"), currency?, yMax?, yMin?, yLabel?, marks?: [{t,
+// label}] (vertical lines), partial?: {t, label} (the bucket from t on is
+// in progress)}. At most MAX_SERIES series are drawn: the largest by peak,
+// the legend naming how many more the answer holds.
 export function lineChart(fig, opts) {
   const { shown: series, more } = largestSeries(opts.series.filter((s) => s.points.length > 0));
   const yFormat = opts.yFormat || f.num;
@@ -221,42 +289,56 @@ export function lineChart(fig, opts) {
     lo = opts.yMin;
     for (const s of series) for (const [, v] of s.points) lo = Math.min(lo, v);
   }
-  const yt = niceTicks(lo, hi, 4);
-  let t0 = opts.t0;
-  let t1 = opts.t1;
-  for (const s of series) for (const [t] of s.points) {
-    t0 = Math.min(t0, t);
-    t1 = Math.max(t1, t);
-  }
-  if (t1 === t0) t1 = t0 + HOUR;
-  const xs = (t) => M.left + ((t - t0) / (t1 - t0)) * (W - M.left - M.right);
+  const kind = opts.yAxis || "number";
+  const yt = axisTicks(lo, hi, 4, kind, opts.currency);
+  const { t0, t1, xs, xt } = timeAxis(fig, opts.t0, opts.t1);
   const ys = (v) => H - M.bottom - ((v - yt.lo) / (yt.hi - yt.lo)) * (H - M.top - M.bottom);
-  const xt = timeTicks(t0, t1);
   const r = root(fig, `${fig.querySelector("figcaption").textContent}: ${series.length} series, ${n} points`);
-  frame(r, xs, ys, xt.ticks, (t) => timeLabel(t, xt.step, t1 - t0), yt.ticks, (v) => (opts.yAxisFormat || f.compact)(v), { y: opts.yLabel });
+  frame(r, xs, ys, xt, yt, { y: axisTitle(kind, opts.currency, opts.yLabel) });
+  const partial = opts.partial;
+  const isPartial = (t) => !!partial && t >= partial.t;
+  const anyPartial = series.some((s) => !s.noPoints && s.points.some(([t]) => isPartial(t)));
+  if (anyPartial) {
+    partialBand(r, xs, partial, t1);
+    fig.dataset.partial = String(partial.t);
+  }
   for (const m of opts.marks || []) {
     svg("line", { class: "mark", x1: xs(m.t), x2: xs(m.t), y1: M.top, y2: H - M.bottom }, r);
     const t = svg("text", { class: "mark-label", x: xs(m.t) - 4, y: M.top + 10, "text-anchor": "end" }, r);
     t.textContent = m.label;
   }
+  const plot = svg("g", { "clip-path": clip(r, M.left, M.top, W - M.left - M.right, H - M.top - M.bottom) }, r);
   const times = new Set();
+  const path = (pts) => pts.map(([t, v], k) => `${k ? "L" : "M"}${xs(t).toFixed(1)},${ys(v).toFixed(1)}`).join("");
   series.forEach((s, i) => {
     s.color = s.color || palette[i % palette.length];
     const pts = [...s.points].sort((a, b) => a[0] - b[0]);
     s.byT = new Map(pts);
-    const d = pts.map(([t, v], k) => `${k ? "L" : "M"}${xs(t).toFixed(1)},${ys(v).toFixed(1)}`).join("");
-    svg("path", { class: "series" + (s.dashed ? " dashed" : ""), d, stroke: s.color }, r);
-    const g = svg("g", { fill: s.color }, r);
+    // The complete buckets solid; from the last of them on into the
+    // partial ones, a lighter dashed segment.
+    const cut = s.noPoints ? pts.length : pts.findIndex(([t]) => isPartial(t));
+    const done = cut < 0 ? pts : pts.slice(0, cut);
+    if (done.length) svg("path", { class: "series" + (s.dashed ? " dashed" : ""), d: path(done), stroke: s.color }, plot);
+    if (cut >= 0 && cut < pts.length) {
+      svg("path", { class: "series-partial", d: path(pts.slice(Math.max(0, cut - 1))), stroke: s.color, "data-series": s.name }, plot);
+    }
+    const g = svg("g", { fill: s.color }, plot);
     for (const [t, v] of pts) {
       times.add(t);
       if (s.noPoints) continue;
-      svg("circle", { class: "pt", cx: xs(t).toFixed(1), cy: ys(v).toFixed(1), r: pts.length > 120 ? 1.6 : 2.6, "data-t": t, "data-v": v, "data-series": s.name }, g);
+      const c = svg("circle", { class: "pt", cx: xs(t).toFixed(1), cy: ys(v).toFixed(1), r: pts.length > 120 ? 1.6 : 2.6, "data-t": t, "data-v": v, "data-series": s.name }, g);
+      if (isPartial(t)) {
+        c.classList.add("partial");
+        c.setAttribute("stroke", s.color);
+      }
     }
   });
   fig.dataset.points = String(n);
   fig.dataset.series = String(series.length);
   fig.dataset.moreSeries = String(more);
-  legend(fig, series.map((s) => ({ name: s.name, color: s.color })));
+  const items = series.map((s) => ({ name: s.name, color: s.color }));
+  if (anyPartial) items.push({ name: `${partial.label} (in progress)`, shape: "partial-line" });
+  legend(fig, items);
   if (more > 0) {
     const ul = fig.querySelector("ul.legend");
     html("li", { class: "more" }, `and ${f.count(more)} more series, smaller at their peak, not drawn`, ul);
@@ -264,6 +346,7 @@ export function lineChart(fig, opts) {
 
   // Hover: the values of every series at the nearest instant.
   const sorted = [...times].sort((a, b) => a - b);
+  const timeText = (t) => f.time(t, opts.step) + (isPartial(t) ? ` · ${partial.label}, in progress` : "");
   const guide = svg("line", { class: "guide", y1: M.top, y2: H - M.bottom, visibility: "hidden" }, r);
   const overlay = svg("rect", { class: "overlay", x: M.left, y: M.top, width: W - M.left - M.right, height: H - M.top - M.bottom }, r);
   overlay.addEventListener("pointermove", (ev) => {
@@ -275,20 +358,88 @@ export function lineChart(fig, opts) {
     guide.setAttribute("x2", xs(best));
     guide.setAttribute("visibility", "visible");
     const rows = series.filter((s) => s.byT.has(best)).map((s) => ({ color: s.color, text: `${s.name}: ${yFormat(s.byT.get(best))}` }));
-    tip.show(ev, f.time(best, opts.step), rows);
+    tip.show(ev, timeText(best), rows);
   });
   overlay.addEventListener("pointerleave", () => {
     guide.setAttribute("visibility", "hidden");
     tip.hide();
   });
   dataTable(fig, ["Time (UTC)", ...series.map((s) => s.name)], () =>
-    sorted.map((t) => [f.time(t, opts.step), ...series.map((s) => (s.byT.has(t) ? yFormat(s.byT.get(t)) : ""))]),
+    sorted.map((t) => [timeText(t), ...series.map((s) => (s.byT.has(t) ? yFormat(s.byT.get(t)) : ""))]),
+  );
+}
+
+// stepMs is the length of a step ("minute", "hour", "day") in ms.
+export function stepMs(step) {
+  return { minute: MIN, hour: HOUR, day: DAY }[step] || HOUR;
+}
+
+// timeBars draws stacked bars over the time domain [t0, t1], each bar
+// spanning its bucket [t, t + step) on the same time axis as lineChart
+// (bars outside the domain are clipped): opts {t0, t1, step, times: [t],
+// stacks: [{name, color?, values: [number per time]}], yFormat, yAxis?,
+// currency?, yLabel?, partial?: {t, label}}.
+export function timeBars(fig, opts) {
+  const times = opts.times;
+  const stacks = opts.stacks;
+  if (times.length === 0) return empty(fig);
+  const yFormat = opts.yFormat || f.num;
+  const kind = opts.yAxis || "number";
+  const totals = times.map((_, i) => stacks.reduce((a, s) => a + (s.values[i] || 0), 0));
+  const yt = axisTicks(0, Math.max(...totals, 0), 4, kind, opts.currency);
+  const { t1, xs, xt } = timeAxis(fig, opts.t0, opts.t1);
+  const ys = (v) => H - M.bottom - ((v - yt.lo) / (yt.hi - yt.lo)) * (H - M.top - M.bottom);
+  const r = root(fig, `${fig.querySelector("figcaption").textContent}: ${times.length} bars`);
+  frame(r, xs, ys, xt, yt, { y: axisTitle(kind, opts.currency, opts.yLabel) });
+  const partial = opts.partial;
+  const isPartial = (t) => !!partial && t >= partial.t;
+  const anyPartial = times.some(isPartial);
+  if (anyPartial) {
+    partialBand(r, xs, partial, t1);
+    fig.dataset.partial = String(partial.t);
+  }
+  const plot = svg("g", { "clip-path": clip(r, M.left, M.top, W - M.left - M.right, H - M.top - M.bottom) }, r);
+  stacks.forEach((s, i) => (s.color = s.color || palette[i % palette.length]));
+  const width = stepMs(opts.step);
+  let n = 0;
+  times.forEach((t, i) => {
+    const x0 = xs(t);
+    const w = xs(t + width) - x0;
+    const pad = Math.min(2, w * 0.15);
+    const g = svg("g", {}, plot);
+    let acc = 0;
+    for (const s of stacks) {
+      const v = s.values[i] || 0;
+      const y0 = ys(acc);
+      const y1 = ys(acc + v);
+      acc += v;
+      const bar = svg("rect", {
+        class: "bar" + (isPartial(t) ? " partial" : ""), x: (x0 + pad).toFixed(2), y: y1.toFixed(2), width: Math.max(0.5, w - 2 * pad).toFixed(2), height: Math.max(0, y0 - y1).toFixed(2),
+        fill: s.color, "data-t": t, "data-v": v, "data-series": s.name,
+      }, g);
+      if (isPartial(t)) bar.setAttribute("stroke", s.color);
+      bar.dataset.category = f.time(t, opts.step);
+      n++;
+    }
+    const title = f.time(t, opts.step) + (isPartial(t) ? ` · ${partial.label}, in progress` : "");
+    g.addEventListener("pointermove", (ev) =>
+      tip.show(ev, title, [...stacks.map((s) => ({ color: s.color, text: `${s.name}: ${yFormat(s.values[i] || 0)}` })), ...(stacks.length > 1 ? [{ text: `total: ${yFormat(totals[i])}` }] : [])]),
+    );
+    g.addEventListener("pointerleave", () => tip.hide());
+  });
+  fig.dataset.points = String(n);
+  const items = stacks.map((s) => ({ name: s.name, color: s.color, shape: "box" }));
+  if (anyPartial) items.push({ name: `${partial.label} (in progress)`, shape: "partial-bar" });
+  if (stacks.length > 1 || stacks[0].name) legend(fig, items);
+  dataTable(fig, ["Time (UTC)", ...stacks.map((s) => s.name)], () =>
+    times.map((t, i) => [f.time(t, opts.step) + (isPartial(t) ? ` (${partial.label})` : ""), ...stacks.map((s) => yFormat(s.values[i] || 0))]),
   );
 }
 
 // scatterChart draws points {x, y, label?, group?}: opts {groups: [{name,
-// color}], xFormat, yFormat, xLabel, yLabel, yMin?, yMax?, marks?: [{x,
-// label}], ring?: {x, y, label} (a point circled), line?: [[x, y], ...]}.
+// color}], xFormat, yFormat, xLabel, yLabel, yAxis? (as lineChart's), yMin?,
+// yMax?, marks?: [{x, label}], ring?: {x, y, label} (a point circled),
+// line?: [[x, y], ...]}.
 export function scatterChart(fig, opts) {
   const pts = opts.points;
   if (pts.length === 0) return empty(fig, opts.emptyText);
@@ -304,12 +455,12 @@ export function scatterChart(fig, opts) {
     yhi = Math.max(yhi, p.y);
   }
   for (const m of opts.marks || []) xhi = Math.max(xhi, m.x);
-  const xt = niceTicks(xlo, xhi * 1.02, 5);
-  const yt = niceTicks(ylo, yhi, 4);
+  const xt = axisTicks(xlo, xhi * 1.02, 5);
+  const yt = axisTicks(ylo, yhi, 4, opts.yAxis || "number", opts.currency);
   const xs = (v) => M.left + ((v - xt.lo) / (xt.hi - xt.lo)) * (W - M.left - M.right);
   const ys = (v) => H - M.bottom - ((v - yt.lo) / (yt.hi - yt.lo)) * (H - M.top - M.bottom);
   const r = root(fig, `${fig.querySelector("figcaption").textContent}: ${pts.length} points`);
-  frame(r, xs, ys, xt.ticks, (v) => f.compact(v), yt.ticks, opts.yAxisFormat || f.compact, { x: opts.xLabel, y: opts.yLabel });
+  frame(r, xs, ys, xt, yt, { x: opts.xLabel, y: opts.yLabel });
   for (const m of opts.marks || []) {
     svg("line", { class: "mark", x1: xs(m.x), x2: xs(m.x), y1: M.top, y2: H - M.bottom }, r);
     const t = svg("text", { class: "mark-label", x: xs(m.x) - 4, y: M.top + 10, "text-anchor": "end" }, r);
@@ -355,15 +506,19 @@ export function scatterChart(fig, opts) {
   dataTable(fig, ["Point", opts.xLabel || "x", opts.yLabel || "y"], () => pts.map((p) => [p.label || "", xFormat(p.x), yFormat(p.y)]));
 }
 
-// barChart draws stacked bars: opts {categories: [label], stacks: [{name,
-// color?, values: [number per category]}], yFormat, horizontal?}.
+// barChart draws stacked bars by category: opts {categories: [label],
+// stacks: [{name, color?, values: [number per category]}], yFormat, yAxis?
+// and currency? (the value axis, as lineChart's), valueLabel?, horizontal?}.
+// Bars over time are timeBars.
 export function barChart(fig, opts) {
   const cats = opts.categories;
   const stacks = opts.stacks;
   if (cats.length === 0) return empty(fig);
   const yFormat = opts.yFormat || f.num;
   const totals = cats.map((_, i) => stacks.reduce((a, s) => a + (s.values[i] || 0), 0));
-  const vt = niceTicks(0, Math.max(...totals, 0), 4);
+  const kind = opts.yAxis || "number";
+  const vt = axisTicks(0, Math.max(...totals, 0), 4, kind, opts.currency);
+  const title = axisTitle(kind, opts.currency, opts.valueLabel);
   const horizontal = !!opts.horizontal;
   const left = horizontal ? 130 : M.left;
   const plotW = W - left - M.right;
@@ -374,16 +529,22 @@ export function barChart(fig, opts) {
   const vs = (v) => ((v - vt.lo) / (vt.hi - vt.lo)) * (horizontal ? plotW : plotH);
   const grid = svg("g", { class: "grid" }, r);
   const axis = svg("g", { class: "axis" }, r);
-  for (const v of vt.ticks) {
+  vt.ticks.forEach((v, k) => {
     if (horizontal) {
       const x = left + vs(v);
       svg("line", { x1: x, x2: x, y1: M.top, y2: height - M.bottom }, grid);
-      svg("text", { x, y: height - M.bottom + 16, "text-anchor": "middle" }, axis).textContent = (opts.axisFormat || f.compact)(v);
+      svg("text", { class: "tick tick-x", x, y: height - M.bottom + 16, "text-anchor": "middle", "data-v": v }, axis).textContent = vt.labels[k];
     } else {
       const y = H - M.bottom - vs(v);
       svg("line", { x1: left, x2: W - M.right, y1: y, y2: y }, grid);
-      svg("text", { x: left - 6, y: y + 4, "text-anchor": "end" }, axis).textContent = (opts.axisFormat || f.compact)(v);
+      svg("text", { class: "tick tick-y", x: left - 6, y: y + 4, "text-anchor": "end", "data-v": v }, axis).textContent = vt.labels[k];
     }
+  });
+  if (title) {
+    const attrs = horizontal
+      ? { class: "axis-title", x: W - M.right, y: M.top - 2, "text-anchor": "end" }
+      : { class: "axis-title", x: left + 4, y: M.top - 2, "text-anchor": "start" };
+    svg("text", attrs, axis).textContent = title;
   }
   svg("line", horizontal ? { x1: left, x2: left, y1: M.top, y2: height - M.bottom } : { x1: left, x2: W - M.right, y1: H - M.bottom, y2: H - M.bottom }, axis);
   stacks.forEach((s, i) => (s.color = s.color || palette[i % palette.length]));

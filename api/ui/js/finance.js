@@ -4,7 +4,7 @@
 
 import * as api from "./api.js";
 import * as f from "./format.js";
-import { card, panelError, table } from "./cards.js";
+import { card, panelError, table, fitValues } from "./cards.js";
 import { figure, lineChart, barChart } from "./charts.js";
 
 export const IDLE = "__idle__";
@@ -32,6 +32,9 @@ export async function load(ctx, cardsEl, chartsEl) {
   let tenants = [];
   if (cost) tenants = drawCost(cardsEl, chartsEl, cost, range);
   if (gpu) drawIdle(cardsEl, chartsEl, gpu, range);
+  // The tables below the charts, each a whole row wide.
+  for (const t of chartsEl.querySelectorAll(":scope > .table-wrap")) chartsEl.appendChild(t);
+  fitValues(cardsEl);
   if (errors.length) throw errors[0];
   return tenants;
 }
@@ -58,6 +61,8 @@ function drawCost(cardsEl, chartsEl, cost, range) {
       { name: "idle", values: ordered.map((l) => f.moneyNum(l.s.idle_cost)), color: "#e0a000" },
     ],
     yFormat: (v) => f.money(v, cur),
+    yAxis: "money",
+    currency: cur,
     horizontal: true,
     categoryLabel: "Tenant",
   });
@@ -74,7 +79,8 @@ function drawCost(cardsEl, chartsEl, cost, range) {
     series.push({ name: tenantLabel(IDLE), points: l.points.map((p) => [api.ts(p.start), f.moneyNum(p.cost)]), color: "#e0a000", dashed: true });
   }
   lineChart(figure(chartsEl, "finance-cost-over-time", "Cost over time", `by tenant, per ${range.hourStep}`), {
-    t0: range.hourStart, t1: range.hourEnd, step: range.hourStep, series, yFormat: (v) => f.money(v, cur),
+    t0: range.hourStart, t1: range.hourEnd, step: range.hourStep, partial: api.partial(range.hourStep, range.now),
+    series, yFormat: (v) => f.money(v, cur), yAxis: "money", currency: cur,
   });
   table(chartsEl, "Cost by tenant", ["Tenant", "Requests", "Input tokens", "Output tokens", "Cost", "Busy cost", "Idle cost", "Per 1k tokens", "Per 1k output tokens"],
     ordered.map((l) => [
@@ -107,6 +113,8 @@ function drawIdle(cardsEl, chartsEl, gpu, range) {
       { name: "idle", values: deps.map((d) => f.moneyNum(d.s.idle_cost)), color: "#e0a000" },
     ],
     yFormat: (v) => f.money(v, cur),
+    yAxis: "money",
+    currency: cur,
     horizontal: true,
     categoryLabel: "Deployment",
   });

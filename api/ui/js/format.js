@@ -49,6 +49,61 @@ function trimZeros(s) {
   return s.includes(".") ? s.replace(/\.?0+$/, "") : s;
 }
 
+// decimals is how many decimal places write step exactly (0.025: 3;
+// 2.5: 1; 500: 0), at most 12.
+export function decimals(step) {
+  if (!(step > 0) || !Number.isFinite(step)) return 0;
+  const [mant, exp] = step.toExponential(12).split("e");
+  const frac = mant.split(".")[1].replace(/0+$/, "");
+  return Math.min(12, Math.max(0, frac.length - Number(exp)));
+}
+
+// tick formats one tick of an axis whose ticks are multiples of step, so
+// that each label is its tick's value exactly and no two ticks read alike:
+// as compact, but with the decimals the step needs (a step of 250 reads
+// 1.25k, not 1.3k). kind "percent" shows ratios in percent (a step of
+// 0.025 reads 0 %, 2.5 %, 5 %, 7.5 %); kind "money" prefixes or suffixes
+// the currency cur ("$1.5k", "12 XYZ").
+export function tick(x, step, kind = "number", cur = "") {
+  if (kind === "percent") return fixedTrim(x * 100, decimals(step * 100)) + " %";
+  let text;
+  const a = Math.abs(x);
+  const units = [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
+  const unit = units.find(([v]) => a >= v);
+  if (unit) text = fixedTrim(x / unit[0], decimals(step / unit[0])) + unit[1];
+  else text = fixedTrim(x, decimals(step));
+  if (kind === "money") {
+    const { prefix, suffix } = currencyAffix(cur);
+    const neg = text.startsWith("-");
+    return (neg ? "-" : "") + prefix + (neg ? text.slice(1) : text) + suffix;
+  }
+  return text;
+}
+
+// fixedTrim writes x with at most d decimals and thousands separators,
+// without trailing zeros.
+function fixedTrim(x, d) {
+  const s = nf({ minimumFractionDigits: 0, maximumFractionDigits: d, useGrouping: true }).format(Number(x.toFixed(d)));
+  return s === "-0" ? "0" : s;
+}
+
+// currencyAffix is how money in cur is marked around a number, as money()
+// writes it: "$" before it, "XYZ " before it for a code without a symbol,
+// or the code after the number when Intl does not take the code.
+export function currencyAffix(cur) {
+  const code = cur || "USD";
+  try {
+    const parts = nf({ style: "currency", currency: code }).formatToParts(1);
+    const num = (p) => ["integer", "group", "decimal", "fraction"].includes(p.type);
+    const first = parts.findIndex(num);
+    const last = parts.length - 1 - [...parts].reverse().findIndex(num);
+    const text = (ps) => ps.map((p) => p.value).join("");
+    return { prefix: text(parts.slice(0, first)), suffix: text(parts.slice(last + 1)) };
+  } catch {
+    return { prefix: "", suffix: " " + code };
+  }
+}
+
 // ms formats a latency in milliseconds: "85.2 ms", "1.25 s".
 export function ms(x) {
   if (x === undefined || x === null || Number.isNaN(x)) return "–";

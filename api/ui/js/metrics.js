@@ -4,8 +4,8 @@
 
 import * as api from "./api.js";
 import * as f from "./format.js";
-import { card, trio, panelError } from "./cards.js";
-import { figure, lineChart, barChart } from "./charts.js";
+import { card, trio, panelError, fitValues } from "./cards.js";
+import { figure, lineChart, timeBars } from "./charts.js";
 
 // groupName labels a series by its group-by values.
 export function groupName(s) {
@@ -65,6 +65,7 @@ export async function load(ctx, cardsEl, chartsEl) {
   }
   drawCards(cardsEl, r, group, range);
   drawCharts(chartsEl, r, range, group, fleetCost);
+  fitValues(cardsEl);
   if (errors.length) throw errors[0];
 }
 
@@ -93,17 +94,6 @@ function drawCards(el, r, group, range) {
   if (traffic || r.traffic) {
     const e = traffic ? traffic.error_rate : 0;
     card(el, { name: "error_rate", title: "Error rate", raw: e, text: f.pct(e), sub: traffic ? `of all requests; busiest minute ${f.num(traffic.peak_requests_per_second)} req/s` : "no requests" });
-  }
-  const lat = summaryOf(group ? r.latencyTotal : r.latency);
-  if (lat || r.latency) {
-    for (const [m, title] of [["ttft", "Time to first token"], ["itl", "Inter-token latency"], ["e2e", "End-to-end latency"]]) {
-      const s = (lat && lat[m]) || {};
-      trio(el, {
-        title,
-        items: ["p50", "p95", "p99"].map((p) => ({ name: `${m}_${p}`, label: p, raw: s[p] || 0, text: f.ms(s[p] || 0) })),
-        sub: `${f.count(s.count || 0)} requests measured`,
-      });
-    }
   }
   const gp = summaryOf(group ? r.goodputTotal : r.goodput);
   if (gp || r.goodput) {
@@ -138,10 +128,25 @@ function drawCards(el, r, group, range) {
       sub: per1k ? "allocated cost over input + output tokens" : "no tokens with a cost in the range",
     });
   }
+  // The latency cards last: each is two columns wide (three values).
+  const lat = summaryOf(group ? r.latencyTotal : r.latency);
+  if (lat || r.latency) {
+    for (const [m, title] of [["ttft", "Time to first token"], ["itl", "Inter-token latency"], ["e2e", "End-to-end latency"]]) {
+      const s = (lat && lat[m]) || {};
+      trio(el, {
+        title,
+        items: ["p50", "p95", "p99"].map((p) => ({ name: `${m}_${p}`, label: p, raw: s[p] || 0, text: f.ms(s[p] || 0) })),
+        sub: `${f.count(s.count || 0)} requests measured`,
+      });
+    }
+  }
 }
 
+// drawCharts draws the tab's series. Every chart spans the range asked for
+// (the hourly ones too, clipped to it in the last hour), and marks the
+// step in progress as partial.
 function drawCharts(el, r, range, group, fleetCost) {
-  const base = { t0: range.start, t1: range.end, step: range.step };
+  const base = { t0: range.start, t1: range.end, step: range.step, partial: api.partial(range.step, range.now) };
   const ofSeries = (answer, value) =>
     (answer ? answer.series : []).map((s) => ({ name: groupName(s), points: s.points.map((p) => [at(p), value(p)]) }));
 
@@ -176,21 +181,21 @@ function drawCharts(el, r, range, group, fleetCost) {
       ...base, series: tokens, yFormat: (v) => f.rate(v, "tokens/s"), yLabel: "tokens/s",
     });
     lineChart(figure(el, "traffic-errors", "Error rate", group ? "by " + group : ""), {
-      ...base, series: ofSeries(r.traffic, (p) => p.error_rate), yFormat: (v) => f.pct(v), yAxisFormat: (v) => f.pct(v, 0), yLabel: "errors",
+      ...base, series: ofSeries(r.traffic, (p) => p.error_rate), yFormat: (v) => f.pct(v), yAxis: "percent", yLabel: "errors",
     });
   }
   if (r.goodput) {
     lineChart(figure(el, "goodput-attainment", "Goodput attainment", "requests within SLO" + (group ? ", by " + group : "")), {
-      ...base, series: ofSeries(r.goodput, (p) => p.attainment), yFormat: (v) => f.pct(v), yAxisFormat: (v) => f.pct(v, 0), yMax: 1,
+      ...base, series: ofSeries(r.goodput, (p) => p.attainment), yFormat: (v) => f.pct(v), yAxis: "percent", yMax: 1,
     });
     lineChart(figure(el, "goodput-tokens", "Good output tokens per second", group ? "by " + group : ""), {
       ...base, series: ofSeries(r.goodput, (p) => p.goodput_output_tokens_per_second), yFormat: (v) => f.rate(v, "tokens/s"), yLabel: "tokens/s",
     });
   }
-  const hoursBase = { t0: range.hourStart, t1: range.hourEnd, step: range.hourStep };
+  const hoursBase = { t0: range.start, t1: range.end, step: range.hourStep, partial: api.partial(range.hourStep, range.now) };
   if (r.gpu) {
     lineChart(figure(el, "gpu-utilization", "GPU utilization", (group === "deployment" ? "by deployment" : "fleet") + ", busy share of GPU time"), {
-      ...hoursBase, series: ofSeries(r.gpu, (p) => p.utilization), yFormat: (v) => f.pct(v, 1), yAxisFormat: (v) => f.pct(v, 0), yMax: 1,
+      ...hoursBase, series: ofSeries(r.gpu, (p) => p.utilization), yFormat: (v) => f.pct(v, 1), yAxis: "percent", yMax: 1,
     });
   }
   // Busy and idle cost per step: the fleet's GPUs (GPU usage), or the
@@ -215,17 +220,16 @@ function drawCharts(el, r, range, group, fleetCost) {
       }
     }
     const ts = [...byT.keys()].sort((a, b) => a - b);
-    barChart(figure(el, "cost-busy-idle", "Busy and idle GPU cost", fleetCost ? "all GPUs, per " + range.hourStep : "allocated to the tenant, per " + range.hourStep), {
-      categories: ts.map((t) => f.time(t, range.hourStep)),
+    timeBars(figure(el, "cost-busy-idle", "Busy and idle GPU cost", fleetCost ? "all GPUs, per " + range.hourStep : "allocated to the tenant, per " + range.hourStep), {
+      ...hoursBase,
+      times: ts,
       stacks: [
         { name: "busy", values: ts.map((t) => byT.get(t).busy), color: "#0072b2" },
         { name: "idle", values: ts.map((t) => byT.get(t).idle), color: "#e0a000" },
       ],
       yFormat: (v) => f.money(v, cur),
-      axisFormat: (v) => f.compact(v),
-      categoryLabel: "Time (UTC)",
-      // "23 Nov 10:00" ticks as "10:00" (hours) or "23 Nov" (days).
-      categoryTick: (c) => (range.hourStep === "hour" ? c.split(" ")[2] : c.split(" ").slice(0, 2).join(" ")),
+      yAxis: "money",
+      currency: cur,
     });
   }
 }
