@@ -152,12 +152,12 @@ function frame(root, xs, ys, xt, yt, labels = {}) {
 
 let clipCount = 0;
 
-// clip adds a clip path of the plot area (a few units wider, so that
-// points on its edges show whole) and returns its url() reference.
-function clip(root, x, y, w, h) {
+// clip adds a clip path of the plot area, margin units wider (so that
+// points on its edges show whole), and returns its url() reference.
+function clip(root, x, y, w, h, margin = 4) {
   const id = `plot-clip-${++clipCount}`;
   const cp = svg("clipPath", { id }, svg("defs", {}, root));
-  svg("rect", { x: x - 4, y: y - 4, width: w + 8, height: h + 8 }, cp);
+  svg("rect", { x: x - margin, y: y - margin, width: w + 2 * margin, height: h + 2 * margin }, cp);
   return `url(#${id})`;
 }
 
@@ -398,7 +398,7 @@ export function timeBars(fig, opts) {
     partialBand(r, xs, partial, t1);
     fig.dataset.partial = String(partial.t);
   }
-  const plot = svg("g", { "clip-path": clip(r, M.left, M.top, W - M.left - M.right, H - M.top - M.bottom) }, r);
+  const plot = svg("g", { "clip-path": clip(r, M.left, M.top, W - M.left - M.right, H - M.top - M.bottom, 0) }, r);
   stacks.forEach((s, i) => (s.color = s.color || palette[i % palette.length]));
   const width = stepMs(opts.step);
   let n = 0;
