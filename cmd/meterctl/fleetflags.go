@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -23,6 +24,7 @@ type fleetFlags struct {
 	duration, interval *time.Duration
 	replicas           *int
 	out                *string
+	fleet              *string
 }
 
 // registerFleetFlags adds the fleet flags to fs; what names what is
@@ -34,6 +36,8 @@ func registerFleetFlags(fs *flag.FlagSet, what string) fleetFlags {
 		interval: fs.Duration("interval", time.Minute, "sampling interval of every "+what),
 		replicas: fs.Int("replicas", 2, "replicas per deployment"),
 		out:      fs.String("out", "-", "output file (- for stdout)"),
+		fleet: fs.String("fleet", "default", "the synthetic fleet, as replay's --fleet: default or demo (whose deployments have replicas of their own: "+
+			"--replicas applies to the default fleet)"),
 	}
 }
 
@@ -52,7 +56,12 @@ func (f fleetFlags) config() (workload.FleetConfig, error) {
 	if *f.duration <= 0 || *f.interval <= 0 || *f.replicas <= 0 {
 		errs = append(errs, errors.New("--duration, --interval and --replicas must be positive"))
 	}
-	return workload.FleetConfig{Start: to.Add(-*f.duration), Duration: *f.duration, Interval: *f.interval, Replicas: *f.replicas},
+	models, growth, _, ok := workload.FleetNamed(*f.fleet)
+	if !ok {
+		errs = append(errs, fmt.Errorf("--fleet %q: want one of %s", *f.fleet, strings.Join(workload.Fleets, ", ")))
+	}
+	return workload.FleetConfig{Start: to.Add(-*f.duration), Duration: *f.duration, Interval: *f.interval, Replicas: *f.replicas,
+			Models: models, WeeklyGrowth: growth},
 		errors.Join(errs...)
 }
 

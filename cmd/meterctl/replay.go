@@ -11,6 +11,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,7 @@ import (
 type replayConfig struct {
 	connConfig
 	Synthetic    int
+	Fleet        string
 	Azure        string
 	Rate         float64
 	Batch        int
@@ -63,6 +65,9 @@ func (c replayConfig) Validate() error {
 	if c.Concurrency < 1 || c.Concurrency > 256 {
 		errs = append(errs, fmt.Errorf("--concurrency %d: must be in [1, 256]", c.Concurrency))
 	}
+	if _, _, _, ok := workload.FleetNamed(c.Fleet); !ok {
+		errs = append(errs, fmt.Errorf("--fleet %q: want one of %s", c.Fleet, strings.Join(workload.Fleets, ", ")))
+	}
 	if c.Tenants < 1 {
 		errs = append(errs, fmt.Errorf("--tenants %d: must be positive", c.Tenants))
 	}
@@ -91,6 +96,7 @@ func parseReplay(args []string, getenv func(string) string, stderr io.Writer) (r
 			"deduplicated by event_id, so resending is safe. Stops on 400, 401, 403 and 413.", stderr)
 	c.connConfig.register(fs)
 	fs.IntVar(&c.Synthetic, "synthetic", 0, "replay this many synthetic events")
+	fs.StringVar(&c.Fleet, "fleet", "default", "the synthetic fleet: default (five models, a level day/night cycle) or demo (the weeks of `make run`: growing 5% a week, one deployment saturating, one idle)")
 	fs.StringVar(&c.Azure, "azure", "", "replay this Azure LLM inference trace (CSV)")
 	fs.Float64Var(&c.Rate, "rate", 0, "events per second, 0 = as fast as possible (batches shrink to one second's worth)")
 	fs.IntVar(&c.Batch, "batch", 500, "events per request")
@@ -165,9 +171,10 @@ func (s *azureSource) close() error                          { return s.f.Close(
 // with --shift-to-now, the trace.
 func openSource(cfg replayConfig, now time.Time) (source, error) {
 	if cfg.Azure == "" {
+		models, growth, errorRate, _ := workload.FleetNamed(cfg.Fleet)
 		g, err := workload.New(workload.Config{
 			Seed: cfg.Seed, Start: now.Add(-cfg.Duration), Duration: cfg.Duration,
-			Events: cfg.Synthetic, Tenants: cfg.Tenants,
+			Events: cfg.Synthetic, Tenants: cfg.Tenants, Models: models, WeeklyGrowth: growth, ErrorRate: errorRate,
 		})
 		if err != nil {
 			return nil, err

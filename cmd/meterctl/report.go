@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -27,7 +28,7 @@ Commands:
 `
 
 // reportFormats are the formats of "report capacity".
-var reportFormats = []string{"html", "json", "csv"}
+var reportFormats = []string{"html", "json", "csv", "table"}
 
 // reportGroups are the units of a capacity report (capacity.Group).
 var reportGroups = []string{"deployment", "model", "gpu_type"}
@@ -180,6 +181,8 @@ func runReportCapacity(ctx context.Context, args []string, getenv func(string) s
 		err = writeJSON(&buf, resp)
 	case "csv":
 		err = render.CSV(&buf, r)
+	case "table":
+		err = capacityTable(&buf, r)
 	default:
 		err = render.HTML(&buf, r)
 	}
@@ -219,4 +222,79 @@ func writeOutput(dest string, data []byte, stdout io.Writer) error {
 		return fmt.Errorf("-o %s: %w", dest, err)
 	}
 	return f.Commit()
+}
+
+// capacityTable writes the headline figures of each unit, the fleet first,
+// as a text table, then the findings: "-" marks a figure the data does not
+// support (the HTML and JSON say why); "≥" a sustainable load (and the
+// headroom and GPUs from it) that is a lower bound, the unit never
+// saturated in the range.
+func capacityTable(w io.Writer, r *meterv1.CapacityReport) error {
+	if reason := r.GetNotEnoughData(); reason != "" {
+		_, err := fmt.Fprintf(w, "Not enough data: %s\n", reason)
+		return err
+	}
+	g := &grid{cols: append([]column{{head: "UNIT"}}, numColumns("GPUS", "UTIL", "TOK/S/GPU", "PEAK TOK/S/GPU", "SUSTAINABLE TOK/S/GPU",
+		"HEADROOM", "GPUS NEEDED", "WEEKLY GROWTH", "COST", "IDLE COST")...)}
+	pct := func(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" }
+	rate := func(f float64) string { return strconv.FormatFloat(f, 'f', 0, 64) }
+	for _, u := range append([]*meterv1.CapacityUnit{r.GetFleet()}, r.GetUnits()...) {
+		bound := ""
+		s := u.GetSustainable()
+		if s.GetLowerBound() {
+			bound = "≥"
+		}
+		sustainable, headroom, needed := "-", "-", "-"
+		if s.GetKnown() {
+			sustainable = bound + rate(s.GetTokensPerSecondPerGpu())
+		}
+		if u.GetHeadroomKnown() {
+			headroom = bound + pct(u.GetHeadroom())
+		}
+		// The GPUs the grown peak needs (--growth), else the observed peak.
+		for _, n := range u.GetGpusNeeded() {
+			if strings.HasPrefix(n.GetFor(), "growth ") || (needed == "-" && n.GetFor() == "observed peak") {
+				lower := ""
+				if bound != "" {
+					lower = "≤" // a lower bound of the load per GPU: at most this many GPUs
+				}
+				needed = fmt.Sprintf("%s%d (%+d, %s)", lower, n.GetGpus(), n.GetChange(), n.GetFor())
+			}
+		}
+		growth := "-"
+		if t := u.GetTrend(); t.GetGrowthKnown() {
+			growth = fmt.Sprintf("%+.1f%%", 100*t.GetTokensGrowth())
+		}
+		util, perGPU, peak := "-", "-", "-"
+		if u.GetGpuHours() > 0 {
+			util, perGPU = pct(u.GetUtilization()), rate(u.GetTokensPerSecondPerGpu())
+		}
+		if p := u.GetPeak(); p != nil && p.GetGpus() > 0 {
+			peak = rate(p.GetTokensPerSecondPerGpu())
+		}
+		g.add(u.GetName(), fmt.Sprint(u.GetMaxGpus()), util, perGPU, peak, sustainable, headroom, needed, growth,
+			moneyText(u.GetCost()), moneyText(u.GetIdleCost()))
+	}
+	if err := g.writeTable(w); err != nil {
+		return err
+	}
+	if len(r.GetFindings()) > 0 {
+		fmt.Fprintln(w, "\nFindings:")
+	}
+	for _, f := range r.GetFindings() {
+		fmt.Fprintf(w, "  [%s] %s: %s\n", strings.ReplaceAll(f.GetKind(), "_", " "), f.GetUnit(), f.GetText())
+	}
+	return nil
+}
+
+// moneyText is an amount rounded to cents, with its currency.
+func moneyText(m *meterv1.Money) string {
+	if m.GetAmount() == "" {
+		return "-"
+	}
+	f, err := strconv.ParseFloat(m.GetAmount(), 64)
+	if err != nil {
+		return m.GetAmount() + " " + m.GetCurrency()
+	}
+	return strconv.FormatFloat(f, 'f', 2, 64) + " " + m.GetCurrency()
 }

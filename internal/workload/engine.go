@@ -24,16 +24,20 @@ func EngineSamples(cfg FleetConfig, emit func(*meterv1.EngineSample) error) erro
 	}
 	start := cfg.Start.UTC().Truncate(time.Second)
 	iv := cfg.Interval.Seconds()
+	tr := newTrend(start, cfg.Duration, cfg.WeeklyGrowth)
 	for at := start.Add(cfg.Interval); !at.After(start.Add(cfg.Duration)); at = at.Add(cfg.Interval) {
-		sod := float64(at.Hour()*3600 + at.Minute()*60 + at.Second())
-		load := 1 + cfg.DiurnalAmplitude*math.Cos(2*math.Pi*(sod-PeakHourUTC*3600)/86400)
+		load := dayCycle(at.UnixNano(), cfg.DiurnalAmplitude) * tr.at(at.UnixNano())
 		for mi, m := range cfg.Models {
 			if m.Engine != "vllm" && m.Engine != "sglang" {
 				continue
 			}
-			for r := range cfg.Replicas {
+			for r := range cfg.replicas(m) {
 				wobble := math.Sin(float64(at.Unix())/89 + float64(7*mi+r))
-				busy := min(1, max(0, (0.3+0.08*float64(mi%4))*load+0.04*wobble))
+				base := 0.3 + 0.08*float64(mi%4)
+				if m.Busy > 0 {
+					base = m.Busy
+				}
+				busy := min(1, max(0, busy(m, base, load)+0.04*wobble))
 				kv := min(1, 0.1+1.3*busy)
 				replica := fmt.Sprintf("%s-%d", m.Deployment, r)
 				s := &meterv1.EngineSample{
@@ -42,7 +46,7 @@ func EngineSamples(cfg FleetConfig, emit func(*meterv1.EngineSample) error) erro
 					SampledAt: timestamppb.New(at), IntervalS: iv, Source: "replay",
 					Running: proto.Uint32(uint32(math.Round(64 * busy))),
 					// The queue builds up once the replica is more than 35% busy.
-					Waiting:      proto.Uint32(uint32(math.Round(max(0, 80*(busy-0.35)+2*wobble)))),
+					Waiting:      proto.Uint32(uint32(math.Round(max(0, waiting(m, busy)+2*wobble)))),
 					KvCacheUsage: proto.Float64(kv),
 				}
 				queries := uint64(math.Round(40 * iv * 64 * busy * 30))
@@ -62,4 +66,14 @@ func EngineSamples(cfg FleetConfig, emit func(*meterv1.EngineSample) error) erro
 		}
 	}
 	return nil
+}
+
+// waiting is the mean queue depth of a replica of m this busy: it builds up
+// once the replica is more than 35% busy, or, for a deployment sized by
+// Model.Busy, only near flat out.
+func waiting(m Model, busy float64) float64 {
+	if m.Busy > 0 {
+		return 150 * max(0, busy-0.85)
+	}
+	return 80 * (busy - 0.35)
 }

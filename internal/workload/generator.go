@@ -46,6 +46,10 @@ type Config struct {
 	// request rate is 1 + A·cos(2π(hour − PeakHourUTC)/24) times its mean.
 	// It must be below 1; negative means a flat rate.
 	DiurnalAmplitude float64
+	// WeeklyGrowth is the traffic's compound growth per week (0.05: 5% more
+	// each week than the week before), on top of the day/night cycle; 0
+	// keeps the rate level. It must be in [0, 1].
+	WeeklyGrowth float64
 }
 
 func (c Config) withDefaults() Config {
@@ -109,6 +113,9 @@ func (c Config) Validate() error {
 	if !(c.DiurnalAmplitude < 1) {
 		errs = append(errs, fmt.Errorf("diurnal amplitude %g: must be below 1", c.DiurnalAmplitude))
 	}
+	if !(c.WeeklyGrowth >= 0 && c.WeeklyGrowth <= 1) {
+		errs = append(errs, fmt.Errorf("weekly growth %g: must be in [0, 1]", c.WeeklyGrowth))
+	}
 	return errors.Join(errs...)
 }
 
@@ -119,6 +126,7 @@ type Generator struct {
 	idSeed    uint64
 	startNs   int64
 	cdf       []float64 // cumulative request intensity at grid points, 0 to 1
+	trend     trend     // the weekly growth
 	tenants   []tenant
 	tenantCDF []float64
 	errorCDF  []float64 // cumulative weights of failureMix, 0 to 1
@@ -163,7 +171,14 @@ func New(cfg Config) (*Generator, error) {
 	h = mix64(h ^ uint64(cfg.Duration))
 	g.idSeed = mix64(h ^ uint64(cfg.Events))
 
-	g.cdf = intensityCDF(cfg.Start, cfg.Duration, cfg.DiurnalAmplitude)
+	g.trend = newTrend(cfg.Start, cfg.Duration, cfg.WeeklyGrowth)
+	if cfg.WeeklyGrowth == 0 {
+		g.cdf = intensityCDF(cfg.Start, cfg.Duration, cfg.DiurnalAmplitude)
+	} else {
+		g.cdf = numericCDF(cfg.Start, cfg.Duration, func(ns int64) float64 {
+			return dayCycle(ns, cfg.DiurnalAmplitude) * g.trend.at(ns)
+		})
+	}
 
 	// Tenant traits depend on the seed only.
 	r := newRNG(uint64(cfg.Seed), 1<<63)
@@ -333,8 +348,58 @@ func (g *Generator) offset(u float64) int64 {
 
 // load is the request intensity at a time relative to its mean (1).
 func (g *Generator) load(ns int64) float64 {
+	return dayCycle(ns, g.cfg.DiurnalAmplitude) * g.trend.at(ns)
+}
+
+// dayCycle is the day/night factor of the request rate at a time (Unix
+// nanoseconds): 1 + amp·cos(2π(hour − PeakHourUTC)/24).
+func dayCycle(ns int64, amp float64) float64 {
 	sod := float64(((ns%86400e9)+86400e9)%86400e9) / 1e9
-	return 1 + g.cfg.DiurnalAmplitude*math.Cos(2*math.Pi*(sod-PeakHourUTC*3600)/86400)
+	return 1 + amp*math.Cos(2*math.Pi*(sod-PeakHourUTC*3600)/86400)
+}
+
+// trend is the weekly growth of the rate over a span, as a factor whose
+// mean over the span is 1: exp(k·t) / mean, with k = ln(1 + growth) per week.
+type trend struct {
+	startNs int64
+	k, norm float64 // per nanosecond; 1 / the mean of exp(k·t) over the span
+}
+
+func newTrend(start time.Time, d time.Duration, growth float64) trend {
+	t := trend{startNs: start.UnixNano(), norm: 1}
+	if growth > 0 && d > 0 {
+		t.k = math.Log1p(growth) / float64(7*24*time.Hour)
+		x := t.k * float64(d)
+		t.norm = x / math.Expm1(x)
+	}
+	return t
+}
+
+// at is the growth factor at a time (Unix nanoseconds).
+func (t trend) at(ns int64) float64 {
+	if t.k == 0 {
+		return 1
+	}
+	return t.norm * math.Exp(t.k*float64(ns-t.startNs))
+}
+
+// numericCDF tabulates the normalized cumulative intensity of rate over
+// [0, d) from start on an even grid (a minute or finer), by the midpoint
+// rule.
+func numericCDF(start time.Time, d time.Duration, rate func(ns int64) float64) []float64 {
+	k := min(max(int(d/time.Minute), 256), 1<<16)
+	step := float64(d) / float64(k)
+	cdf := make([]float64, k+1)
+	s := start.UnixNano()
+	for j := 1; j <= k; j++ {
+		cdf[j] = cdf[j-1] + rate(s+int64((float64(j)-0.5)*step))
+	}
+	total := cdf[k]
+	for j := range cdf {
+		cdf[j] /= total
+	}
+	cdf[k] = 1
+	return cdf
 }
 
 func clampTokens(x float64, lo, hi int64) int64 {

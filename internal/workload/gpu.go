@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"time"
@@ -25,6 +26,8 @@ type FleetConfig struct {
 	Models []Model
 	// DiurnalAmplitude as in Config; default DefaultDiurnalAmplitude.
 	DiurnalAmplitude float64
+	// WeeklyGrowth as in Config: the load grows by this share a week.
+	WeeklyGrowth float64
 	// IdleDeployment adds a deployment of one GPU that serves no traffic
 	// (all of its time is idle), when non-empty.
 	IdleDeployment string
@@ -48,7 +51,30 @@ func (c FleetConfig) withDefaults(what string) (FleetConfig, error) {
 	if c.Duration <= 0 || c.Interval <= 0 {
 		return c, fmt.Errorf("%s: duration %s and interval %s must be positive", what, c.Duration, c.Interval)
 	}
+	if !(c.WeeklyGrowth >= 0 && c.WeeklyGrowth <= 1) {
+		return c, fmt.Errorf("%s: weekly growth %g must be in [0, 1]", what, c.WeeklyGrowth)
+	}
 	return c, nil
+}
+
+// replicas is the number of replicas of m's deployment.
+func (c FleetConfig) replicas(m Model) int {
+	if m.Replicas > 0 {
+		return m.Replicas
+	}
+	return c.Replicas
+}
+
+// busy is how busy (0 to 1) a deployment of m is at a time of load
+// (relative to its mean), given its busyness at mean load: in step with
+// the load, flat out from m.Saturation on.
+func busy(m Model, base, load float64) float64 {
+	b := base * load
+	if m.Saturation > 0 {
+		// Busy reaches ~0.97 at the knee and stays there.
+		b = min(0.97, 0.97*load/m.Saturation)
+	}
+	return b
 }
 
 // FleetSamples calls emit with every sample of the fleet, in time order.
@@ -69,11 +95,15 @@ func FleetSamples(cfg FleetConfig, emit func(*meterv1.GpuSample) error) error {
 	}
 	var gpus []gpu
 	for mi, m := range cfg.Models {
-		for r := 0; r < cfg.Replicas; r++ {
+		for r := 0; r < cfg.replicas(m); r++ {
 			for i := uint32(0); i < max(m.TensorParallelism, 1); i++ {
 				node := fmt.Sprintf("%s-node-%d", m.Deployment, r)
+				base := 0.35 + 0.1*float64(mi%4)
+				if m.Busy > 0 {
+					base = m.Busy
+				}
 				gpus = append(gpus, gpu{m: m, uuid: fmt.Sprintf("GPU-%02d%02d%02d-synthetic", mi, r, i), node: node, index: i,
-					base: 0.35 + 0.1*float64(mi%4)})
+					base: base})
 			}
 		}
 	}
@@ -83,15 +113,18 @@ func FleetSamples(cfg FleetConfig, emit func(*meterv1.GpuSample) error) error {
 		gpus = append(gpus, gpu{m: m, uuid: "GPU-idle-synthetic", node: cfg.IdleDeployment + "-node-0", idle: true})
 	}
 	start := cfg.Start.UTC().Truncate(time.Second)
+	tr := newTrend(start, cfg.Duration, cfg.WeeklyGrowth)
 	for at := start.Add(cfg.Interval); !at.After(start.Add(cfg.Duration)); at = at.Add(cfg.Interval) {
-		sod := float64(at.Hour()*3600 + at.Minute()*60 + at.Second())
-		load := 1 + cfg.DiurnalAmplitude*math.Cos(2*math.Pi*(sod-PeakHourUTC*3600)/86400)
+		load := dayCycle(at.UnixNano(), cfg.DiurnalAmplitude) * tr.at(at.UnixNano())
 		for k, g := range gpus {
 			util := 0.0
 			if !g.idle {
 				// A deterministic wobble per GPU and sample keeps the series lifelike.
 				wobble := 0.05 * math.Sin(float64(at.Unix())/97+float64(k))
-				util = min(1, max(0, g.base*load+wobble))
+				if g.m.Busy > 0 {
+					wobble *= min(1, 2*g.base) // a quiet GPU wobbles less
+				}
+				util = min(1, max(0, busy(g.m, g.base, load)+wobble))
 			}
 			power := 90 + 600*util
 			s := &meterv1.GpuSample{
@@ -102,7 +135,7 @@ func FleetSamples(cfg FleetConfig, emit func(*meterv1.GpuSample) error) error {
 				GpuType:      g.m.GPUType,
 				Deployment:   g.m.Deployment,
 				Region:       g.m.Region,
-				Pool:         "on-demand",
+				Pool:         cmp.Or(g.m.Pool, "on-demand"),
 				SampledAt:    timestamppb.New(at),
 				IntervalS:    cfg.Interval.Seconds(),
 				Utilization:  util,

@@ -42,6 +42,25 @@ type Model struct {
 	PrefillTokensPerMs float64
 	// ITLMs is the median inter-token latency in milliseconds at average load.
 	ITLMs float64
+	// CachedShare, when positive, is the typical share of a cache-hitting
+	// prompt found in the prefix cache (conversations and agents resend
+	// their history); 0 spreads it over 20–95%.
+	CachedShare float64
+	// Saturation, when positive, is the load (request rate relative to its
+	// mean) beyond which the deployment runs out of slots: a growing share
+	// of requests queues for about a second, missing the TTFT SLO, and its
+	// GPUs and engines (FleetSamples, EngineSamples) run flat out.
+	Saturation float64
+	// Replicas, when positive, is the deployment's replica count in
+	// FleetSamples and EngineSamples instead of FleetConfig.Replicas.
+	Replicas int
+	// Busy, when positive, is the GPU utilization of the deployment at mean
+	// load in FleetSamples (and how busy its engines are); it follows the
+	// load, up to flat out at Saturation.
+	Busy float64
+	// Pool is the GPU pool of its samples ("reserved", "spot"); empty is
+	// "on-demand".
+	Pool string
 }
 
 // DefaultModels returns a small fleet: five models on four GPU pools, three

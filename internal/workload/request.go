@@ -33,16 +33,34 @@ const (
 // ARCHITECTURE.md: ttft ≥ queue + prefill and e2e = ttft + itl·(output − 1).
 func simulate(r *rng, m *Model, status meterv1.Status, prompt, output int64, batch bool, load float64) request {
 	var cached int64
-	if prompt >= 64 && r.float64() < m.CacheHitRate {
+	hit := prompt >= 64 && r.float64() < m.CacheHitRate
+	if hit {
 		share := 0.2 + 0.75*r.float64()
+		if m.CachedShare > 0 {
+			// Agents and chats resend their conversation: most of it hits.
+			share = min(0.99, m.CachedShare+0.1*(share-0.575)/0.75)
+		}
 		cached = int64(float64(prompt)*share) &^ 15 // whole 16-token KV blocks
+	} else if prompt >= 64 && m.CachedShare > 0 {
+		// A miss is the first turn of a conversation: the history that
+		// later turns resend is not there yet.
+		prompt = max(1, int64(float64(prompt)*(1-m.CachedShare)))
 	}
 	qMedian, qSigma, deadline := 4.0, 1.0, float64(interactiveDeadlineMs)
 	if batch {
 		qMedian, qSigma, deadline = 250, 1.3, batchDeadlineMs
 	}
 	pressure := 0.85 + 0.15*load
-	queue := ms(min(r.logNormal(qMedian*math.Exp(2*(load-1)), qSigma), deadline/2))
+	q := r.logNormal(qMedian*math.Exp(2*(load-1)), qSigma)
+	if m.Saturation > 0 && load > m.Saturation {
+		// Beyond its knee the deployment has no free slot for a growing
+		// share of requests: they wait for one, well past the TTFT SLO.
+		over := load/m.Saturation - 1
+		if r.float64() < min(0.9, 3*over) {
+			q += r.logNormal(900*(1+5*over), 0.4)
+		}
+	}
+	queue := ms(min(q, deadline/2))
 	prefill := ms(1.5 + float64(prompt-cached)/m.PrefillTokensPerMs*r.logNormal(1, 0.25)*pressure)
 	itl := m.ITLMs * r.logNormal(1, 0.2) * pressure
 	if batch {
