@@ -85,7 +85,8 @@ type Env struct {
 }
 
 // Start starts the broker and, unless cfg.ClickHouse names one, a
-// supervised private ClickHouse. Close stops them.
+// supervised private ClickHouse sized for a laptop (ClickHouseConfig.Lean).
+// Close stops them.
 func Start(ctx context.Context, cfg Config) (_ *Env, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
@@ -111,7 +112,9 @@ func Start(ctx context.Context, cfg Config) (_ *Env, err error) {
 	if cfg.ClickHouse != "" {
 		return e, nil
 	}
-	srv, err := StartClickHouse(ctx, ClickHouseConfig{Dir: filepath.Join(cfg.DataDir, "clickhouse"), Logger: cfg.Logger})
+	// Lean: sized for a laptop (the tests and benchmarks start theirs
+	// with StartClickHouse, sized for speed).
+	srv, err := StartClickHouse(ctx, ClickHouseConfig{Dir: filepath.Join(cfg.DataDir, "clickhouse"), Logger: cfg.Logger, Lean: true})
 	if err != nil {
 		return nil, fmt.Errorf("start private ClickHouse: %w", err)
 	}

@@ -46,7 +46,7 @@ func TestConfigXML(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := configXML(tt.dir, tt.p, security{})
+			b, err := configXML(tt.dir, tt.p, security{}, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -211,7 +211,7 @@ func TestClashOnPicked(t *testing.T) {
 }
 
 func TestServerEnv(t *testing.T) {
-	env := serverEnv([]string{"PATH=/usr/bin"})
+	env := serverEnv([]string{"PATH=/usr/bin"}, mallocConf)
 	want := []string{"PATH=/usr/bin", "MALLOC_CONF=" + mallocConf, "CLICKHOUSE_WATCHDOG_ENABLE=0"}
 	if diff := cmp.Diff(want, env); diff != "" {
 		t.Errorf("default environment (-want +got):\n%s", diff)
@@ -219,13 +219,14 @@ func TestServerEnv(t *testing.T) {
 	// A MALLOC_CONF of the caller's is theirs to keep.
 	own := []string{"MALLOC_CONF=narenas:1", "PATH=/usr/bin"}
 	want = []string{"MALLOC_CONF=narenas:1", "PATH=/usr/bin", "CLICKHOUSE_WATCHDOG_ENABLE=0"}
-	if diff := cmp.Diff(want, serverEnv(own)); diff != "" {
+	if diff := cmp.Diff(want, serverEnv(own, leanMallocConf)); diff != "" {
 		t.Errorf("with MALLOC_CONF set (-want +got):\n%s", diff)
 	}
 }
 
 // TestMallocConfAccepted checks that the server's jemalloc takes every
-// option of mallocConf: it names one it does not know on stderr at start.
+// option of mallocConf and leanMallocConf: it names one it does not know on
+// stderr at start.
 func TestMallocConfAccepted(t *testing.T) {
 	bin, err := FindBinary()
 	if err != nil {
@@ -249,8 +250,10 @@ func TestMallocConfAccepted(t *testing.T) {
 	if out := run("no_such_option:1"); !strings.Contains(out, "<jemalloc>") {
 		t.Skipf("%s does not report jemalloc options it does not know", bin)
 	}
-	if out := run(mallocConf); strings.Contains(out, "<jemalloc>") {
-		t.Errorf("jemalloc refused part of %q:\n%s", mallocConf, out)
+	for _, conf := range []string{mallocConf, leanMallocConf} {
+		if out := run(conf); strings.Contains(out, "<jemalloc>") {
+			t.Errorf("jemalloc refused part of %q:\n%s", conf, out)
+		}
 	}
 }
 
@@ -271,7 +274,7 @@ func TestConfigXMLSecurity(t *testing.T) {
 	b, err := configXML("/tmp/ch", ports{TCP: 1, HTTP: 2, TCPSecure: 3}, security{
 		users: []User{{Name: "meterd", Password: "s3cret"}},
 		tls:   &TLS{CertFile: "/etc/c&.pem", KeyFile: "/etc/k.pem"},
-	})
+	}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +296,7 @@ func TestConfigXMLSecurity(t *testing.T) {
 	}
 
 	for _, name := range []string{"", "default", "9lives", "a-b", "<x>"} {
-		if _, err := configXML("/tmp/ch", ports{TCP: 1, HTTP: 2}, security{users: []User{{Name: name, Password: "p"}}}); err == nil {
+		if _, err := configXML("/tmp/ch", ports{TCP: 1, HTTP: 2}, security{users: []User{{Name: name, Password: "p"}}}, false); err == nil {
 			t.Errorf("user name %q: got no error", name)
 		}
 	}
