@@ -14,8 +14,13 @@ import (
 
 // CostStore is what the cost step needs of ClickHouse; *chstore.Store implements it.
 type CostStore interface {
-	GPUSamplesOfHour(ctx context.Context, hour time.Time) ([]GPUSampleRow, error)
-	DeploymentUsage(ctx context.Context, hour time.Time) ([]DeploymentUsageRow, error)
+	// GPUSamplesOfHours returns the deduplicated samples of the whole hours
+	// in [from, to), each hour's in a stable order.
+	GPUSamplesOfHours(ctx context.Context, from, to time.Time) ([]GPUSampleRow, error)
+	// DeploymentUsageOfHours returns the usage of the whole hours in [from,
+	// to) per hour, deployment, tenant and model, from each hour's newest
+	// rollup, in that order.
+	DeploymentUsageOfHours(ctx context.Context, from, to time.Time) ([]DeploymentUsageRow, error)
 	WriteCost(ctx context.Context, gpu []GPUHourRow, cost []CostRow, version uint64) error
 	GPUDirtyHours(ctx context.Context, since, until time.Time) ([]time.Time, error)
 	StalePriceHours(ctx context.Context, version string, from time.Time) ([]time.Time, error)

@@ -12,9 +12,9 @@ type EngineStore interface {
 	// EngineDirtyHours lists the hours touched by engine sample inserts
 	// stamped in [since, until); a zero since lists every hour with samples.
 	EngineDirtyHours(ctx context.Context, since, until time.Time) ([]time.Time, error)
-	// EngineSamplesOfHour returns the hour's samples, deduplicated by
-	// sample_id.
-	EngineSamplesOfHour(ctx context.Context, hour time.Time) ([]EngineSampleRow, error)
+	// EngineSamplesOfHours returns the samples of the whole hours in
+	// [from, to), deduplicated by sample_id.
+	EngineSamplesOfHours(ctx context.Context, from, to time.Time) ([]EngineSampleRow, error)
 	// WriteEngineRows stores one hour's minute and hour rows with version;
 	// they replace the rows of earlier computations of the hour.
 	WriteEngineRows(ctx context.Context, minutes, hours []EngineRow, version uint64) error
@@ -174,10 +174,11 @@ func ValueQuantile(values []uint32, counts []uint64, q float64) (v uint32, ok bo
 	return values[len(values)-1], true
 }
 
-// engineHours recomputes the engine rollups of several hours, one after
-// another, writing their rows with version together: one write of each
-// table for them all (an INSERT costs a part of every column whatever its
-// rows), or one per maxPendingEngineRows minute rows.
+// engineHours recomputes the engine rollups of several hours, reading them
+// in spans of consecutive hours (eachSpan) and writing their rows with
+// version together: one write of each table for them all (an INSERT costs
+// a part of every column whatever its rows), or one per
+// maxPendingEngineRows minute rows.
 func engineHours(ctx context.Context, store EngineStore, hours []time.Time, version uint64) error {
 	var minutes, hourRows []EngineRow
 	write := func() error {
@@ -190,18 +191,24 @@ func engineHours(ctx context.Context, store EngineStore, hours []time.Time, vers
 		minutes, hourRows = minutes[:0], hourRows[:0]
 		return nil
 	}
-	for _, hour := range hours {
-		samples, err := store.EngineSamplesOfHour(ctx, hour)
+	err := eachSpan(hours, func(from, to time.Time) (int, error) {
+		samples, err := store.EngineSamplesOfHours(ctx, from, to)
 		if err != nil {
-			return err
+			return 0, err
 		}
+		// Buckets are minutes and hours of sampled_at: a span's samples
+		// roll up as its hours' would one by one.
 		minutes = append(minutes, RollupEngine(samples, time.Minute)...)
 		hourRows = append(hourRows, RollupEngine(samples, time.Hour)...)
 		if len(minutes) >= maxPendingEngineRows {
 			if err := write(); err != nil {
-				return err
+				return 0, err
 			}
 		}
+		return len(samples), nil
+	})
+	if err != nil {
+		return err
 	}
 	return write()
 }

@@ -459,37 +459,86 @@ func (j *Job) eachChunk(ctx context.Context, hours []time.Time, do func(ctx cont
 // writes them.
 const maxPendingCostRows = 50_000
 
-// costHours recomputes the hours' GPU usage and cost allocation, one hour
-// after another, writing their rows with version together (in one write,
-// or one per maxPendingCostRows rows).
+// costHours recomputes the hours' GPU usage and cost allocation, reading
+// their samples and usage in spans of consecutive hours (eachSpan) and
+// computing each hour on its own, writing their rows with version together
+// (in one write, or one per maxPendingCostRows rows).
 func (j *Job) costHours(ctx context.Context, hours []time.Time, book *billing.PriceBook, version uint64) error {
 	var gpus []GPUHourRow
 	var costs []CostRow
-	for _, hour := range hours {
-		samples, err := j.store.GPUSamplesOfHour(ctx, hour)
+	err := eachSpan(hours, func(from, to time.Time) (int, error) {
+		samples, err := j.store.GPUSamplesOfHours(ctx, from, to)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		usage, err := j.store.DeploymentUsage(ctx, hour)
+		usage, err := j.store.DeploymentUsageOfHours(ctx, from, to)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		gpu, cost, err := ComputeCost(hour, book, samples, usage)
-		if err != nil {
-			return fmt.Errorf("cost of %s: %w", hour.Format(time.RFC3339), err)
+		// Each hour's samples and usage, in the order read.
+		samplesOf := map[int64][]GPUSampleRow{}
+		for _, s := range samples {
+			h := s.SampledAt.UTC().Truncate(time.Hour).Unix()
+			samplesOf[h] = append(samplesOf[h], s)
 		}
-		gpus, costs = append(gpus, gpu...), append(costs, cost...)
-		if len(gpus)+len(costs) >= maxPendingCostRows {
-			if err := j.store.WriteCost(ctx, gpus, costs, version); err != nil {
-				return err
+		usageOf := map[int64][]DeploymentUsageRow{}
+		for _, u := range usage {
+			h := u.Hour.UTC().Truncate(time.Hour).Unix()
+			usageOf[h] = append(usageOf[h], u)
+		}
+		for hour := from; hour.Before(to); hour = hour.Add(time.Hour) {
+			gpu, cost, err := ComputeCost(hour, book, samplesOf[hour.Unix()], usageOf[hour.Unix()])
+			if err != nil {
+				return 0, fmt.Errorf("cost of %s: %w", hour.Format(time.RFC3339), err)
 			}
-			gpus, costs = gpus[:0], costs[:0]
+			gpus, costs = append(gpus, gpu...), append(costs, cost...)
+			if len(gpus)+len(costs) >= maxPendingCostRows {
+				if err := j.store.WriteCost(ctx, gpus, costs, version); err != nil {
+					return 0, err
+				}
+				gpus, costs = gpus[:0], costs[:0]
+			}
 		}
-	}
-	if len(gpus)+len(costs) == 0 {
-		return nil
+		return len(samples) + len(usage), nil
+	})
+	if err != nil || len(gpus)+len(costs) == 0 {
+		return err
 	}
 	return j.store.WriteCost(ctx, gpus, costs, version)
+}
+
+// maxSpanRows is how many rows a span read (eachSpan) aims to stay under.
+const maxSpanRows = 100_000
+
+// eachSpan calls read for spans [from, to) of whole consecutive hours that
+// together cover hours (in order, distinct, on whole hours), in order: one
+// hour first, then twice as many hours while the last read returned fewer
+// than maxSpanRows/2 rows (at most the rest of the run of consecutive
+// hours), back to one hour when it returned more than maxSpanRows. Quiet
+// hours (a replayed history) are read a day at a time, busy ones one by
+// one; a query costs ClickHouse a few milliseconds whatever it reads.
+func eachSpan(hours []time.Time, read func(from, to time.Time) (rows int, err error)) error {
+	span := 1
+	for i := 0; i < len(hours); {
+		// The run of consecutive hours from hours[i], at most span long.
+		n := 1
+		for n < span && i+n < len(hours) && hours[i+n].Equal(hours[i+n-1].Add(time.Hour)) {
+			n++
+		}
+		from := hours[i].UTC().Truncate(time.Hour)
+		rows, err := read(from, from.Add(time.Duration(n)*time.Hour))
+		if err != nil {
+			return err
+		}
+		i += n
+		switch {
+		case rows > maxSpanRows:
+			span = 1
+		case rows < maxSpanRows/2:
+			span = min(2*span, hoursPerChunk)
+		}
+	}
+	return nil
 }
 
 // versionReplicaBits is the part of a version that names the replica.

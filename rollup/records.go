@@ -75,6 +75,8 @@ type GPUSampleRow struct {
 
 // DeploymentUsageRow is the usage of one (deployment, tenant, model) in an hour.
 type DeploymentUsageRow struct {
+	// Hour is the hour of the row (CostStore.DeploymentUsageOfHours).
+	Hour                        time.Time
 	Deployment, TenantID, Model string
 	Requests, InputTokens       uint64
 	CachedInputTokens           uint64

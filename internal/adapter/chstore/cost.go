@@ -12,6 +12,15 @@ import (
 // (the latest ingested copy wins), in a stable order.
 func (s *Store) GPUSamplesOfHour(ctx context.Context, hour time.Time) ([]rollup.GPUSampleRow, error) {
 	hour = hour.UTC().Truncate(time.Hour)
+	return s.GPUSamplesOfHours(ctx, hour, hour.Add(time.Hour))
+}
+
+// GPUSamplesOfHours returns the samples of the hours in [from, to) (whole
+// hours), deduplicated by sample_id (the latest ingested copy wins), in a
+// stable order: by deployment, GPU type, sampled_at and sample_id, so that
+// each hour's samples, taken in the order returned, are GPUSamplesOfHour's.
+func (s *Store) GPUSamplesOfHours(ctx context.Context, from, to time.Time) ([]rollup.GPUSampleRow, error) {
+	hour := from.UTC().Truncate(time.Hour)
 	const query = `SELECT d_deployment, d_gpu_type, d_pool, d_region, d_mig_profile,
   concat(d_uuid, '/', toString(d_mig_instance)), d_mig_fraction, d_sampled_at, d_interval, d_util, d_energy
 FROM (
@@ -27,9 +36,9 @@ FROM (
   GROUP BY sample_id
 )
 ORDER BY d_deployment, d_gpu_type, d_sampled_at, sample_id`
-	rows, err := s.conn.Query(ctx, query, hour.Unix(), hour.Add(time.Hour).Unix())
+	rows, err := s.conn.Query(ctx, query, hour.Unix(), to.UTC().Unix())
 	if err != nil {
-		return nil, fmt.Errorf("read GPU samples of %s: %w", hour.Format(time.RFC3339), classify(err))
+		return nil, fmt.Errorf("read GPU samples of %s to %s: %w", hour.Format(time.RFC3339), to.UTC().Format(time.RFC3339), classify(err))
 	}
 	defer rows.Close()
 	var out []rollup.GPUSampleRow
@@ -52,27 +61,36 @@ ORDER BY d_deployment, d_gpu_type, d_sampled_at, sample_id`
 // from the newest computation of the hour rollup, which must be current.
 func (s *Store) DeploymentUsage(ctx context.Context, hour time.Time) ([]rollup.DeploymentUsageRow, error) {
 	hour = hour.UTC().Truncate(time.Hour)
+	return s.DeploymentUsageOfHours(ctx, hour, hour.Add(time.Hour))
+}
+
+// DeploymentUsageOfHours returns the usage of the hours in [from, to) (whole
+// hours) per hour and (deployment, tenant, model), in that order, from the
+// newest computation of each hour's rollup, which must be current.
+func (s *Store) DeploymentUsageOfHours(ctx context.Context, from, to time.Time) ([]rollup.DeploymentUsageRow, error) {
+	hour := from.UTC().Truncate(time.Hour)
 	// The newest computation's rows are the hour's rollup: no FINAL (which
 	// would merge the whole month's partition, the table being ordered by
 	// tenant first).
-	from, args := newestRows("rollup_hour", "bucket", "bucket = toDateTime(?)", []any{hour.Unix()}, "")
-	query := `SELECT deployment, tenant_id, model, sum(requests), sum(prompt_tokens), sum(cached_prompt_tokens),
+	rowsFrom, args := newestRows("rollup_hour", "bucket", "bucket >= toDateTime(?) AND bucket < toDateTime(?)", []any{hour.Unix(), to.UTC().Unix()}, "")
+	query := `SELECT bucket, deployment, tenant_id, model, sum(requests), sum(prompt_tokens), sum(cached_prompt_tokens),
   sum(output_tokens), sum(good_output_tokens), ` + floatSum("e2e_sum") + `, max(slo_version)
-FROM ` + from + `
-GROUP BY deployment, tenant_id, model
-ORDER BY deployment, tenant_id, model`
+FROM ` + rowsFrom + `
+GROUP BY bucket, deployment, tenant_id, model
+ORDER BY bucket, deployment, tenant_id, model`
 	rows, err := s.conn.Query(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("read usage of %s: %w", hour.Format(time.RFC3339), classify(err))
+		return nil, fmt.Errorf("read usage of %s to %s: %w", hour.Format(time.RFC3339), to.UTC().Format(time.RFC3339), classify(err))
 	}
 	defer rows.Close()
 	var out []rollup.DeploymentUsageRow
 	for rows.Next() {
 		var r rollup.DeploymentUsageRow
-		if err := rows.Scan(&r.Deployment, &r.TenantID, &r.Model, &r.Requests, &r.InputTokens, &r.CachedInputTokens,
+		if err := rows.Scan(&r.Hour, &r.Deployment, &r.TenantID, &r.Model, &r.Requests, &r.InputTokens, &r.CachedInputTokens,
 			&r.OutputTokens, &r.GoodOutputTokens, &r.E2EMs, &r.SLOVersion); err != nil {
 			return nil, fmt.Errorf("scan usage: %w", err)
 		}
+		r.Hour = r.Hour.UTC()
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

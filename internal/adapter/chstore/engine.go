@@ -124,6 +124,13 @@ func (s *Store) EngineDirtyHours(ctx context.Context, since, until time.Time) ([
 // computation of the hour.
 func (s *Store) EngineSamplesOfHour(ctx context.Context, hour time.Time) ([]rollup.EngineSampleRow, error) {
 	hour = hour.UTC().Truncate(time.Hour)
+	return s.EngineSamplesOfHours(ctx, hour, hour.Add(time.Hour))
+}
+
+// EngineSamplesOfHours returns the samples of the hours in [from, to) (whole
+// hours), deduplicated by sample_id, in sample_id order.
+func (s *Store) EngineSamplesOfHours(ctx context.Context, from, to time.Time) ([]rollup.EngineSampleRow, error) {
+	hour := from.UTC().Truncate(time.Hour)
 	const query = `SELECT argMax(deployment, ingested_at), argMax(engine, ingested_at), argMax(model, ingested_at),
   argMax(replica, ingested_at), argMax(sampled_at, ingested_at), argMax(interval_s, ingested_at),
   argMax(running, ingested_at), argMax(waiting, ingested_at), argMax(kv_cache_usage, ingested_at),
@@ -133,9 +140,9 @@ FROM engine_samples
 WHERE sampled_at >= toDateTime(?) AND sampled_at < toDateTime(?)
 GROUP BY sample_id
 ORDER BY sample_id`
-	rows, err := s.conn.Query(ctx, query, hour.Unix(), hour.Add(time.Hour).Unix())
+	rows, err := s.conn.Query(ctx, query, hour.Unix(), to.UTC().Unix())
 	if err != nil {
-		return nil, fmt.Errorf("read engine samples of %s: %w", hour.Format(time.RFC3339), classify(err))
+		return nil, fmt.Errorf("read engine samples of %s to %s: %w", hour.Format(time.RFC3339), to.UTC().Format(time.RFC3339), classify(err))
 	}
 	defer rows.Close()
 	var out []rollup.EngineSampleRow
