@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,16 +56,23 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// demo is one `make run`: the script with its own ports and data.
+// demo is one `make run`: the script with its own ports and data; events
+// and days 0 keep the script's defaults (the history `make run` replays).
 type demo struct {
 	bin, data, http, grpc, kafka string
-	events                       int
+	events, days                 int
 }
 
 func (d demo) command(ctx context.Context) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "bash", "run-demo.sh")
 	cmd.Env = append(os.Environ(), "BIN="+d.bin, "DATA="+d.data, "METER_HTTP_ADDR="+d.http, "METER_GRPC_ADDR="+d.grpc,
-		"METER_KAFKA_BROKERS="+d.kafka, fmt.Sprintf("DEMO_EVENTS=%d", d.events), "DEMO_WAIT=3m")
+		"METER_KAFKA_BROKERS="+d.kafka, "DEMO_WAIT=5m")
+	if d.events > 0 {
+		cmd.Env = append(cmd.Env, fmt.Sprintf("DEMO_EVENTS=%d", d.events))
+	}
+	if d.days > 0 {
+		cmd.Env = append(cmd.Env, fmt.Sprintf("DEMO_DAYS=%d", d.days))
+	}
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = time.Minute
 	return cmd
@@ -74,7 +82,7 @@ func (d demo) command(ctx context.Context) *exec.Cmd {
 // Ctrl-C would, and returns what it printed.
 func (d demo) run(t *testing.T) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := d.command(ctx)
 	var stderr bytes.Buffer
@@ -146,7 +154,8 @@ func checkTables(t *testing.T, out string) {
 	for _, heading := range []string{
 		"== usage of the last 24 hours", "== latency by model", "== goodput by model",
 		"== GPU usage and cost by deployment", "== GPU cost allocated to tenants",
-		"== engine saturation by deployment",
+		"== engine saturation by deployment", "== capacity report by deployment",
+		"== billing period", "== closed statement of tenant acme",
 	} {
 		if rows := tableRows(out, heading); len(rows) == 0 {
 			t.Errorf("%q printed no rows:\n%s", heading, out)
@@ -154,18 +163,115 @@ func checkTables(t *testing.T, out string) {
 	}
 }
 
-// TestDemoOnUsedDataDir runs `make run`'s script on a fresh data directory,
-// then after a meterd start killed halfway, then again: every run prints
-// non-empty tables, and the later runs say that earlier events are counted.
+// cells splits a table row into its cells (two spaces or more apart).
+func cells(row string) []string {
+	return regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(row), -1)
+}
+
+// checkHeadlines checks what the demo must show on a fresh data directory:
+// every deployment of the capacity report with a sustainable throughput,
+// headroom, GPUs needed and weekly growth; the saturated deployment short
+// of GPUs (negative headroom, more GPUs needed) and the idle one
+// over-provisioned; last month's statement closed, with its lines; the
+// exports written under the data directory.
+func checkHeadlines(t *testing.T, out, data string) {
+	t.Helper()
+	rows := tableRows(out, "== capacity report by deployment")
+	head := ""
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "UNIT ") {
+			head = line
+		}
+	}
+	cols := cells(head)
+	col := func(row []string, name string) string {
+		for i, c := range cols {
+			if c == name && i < len(row) {
+				return row[i]
+			}
+		}
+		t.Fatalf("capacity table has no column %s: %q", name, head)
+		return ""
+	}
+	units := map[string][]string{}
+	for _, r := range rows {
+		if strings.HasPrefix(r, "Findings:") {
+			break
+		}
+		c := cells(r)
+		units[c[0]] = c
+	}
+	for _, dep := range []string{"llama-70b-h200-use1", "qwen-72b-h200-euw1", "r1-70b-h100-use1", "llama-8b-l4-use1", "mixtral-a100-usw2"} {
+		row, ok := units[dep]
+		if !ok || len(row) != len(cols) {
+			t.Errorf("capacity table: deployment %s missing or malformed (%q; columns %q)", dep, row, cols)
+			continue
+		}
+		for _, name := range []string{"SUSTAINABLE TOK/S/GPU", "HEADROOM", "GPUS NEEDED", "WEEKLY GROWTH"} {
+			if v := col(row, name); v == "" || v == "-" {
+				t.Errorf("capacity table: %s has no %s: %q", dep, name, row)
+			}
+		}
+	}
+	if row, ok := units["llama-70b-h200-use1"]; ok && len(row) == len(cols) {
+		if h := col(row, "HEADROOM"); !strings.HasPrefix(h, "-") {
+			t.Errorf("the saturated deployment has headroom %s, want a negative one", h)
+		}
+		if n := col(row, "GPUS NEEDED"); !strings.Contains(n, "(+") {
+			t.Errorf("the saturated deployment needs %q GPUs, want more than it has", n)
+		}
+	}
+	if !regexp.MustCompile(`\[over provisioned\] mixtral-a100-usw2: `).MatchString(out) {
+		t.Errorf("the idle deployment is not found over-provisioned:\n%s", out)
+	}
+	m := regexp.MustCompile(`(?m)^Statement of acme for (\d{4}-\d{2}) \(.*\): closed `).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no closed statement of acme:\n%s", out)
+	}
+	if !strings.Contains(out, "\nHash ") || !strings.Contains(out, "\nFinance: allocated GPU cost ") {
+		t.Errorf("the closed statement has no hash or finance part:\n%s", out)
+	}
+	// The statement's lines: from its heading to the exports' note.
+	section := out[max(0, strings.Index(out, "== closed statement of tenant acme")):]
+	section = section[:max(0, strings.Index(section, "\n(every tenant's statement lines"))]
+	lines := 0
+	for _, r := range strings.Split(section, "\n") {
+		if strings.HasPrefix(r, "usage ") {
+			lines++
+		}
+	}
+	if lines == 0 {
+		t.Errorf("the closed statement has no usage lines:\n%s", out)
+	}
+	for _, f := range []string{"exports/statements-" + m[1] + ".csv", "exports/statements-" + m[1] + ".focus.csv", "capacity.html"} {
+		if st, err := os.Stat(filepath.Join(data, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s was not written under the data directory: %v", f, err)
+		}
+	}
+	if took := regexp.MustCompile(`The tables above took (\d+) s`).FindStringSubmatch(out); took != nil {
+		t.Logf("the demo printed its tables %s s after meterd was ready", took[1])
+	}
+}
+
+// TestDemoOnUsedDataDir runs `make run`'s script on a fresh data directory
+// (the whole history `make run` replays): it prints every table, every
+// capacity figure and last month's closed statement (checkHeadlines).
+// Then, after a meterd start killed halfway, it runs again on a day of
+// traffic: the tables are there again (last month's close answers the
+// same statements), and the run says that earlier events are counted.
 func TestDemoOnUsedDataDir(t *testing.T) {
 	requireTools(t)
 	d := demo{bin: buildBinaries(t), data: filepath.Join(t.TempDir(), "data"),
-		http: freeAddr(t), grpc: freeAddr(t), kafka: freeAddr(t), events: 1500}
+		http: freeAddr(t), grpc: freeAddr(t), kafka: freeAddr(t)}
 
 	out := d.run(t)
 	checkTables(t, out)
+	checkHeadlines(t, out, d.data)
 	if strings.Contains(out, "holds the events of earlier runs") {
 		t.Errorf("a fresh data directory was said to hold earlier events:\n%s", out)
+	}
+	if t.Failed() {
+		return
 	}
 
 	// An aborted start: meterd killed while it starts its ClickHouse.
@@ -178,6 +284,7 @@ func TestDemoOnUsedDataDir(t *testing.T) {
 	m.Process.Kill()
 	m.Wait()
 
+	d.events, d.days = 2000, 1
 	out = d.run(t)
 	checkTables(t, out)
 	if !strings.Contains(out, "holds the events of earlier runs") {

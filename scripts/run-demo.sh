@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# `make run`: start meterd in dev mode, replay demo traffic through the API
-# and GPU samples through gpu-agent, print usage, latency, goodput and cost
-# tables from the API, then keep meterd running until Ctrl-C.
+# `make run`: start meterd in dev mode, replay five weeks of a small fleet
+# (events through the API, GPU samples through gpu-agent, engine samples),
+# close last month's billing period, print the usage, latency, goodput, GPU,
+# cost, engine, capacity and statement tables from the API, write the
+# capacity report and the statement exports under $DATA, then keep meterd
+# running until Ctrl-C.
 #
 # Settings (environment): DATA (data directory, default ./data),
 # METER_HTTP_ADDR (127.0.0.1:8080), METER_GRPC_ADDR (127.0.0.1:9090),
-# METER_KAFKA_BROKERS (the dev broker, 127.0.0.1:9092), DEMO_EVENTS (20000),
-# DEMO_WAIT (how long to wait for ingest and rollups, 3m), BIN (the binaries, bin).
+# METER_KAFKA_BROKERS (the dev broker, 127.0.0.1:9092), DEMO_EVENTS (360000,
+# over DEMO_DAYS, 35), DEMO_WAIT (how long to wait for ingest and rollups,
+# 5m), BIN (the binaries, bin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${DATA:-$PWD/data}
 HTTP=${METER_HTTP_ADDR:-127.0.0.1:8080}
 GRPC=${METER_GRPC_ADDR:-127.0.0.1:9090}
 KAFKA=${METER_KAFKA_BROKERS:-127.0.0.1:9092}
-EVENTS=${DEMO_EVENTS:-20000}
-WAIT=${DEMO_WAIT:-3m}
+EVENTS=${DEMO_EVENTS:-360000}
+DAYS=${DEMO_DAYS:-35}
+WAIT=${DEMO_WAIT:-5m}
 BIN=${BIN:-bin} # where make build put the binaries
 export PATH="$PATH:/usr/sbin"
 
@@ -43,14 +48,14 @@ if ! command -v clickhouse-server >/dev/null 2>&1; then
 fi
 
 if [ -d "$DATA/keys" ]; then
-  echo "note: $DATA holds the events of earlier runs; this run adds $EVENTS more, so the totals and the"
-  echo "      cost per token below count both. Remove $DATA (rm -rf $DATA) to start from nothing."
+  echo "note: $DATA holds the events of earlier runs; this run adds its $EVENTS events to theirs, so the totals"
+  echo "      below count both. Remove $DATA (rm -rf $DATA) to start from nothing."
 fi
 # The previous run's log is kept as $DATA.log.1.
 [ -f "$DATA.log" ] && mv -f "$DATA.log" "$DATA.log.1"
 mkdir -p "$DATA"
 "$BIN"/meterd --dev --data-dir "$DATA" --http-addr "$HTTP" --grpc-addr "$GRPC" --kafka-brokers "$KAFKA" --rollup-interval 2s \
-  --prices deploy/prices.example.json 2>"$DATA.log" &
+  --prices deploy/prices.example.json --slo-file scripts/demo-slo.json 2>"$DATA.log" &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; exit 0' INT TERM
 trap 'kill -TERM $pid 2>/dev/null || true' EXIT
@@ -69,74 +74,109 @@ for i in $(seq 1 480); do
   if [ "$i" = 480 ]; then echo "meterd was not ready after 4 minutes; see $DATA.log" >&2; tail -20 "$DATA.log" >&2; exit 1; fi
   sleep 0.5
 done
+began=$SECONDS
+echo "meterd is ready (REST http://$HTTP)."
 FINANCE=$(cat "$DATA/keys/finance.key")
+ADMIN=$(cat "$DATA/keys/admin.key")
+# mctl COMMAND... -- FLAGS: meterctl with the finance key.
+mctl() {
+  local cmd=()
+  while [ "$1" != -- ]; do cmd+=("$1"); shift; done
+  shift
+  "$BIN"/meterctl "${cmd[@]}" --addr "http://$HTTP" --key "$FINANCE" "$@"
+}
 
+SPAN=$((DAYS * 24))h
 echo
-echo "== replaying $EVENTS synthetic events through POST /v1/events"
+echo "== replaying $DAYS days of a small fleet: $EVENTS events through POST /v1/events, and its GPU and engine samples"
+# The fleet (meterctl --fleet demo): five deployments growing 5% a week, one
+# saturating at its peaks, one idle. Its GPU samples (every 5 min) go
+# through gpu-agent --source replay, its engine samples (queue depth, KV
+# cache) straight to Kafka, while the events are replayed.
+(
+  "$BIN"/meterctl engine-samples --fleet demo --duration "$SPAN" --interval 5m --kafka-brokers "$KAFKA"
+  "$BIN"/meterctl gpu-samples --fleet demo --duration "$SPAN" --interval 5m --idle-deployment "" --out "$DATA/gpu-demo.jsonl"
+  "$BIN"/gpu-agent --source replay --file "$DATA/gpu-demo.jsonl" --interval 1ms --kafka-brokers "$KAFKA" --http-addr "" --log-level warn
+) &
+samples=$!
 # --wait returns once the accepted events are in the usage and the rollups.
-"$BIN"/meterctl replay --addr "http://$HTTP" --key "$(cat "$DATA/keys/ingest.key")" --synthetic "$EVENTS" --duration 24h \
+"$BIN"/meterctl replay --addr "http://$HTTP" --key "$(cat "$DATA/keys/ingest.key")" --fleet demo --synthetic "$EVENTS" --duration "$SPAN" \
   --wait "$WAIT" --wait-key "$FINANCE"
-echo
-echo "== usage of the last 24 hours, from GET /v1/usage"
-"$BIN"/meterctl usage --addr "http://$HTTP" --key "$FINANCE" --group-by tenant_id,model
-echo
-echo "== latency by model over the last 24 hours, from GET /v1/latency (rollups)"
-"$BIN"/meterctl latency --addr "http://$HTTP" --key "$FINANCE" --group-by model --metric ttft,e2e
-echo
-echo "== goodput by model, from GET /v1/goodput"
-"$BIN"/meterctl goodput --addr "http://$HTTP" --key "$FINANCE" --group-by model
-echo
-echo "== GPU samples of the demo fleet (60 s, last 24 h) through gpu-agent --source replay → $KAFKA"
-"$BIN"/meterctl gpu-samples --duration 24h --out "$DATA/gpu-demo.jsonl"
-"$BIN"/gpu-agent --source replay --file "$DATA/gpu-demo.jsonl" --interval 1ms --kafka-brokers "$KAFKA" \
-  --http-addr "" --log-level warn
-echo "== engine samples of the demo's vLLM and SGLang replicas (queue depth, KV cache; 60 s, last 24 h) → $KAFKA"
-"$BIN"/meterctl engine-samples --duration 24h --kafka-brokers "$KAFKA"
+if ! wait $samples; then echo "publishing the GPU or engine samples failed (see above)" >&2; exit 1; fi
+
 # gpu-agent returned once Kafka acknowledged every sample; the consumer then
 # inserts them and the rollup job (every 2 s here) costs their hours. The
 # cost rollups keep no count of the samples they cover, so the wait is for
-# the GPU usage to stop changing: the same answer three polls 2 s apart.
-START=$(date -u -d '-24 hours' +%Y-%m-%dT%H:00:00Z); END=$(date -u -d '+1 hour' +%Y-%m-%dT%H:00:00Z)
-gpu_usage() {
-  "$BIN"/meterctl gpu-usage --addr "http://$HTTP" --key "$FINANCE" --group-by deployment --start "$START" --end "$END" "$@"
-}
+# the GPU usage of the whole history to stop changing: the same answer
+# three polls 2 s apart.
+HOUR=$(date -u +%Y-%m-%dT%H:00:00Z)
+START=$(date -u -d "$HOUR -24 hours" +%Y-%m-%dT%H:00:00Z); END=$(date -u -d "$HOUR +1 hour" +%Y-%m-%dT%H:00:00Z)
+FIRST=$(date -u -d "$HOUR -$((DAYS * 24)) hours" +%Y-%m-%dT%H:00:00Z)
 prev=""; same=0
-for i in $(seq 1 45); do
-  cur=$(gpu_usage --output csv 2>/dev/null || true)
+for i in $(seq 1 60); do
+  cur=$(mctl gpu-usage -- --group-by deployment --start "$FIRST" --end "$END" --output csv 2>/dev/null || true)
   if [ -n "$cur" ] && [ "$(printf '%s\n' "$cur" | wc -l)" -gt 1 ] && [ "$cur" = "$prev" ]; then
     same=$((same + 1)); [ $same -ge 2 ] && break
   else
     same=0
   fi
   prev=$cur
-  if [ "$i" = 45 ]; then echo "GPU usage was still changing (or empty) after 90 s; the table below may be partial (see $DATA.log)" >&2; fi
+  if [ "$i" = 60 ]; then echo "GPU usage was still changing (or empty) after 2 minutes; the tables below may be partial (see $DATA.log)" >&2; fi
   sleep 2
 done
+
+# Last month, closed: its events are all in the past and rolled up; the
+# close waits (up to 30 s a try) until ingest and the rollups have costed
+# its end, and answers 409 until then.
+PERIOD=$(date -u -d "$(date -u +%Y-%m-01) -1 day" +%Y-%m)
+mkdir -p "$DATA/exports"
+closed=""
+for i in $(seq 1 6); do
+  if closed=$("$BIN"/meterctl billing close "$PERIOD" --addr "http://$HTTP" --key "$ADMIN" --grace 1s 2>&1); then break; fi
+  if [ "$i" = 6 ]; then echo "closing $PERIOD failed: $closed" >&2; exit 1; fi
+  sleep 2
+done
+
 echo
-echo "== GPU usage and cost by deployment, from GET /v1/gpu-usage"
-gpu_usage
+echo "== usage of the last 24 hours by tenant, from GET /v1/usage"
+mctl usage -- --group-by tenant_id --start "$START" --end "$END"
 echo
-echo "== GPU cost allocated to tenants (tokens policy, idle kept apart), from GET /v1/cost"
-"$BIN"/meterctl cost --addr "http://$HTTP" --key "$FINANCE" --group-by tenant_id --start "$START" --end "$END"
+echo "== latency by model over the last 24 hours, from GET /v1/latency (rollups)"
+mctl latency -- --group-by model --metric ttft,e2e --start "$START" --end "$END"
 echo
-echo "== engine saturation by deployment (queue depth, KV cache), from GET /v1/engine-stats"
-# The engine samples were published before the GPU usage settled; their
-# rollup may still be a run behind: wait for rows (up to 30 s).
-engine_stats() {
-  "$BIN"/meterctl engine-stats --addr "http://$HTTP" --key "$FINANCE" --group-by deployment --start "$START" --end "$END" --step total "$@"
-}
+echo "== goodput by model over the last 24 hours (SLO: scripts/demo-slo.json), from GET /v1/goodput"
+mctl goodput -- --group-by model --start "$START" --end "$END"
+echo
+echo "== GPU usage and cost by deployment over the last 24 hours, from GET /v1/gpu-usage"
+mctl gpu-usage -- --group-by deployment --start "$START" --end "$END"
+echo
+echo "== GPU cost allocated to tenants over the last 24 hours (tokens policy, idle kept apart), from GET /v1/cost"
+mctl cost -- --group-by tenant_id --start "$START" --end "$END"
+echo
+echo "== engine saturation by deployment over the last 24 hours (queue depth, KV cache), from GET /v1/engine-stats"
+# The engine rollups keep a watermark of their own: wait for their rows (up to 30 s).
+engine_stats() { mctl engine-stats -- --group-by deployment --start "$START" --end "$END" --step total "$@"; }
 for i in $(seq 1 15); do
   if engine_stats --output csv 2>/dev/null | grep -q ',summary,'; then break; fi
   sleep 2
 done
 engine_stats
 echo
-echo "== capacity report by deployment (growth 1.3), from GET /v1/reports/capacity"
-if "$BIN"/meterctl report capacity --addr "http://$HTTP" --key "$FINANCE" --start "$START" --end "$END" --growth 1.3 \
-  --format html -o "$DATA/capacity.html"; then
-  echo "written to $DATA/capacity.html (one file: open it in a browser)"
-fi
+echo "== capacity report by deployment over $DAYS days (growth 1.3), from GET /v1/reports/capacity"
+mctl report capacity -- --start "$FIRST" --end "$END" --growth 1.3 --format table
+mctl report capacity -- --start "$FIRST" --end "$END" --growth 1.3 --format html -o "$DATA/capacity.html" 2>/dev/null
+echo "(also written to $DATA/capacity.html: one file, open it in a browser)"
 echo
+echo "== billing period $PERIOD, closed through POST /v1/billing/periods/$PERIOD:close"
+printf '%s\n' "$closed"
+echo
+echo "== closed statement of tenant acme for $PERIOD, from GET /v1/billing/statements/$PERIOD"
+mctl billing statement "$PERIOD" -- --tenant acme
+mctl billing export statements "$PERIOD" -- --format csv -o "$DATA/exports/statements-$PERIOD.csv" 2>/dev/null
+mctl billing export statements "$PERIOD" -- --format focus-csv -o "$DATA/exports/statements-$PERIOD.focus.csv" 2>/dev/null
+echo "(every tenant's statement lines: $DATA/exports/statements-$PERIOD.csv, FOCUS: $DATA/exports/statements-$PERIOD.focus.csv)"
+echo
+echo "The tables above took $((SECONDS - began)) s from meterd ready."
 echo "Dashboard: http://$HTTP/ui/ (paste a key: $DATA/keys/finance.key for everything, $DATA/keys/tenant-acme.key for tenant acme)"
 echo "meterd keeps running (logs in $DATA.log); try the keys above with meterctl or curl. Ctrl-C stops it."
 wait $pid

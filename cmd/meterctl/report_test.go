@@ -84,6 +84,30 @@ func TestReportCapacity(t *testing.T) {
 		t.Errorf("stderr %q, want nothing when writing to standard output", errOut)
 	}
 
+	// Table: a row per unit, the fleet first, each unit's headline figures
+	// (known ones are numbers, not "-"), then the findings.
+	out, _ = run(t, "--format", "table")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) < 2+len(r.GetUnits()) || !strings.HasPrefix(lines[0], "UNIT") || !strings.HasPrefix(lines[1], "fleet ") {
+		t.Fatalf("table: want a header, the fleet and %d units:\n%s", len(r.GetUnits()), out)
+	}
+	for i, u := range r.GetUnits() {
+		row := lines[2+i]
+		if !strings.HasPrefix(row, u.GetName()+" ") {
+			t.Errorf("table row %d is %q, want unit %s", i+2, row, u.GetName())
+			continue
+		}
+		if s := u.GetSustainable(); s.GetKnown() && strings.Count(row, " - ") > 1 {
+			t.Errorf("table row of %s, whose sustainable load is known, leaves figures out: %q", u.GetName(), row)
+		}
+		if u.GetTrend().GetGrowthKnown() && !strings.Contains(row, "%") {
+			t.Errorf("table row of %s lacks its weekly growth: %q", u.GetName(), row)
+		}
+	}
+	if len(r.GetFindings()) > 0 && !strings.Contains(out, "\nFindings:\n  [") {
+		t.Errorf("table lacks the findings:\n%s", out)
+	}
+
 	// HTML to a file: parses, the renderer's bytes, nothing else left behind.
 	dir := t.TempDir()
 	file := filepath.Join(dir, "capacity.html")
@@ -123,7 +147,7 @@ func TestReportCapacity(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--format", "pdf"}, `--format "pdf": want html, json or csv`},
+		{[]string{"--format", "pdf"}, `--format "pdf": want html, json, csv or table`},
 		{[]string{"--group-by", "tenant_id"}, `--group-by "tenant_id": want deployment, model or gpu_type`},
 		{[]string{"--target", "1.5"}, "--target 1.5"},
 		{[]string{"--start", "2026-10-05T00:30:00Z"}, "must be a whole hour"},

@@ -26,7 +26,7 @@ const (
 	DemoWeeklyGrowth = 0.05
 	// DemoErrorRate is the demo's share of failed requests (a healthy
 	// fleet: what fails is mostly rate limiting at peaks).
-	DemoErrorRate = 0.002
+	DemoErrorRate = 0.0005
 	// DemoSampleInterval is the interval of the demo's GPU and engine
 	// samples.
 	DemoSampleInterval = 5 * time.Minute
@@ -65,8 +65,8 @@ func DemoModels() []Model {
 			Name: "deepseek-r1-distill-llama-70b", Version: "2025-01-20", Deployment: "r1-70b-h100-use1",
 			Engine: "vllm", GPUType: "H100-SXM-80GB", TensorParallelism: 1, Region: "us-east-1", Replicas: 1, Pool: "reserved",
 			Nodes: nodeNames("h100-use1", 1, 1), Weight: 0.28, ContextLength: 131072, MaxOutputTokens: 32768,
-			PromptMedian: 60000, PromptSigma: 0.4, OutputMedian: 3500, OutputSigma: 0.5,
-			CacheHitRate: 0.85, CachedShare: 0.85, PrefillTokensPerMs: 18, ITLMs: 22, Busy: 0.5,
+			PromptMedian: 50000, PromptSigma: 0.4, OutputMedian: 3500, OutputSigma: 0.5,
+			CacheHitRate: 0.85, CachedShare: 0.85, PrefillTokensPerMs: 20, ITLMs: 22, Busy: 0.5,
 		},
 		{
 			// Extraction and chat on one L4: cheap, smaller requests.

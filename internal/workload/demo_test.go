@@ -151,6 +151,12 @@ func TestDemoFleetEconomics(t *testing.T) {
 			if m.Deployment == DemoSaturated && attainment(top) >= 0.97 {
 				t.Errorf("%s: attainment %.4f in its busiest hours, want it to miss the SLO", m.Deployment, attainment(top))
 			}
+			// The others keep their SLO at every load, with room for the
+			// odd failed request: an hour of 100 requests misses the 99%
+			// target with two.
+			if m.Deployment != DemoSaturated && attainment(top) < 0.998 {
+				t.Errorf("%s: attainment %.4f in its busiest hours, want at least 99.8%% (only %s saturates)", m.Deployment, attainment(top), DemoSaturated)
+			}
 		}
 		if m.Deployment == DemoIdle && d.busySec/d.gpuSec > 0.1 {
 			t.Errorf("%s: %.0f%% busy, want an idle deployment", m.Deployment, 100*d.busySec/d.gpuSec)
