@@ -58,7 +58,7 @@ mkdir -p "$DATA"
   --prices deploy/prices.example.json --slo-file scripts/demo-slo.json 2>"$DATA.log" &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; exit 0' INT TERM
-trap 'kill -TERM $pid 2>/dev/null || true' EXIT
+trap 'kill -TERM $pid 2>/dev/null || true; rm -f "${gpu_file:-}"' EXIT
 
 # Wait until meterd is ready (its ClickHouse answers, the schema is migrated).
 host=${HTTP%:*}; port=${HTTP##*:}
@@ -90,13 +90,16 @@ SPAN=$((DAYS * 24))h
 echo
 echo "== replaying $DAYS days of a small fleet: $EVENTS events through POST /v1/events, and its GPU and engine samples"
 # The fleet (meterctl --fleet demo): five deployments growing 5% a week, one
-# saturating at its peaks, one idle. Its GPU samples (every 5 min) go
-# through gpu-agent --source replay, its engine samples (queue depth, KV
-# cache) straight to Kafka, while the events are replayed.
+# saturating at its peaks, one idle. Its GPU samples (every 10 min) go
+# through gpu-agent --source replay (from a file removed once sent), its
+# engine samples (queue depth, KV cache) straight to Kafka, while the
+# events are replayed.
+gpu_file=$(mktemp "${TMPDIR:-/tmp}/gpu-demo.XXXXXX.jsonl")
 (
-  "$BIN"/meterctl engine-samples --fleet demo --duration "$SPAN" --interval 5m --kafka-brokers "$KAFKA"
-  "$BIN"/meterctl gpu-samples --fleet demo --duration "$SPAN" --interval 5m --idle-deployment "" --out "$DATA/gpu-demo.jsonl"
-  "$BIN"/gpu-agent --source replay --file "$DATA/gpu-demo.jsonl" --interval 1ms --kafka-brokers "$KAFKA" --http-addr "" --log-level warn
+  "$BIN"/meterctl engine-samples --fleet demo --duration "$SPAN" --interval 10m --kafka-brokers "$KAFKA"
+  "$BIN"/meterctl gpu-samples --fleet demo --duration "$SPAN" --interval 10m --idle-deployment "" --out "$gpu_file" 2>/dev/null
+  "$BIN"/gpu-agent --source replay --file "$gpu_file" --interval 1ms --kafka-brokers "$KAFKA" --http-addr "" --log-level warn
+  rm -f "$gpu_file"
 ) &
 samples=$!
 # --wait returns once the accepted events are in the usage and the rollups.

@@ -29,7 +29,7 @@ const (
 	DemoErrorRate = 0.0005
 	// DemoSampleInterval is the interval of the demo's GPU and engine
 	// samples.
-	DemoSampleInterval = 5 * time.Minute
+	DemoSampleInterval = 10 * time.Minute
 )
 
 // DemoSaturated and DemoIdle name the demo deployment that saturates at its
