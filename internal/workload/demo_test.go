@@ -18,11 +18,11 @@ var demoPrices = "../../deploy/prices.example.json"
 
 // demoHour is one deployment-hour of the demo history.
 type demoHour struct {
-	requests, good   int
-	tokens           int64
-	charge           billing.Money
-	gpuSec, busySec  float64
-	cost             float64
+	requests, good  int
+	tokens          int64
+	charge          billing.Money
+	gpuSec, busySec float64
+	cost            float64
 }
 
 // TestDemoFleetEconomics replays the demo history in memory (the events of
