@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -154,7 +155,7 @@ func checkTables(t *testing.T, out string) {
 	for _, heading := range []string{
 		"== usage of the last 24 hours", "== latency by model", "== goodput by model",
 		"== GPU usage and cost by deployment", "== GPU cost allocated to tenants",
-		"== engine saturation by deployment", "== capacity report by deployment",
+		"== GPU cost by deployment over the", "== engine saturation by deployment", "== capacity report by deployment",
 		"== billing period", "== closed statement of tenant acme",
 	} {
 		if rows := tableRows(out, heading); len(rows) == 0 {
@@ -247,6 +248,11 @@ func checkHeadlines(t *testing.T, out, data string) {
 		if st, err := os.Stat(filepath.Join(data, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s was not written under the data directory: %v", f, err)
 		}
+	}
+	if m := regexp.MustCompile(`gross margin (-?[0-9.]+)%`).FindStringSubmatch(out); m == nil {
+		t.Errorf("no gross margin printed:\n%s", out)
+	} else if v, _ := strconv.ParseFloat(m[1], 64); v < 30 || v > 70 {
+		t.Errorf("gross margin %s%%, want a real provider's 30-70%%", m[1])
 	}
 	if took := regexp.MustCompile(`The tables above took (\d+) s`).FindStringSubmatch(out); took != nil {
 		t.Logf("the demo printed its tables %s s after meterd was ready", took[1])

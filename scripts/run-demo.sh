@@ -156,6 +156,9 @@ echo
 echo "== GPU cost allocated to tenants over the last 24 hours (tokens policy, idle kept apart), from GET /v1/cost"
 mctl cost -- --group-by tenant_id --start "$START" --end "$END"
 echo
+echo "== GPU cost by deployment over the $DAYS days, and the gross margin of the list charge against it, from GET /v1/cost"
+mctl cost -- --group-by deployment --start "$FIRST" --end "$END" --step total
+echo
 echo "== engine saturation by deployment over the last 24 hours (queue depth, KV cache), from GET /v1/engine-stats"
 # The engine rollups keep a watermark of their own: wait for their rows (up to 30 s).
 engine_stats() { mctl engine-stats -- --group-by deployment --start "$START" --end "$END" --step total "$@"; }

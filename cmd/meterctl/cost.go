@@ -75,7 +75,8 @@ func parseCost(args []string, getenv func(string) string, now time.Time, stderr 
 			"tokens. UNATTR_REQ counts requests served by deployments without GPU samples:\n"+
 			"their cost is unknown and not in COST. Cost is computed per hour, so --start\n"+
 			"and --end lie on whole hours. With --step total the SUMMARY rows are the only\n"+
-			"rows.", costShape,
+			"rows. A table ends with the rows' gross margin: their tokens at list prices\n"+
+			"(list_charge) against their GPU cost.", costShape,
 		func(fs *flag.FlagSet) {
 			fs.StringVar(&c.BusyPolicy, "busy-policy", busyPolicies[0], "how busy GPU cost is split: "+orList(busyPolicies))
 			fs.StringVar(&c.IdlePolicy, "idle-policy", idlePolicies[0], "where idle GPU cost goes: separate (tenant "+idleTenant+"), shared_weighted or shared_even")
@@ -130,10 +131,25 @@ func costNotes(all *meterv1.GetCostResponse) (footer, warning string) {
 	footer = fmt.Sprintf("Busy policy %s, idle policy %s%s. %s", all.GetBusyPolicy(), all.GetIdlePolicy(), idle,
 		priceNote(all.GetCurrency(), all.GetPriceVersions()))
 	var req, in, out uint64
+	var cost, charge int64 // nanos
+	priced := false
 	for _, s := range all.GetSeries() {
 		req += s.GetSummary().GetUnattributedRequests()
 		in += s.GetSummary().GetUnattributedInputTokens()
 		out += s.GetSummary().GetUnattributedOutputTokens()
+		cost += s.GetSummary().GetCost().GetNanos()
+		if c := s.GetSummary().GetListCharge(); c != nil {
+			charge += c.GetNanos()
+			priced = true
+		}
+	}
+	// The gross margin of the rows: what their tokens are charged at list
+	// prices against what their GPUs cost (idle included, where the idle
+	// policy puts it in the rows).
+	if priced && charge > 0 && cost > 0 {
+		cur := all.GetCurrency()
+		footer += fmt.Sprintf("\nList charge %s %.2f against GPU cost %s %.2f: gross margin %.1f%%.", cur, float64(charge)/1e9,
+			cur, float64(cost)/1e9, 100*(float64(charge)-float64(cost))/float64(charge))
 	}
 	if req > 0 || in > 0 || out > 0 {
 		warning = fmt.Sprintf("%d requests ran on deployments without GPU samples: their cost is not included (%d input and %d output tokens)", req, in, out)
