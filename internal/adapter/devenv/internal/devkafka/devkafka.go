@@ -37,6 +37,12 @@ type Config struct {
 	// Users, when given, require every client to authenticate with SASL as
 	// one of them (tests of clients' SASL).
 	Users []User
+	// TrimCommitted deletes, every few seconds, the records that every
+	// consumer group committing on a partition has committed past, and
+	// creates topics with 1 MiB segments so that deleted records leave
+	// the disk (meterd --dev). A partition no group has committed on keeps
+	// everything. Plaintext listeners only.
+	TrimCommitted bool
 }
 
 // User is a SASL user of the broker.
@@ -49,6 +55,7 @@ type User struct {
 type Broker struct {
 	cluster  *kfake.Cluster
 	sessions *sessions // nil on a TLS or SASL listener
+	trimmer  *trimmer  // nil unless Config.TrimCommitted
 }
 
 // Start starts the broker and creates the configured topics.
@@ -99,8 +106,12 @@ func start(cfg Config, extra ...kfake.Opt) (*Broker, error) {
 	for _, t := range cfg.SinglePartitionTopics {
 		topics[t] = 1
 	}
+	var topicConfigs map[string]string
+	if cfg.TrimCommitted {
+		topicConfigs = map[string]string{"segment.bytes": strconv.Itoa(trimSegmentBytes)}
+	}
 	for t, n := range topics {
-		if err := cluster.CreateTopic(t, n, nil); err != nil && !isExists(err) {
+		if err := cluster.CreateTopic(t, n, topicConfigs); err != nil && !isExists(err) {
 			cluster.Close()
 			return nil, fmt.Errorf("create topic %s: %w", t, err)
 		}
@@ -108,6 +119,12 @@ func start(cfg Config, extra ...kfake.Opt) (*Broker, error) {
 	b := &Broker{cluster: cluster}
 	if cfg.TLS == nil && len(cfg.Users) == 0 {
 		b.sessions = watchSessions(cluster, b.Addr())
+		if cfg.TrimCommitted {
+			if b.trimmer, err = startTrimmer(b.Addr(), cfg.Logger); err != nil {
+				b.Close()
+				return nil, err
+			}
+		}
 	}
 	return b, nil
 }
@@ -119,6 +136,9 @@ func (b *Broker) Addr() string { return b.cluster.ListenAddrs()[0] }
 
 // Close stops the broker, persisting its state.
 func (b *Broker) Close() {
+	if b.trimmer != nil {
+		b.trimmer.close()
+	}
 	if b.sessions != nil {
 		b.sessions.close()
 	}

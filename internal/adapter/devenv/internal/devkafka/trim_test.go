@@ -1,0 +1,127 @@
+package devkafka
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+)
+
+// TestTrimCommitted: a broker with TrimCommitted deletes the records that
+// the consumer groups have committed past, and their segment files leave
+// the disk; records not yet committed, and a topic no group commits on,
+// are kept whole.
+func TestTrimCommitted(t *testing.T) {
+	const read, unread, records = "read", "unread", 3000
+	dir := t.TempDir()
+	b, err := Start(Config{Addr: "127.0.0.1:0", DataDir: dir, SinglePartitionTopics: []string{read, unread}, TrimCommitted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ProducerLinger(0), kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.MaxVersions(kversion.V3_5_0())) // commits by topic name
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+
+	// 3000 records of 1 KiB each: three 1 MiB segments and a part of one.
+	value := bytes.Repeat([]byte("x"), 1024)
+	for _, topic := range []string{read, unread} {
+		var rs []*kgo.Record
+		for range records {
+			rs = append(rs, &kgo.Record{Topic: topic, Value: value})
+		}
+		if err := client.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	partDir := func(topic string) string { return filepath.Join(dir, "partitions", topic+"-0") }
+	before := dirSize(t, partDir(read))
+	if before < 3_000_000 {
+		t.Fatalf("partition %s holds %d bytes on disk, want at least 3 MB", read, before)
+	}
+
+	// Two groups committed on read; the lower offset is where trimming stops.
+	commit := func(group string, offset int64) {
+		t.Helper()
+		req := kmsg.NewPtrOffsetCommitRequest()
+		req.Group, req.Generation = group, -1
+		rt := kmsg.NewOffsetCommitRequestTopic()
+		rt.Topic = read
+		rp := kmsg.NewOffsetCommitRequestTopicPartition()
+		rp.Partition, rp.Offset = 0, offset
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := resp.Topics[0].Partitions[0].ErrorCode; code != 0 {
+			t.Fatalf("commit %s: error code %d", group, code)
+		}
+	}
+	commit("ahead", records)
+	commit("behind", 2500)
+
+	start := func(topic string) int64 {
+		t.Helper()
+		req := kmsg.NewPtrListOffsetsRequest()
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = topic
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.Timestamp = 0, -2 // earliest
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Topics[0].Partitions[0].Offset
+	}
+	deadline := time.Now().Add(4 * trimEvery)
+	for start(read) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing of %s deleted after %s", read, 4*trimEvery)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got := start(read); got != 2500 {
+		t.Errorf("%s starts at offset %d, want 2500 (the lowest committed)", read, got)
+	}
+	if got := start(unread); got != 0 {
+		t.Errorf("%s (no group committed) starts at offset %d, want 0", unread, got)
+	}
+	if after := dirSize(t, partDir(read)); after > before/2 {
+		t.Errorf("partition %s holds %d bytes on disk after trimming, had %d: want the deleted segments gone", read, after, before)
+	}
+}
+
+func dirSize(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		n += info.Size()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
