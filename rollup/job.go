@@ -49,7 +49,8 @@ type Config struct {
 	// Overlap; usage queries assume no more than that.
 	Overlap time.Duration
 	// MinuteRetention: once an hour, the days of minute rows wholly older
-	// than this are dropped (MinuteDropper). 0 keeps them for ever.
+	// than this are dropped (MinuteDropper), and the job writes no minute
+	// rows of those days (minute_window.go). 0 keeps them for ever.
 	MinuteRetention time.Duration
 }
 
@@ -239,7 +240,7 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	spec := set.Spec(sloVersion)
 	err = j.eachChunk(ctx, hours, func(ctx context.Context, hs []time.Time, version uint64) error {
 		start := time.Now()
-		if _, err := j.roller.RollupHours(ctx, j.store, hs, spec, version); err != nil {
+		if _, err := j.roller.RollupHours(ctx, windowedHours{j.store, j.minutesFrom()}, hs, spec, version); err != nil {
 			return err
 		}
 		took := time.Since(start).Seconds() / float64(len(hs))
@@ -349,7 +350,7 @@ func (j *Job) engineRun(ctx context.Context, until time.Time) error {
 		return err
 	}
 	err = j.eachChunk(ctx, hours, func(ctx context.Context, hs []time.Time, version uint64) error {
-		return engineHours(ctx, j.store, hs, version)
+		return engineHours(ctx, windowedEngine{j.store, j.minutesFrom()}, hs, version)
 	})
 	if err != nil {
 		return err
