@@ -9,7 +9,8 @@
 #
 # Settings (environment): DATA (default: a new folder under /tmp, removed
 # first if it exists), HOLD (seconds to keep sampling after the last table,
-# 120), CSV (default $DATA.csv), BIN (bin), LIMIT_DATA_MB (200) and
+# 120), CSV (default $DATA.csv), BIN (bin), DEMO (the demo script,
+# scripts/run-demo.sh), LIMIT_DATA_MB (200) and
 # LIMIT_CH_RSS_MB (1024): the exit status is 1 when a sample went over either.
 # METER_HTTP_ADDR, METER_GRPC_ADDR, METER_KAFKA_BROKERS and DEMO_* are passed
 # to the demo as they are.
@@ -17,7 +18,8 @@
 # The columns: t (seconds since start), phase (start, demo, hold), data_kb
 # (du -sk of DATA: disk blocks, what the disk holds), data_apparent_kb (du -sk
 # --apparent-size), parts (part folders of every table, active and inactive),
-# ch_rss_kb, meterd_rss_kb (VmRSS; empty while the process is not running).
+# ch_rss_kb, meterd_rss_kb (VmRSS; empty while the process is not running),
+# clickhouse_kb and kafka_kb (disk blocks of DATA/clickhouse, DATA/kafka).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${DATA:-/tmp/tokenmeter-measure/data}
@@ -26,11 +28,12 @@ CSV=${CSV:-$DATA.csv}
 LIMIT_DATA_MB=${LIMIT_DATA_MB:-200}
 LIMIT_CH_RSS_MB=${LIMIT_CH_RSS_MB:-1024}
 export BIN=${BIN:-bin}
+DEMO=${DEMO:-scripts/run-demo.sh}
 
 rm -rf "$DATA" "$DATA.log" "$DATA.log.1"
 mkdir -p "$(dirname "$DATA")"
 OUT=$DATA.out
-DATA="$DATA" scripts/run-demo.sh >"$OUT" 2>&1 &
+DATA="$DATA" "$DEMO" >"$OUT" 2>&1 &
 demo=$!
 stop_demo() { kill -TERM "$demo" 2>/dev/null || true; wait "$demo" 2>/dev/null || true; }
 trap stop_demo EXIT
@@ -48,29 +51,34 @@ ch_pid() { # the dev ClickHouse: its pid file, if that process is alive
   [ -n "$p" ] && [ -d "/proc/$p" ] && echo "$p" || true
 }
 # One pass over DATA: disk blocks (du -sk), apparent size (du -sk
-# --apparent-size) and part folders: data/<db>/<table>/<part> (18.x) and
-# store/<xxx>/<uuid>/<part> (Atomic databases), six levels below DATA.
+# --apparent-size), the disk blocks of DATA/clickhouse and DATA/kafka, and
+# part folders: data/<db>/<table>/<part> (18.x) and store/<xxx>/<uuid>/<part>
+# (Atomic databases), six levels below DATA.
 footprint() {
-  find "$DATA" -printf '%y %d %b %s %f\n' 2>/dev/null |
-    awk '{ blocks += $3; bytes += $4 } $1 == "d" && $2 == 6 && $5 != "detached" { parts++ }
-      END { printf "%d %d %d\n", blocks / 2, (bytes + 1023) / 1024, parts }'
+  find "$DATA" -printf '%y %d %b %s %P\n' 2>/dev/null |
+    awk '{ blocks += $3; bytes += $4; split($5, p, "/") }
+      p[1] == "clickhouse" { ch += $3 } p[1] == "kafka" { kafka += $3 }
+      $1 == "d" && $2 == 6 && p[6] != "detached" { parts++ }
+      END { printf "%d %d %d %d %d\n", blocks / 2, (bytes + 1023) / 1024, parts, ch / 2, kafka / 2 }'
 }
 
-echo "t,phase,data_kb,data_apparent_kb,parts,ch_rss_kb,meterd_rss_kb" >"$CSV"
+echo "t,phase,data_kb,data_apparent_kb,parts,ch_rss_kb,meterd_rss_kb,clickhouse_kb,kafka_kb" >"$CSV"
 start=$(date +%s); phase=start; done_at=""
-peak_data=0 peak_app=0 peak_parts=0 peak_ch=0 peak_md=0
+peak_data=0 peak_app=0 peak_parts=0 peak_ch=0 peak_md=0 peak_chdir=0 peak_kafka=0
 while :; do
   now=$(date +%s); t=$((now - start))
   if [ "$phase" = start ] && grep -q '^== replaying' "$OUT" 2>/dev/null; then phase=demo; fi
   if [ -z "$done_at" ] && grep -q '^Dashboard:' "$OUT" 2>/dev/null; then done_at=$now; phase=hold; fi
-  read -r data app parts < <(footprint)
+  read -r data app parts chdir kafka < <(footprint)
   ch=$(rss_kb "$(ch_pid)"); md=$(rss_kb "$(meterd_pid)")
-  echo "$t,$phase,${data:-0},${app:-0},$parts,$ch,$md" >>"$CSV"
+  echo "$t,$phase,${data:-0},${app:-0},$parts,$ch,$md,${chdir:-0},${kafka:-0}" >>"$CSV"
   [ "${data:-0}" -gt $peak_data ] && peak_data=$data
   [ "${app:-0}" -gt $peak_app ] && peak_app=$app
   [ "$parts" -gt $peak_parts ] && peak_parts=$parts
   [ "${ch:-0}" -gt $peak_ch ] && peak_ch=$ch
   [ "${md:-0}" -gt $peak_md ] && peak_md=$md
+  [ "${chdir:-0}" -gt $peak_chdir ] && peak_chdir=$chdir
+  [ "${kafka:-0}" -gt $peak_kafka ] && peak_kafka=$kafka
   if ! kill -0 "$demo" 2>/dev/null; then
     echo "the demo exited before its last table; see $OUT and $DATA.log" >&2
     tail -20 "$OUT" >&2
@@ -85,6 +93,7 @@ mb() { echo $((($1 + 1023) / 1024)); }
 demo_s=$(awk -F, '$2 == "hold" {print $1; exit}' "$CSV")
 echo "demo: last table after ${demo_s:-?} s; sampled every second until ${HOLD} s later ($(($(wc -l <"$CSV") - 1)) samples)"
 echo "peak data directory:  $(mb $peak_data) MB on disk ($(mb $peak_app) MB apparent), limit $LIMIT_DATA_MB MB"
+echo "  of which clickhouse/ $(mb $peak_chdir) MB, kafka/ $(mb $peak_kafka) MB at their own peaks"
 echo "peak part folders:    $peak_parts"
 echo "peak ClickHouse RSS:  $(mb $peak_ch) MB, limit $LIMIT_CH_RSS_MB MB"
 echo "peak meterd RSS:      $(mb $peak_md) MB"
