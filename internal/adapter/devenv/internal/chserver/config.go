@@ -229,7 +229,7 @@ func configXML(dir string, p ports, sec security, lean bool) ([]byte, error) {
 	// default in current releases' queries: say so explicitly when lean.
 	caches := "  <mark_cache_size>268435456</mark_cache_size>\n"
 	if lean {
-		caches = "  <mark_cache_size>67108864</mark_cache_size>\n  <uncompressed_cache_size>0</uncompressed_cache_size>\n"
+		caches = "  <mark_cache_size>67108864</mark_cache_size>\n  <uncompressed_cache_size>0</uncompressed_cache_size>\n" + leanCompression
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `<?xml version="1.0"?>
@@ -278,6 +278,19 @@ func configXML(dir string, p ports, sec security, lean bool) ([]byte, error) {
 `, d, p.TCP, p.HTTP, secure.String(), users.String(), caches)
 	return b.Bytes(), nil
 }
+
+// leanCompression makes a Lean server compress every part with ZSTD instead
+// of LZ4 (18.16 and current releases read the section): the data directory
+// of a make run demo (360,000 events) peaked at 219 MB with LZ4 and 166 MB
+// with ZSTD, and settled at 150 and 111 MB.
+const leanCompression = `  <compression>
+    <case>
+      <min_part_size>0</min_part_size>
+      <min_part_size_ratio>0</min_part_size_ratio>
+      <method>zstd</method>
+    </case>
+  </compression>
+`
 
 func escape(s string) (string, error) {
 	var esc strings.Builder

@@ -62,6 +62,38 @@ func TestConfigXML(t *testing.T) {
 	}
 }
 
+// TestConfigXMLLean: a Lean server (meterd --dev) gets small caches and
+// ZSTD; the tests' and benchmarks' servers keep their larger mark cache and
+// ClickHouse's LZ4; both delete replaced parts after 1 s.
+func TestConfigXMLLean(t *testing.T) {
+	type parsed struct {
+		MarkCache         int64  `xml:"mark_cache_size"`
+		UncompressedCache *int64 `xml:"uncompressed_cache_size"`
+		Compression       string `xml:"compression>case>method"`
+		OldPartsLifetime  int    `xml:"merge_tree>old_parts_lifetime"`
+	}
+	zero := int64(0)
+	for _, tt := range []struct {
+		lean bool
+		want parsed
+	}{
+		{lean: true, want: parsed{MarkCache: 64 << 20, UncompressedCache: &zero, Compression: "zstd", OldPartsLifetime: 1}},
+		{lean: false, want: parsed{MarkCache: 256 << 20, OldPartsLifetime: 1}},
+	} {
+		b, err := configXML("/tmp/ch", ports{TCP: 1, HTTP: 2}, security{}, tt.lean)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got parsed
+		if err := xml.Unmarshal(b, &got); err != nil {
+			t.Fatalf("config does not parse: %v\n%s", err, b)
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("lean %v: config mismatch (-want +got):\n%s", tt.lean, diff)
+		}
+	}
+}
+
 func TestResolvePorts(t *testing.T) {
 	tests := []struct {
 		name      string
