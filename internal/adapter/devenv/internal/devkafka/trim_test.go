@@ -3,6 +3,7 @@ package devkafka
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -95,8 +96,8 @@ func TestTrimCommitted(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if got := start(read); got != 2500 {
-		t.Errorf("%s starts at offset %d, want 2500 (the lowest committed)", read, got)
+	if got := start(read); got != 2499 {
+		t.Errorf("%s starts at offset %d, want 2499 (the record before the lowest committed)", read, got)
 	}
 	if got := start(unread); got != 0 {
 		t.Errorf("%s (no group committed) starts at offset %d, want 0", unread, got)
@@ -124,4 +125,92 @@ func dirSize(t *testing.T, dir string) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// After every record a group committed is trimmed, the partition's end
+// must survive a restart of the broker, clean or not: a consumer group's
+// committed offset past the end of a reloaded partition is "offset out of
+// range", and meterd's consumers stopped there (make run on a used data
+// directory ingested nothing). The trimmer keeps the record before the
+// lowest committed offset, so the end is always on disk.
+func TestTrimKeepsEndAcrossRestart(t *testing.T) {
+	const topic, records = "events", 500
+	dir := t.TempDir()
+	b, err := Start(Config{Addr: "127.0.0.1:0", DataDir: dir, SinglePartitionTopics: []string{topic}, TrimCommitted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ProducerLinger(0), kgo.MaxVersions(kversion.V3_5_0()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs []*kgo.Record
+	for i := range records {
+		rs = append(rs, &kgo.Record{Topic: topic, Value: []byte(fmt.Sprint(i))})
+	}
+	if err := client.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.Generation = "meterd", -1
+	rt := kmsg.NewOffsetCommitRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewOffsetCommitRequestTopicPartition()
+	rp.Partition, rp.Offset = 0, records // everything read
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	if resp, err := req.RequestWith(ctx, client); err != nil || resp.Topics[0].Partitions[0].ErrorCode != 0 {
+		t.Fatalf("commit: %v %+v", err, resp)
+	}
+	deadline := time.Now().Add(4 * trimEvery)
+	for listOffset(t, ctx, client, topic, -2) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing of %s deleted after %s", topic, 4*trimEvery)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	client.Close()
+	// A crash image: the data directory as it is on disk while the broker runs.
+	crashed := t.TempDir()
+	if err := os.CopyFS(crashed, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+
+	for name, d := range map[string]string{"clean restart": dir, "after a crash": crashed} {
+		t.Run(name, func(t *testing.T) {
+			b, err := Start(Config{Addr: "127.0.0.1:0", DataDir: d, SinglePartitionTopics: []string{topic}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			client, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.MaxVersions(kversion.V3_5_0()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer client.Close()
+			if end := listOffset(t, ctx, client, topic, -1); end != records {
+				t.Errorf("%s ends at offset %d after the restart, want %d (the group committed %d)", topic, end, records, records)
+			}
+		})
+	}
+}
+
+// listOffset asks for partition 0's earliest (-2) or latest (-1) offset.
+func listOffset(t *testing.T, ctx context.Context, client *kgo.Client, topic string, ts int64) int64 {
+	t.Helper()
+	req := kmsg.NewPtrListOffsetsRequest()
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Partition, rp.Timestamp = 0, ts
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Topics[0].Partitions[0].Offset
 }
