@@ -79,9 +79,11 @@ func (d demo) command(ctx context.Context) *exec.Cmd {
 	return cmd
 }
 
-// run runs the demo until it says meterd keeps running, then stops it as
-// Ctrl-C would, and returns what it printed.
-func (d demo) run(t *testing.T) string {
+// run runs the demo until it says meterd keeps running, calls each of
+// meanwhile with what it printed (meterd still running, as a user finds it
+// after make run), then stops it as Ctrl-C would, and returns what it
+// printed.
+func (d demo) run(t *testing.T, meanwhile ...func(out string)) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -105,12 +107,21 @@ func (d demo) run(t *testing.T) string {
 			break
 		}
 	}
-	stopped := time.Now()
-	cmd.Process.Signal(syscall.SIGTERM)
+	// Keep reading what it prints while meanwhile runs.
+	drained := make(chan struct{})
 	go func() {
+		defer close(drained)
 		for sc.Scan() {
 		}
 	}()
+	if done {
+		for _, f := range meanwhile {
+			f(stdout.String())
+		}
+	}
+	stopped := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	<-drained
 	werr := cmd.Wait()
 	if !done {
 		log, _ := os.ReadFile(d.data + ".log")
@@ -270,7 +281,10 @@ func TestDemoOnUsedDataDir(t *testing.T) {
 	d := demo{bin: buildBinaries(t), data: filepath.Join(t.TempDir(), "data"),
 		http: freeAddr(t), grpc: freeAddr(t), kafka: freeAddr(t)}
 
-	out := d.run(t)
+	out := d.run(t, func(string) {
+		t.Run("README", func(t *testing.T) { runDocBlocks(t, "../README.md", d) })
+		t.Run("dashboard", func(t *testing.T) { screenshotDashboard(t, d) })
+	})
 	checkTables(t, out)
 	checkHeadlines(t, out, d.data)
 	if strings.Contains(out, "holds the events of earlier runs") {
