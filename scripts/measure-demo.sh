@@ -63,7 +63,7 @@ footprint() {
 }
 
 echo "t,phase,data_kb,data_apparent_kb,parts,ch_rss_kb,meterd_rss_kb,clickhouse_kb,kafka_kb" >"$CSV"
-start=$(date +%s); phase=start; done_at=""
+start=$(date +%s); tick=$start; phase=start; done_at=""
 peak_data=0 peak_app=0 peak_parts=0 peak_ch=0 peak_md=0 peak_chdir=0 peak_kafka=0
 while :; do
   now=$(date +%s); t=$((now - start))
@@ -85,7 +85,10 @@ while :; do
     exit 1
   fi
   if [ -n "$done_at" ] && [ $((now - done_at)) -ge "$HOLD" ]; then break; fi
-  sleep 1
+  # The next sample at the next whole second of the clock.
+  tick=$((tick + 1)); ms=$((tick * 1000 - $(date +%s%3N)))
+  while [ $ms -le 0 ]; do tick=$((tick + 1)); ms=$((ms + 1000)); done
+  sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"
 done
 stop_demo; trap - EXIT
 
