@@ -51,7 +51,8 @@ func (s windowedHours) InsertRollupBlocks(ctx context.Context, table string, blo
 		case err := <-done: // the insert ended early: it failed
 			return err
 		case <-ctx.Done():
-			close(kept)
+			// kept stays open: closed, it would read as the end of the
+			// data, and the insert could send the hours so far.
 			<-done
 			return ctx.Err()
 		}
@@ -79,7 +80,8 @@ func (s windowedHours) InsertRollupBlocks(ctx context.Context, table string, blo
 		case err := <-done:
 			return err
 		case <-ctx.Done():
-			close(kept)
+			// kept stays open: closed, it would read as the end of the
+			// data, and the insert could send the hours so far.
 			<-done
 			return ctx.Err()
 		}

@@ -281,10 +281,26 @@ func TestDemoOnUsedDataDir(t *testing.T) {
 	d := demo{bin: buildBinaries(t), data: filepath.Join(t.TempDir(), "data"),
 		http: freeAddr(t), grpc: freeAddr(t), kafka: freeAddr(t)}
 
+	// The footprint is sampled from the start to after the README's
+	// commands and the dashboard, as a user would run them.
+	fp := sampleFootprint(d.data)
+	defer fp.end()
 	out := d.run(t, func(string) {
 		t.Run("README", func(t *testing.T) { runDocBlocks(t, "../README.md", d) })
 		t.Run("dashboard", func(t *testing.T) { screenshotDashboard(t, d) })
+		fp.end()
 	})
+	t.Logf("footprint, %d samples 1 s apart: data directory peak %.1f MB on disk (at %s), dev ClickHouse RSS peak %.1f MB (at %s)",
+		fp.samples, float64(fp.peakData)/1e6, fp.atData.Round(time.Second), float64(fp.peakRSS)/1e6, fp.atRSS.Round(time.Second))
+	if fp.peakData > maxDataBytes {
+		t.Errorf("the data directory reached %.1f MB on disk, over %d MB", float64(fp.peakData)/1e6, maxDataBytes/1_000_000)
+	}
+	if fp.peakRSS > maxCHRSS {
+		t.Errorf("the dev ClickHouse reached %.1f MB resident, over 1 GiB", float64(fp.peakRSS)/1e6)
+	}
+	if fp.peakRSS == 0 {
+		t.Errorf("the dev ClickHouse's memory was never sampled (no clickhouse/clickhouse.pid in %s?)", d.data)
+	}
 	checkTables(t, out)
 	checkHeadlines(t, out, d.data)
 	if strings.Contains(out, "holds the events of earlier runs") {

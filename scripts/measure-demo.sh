@@ -16,8 +16,8 @@
 # to the demo as they are.
 #
 # The columns: t (seconds since start), phase (start, demo, hold), data_kb
-# (du -sk of DATA: disk blocks, what the disk holds), data_apparent_kb (du -sk
-# --apparent-size), parts (part folders of every table, active and inactive),
+# (disk blocks of the files under DATA, what the disk holds; a find sum,
+# as du -sk counts), data_apparent_kb (their sizes, as du -sk --apparent-size), parts (part folders of every table, active and inactive),
 # ch_rss_kb, meterd_rss_kb (VmRSS; empty while the process is not running),
 # clickhouse_kb and kafka_kb (disk blocks of DATA/clickhouse, DATA/kafka).
 set -euo pipefail
@@ -50,8 +50,7 @@ ch_pid() { # the dev ClickHouse: its pid file, if that process is alive
   p=$(cat "$DATA/clickhouse/clickhouse.pid" 2>/dev/null || true)
   [ -n "$p" ] && [ -d "/proc/$p" ] && echo "$p" || true
 }
-# One pass over DATA: disk blocks (du -sk), apparent size (du -sk
-# --apparent-size), the disk blocks of DATA/clickhouse and DATA/kafka, and
+# One pass over DATA (find): disk blocks, apparent size, the disk blocks of DATA/clickhouse and DATA/kafka, and
 # part folders: data/<db>/<table>/<part> (18.x) and store/<xxx>/<uuid>/<part>
 # (Atomic databases), six levels below DATA.
 footprint() {

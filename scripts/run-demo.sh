@@ -86,6 +86,13 @@ mctl() {
   "$BIN"/meterctl "${cmd[@]}" --addr "http://$HTTP" --key "$FINANCE" "$@"
 }
 
+# quiet COMMAND...: run it without its progress lines, but print them (and
+# fail) when it fails, rather than ending the script without a word.
+quiet() {
+  local out
+  if ! out=$("$@" 2>&1); then printf '%s\n' "$out" >&2; return 1; fi
+}
+
 SPAN=$((DAYS * 24))h
 echo
 echo "== replaying $DAYS days of a small fleet: $EVENTS events through POST /v1/events, and its GPU and engine samples"
@@ -97,7 +104,7 @@ echo "== replaying $DAYS days of a small fleet: $EVENTS events through POST /v1/
 gpu_file=$(mktemp "${TMPDIR:-/tmp}/gpu-demo.XXXXXX.jsonl")
 (
   "$BIN"/meterctl engine-samples --fleet demo --duration "$SPAN" --interval 10m --kafka-brokers "$KAFKA"
-  "$BIN"/meterctl gpu-samples --fleet demo --duration "$SPAN" --interval 10m --idle-deployment "" --out "$gpu_file" 2>/dev/null
+  quiet "$BIN"/meterctl gpu-samples --fleet demo --duration "$SPAN" --interval 10m --idle-deployment "" --out "$gpu_file"
   "$BIN"/gpu-agent --source replay --file "$gpu_file" --interval 1ms --kafka-brokers "$KAFKA" --http-addr "" --log-level warn
   rm -f "$gpu_file"
 ) &
@@ -170,7 +177,7 @@ engine_stats
 echo
 echo "== capacity report by deployment over $DAYS days (growth 1.3), from GET /v1/reports/capacity"
 mctl report capacity -- --start "$FIRST" --end "$END" --growth 1.3 --format table
-mctl report capacity -- --start "$FIRST" --end "$END" --growth 1.3 --format html -o "$DATA/capacity.html" 2>/dev/null
+quiet mctl report capacity -- --start "$FIRST" --end "$END" --growth 1.3 --format html -o "$DATA/capacity.html"
 echo "(also written to $DATA/capacity.html: one file, open it in a browser)"
 echo
 echo "== billing period $PERIOD, closed through POST /v1/billing/periods/$PERIOD:close"
@@ -178,8 +185,8 @@ printf '%s\n' "$closed"
 echo
 echo "== closed statement of tenant acme for $PERIOD, from GET /v1/billing/statements/$PERIOD"
 mctl billing statement "$PERIOD" -- --tenant acme
-mctl billing export statements "$PERIOD" -- --format csv -o "$DATA/exports/statements-$PERIOD.csv" 2>/dev/null
-mctl billing export statements "$PERIOD" -- --format focus-csv -o "$DATA/exports/statements-$PERIOD.focus.csv" 2>/dev/null
+quiet mctl billing export statements "$PERIOD" -- --format csv -o "$DATA/exports/statements-$PERIOD.csv"
+quiet mctl billing export statements "$PERIOD" -- --format focus-csv -o "$DATA/exports/statements-$PERIOD.focus.csv"
 echo "(every tenant's statement lines: $DATA/exports/statements-$PERIOD.csv, FOCUS: $DATA/exports/statements-$PERIOD.focus.csv)"
 echo
 echo "The tables above took $((SECONDS - began)) s from meterd ready."

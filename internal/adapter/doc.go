@@ -10,8 +10,10 @@
 //   - devenv: the engines of meterd --dev and of the tests (an in-process
 //     Kafka broker, a private clickhouse-server).
 //
-// Imports point from the adapters to the domain: a domain package declares
-// the small interfaces and records it needs, and chstore imports it to
-// implement them. No domain package depends on chstore, devenv or a test
-// kit (internal/testkit); layering_test.go holds that.
+// Storage imports point from the adapters to the domain: a domain package
+// declares the small interfaces and records it needs, and chstore imports
+// it to implement them. No domain package depends on chstore, devenv or a
+// test kit (internal/testkit); layering_test.go holds that. Kafka is the
+// exception: ingest and rollup read and write Kafka themselves (kafka-go)
+// and take their connection settings (TLS, SASL) from kafkaconn.
 package adapter

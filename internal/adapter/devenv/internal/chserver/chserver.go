@@ -334,7 +334,8 @@ const mallocConf = "dirty_decay_ms:300000,muzzy_decay_ms:300000,oversize_thresho
 // pages go back to the kernel after 1 s, by jemalloc's background thread
 // (without it they go back only when the arena that freed them allocates
 // again). With mallocConf the dev server of a make run demo reached 1 GB
-// RSS and stayed there; with this, 280 MB at its peak (scripts/measure-demo.sh).
+// RSS and stayed there; with this, 400-520 MB at its peak, 150 MB once the demo
+// settles (scripts/measure-demo.sh, the demo test's footprint).
 const leanMallocConf = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0"
 
 // serverEnv is the server's environment, from environ (ours): MALLOC_CONF
