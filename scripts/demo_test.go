@@ -290,13 +290,13 @@ func TestDemoOnUsedDataDir(t *testing.T) {
 		t.Run("dashboard", func(t *testing.T) { screenshotDashboard(t, d) })
 		fp.end()
 	})
-	t.Logf("footprint, %d samples 1 s apart: data directory peak %.1f MB on disk (at %s), dev ClickHouse RSS peak %.1f MB (at %s)",
-		fp.samples, float64(fp.peakData)/1e6, fp.atData.Round(time.Second), float64(fp.peakRSS)/1e6, fp.atRSS.Round(time.Second))
+	t.Logf("footprint, %d samples 1 s apart: data directory peak %.1f MiB on disk (at %s), dev ClickHouse RSS peak %.1f MiB (at %s)",
+		fp.samples, float64(fp.peakData)/(1<<20), fp.atData.Round(time.Second), float64(fp.peakRSS)/(1<<20), fp.atRSS.Round(time.Second))
 	if fp.peakData > maxDataBytes {
-		t.Errorf("the data directory reached %.1f MB on disk, over %d MB", float64(fp.peakData)/1e6, maxDataBytes/1_000_000)
+		t.Errorf("the data directory reached %.1f MiB on disk, over %d MiB", float64(fp.peakData)/(1<<20), maxDataBytes>>20)
 	}
 	if fp.peakRSS > maxCHRSS {
-		t.Errorf("the dev ClickHouse reached %.1f MB resident, over 1 GiB", float64(fp.peakRSS)/1e6)
+		t.Errorf("the dev ClickHouse reached %.1f MiB resident, over 1 GiB", float64(fp.peakRSS)/(1<<20))
 	}
 	if fp.peakRSS == 0 {
 		t.Errorf("the dev ClickHouse's memory was never sampled (no clickhouse/clickhouse.pid in %s?)", d.data)
