@@ -48,6 +48,9 @@ func TestTrimCommitted(t *testing.T) {
 	}
 	partDir := func(topic string) string { return filepath.Join(dir, "partitions", topic+"-0") }
 	before := dirSize(t, partDir(read))
+	if _, err := os.Stat(filepath.Join(partDir(read), "0.dat")); err != nil {
+		t.Fatalf("partition %s has no first segment file 0.dat: %v", read, err)
+	}
 	if before < 3_000_000 {
 		t.Fatalf("partition %s holds %d bytes on disk, want at least 3 MB", read, before)
 	}
@@ -102,7 +105,14 @@ func TestTrimCommitted(t *testing.T) {
 	if got := start(unread); got != 0 {
 		t.Errorf("%s (no group committed) starts at offset %d, want 0", unread, got)
 	}
-	if after := dirSize(t, partDir(read)); after > before/2 {
+	// The first segment (file 0.dat) holds at most 1 MiB and one producer
+	// batch, so it ends before offset 2499: its file leaves the disk, and
+	// the partition takes less room. (How much less depends on how the
+	// client batched the records, so the test asks no more.)
+	if _, err := os.Stat(filepath.Join(partDir(read), "0.dat")); !os.IsNotExist(err) {
+		t.Errorf("partition %s still has its first segment file 0.dat after trimming (%v)", read, err)
+	}
+	if after := dirSize(t, partDir(read)); after >= before {
 		t.Errorf("partition %s holds %d bytes on disk after trimming, had %d: want the deleted segments gone", read, after, before)
 	}
 }
