@@ -56,42 +56,10 @@ func TestTrimCommitted(t *testing.T) {
 	}
 
 	// Two groups committed on read; the lower offset is where trimming stops.
-	commit := func(group string, offset int64) {
-		t.Helper()
-		req := kmsg.NewPtrOffsetCommitRequest()
-		req.Group, req.Generation = group, -1
-		rt := kmsg.NewOffsetCommitRequestTopic()
-		rt.Topic = read
-		rp := kmsg.NewOffsetCommitRequestTopicPartition()
-		rp.Partition, rp.Offset = 0, offset
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, client)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if code := resp.Topics[0].Partitions[0].ErrorCode; code != 0 {
-			t.Fatalf("commit %s: error code %d", group, code)
-		}
-	}
-	commit("behind", 2500) // first: a trim between the two must not pass it
-	commit("ahead", records)
+	commitOffset(t, ctx, client, "behind", read, 2500) // first: a trim between the two must not pass it
+	commitOffset(t, ctx, client, "ahead", read, records)
 
-	start := func(topic string) int64 {
-		t.Helper()
-		req := kmsg.NewPtrListOffsetsRequest()
-		rt := kmsg.NewListOffsetsRequestTopic()
-		rt.Topic = topic
-		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Partition, rp.Timestamp = 0, -2 // earliest
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, client)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Topics[0].Partitions[0].Offset
-	}
+	start := func(topic string) int64 { return listOffset(t, ctx, client, topic, -2) }
 	deadline := time.Now().Add(4 * trimEvery)
 	for start(read) == 0 {
 		if time.Now().After(deadline) {
@@ -163,17 +131,7 @@ func TestTrimKeepsEndAcrossRestart(t *testing.T) {
 	if err := client.ProduceSync(ctx, rs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	req := kmsg.NewPtrOffsetCommitRequest()
-	req.Group, req.Generation = "meterd", -1
-	rt := kmsg.NewOffsetCommitRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewOffsetCommitRequestTopicPartition()
-	rp.Partition, rp.Offset = 0, records // everything read
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	if resp, err := req.RequestWith(ctx, client); err != nil || resp.Topics[0].Partitions[0].ErrorCode != 0 {
-		t.Fatalf("commit: %v %+v", err, resp)
-	}
+	commitOffset(t, ctx, client, "meterd", topic, records) // everything read
 	deadline := time.Now().Add(4 * trimEvery)
 	for listOffset(t, ctx, client, topic, -2) == 0 {
 		if time.Now().After(deadline) {
@@ -205,6 +163,27 @@ func TestTrimKeepsEndAcrossRestart(t *testing.T) {
 				t.Errorf("%s ends at offset %d after the restart, want %d (the group committed %d)", topic, end, records, records)
 			}
 		})
+	}
+}
+
+// commitOffset commits offset on partition 0 of topic for group (a
+// generation-less commit, as an admin tool makes).
+func commitOffset(t *testing.T, ctx context.Context, client *kgo.Client, group, topic string, offset int64) {
+	t.Helper()
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.Generation = group, -1
+	rt := kmsg.NewOffsetCommitRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewOffsetCommitRequestTopicPartition()
+	rp.Partition, rp.Offset = 0, offset
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.Topics[0].Partitions[0].ErrorCode; code != 0 {
+		t.Fatalf("commit %s: error code %d", group, code)
 	}
 }
 
