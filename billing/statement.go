@@ -108,12 +108,64 @@ type Statement struct {
 	Total            Money  `json:"total"`
 	Rounding         string `json:"rounding"`
 	UnpricedRequests uint64 `json:"unpriced_requests"`
+	// Charges are the bill's amounts that are not usage at list price
+	// (ChargeKind): what a contract or credits change, in order. Absent
+	// (and so outside the hash of statements closed before them) when
+	// there are none.
+	Charges []Charge `json:"charges,omitempty"`
 	// Hash is the SHA-256 of the statement's canonical JSON without it and
 	// without Finance: it identifies the bill as the tenant sees it.
 	Hash string `json:"hash,omitempty"`
 	// Finance is what finance sees beyond the bill (AttachFinance); nil in
 	// the tenant's view.
 	Finance *StatementFinance `json:"finance,omitempty"`
+}
+
+// ChargeKind says what a Charge is.
+type ChargeKind string
+
+const (
+	// ChargeDiscount lowers a usage line from list to contracted price
+	// (rate card override, percentage discount, free allowance, volume
+	// tier): Amount ≤ 0, Line names the usage line.
+	ChargeDiscount ChargeKind = "discount"
+	// ChargeCommitment is the true-up of a committed spend not reached.
+	ChargeCommitment ChargeKind = "commitment"
+	// ChargeDedicated bills a dedicated deployment's GPU-hours at a
+	// contracted rate.
+	ChargeDedicated ChargeKind = "dedicated"
+	// ChargeCredit draws on a credit grant: Amount < 0.
+	ChargeCredit ChargeKind = "credit"
+)
+
+// Charge is one amount of a statement besides its usage lines' list
+// charges. A statement's Charge is the sum of its lines' charges and of
+// these amounts.
+type Charge struct {
+	Kind        ChargeKind `json:"kind"`
+	Description string     `json:"description"`
+	// Line is the index in Lines of the usage line a discount applies to;
+	// -1 when the charge is not about one line.
+	Line int `json:"line"`
+	// Model and Deployment name what the charge is about, when it is.
+	Model      string `json:"model,omitempty"`
+	Deployment string `json:"deployment,omitempty"`
+	// TokenKind is "input", "cached_input" or "output" for a per-token
+	// price; empty otherwise.
+	TokenKind string `json:"token_kind,omitempty"`
+	// Quantity in Unit ("tokens", "GPU-hours", ...) at UnitPrice, when the
+	// charge is a price times a quantity; Rule names the contract term or
+	// grant ("rate_card:acme/llama@2026-11-01T00:00:00Z", "tier:2",
+	// "grant:g-123").
+	Quantity  string `json:"quantity,omitempty"`
+	Unit      string `json:"unit,omitempty"`
+	UnitPrice string `json:"unit_price,omitempty"`
+	Rule      string `json:"rule,omitempty"`
+	// ChargeStart and ChargeEnd span what the charge is for.
+	ChargeStart time.Time `json:"charge_start"`
+	ChargeEnd   time.Time `json:"charge_end"`
+	// Amount is exact, in nano-units: negative for discounts and credits.
+	Amount Money `json:"amount"`
 }
 
 // StatementFinance is the finance-only part of a statement: the GPU cost

@@ -93,6 +93,10 @@ type Config struct {
 	CatchUpWait time.Duration
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Accounts is the billing accounts file (meterd --billing-accounts):
+	// operator names, tenants' display names, buyers, tax rates and
+	// contracts; nil: none (list prices, default names).
+	Accounts *billing.Accounts
 }
 
 // DefaultCatchUpWait is how long a close waits for ingest to catch up.
