@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/big"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/text/currency"
@@ -88,13 +89,26 @@ type StatementLine struct {
 	// PriceBook is the version of the book that priced an adjustment when
 	// it is not the statement's (its period was billed with another).
 	PriceBook string `json:"price_book,omitempty"`
+	// ContractedCharge is the line's charge under the tenant's contract
+	// (its exact contracted cost rounded half to even to a nano-unit once)
+	// and Discount is ContractedCharge − Charge: the sum of the line's
+	// ChargeDiscount amounts. Absent without a contract (Contract.Apply).
+	ContractedCharge *Money `json:"contracted_charge,omitempty"`
+	Discount         *Money `json:"discount,omitempty"`
 }
 
 // Statement is one tenant's bill for one period.
 type Statement struct {
 	Tenant string `json:"tenant"`
 	Period string `json:"period"`
-	Zone   string `json:"zone"`
+	// Revision counts the reissues of the period's statement (0: the one
+	// its close stored); Replaces is the hash of the revision it voids and
+	// VoidReason why. Absent on revision 0, and so outside the hash of
+	// statements closed before reissues existed.
+	Revision   int    `json:"revision,omitempty"`
+	Replaces   string `json:"replaces,omitempty"`
+	VoidReason string `json:"void_reason,omitempty"`
+	Zone       string `json:"zone"`
 	// PeriodStart and PeriodEnd are the period's first instants.
 	PeriodStart time.Time `json:"period_start"`
 	PeriodEnd   time.Time `json:"period_end"`
@@ -113,6 +127,11 @@ type Statement struct {
 	// (and so outside the hash of statements closed before them) when
 	// there are none.
 	Charges []Charge `json:"charges,omitempty"`
+	// Credits is what the statement did to the tenant's credit grants: the
+	// balance of each before and after it, what it drew (its ChargeCredit
+	// charges) and what expired with its close (ApplyCredits). Absent, and
+	// so outside the hash, when the tenant has no grant in force.
+	Credits []CreditUse `json:"credits,omitempty"`
 	// Hash is the SHA-256 of the statement's canonical JSON without it and
 	// without Finance: it identifies the bill as the tenant sees it.
 	Hash string `json:"hash,omitempty"`
@@ -320,9 +339,12 @@ func lineOfHour(lines []StatementLine, c HourCost) int {
 // which every re-read returns byte for byte, and its hash.
 type StoredStatement struct {
 	Tenant, Period string
-	Hash           string
-	Content        []byte
-	ClosedAt       time.Time
+	// Revision is the statement's (Statement.Revision): 0 for the one its
+	// close stored.
+	Revision int
+	Hash     string
+	Content  []byte
+	ClosedAt time.Time
 }
 
 // TokenPriceChanges lists the instants in (from, to) at which the model's
@@ -344,9 +366,44 @@ func (b *PriceBook) TokenPriceChanges(model string, from, to time.Time) []time.T
 // must lie before p. Each usage slice must lie under one token price.
 // Errors wrap ErrInvalidStatement.
 func ComputeStatement(tenant string, p Period, book *PriceBook, usage []StatementUsage, byDeployment bool) (Statement, error) {
+	return computeStatement(tenant, p, book, usage, byDeployment, nil)
+}
+
+// ComputeContractStatement is ComputeStatement under contract c (nil: list
+// prices, the same statement): lines are also cut where a contract entry
+// takes effect (Contract.Cuts; usage must be cut there too), per deployment
+// when c names deployments, and priced by c.Apply with the dedicated
+// deployments' GPU hours.
+func ComputeContractStatement(tenant string, p Period, book *PriceBook, usage []StatementUsage, byDeployment bool, c *Contract, hours []DedicatedHour) (Statement, error) {
+	if c == nil {
+		return ComputeStatement(tenant, p, book, usage, byDeployment)
+	}
+	var lo, hi time.Time
+	for i, u := range usage {
+		if i == 0 || u.Start.Before(lo) {
+			lo = u.Start
+		}
+		if i == 0 || u.End.After(hi) {
+			hi = u.End
+		}
+	}
+	st, err := computeStatement(tenant, p, book, usage, byDeployment || c.NamesDeployments(), c.Cuts(lo, hi))
+	if err != nil {
+		return Statement{}, err
+	}
+	if err := c.Apply(&st, hours); err != nil {
+		return Statement{}, err
+	}
+	return st, nil
+}
+
+// computeStatement is ComputeStatement with lines also cut at cuts (usage
+// slices must not span one).
+func computeStatement(tenant string, p Period, book *PriceBook, usage []StatementUsage, byDeployment bool, cuts []time.Time) (Statement, error) {
 	type lineKey struct {
 		kind                              LineKind
 		original, model, dep, price, book string
+		segment                           int // cuts at or before the usage's start
 	}
 	lines := map[lineKey]*StatementLine{}
 	books := map[*StatementLine]*PriceBook{} // the book of each line
@@ -399,8 +456,16 @@ func ComputeStatement(tenant string, p Period, book *PriceBook, usage []Statemen
 			errs = append(errs, fmt.Errorf("%w: usage %d of %s spans a price change at %s; split it there", ErrInvalidStatement, i, u.Model, ch[0].Format(time.RFC3339)))
 			continue
 		}
+		seg := 0
+		for _, c := range cuts {
+			if !c.After(u.Start) {
+				seg++
+			} else if c.Before(u.End) {
+				errs = append(errs, fmt.Errorf("%w: usage %d of %s spans a contract entry taking effect at %s; split it there", ErrInvalidStatement, i, u.Model, c.Format(time.RFC3339)))
+			}
+		}
 		price, priced := ub.TokenPrice(u.Model, u.Start)
-		k := lineKey{kind: kind, original: u.OriginalPeriod, model: u.Model, book: ub.Version()}
+		k := lineKey{kind: kind, original: u.OriginalPeriod, model: u.Model, book: ub.Version(), segment: seg}
 		if byDeployment {
 			k.dep = u.Deployment
 		}
@@ -464,6 +529,39 @@ func ComputeStatement(tenant string, p Period, book *PriceBook, usage []Statemen
 	st.Total, st.Rounding = total, rule
 	st.Hash, err = st.ContentHash()
 	return st, err
+}
+
+// Settle recomputes st's Charge (Σ lines' Charge + Σ Charges' Amount, exact
+// in nano-units), Total (Charge rounded once to the minor unit), Rounding
+// and Hash after Charges were added (Contract.Apply, credits). A statement
+// without Charges settles to what ComputeStatement gave it.
+func (st *Statement) Settle() error {
+	var sum Money
+	ok := true
+	for _, l := range st.Lines {
+		if sum, ok = addMoney(sum, l.Charge); !ok {
+			break
+		}
+	}
+	for _, c := range st.Charges {
+		if !ok {
+			break
+		}
+		sum, ok = addMoney(sum, c.Amount)
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s's charge is out of range", ErrInvalidStatement, st.Tenant)
+	}
+	total, rule, err := roundToMinorUnit(sum, st.Currency)
+	if err != nil {
+		return err
+	}
+	if len(st.Charges) > 0 {
+		rule = strings.Replace(rule, "the sum of the lines' charges", "the sum of the lines' charges and of the charges' amounts", 1)
+	}
+	st.Charge, st.Total, st.Rounding = sum, total, rule
+	st.Hash, err = st.ContentHash()
+	return err
 }
 
 func kindOrder(k LineKind) int {
