@@ -1,14 +1,15 @@
 package export
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/big"
 	"math/bits"
 	"strconv"
 	"time"
-
-	"github.com/parquet-go/parquet-go"
 
 	"tokenmeter/billing"
 )
@@ -21,12 +22,32 @@ var tokenKinds = [3]string{"input", "cached_input", "output"}
 
 var tokenKindWords = [3]string{"input", "cached input", "output"}
 
+// skuMeters are the SkuMeter of each token kind: the functionality the SKU
+// meters.
+var skuMeters = [3]string{"Input Tokens", "Cached Input Tokens", "Output Tokens"}
+
+// sourceKind says what a FOCUS source is.
+type sourceKind int
+
+const (
+	// sourceUsage is usage of the row's own billing period.
+	sourceUsage sourceKind = iota
+	// sourceLate is late usage of a closed period billed in a later one.
+	sourceLate
+	// sourceRepricing is a repricing of a closed period: an amount only.
+	sourceRepricing
+	// sourceRounding is a statement's rounding row: its payable total
+	// less the exact costs of its other rows.
+	sourceRounding
+)
+
 // focusSource is what a FOCUS row is made of, from either dataset.
 type focusSource struct {
+	kind                                             sourceKind
 	tenant, currency, period                         string
 	billingStart, billingEnd, chargeStart, chargeEnd time.Time
-	adjustment, repricing                            bool
-	originalPeriod, model, deployment                string
+	originalPeriod, model, deployment, region        string
+	invoiceID                                        string
 	requests                                         uint64
 	// tokens and prices per kind: uncached input, cached input, output.
 	tokens                            [3]uint64
@@ -36,14 +57,21 @@ type focusSource struct {
 	priceID, priceBook, statementHash string
 	hasCost                           bool
 	allocated                         billing.Money
+	// total is a rounding row's statement total.
+	total billing.Money
 }
 
-// focusLine is one FOCUS row: one token kind of a source.
+// focusLine is one FOCUS row: one token kind of a source (kind −1: a row
+// of a source without tokens, a repricing or a rounding).
 type focusLine struct {
-	src               *focusSource
-	kind              int
-	cost              billing.Money
-	allocated, margin billing.Money
+	src       *focusSource
+	kind      int
+	cost      cost
+	allocated billing.Money
+	margin    cost
+	// account is the row's billing account; prices its price's ids.
+	account *focusAccount
+	price   *focusPrice
 }
 
 // FocusColumns is the header of the FOCUS dataset: the FOCUS 1.2 columns,
@@ -52,10 +80,10 @@ func FocusColumns(finance bool) []string {
 	cols := []string{
 		"BilledCost", "BillingAccountId", "BillingAccountName", "BillingCurrency", "BillingPeriodEnd", "BillingPeriodStart",
 		"ChargeCategory", "ChargeClass", "ChargeDescription", "ChargeFrequency", "ChargePeriodEnd", "ChargePeriodStart",
-		"ConsumedQuantity", "ConsumedUnit", "ContractedCost", "ContractedUnitPrice", "EffectiveCost", "InvoiceIssuerName",
+		"ConsumedQuantity", "ConsumedUnit", "ContractedCost", "ContractedUnitPrice", "EffectiveCost", "InvoiceId", "InvoiceIssuerName",
 		"ListCost", "ListUnitPrice", "PricingCategory", "PricingQuantity", "PricingUnit", "ProviderName", "PublisherName",
-		"ResourceId", "ResourceName", "ResourceType", "ServiceCategory", "ServiceName", "ServiceSubcategory",
-		"SkuId", "SkuPriceId", "SubAccountId",
+		"RegionId", "RegionName", "ResourceId", "ResourceName", "ResourceType", "ServiceCategory", "ServiceName", "ServiceSubcategory",
+		"SkuId", "SkuMeter", "SkuPriceDetails", "SkuPriceId", "SubAccountId", "SubAccountName",
 		"x_Period", "x_OriginalPeriod", "x_Model", "x_Deployment", "x_TokenKind", "x_Tokens", "x_Requests",
 		"x_Priced", "x_PriceBook", "x_PriceId", "x_StatementHash",
 	}
@@ -69,44 +97,83 @@ func FocusColumns(finance bool) []string {
 const (
 	focusServiceCategory    = "AI and Machine Learning"
 	focusServiceSubcategory = "Generative AI"
-	focusChargeFrequency    = "Usage-Based"
+	focusUsageFrequency     = "Usage-Based"
+	focusOneTimeFrequency   = "One-Time"
 	focusPricingCategory    = "Standard"
 	focusConsumedUnit       = "Tokens"
 	focusPricingUnit        = "1000000 Tokens"
 	focusResourceType       = "Model Deployment"
 )
 
+// focusAccount is the billing account columns of one tenant.
+type focusAccount struct {
+	tenant, id, name string
+}
+
+// focusPrice is the ids of one token kind's price.
+type focusPrice struct {
+	skuPriceID, details string
+}
+
 // focusEncoder expands each source row into FOCUS rows and hands them to a
 // CSV or Parquet encoder of focusLine.
 type focusEncoder[R any] struct {
-	source func(*R) (focusSource, error)
-	out    rowEncoder[focusLine]
+	source   func(*R) (focusSource, error)
+	out      rowEncoder[focusLine]
+	finance  bool
+	weights  [3]uint64
+	names    focusNames
+	accounts *billing.Accounts
+	account  focusAccount
+	prices   map[focusPriceKey]*focusPrice
+	// sum is the exact cost of the rows written since the last rounding
+	// row: what the next rounding row brings to its statement's total.
+	sum cost
+}
+
+type focusPriceKey struct {
+	priceID string
+	kind    int
+	price   billing.Money
+}
+
+// focusNames are the operator's names on every row.
+type focusNames struct {
+	provider, publisher, issuer, service string
 }
 
 func newFocus[R any](w io.Writer, f Format, opts Options, source func(*R) (focusSource, error)) (*focusEncoder[R], error) {
-	party := opts.Party.withDefaults()
-	e := &focusEncoder[R]{source: source}
+	provider, publisher, issuer := opts.Accounts.Names()
+	names := focusNames{provider: provider, publisher: publisher, issuer: issuer, service: opts.ServiceName}
+	if names.service == "" {
+		names.service = provider + " inference"
+	}
+	e := &focusEncoder[R]{source: source, finance: opts.Finance, weights: opts.gpuTimeWeights(), names: names,
+		prices: map[focusPriceKey]*focusPrice{}}
+	e.account.tenant = "\x00" // no tenant yet
+	e.accounts = opts.Accounts
 	switch f {
 	case FocusCSV:
-		c := &focusCSV{party: party, finance: opts.Finance, bStart: focusTimeText(), bEnd: focusTimeText(), cStart: focusTimeText(), cEnd: focusTimeText()}
+		c := &focusCSV{names: names, finance: opts.Finance, bStart: focusTimeText(), bEnd: focusTimeText(), cStart: focusTimeText(), cEnd: focusTimeText()}
 		out, err := newCSV(w, FocusColumns(opts.Finance), isNumberColumn, c.fill)
 		if err != nil {
 			return nil, err
 		}
 		e.out = out
 	case FocusParquet:
-		po := append(parquetOptions(opts, "focus"), focusParquetMetadata()...)
+		po := append(parquetOptions(opts, "focus"), focusParquetMetadata(opts)...)
 		if opts.Finance {
 			e.out = newParquet(w, po, func(l *focusLine, p *focusFinanceParquet) error {
-				focusParquetOf(l, party, &p.focusParquet)
+				focusParquetOf(l, names, true, &p.focusParquet)
 				if l.src.hasCost {
-					p.AllocatedCost, p.Margin = moneyDecimalPtr(l.allocated), moneyDecimalPtr(l.margin)
+					allocated, margin := moneyDecimal(l.allocated), l.margin.decimal()
+					p.AllocatedCost, p.Margin = &allocated, &margin
 				}
 				return nil
 			})
 		} else {
 			e.out = newParquet(w, po, func(l *focusLine, p *focusParquet) error {
-				focusParquetOf(l, party, p)
+				focusParquetOf(l, names, false, p)
 				return nil
 			})
 		}
@@ -114,91 +181,145 @@ func newFocus[R any](w io.Writer, f Format, opts Options, source func(*R) (focus
 	return e, nil
 }
 
-func (e *focusEncoder[R]) write(r *R) error {
+func (e *focusEncoder[R]) write(r *R) (int, error) {
 	src, err := e.source(r)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	lines, err := focusLines(&src)
+	acct := e.accountOf(src.tenant)
+	if src.kind == sourceRounding {
+		l := focusLine{src: &src, kind: -1, cost: costOfMoney(src.total).sub(e.sum), account: acct}
+		e.sum = cost{}
+		_, err := e.out.write(&l)
+		return 1, err
+	}
+	lines, err := focusLines(&src, e.weights)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	n := 0
 	for i := range lines {
-		if lines[i].src == nil {
+		l := &lines[i]
+		if l.src == nil {
 			continue
 		}
-		if err := e.out.write(&lines[i]); err != nil {
-			return err
+		l.account = acct
+		if l.kind >= 0 && src.priced {
+			l.price = e.priceOf(&src, l.kind)
 		}
+		if _, err := e.out.write(l); err != nil {
+			return n, err
+		}
+		e.sum = e.sum.add(l.cost)
+		n++
 	}
-	return nil
+	return n, nil
 }
 
 func (e *focusEncoder[R]) flush() error { return e.out.flush() }
 func (e *focusEncoder[R]) close() error { return e.out.close() }
 
-// focusLines splits src into its token kinds: the charge by largest
-// remainder of the exact per-kind charges, the allocated cost by largest
-// remainder of the tokens. Kinds with no tokens are left out (nil src),
-// except input, which carries the requests.
-func focusLines(src *focusSource) ([3]focusLine, error) {
-	costs := splitByExactCharge(src.charge, src.tokens, src.prices)
+// accountOf is tenant's billing account columns; consecutive rows of one
+// tenant share them.
+func (e *focusEncoder[R]) accountOf(tenant string) *focusAccount {
+	if e.account.tenant != tenant {
+		a := e.accounts.Tenant(tenant)
+		e.account = focusAccount{tenant: tenant, id: a.BillingAccountID, name: a.DisplayName()}
+		if e.account.id == "" {
+			e.account.id = tenant
+		}
+	}
+	return &e.account
+}
+
+// priceOf is the SkuPriceId and SkuPriceDetails of src's price of kind.
+// The id is the price entry's id, the kind and a fingerprint of the price:
+// a price edited in place (same model and start) gets a new id, so that one
+// SkuPriceId always has one ListUnitPrice.
+func (e *focusEncoder[R]) priceOf(src *focusSource, kind int) *focusPrice {
+	k := focusPriceKey{priceID: src.priceID, kind: kind, price: src.prices[kind]}
+	if p, ok := e.prices[k]; ok {
+		return p
+	}
+	sum := sha256.Sum256([]byte(src.priceID + "\x00" + tokenKinds[kind] + "\x00" + src.prices[kind].String() + "\x00" + src.currency))
+	details, _ := json.Marshal(struct {
+		Model     string `json:"x_Model"`
+		TokenKind string `json:"x_TokenKind"`
+	}{src.model, tokenKinds[kind]})
+	p := &focusPrice{skuPriceID: src.priceID + ":" + tokenKinds[kind] + "#" + hex.EncodeToString(sum[:4]), details: string(details)}
+	if len(e.prices) > 4096 {
+		clear(e.prices)
+	}
+	e.prices[k] = p
+	return p
+}
+
+// focusLines splits src into its token kinds: each kind's cost is its
+// tokens × its price per 1M, exact (a repricing is one row of its amount);
+// the allocated cost is split over the kinds by GPU time (gpuTimeWeights),
+// by largest remainder. Kinds with no tokens are left out (nil src), except
+// input, which carries the requests.
+func focusLines(src *focusSource, weights [3]uint64) ([3]focusLine, error) {
+	var lines [3]focusLine
+	if src.kind == sourceRepricing {
+		lines[0] = focusLine{src: src, kind: -1, cost: costOfMoney(src.charge)}
+		return lines, nil
+	}
+	var costs [3]cost
+	if src.priced {
+		for k := range 3 {
+			c, err := costOfProduct(src.tokens[k], src.prices[k])
+			if err != nil {
+				return lines, fmt.Errorf("%s's %s %s tokens: %w", src.tenant, src.model, tokenKinds[k], err)
+			}
+			costs[k] = c
+		}
+	}
 	var allocated [3]billing.Money
 	if src.hasCost {
-		allocated = splitByTokens(src.allocated, src.tokens)
+		allocated = splitByGPUTime(src.allocated, src.tokens, weights)
 	}
-	var lines [3]focusLine
 	for k := range 3 {
-		if k > 0 && src.tokens[k] == 0 && costs[k] == 0 && allocated[k] == 0 {
+		if k > 0 && src.tokens[k] == 0 && costs[k].sign() == 0 && allocated[k] == 0 {
 			continue
 		}
 		l := focusLine{src: src, kind: k, cost: costs[k], allocated: allocated[k]}
 		if src.hasCost {
-			l.margin = costs[k] - allocated[k]
-			if (allocated[k] > 0 && l.margin > costs[k]) || (allocated[k] < 0 && l.margin < costs[k]) {
-				return lines, fmt.Errorf("margin of %s's %s: out of range", src.tenant, src.model)
-			}
+			l.margin = costs[k].sub(costOfMoney(allocated[k]))
 		}
 		lines[k] = l
 	}
 	return lines, nil
 }
 
-// splitByExactCharge splits a charge over token kinds in proportion to
-// the kinds' exact charges, tokens × price per 1M.
-func splitByExactCharge(total billing.Money, tokens [3]uint64, prices [3]billing.Money) [3]billing.Money {
+// DefaultGPUTimeWeights is the GPU time of one token of each kind (uncached
+// input, cached input, output), in tenths of an uncached input token's:
+// prefill computes a prompt's uncached tokens in parallel (1), a prefix-cache
+// hit skips most of that work (0.1), and decode runs one forward step per
+// output token, memory-bound (4). Options.GPUTimeWeights overrides them.
+var DefaultGPUTimeWeights = [3]uint64{10, 1, 40}
+
+// splitByGPUTime splits a row's allocated GPU cost over its token kinds in
+// proportion to the GPU time they took: tokens × weights.
+func splitByGPUTime(total billing.Money, tokens, weights [3]uint64) [3]billing.Money {
 	var w [3]uint64
-	var sum, carry uint64
+	var sum uint64
 	fits := true
 	for k := range 3 {
-		hi, lo := bits.Mul64(tokens[k], uint64(prices[k]))
+		hi, lo := bits.Mul64(tokens[k], weights[k])
+		var carry uint64
 		sum, carry = bits.Add64(sum, lo, 0)
-		fits = fits && prices[k] >= 0 && hi == 0 && carry == 0
+		fits = fits && hi == 0 && carry == 0
 		w[k] = lo
 	}
 	if fits {
 		return splitMoney64(total, w)
 	}
-	var exact [3]*big.Int
+	var big3 [3]*big.Int
 	for k := range 3 {
-		exact[k] = new(big.Int).Mul(new(big.Int).SetUint64(tokens[k]), big.NewInt(int64(prices[k])))
+		big3[k] = new(big.Int).Mul(new(big.Int).SetUint64(tokens[k]), new(big.Int).SetUint64(weights[k]))
 	}
-	return splitMoney(total, exact)
-}
-
-// splitByTokens splits an amount over token kinds in proportion to their
-// tokens.
-func splitByTokens(total billing.Money, tokens [3]uint64) [3]billing.Money {
-	if _, carry := bits.Add64(tokens[0], tokens[1], 0); carry == 0 {
-		if _, carry := bits.Add64(tokens[0]+tokens[1], tokens[2], 0); carry == 0 {
-			return splitMoney64(total, tokens)
-		}
-	}
-	var w [3]*big.Int
-	for k := range 3 {
-		w[k] = new(big.Int).SetUint64(tokens[k])
-	}
-	return splitMoney(total, w)
+	return splitMoney(total, big3)
 }
 
 // splitMoney64 is splitMoney for weights whose sum fits in a uint64,
@@ -288,30 +409,66 @@ func focusTimeText() timeText { return timeText{layout: focusTime} }
 
 // category is ChargeCategory and ChargeClass (empty: null).
 func (l *focusLine) category() (category, class string) {
-	if l.src.adjustment {
-		return "Adjustment", "Correction"
+	switch l.src.kind {
+	case sourceLate, sourceRepricing:
+		return "Usage", "Correction"
+	case sourceRounding:
+		return "Adjustment", ""
 	}
 	return "Usage", ""
 }
 
+func (l *focusLine) frequency() string {
+	if l.src.kind == sourceRounding {
+		return focusOneTimeFrequency
+	}
+	return focusUsageFrequency
+}
+
 func (l *focusLine) description() string {
 	s := l.src
+	switch s.kind {
+	case sourceRepricing:
+		return "repricing of " + s.originalPeriod + ": " + s.model + " at the prices in force now, less what was billed"
+	case sourceRounding:
+		return "rounding of the statement of " + s.period + " to its payable total " + s.total.String() + " " + s.currency +
+			" (the currency's minor unit, half away from zero)"
+	}
 	d := s.model + " " + tokenKindWords[l.kind] + " tokens"
 	if s.priced {
 		d += " at " + s.prices[l.kind].String() + " " + s.currency + " per 1M tokens"
 	} else {
 		d += " (no list price)"
 	}
-	switch {
-	case s.repricing:
-		d = "repricing of " + s.originalPeriod + " with price book " + s.priceBook + ": " + s.model + " at the prices in force now, less what was billed"
-	case s.adjustment:
+	if s.kind == sourceLate {
 		d = "late usage of " + s.originalPeriod + ": " + d
 	}
 	return d
 }
 
-func (l *focusLine) skuID() string { return l.src.model + ":" + tokenKinds[l.kind] }
+// tokenRow reports whether l is a token kind's row (SKU, quantities).
+func (l *focusLine) tokenRow() bool { return l.kind >= 0 }
+
+func (l *focusLine) skuID() string {
+	if !l.tokenRow() {
+		return ""
+	}
+	return l.src.model + ":" + tokenKinds[l.kind]
+}
+
+func (l *focusLine) tokenKind() string {
+	if !l.tokenRow() {
+		return ""
+	}
+	return tokenKinds[l.kind]
+}
+
+func (l *focusLine) tokens() uint64 {
+	if !l.tokenRow() {
+		return 0
+	}
+	return l.src.tokens[l.kind]
+}
 
 func (l *focusLine) requests() uint64 {
 	if l.kind == 0 {
@@ -320,22 +477,25 @@ func (l *focusLine) requests() uint64 {
 	return 0
 }
 
-func (p FocusParty) accountID(tenant string) string {
-	if p.BillingAccountID != "" {
-		return p.BillingAccountID
+// unitPrice is the row's list (and contracted) unit price; ok false when
+// null.
+func (l *focusLine) unitPrice() (billing.Money, bool) {
+	if !l.tokenRow() || !l.src.priced {
+		return 0, false
 	}
-	return tenant
+	return l.src.prices[l.kind], true
 }
 
-func (p FocusParty) accountName(tenant string) string {
-	if p.BillingAccountName != "" {
-		return p.BillingAccountName
+// deployment is the deployment the row may show: finance's view only.
+func (l *focusLine) deployment(finance bool) string {
+	if !finance {
+		return ""
 	}
-	return tenant
+	return l.src.deployment
 }
 
 type focusCSV struct {
-	party                      FocusParty
+	names                      focusNames
 	finance                    bool
 	bStart, bEnd, cStart, cEnd timeText
 }
@@ -344,31 +504,45 @@ type focusCSV struct {
 func (c *focusCSV) fill(l *focusLine, rec []string) ([]string, error) {
 	s := l.src
 	category, class := l.category()
-	cost := l.cost.String()
-	var consumed, consumedUnit string
-	if !s.adjustment {
-		consumed, consumedUnit = uintText(s.tokens[l.kind]), focusConsumedUnit
+	amount := l.cost.String()
+	var consumed, consumedUnit, quantity, pricingUnit string
+	if l.tokenRow() {
+		consumed, consumedUnit = uintText(l.tokens()), focusConsumedUnit
+		quantity, pricingUnit = scaledText(l.tokens(), 6), focusPricingUnit
 	}
-	var unitPrice, skuPriceID string
-	if s.priced {
-		unitPrice = s.prices[l.kind].String()
-		skuPriceID = s.priceID + ":" + tokenKinds[l.kind]
+	var unitPrice, skuPriceID, details, pricingCategory string
+	if p, ok := l.unitPrice(); ok {
+		unitPrice, pricingCategory = p.String(), focusPricingCategory
+		skuPriceID, details = l.price.skuPriceID, l.price.details
 	}
+	var skuMeter string
+	if l.tokenRow() {
+		skuMeter = skuMeters[l.kind]
+	}
+	dep := l.deployment(c.finance)
 	var resourceType string
-	if s.deployment != "" {
+	if dep != "" {
 		resourceType = focusResourceType
 	}
+	var book string
+	if c.finance {
+		book = s.priceBook
+	}
+	var subID, subName string
+	if s.tenant != "" {
+		subID, subName = s.tenant, l.account.name
+	}
 	rec = append(rec,
-		cost, c.party.accountID(s.tenant), c.party.accountName(s.tenant), s.currency,
+		amount, l.account.id, l.account.name, s.currency,
 		c.bEnd.format(s.billingEnd), c.bStart.format(s.billingStart),
-		category, class, l.description(), focusChargeFrequency, c.cEnd.format(s.chargeEnd), c.cStart.format(s.chargeStart),
-		consumed, consumedUnit, cost, unitPrice, cost, c.party.InvoiceIssuerName,
-		cost, unitPrice, focusPricingCategory, scaledText(s.tokens[l.kind], 6), focusPricingUnit,
-		c.party.ProviderName, c.party.PublisherName,
-		s.deployment, s.deployment, resourceType, focusServiceCategory, c.party.ServiceName, focusServiceSubcategory,
-		l.skuID(), skuPriceID, s.tenant,
-		s.period, s.originalPeriod, s.model, s.deployment, tokenKinds[l.kind], uintText(s.tokens[l.kind]), uintText(l.requests()),
-		strconv.FormatBool(s.priced), s.priceBook, s.priceID, s.statementHash)
+		category, class, l.description(), l.frequency(), c.cEnd.format(s.chargeEnd), c.cStart.format(s.chargeStart),
+		consumed, consumedUnit, amount, unitPrice, amount, s.invoiceID, c.names.issuer,
+		amount, unitPrice, pricingCategory, quantity, pricingUnit,
+		c.names.provider, c.names.publisher,
+		s.region, s.region, dep, dep, resourceType, focusServiceCategory, c.names.service, focusServiceSubcategory,
+		l.skuID(), skuMeter, details, skuPriceID, subID, subName,
+		s.period, s.originalPeriod, s.model, dep, l.tokenKind(), uintText(l.tokens()), uintText(l.requests()),
+		strconv.FormatBool(s.priced), book, s.priceID, s.statementHash)
 	if c.finance {
 		if s.hasCost {
 			rec = append(rec, l.allocated.String(), l.margin.String())
@@ -379,11 +553,12 @@ func (c *focusCSV) fill(l *focusLine, rec []string) ([]string, error) {
 	return rec, nil
 }
 
-// focusParquet is a FOCUS row in Parquet: Decimal columns are
+// focusParquet is a FOCUS row in Parquet: costs are DECIMAL(38, 15) (exact
+// products of unit price and quantity), unit prices and quantities
 // DECIMAL(38, 9), Date/Time columns TIMESTAMP(MICROS, UTC), nullable
 // columns optional (pointers), the others required.
 type focusParquet struct {
-	BilledCost          decimal16  `parquet:"BilledCost,decimal(9:38)"`
+	BilledCost          decimal16  `parquet:"BilledCost,decimal(15:38)"`
 	BillingAccountID    string     `parquet:"BillingAccountId"`
 	BillingAccountName  *string    `parquet:"BillingAccountName"`
 	BillingCurrency     string     `parquet:"BillingCurrency"`
@@ -397,17 +572,20 @@ type focusParquet struct {
 	ChargePeriodStart   time.Time  `parquet:"ChargePeriodStart,timestamp(microsecond)"`
 	ConsumedQuantity    *decimal16 `parquet:"ConsumedQuantity,decimal(9:38)"`
 	ConsumedUnit        *string    `parquet:"ConsumedUnit"`
-	ContractedCost      decimal16  `parquet:"ContractedCost,decimal(9:38)"`
+	ContractedCost      decimal16  `parquet:"ContractedCost,decimal(15:38)"`
 	ContractedUnitPrice *decimal16 `parquet:"ContractedUnitPrice,decimal(9:38)"`
-	EffectiveCost       decimal16  `parquet:"EffectiveCost,decimal(9:38)"`
+	EffectiveCost       decimal16  `parquet:"EffectiveCost,decimal(15:38)"`
+	InvoiceID           *string    `parquet:"InvoiceId"`
 	InvoiceIssuerName   string     `parquet:"InvoiceIssuerName"`
-	ListCost            decimal16  `parquet:"ListCost,decimal(9:38)"`
+	ListCost            decimal16  `parquet:"ListCost,decimal(15:38)"`
 	ListUnitPrice       *decimal16 `parquet:"ListUnitPrice,decimal(9:38)"`
 	PricingCategory     *string    `parquet:"PricingCategory"`
 	PricingQuantity     *decimal16 `parquet:"PricingQuantity,decimal(9:38)"`
 	PricingUnit         *string    `parquet:"PricingUnit"`
 	ProviderName        string     `parquet:"ProviderName"`
 	PublisherName       string     `parquet:"PublisherName"`
+	RegionID            *string    `parquet:"RegionId"`
+	RegionName          *string    `parquet:"RegionName"`
 	ResourceID          *string    `parquet:"ResourceId"`
 	ResourceName        *string    `parquet:"ResourceName"`
 	ResourceType        *string    `parquet:"ResourceType"`
@@ -415,17 +593,20 @@ type focusParquet struct {
 	ServiceName         string     `parquet:"ServiceName"`
 	ServiceSubcategory  string     `parquet:"ServiceSubcategory"`
 	SkuID               *string    `parquet:"SkuId"`
+	SkuMeter            *string    `parquet:"SkuMeter"`
+	SkuPriceDetails     *string    `parquet:"SkuPriceDetails"`
 	SkuPriceID          *string    `parquet:"SkuPriceId"`
 	SubAccountID        *string    `parquet:"SubAccountId"`
+	SubAccountName      *string    `parquet:"SubAccountName"`
 	XPeriod             string     `parquet:"x_Period"`
 	XOriginalPeriod     *string    `parquet:"x_OriginalPeriod"`
-	XModel              string     `parquet:"x_Model"`
+	XModel              *string    `parquet:"x_Model"`
 	XDeployment         *string    `parquet:"x_Deployment"`
-	XTokenKind          string     `parquet:"x_TokenKind"`
+	XTokenKind          *string    `parquet:"x_TokenKind"`
 	XTokens             uint64     `parquet:"x_Tokens"`
 	XRequests           uint64     `parquet:"x_Requests"`
 	XPriced             bool       `parquet:"x_Priced"`
-	XPriceBook          string     `parquet:"x_PriceBook"`
+	XPriceBook          *string    `parquet:"x_PriceBook"`
 	XPriceID            *string    `parquet:"x_PriceId"`
 	XStatementHash      *string    `parquet:"x_StatementHash"`
 }
@@ -433,11 +614,7 @@ type focusParquet struct {
 type focusFinanceParquet struct {
 	focusParquet
 	AllocatedCost *decimal16 `parquet:"x_AllocatedCost,decimal(9:38)"`
-	Margin        *decimal16 `parquet:"x_Margin,decimal(9:38)"`
-}
-
-func focusParquetMetadata() []parquet.WriterOption {
-	return []parquet.WriterOption{parquet.KeyValueMetadata("focus.version", FocusVersion)}
+	Margin        *decimal16 `parquet:"x_Margin,decimal(15:38)"`
 }
 
 func optString(s string) *string {
@@ -447,36 +624,44 @@ func optString(s string) *string {
 	return &s
 }
 
-func focusParquetOf(l *focusLine, party FocusParty, p *focusParquet) {
+func focusParquetOf(l *focusLine, names focusNames, finance bool, p *focusParquet) {
 	s := l.src
 	category, class := l.category()
-	cost := moneyDecimal(l.cost)
+	amount := l.cost.decimal()
+	dep := l.deployment(finance)
 	*p = focusParquet{
-		BilledCost: cost, BillingAccountID: party.accountID(s.tenant), BillingAccountName: optString(party.accountName(s.tenant)),
+		BilledCost: amount, BillingAccountID: l.account.id, BillingAccountName: optString(l.account.name),
 		BillingCurrency: s.currency, BillingPeriodEnd: utcMicros(s.billingEnd), BillingPeriodStart: utcMicros(s.billingStart),
 		ChargeCategory: category, ChargeClass: optString(class), ChargeDescription: optString(l.description()),
-		ChargeFrequency: focusChargeFrequency, ChargePeriodEnd: utcMicros(s.chargeEnd), ChargePeriodStart: utcMicros(s.chargeStart),
-		ContractedCost: cost, EffectiveCost: cost, InvoiceIssuerName: party.InvoiceIssuerName, ListCost: cost,
-		PricingCategory: optString(focusPricingCategory), PricingUnit: optString(focusPricingUnit),
-		ProviderName: party.ProviderName, PublisherName: party.PublisherName,
-		ServiceCategory: focusServiceCategory, ServiceName: party.ServiceName, ServiceSubcategory: focusServiceSubcategory,
+		ChargeFrequency: l.frequency(), ChargePeriodEnd: utcMicros(s.chargeEnd), ChargePeriodStart: utcMicros(s.chargeStart),
+		ContractedCost: amount, EffectiveCost: amount, InvoiceID: optString(s.invoiceID), InvoiceIssuerName: names.issuer, ListCost: amount,
+		ProviderName: names.provider, PublisherName: names.publisher,
+		RegionID: optString(s.region), RegionName: optString(s.region),
+		ServiceCategory: focusServiceCategory, ServiceName: names.service, ServiceSubcategory: focusServiceSubcategory,
 		SkuID: optString(l.skuID()), SubAccountID: optString(s.tenant),
-		XPeriod: s.period, XOriginalPeriod: optString(s.originalPeriod), XModel: s.model, XDeployment: optString(s.deployment),
-		XTokenKind: tokenKinds[l.kind], XTokens: s.tokens[l.kind], XRequests: l.requests(), XPriced: s.priced,
-		XPriceBook: s.priceBook, XPriceID: optString(s.priceID), XStatementHash: optString(s.statementHash),
+		XPeriod: s.period, XOriginalPeriod: optString(s.originalPeriod), XModel: optString(s.model), XDeployment: optString(dep),
+		XTokenKind: optString(l.tokenKind()), XTokens: l.tokens(), XRequests: l.requests(), XPriced: s.priced,
+		XPriceID: optString(s.priceID), XStatementHash: optString(s.statementHash),
 	}
-	quantity := scaledDecimal(s.tokens[l.kind], 6)
-	p.PricingQuantity = &quantity
-	if !s.adjustment {
-		consumed := scaledDecimal(s.tokens[l.kind], 0)
+	if s.tenant != "" {
+		p.SubAccountName = optString(l.account.name)
+	}
+	if finance {
+		p.XPriceBook = optString(s.priceBook)
+	}
+	if l.tokenRow() {
+		quantity, consumed := scaledDecimal(l.tokens(), 6), scaledDecimal(l.tokens(), 0)
+		p.PricingQuantity, p.PricingUnit = &quantity, optString(focusPricingUnit)
 		p.ConsumedQuantity, p.ConsumedUnit = &consumed, optString(focusConsumedUnit)
+		p.SkuMeter = optString(skuMeters[l.kind])
 	}
-	if s.priced {
-		price := moneyDecimal(s.prices[l.kind])
-		p.ListUnitPrice, p.ContractedUnitPrice = &price, &price
-		p.SkuPriceID = optString(s.priceID + ":" + tokenKinds[l.kind])
+	if price, ok := l.unitPrice(); ok {
+		d := moneyDecimal(price)
+		p.ListUnitPrice, p.ContractedUnitPrice = &d, &d
+		p.PricingCategory = optString(focusPricingCategory)
+		p.SkuPriceID, p.SkuPriceDetails = optString(l.price.skuPriceID), optString(l.price.details)
 	}
-	if s.deployment != "" {
-		p.ResourceID, p.ResourceName, p.ResourceType = optString(s.deployment), optString(s.deployment), optString(focusResourceType)
+	if dep != "" {
+		p.ResourceID, p.ResourceName, p.ResourceType = optString(dep), optString(dep), optString(focusResourceType)
 	}
 }

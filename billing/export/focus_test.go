@@ -61,7 +61,7 @@ var focusMandatory = []focusColumn{
 func focusStatements(t *testing.T) ([]export.StatementRow, billing.Money) {
 	st1, st2 := testStatement(t, "acme"), testStatement(t, "globex")
 	rows := append(export.StatementRows(st1), export.StatementRows(st2)...)
-	return rows, st1.Charge + st2.Charge
+	return rows, st1.Total + st2.Total
 }
 
 // TestFocusParquetColumns reads the FOCUS Parquet of two statements with
@@ -82,7 +82,7 @@ func TestFocusParquetColumns(t *testing.T) {
 		f := schema.Field(idx[0])
 		switch dt := f.Type.(type) {
 		case *arrow.Decimal128Type:
-			if c.typ != "Decimal" || dt.Scale != 9 {
+			if c.typ != "Decimal" || (dt.Scale != 9 && dt.Scale != 15) {
 				t.Errorf("column %s is %s, want %s", c.name, dt, c.typ)
 			}
 		case *arrow.TimestampType:
@@ -110,36 +110,49 @@ func TestFocusParquetColumns(t *testing.T) {
 	if !slices.Equal(names, export.FocusColumns(false)) {
 		t.Errorf("columns %v, want %v", names, export.FocusColumns(false))
 	}
-	if got := rdr.MetaData().KeyValueMetadata().FindValue("focus.version"); got == nil || *got != "1.2" {
-		t.Errorf("focus.version metadata %v", got)
+	kv := rdr.MetaData().KeyValueMetadata()
+	for key, want := range map[string]string{"FocusVersion": "1.2", "DataGenerator": "tokenmeter", "SchemaId": export.FocusMetadataOf(export.Options{}).SchemaID} {
+		if got := kv.FindValue(key); got == nil || *got != want {
+			t.Errorf("%s metadata %v, want %q", key, got, want)
+		}
 	}
+	// The statements' rows add up to their payable totals exactly (costs
+	// are DECIMAL(38, 15): 10^6 units per nano-unit).
+	want := new(big.Int).Mul(big.NewInt(int64(charge)), big.NewInt(1_000_000))
 	for _, name := range []string{"BilledCost", "EffectiveCost", "ListCost", "ContractedCost"} {
-		if got, _ := decimalSum(t, tbl, name); got.Cmp(big.NewInt(int64(charge))) != 0 {
-			t.Errorf("sum of %s: got %s nano-units, want the statements' %d", name, got, charge)
+		if got, _ := decimalSumScale(t, tbl, name, 15); got.Cmp(want) != 0 {
+			t.Errorf("sum of %s: got %s, want the statements' totals %s", name, got, want)
 		}
 	}
 
 	category := stringColumn(t, tbl, "ChargeCategory")
 	class := stringColumn(t, tbl, "ChargeClass")
 	consumed := column(t, tbl, "ConsumedQuantity").Chunk(0)
-	adjustments := 0
+	kind := stringColumn(t, tbl, "x_TokenKind")
+	adjustments, corrections := 0, 0
 	for i, cat := range category {
 		switch *cat {
 		case "Usage":
-			if class[i] != nil || consumed.IsNull(i) {
-				t.Errorf("usage row %d: ChargeClass %v, ConsumedQuantity null %v; want null and a quantity", i, class[i], consumed.IsNull(i))
+			if class[i] != nil {
+				corrections++
+				// Late usage keeps its tokens; a repricing has none.
+				if *class[i] != "Correction" || consumed.IsNull(i) != (kind[i] == nil) {
+					t.Errorf("correction row %d: ChargeClass %v, ConsumedQuantity null %v", i, *class[i], consumed.IsNull(i))
+				}
+			} else if consumed.IsNull(i) {
+				t.Errorf("usage row %d: ConsumedQuantity null; want a quantity", i)
 			}
 		case "Adjustment":
 			adjustments++
-			if class[i] == nil || *class[i] != "Correction" || !consumed.IsNull(i) {
-				t.Errorf("adjustment row %d: ChargeClass %v, ConsumedQuantity null %v; want Correction and null", i, class[i], consumed.IsNull(i))
+			if class[i] != nil || !consumed.IsNull(i) {
+				t.Errorf("rounding row %d: ChargeClass %v, ConsumedQuantity null %v; want null and null", i, class[i], consumed.IsNull(i))
 			}
 		default:
 			t.Errorf("row %d: ChargeCategory %q", i, *cat)
 		}
 	}
-	if adjustments != 8 { // (3 token kinds of the late usage + 1 repricing) × 2 statements
-		t.Errorf("got %d adjustment rows, want 8", adjustments)
+	if adjustments != 2 || corrections != 8 { // a rounding row per statement; (3 kinds of late usage + 1 repricing) × 2
+		t.Errorf("got %d rounding and %d correction rows, want 2 and 8", adjustments, corrections)
 	}
 	var tokens uint64
 	for _, r := range rows {

@@ -108,7 +108,8 @@ func hostileExports(t *testing.T) (exports []hostileExport, usage []export.Usage
 		r.PriceID, r.PriceBook = evilPriceID, evilPriceBook
 		r.AllocatedCost = r.ListCharge + 12_500_000_000 // margin -12.5
 	}
-	party := export.FocusParty{ProviderName: "=1+1", PublisherName: "-1", InvoiceIssuerName: "@x", ServiceName: "+x", BillingAccountName: "＝1+1"}
+	accounts := &billing.Accounts{Operator: billing.Operator{ProviderName: "=1+1", PublisherName: "-1", InvoiceIssuerName: "@x"},
+		Tenants: []billing.TenantAccount{{ID: evilTenant, Name: "＝1+1"}}}
 	return []hostileExport{
 		{"statement csv", encodeStatements(t, export.CSV, export.Options{Finance: true}, statements),
 			map[string]string{"tenant": "'" + evilTenant, "period": "x;'=1+1", "zone": "'+05:30", "currency": "'@USD",
@@ -117,11 +118,11 @@ func hostileExports(t *testing.T) (exports []hostileExport, usage []export.Usage
 		{"usage-cost csv", encodeUsage(t, export.CSV, export.Options{Finance: true}, usage),
 			map[string]string{"tenant": "'" + evilTenant, "model": "'" + evilModel, "deployment": "'+1+1",
 				"billing_period": "x;'=1+1", "currency": "'@USD", "price_id": "'@SUM(1+1)", "price_book": "'-5"}, "margin"},
-		{"statement focus-csv", encodeStatements(t, export.FocusCSV, export.Options{Finance: true, Party: party}, statements),
+		{"statement focus-csv", encodeStatements(t, export.FocusCSV, export.Options{Finance: true, Accounts: accounts, ServiceName: "+x"}, statements),
 			map[string]string{"SubAccountId": "'" + evilTenant, "BillingAccountId": "'" + evilTenant, "BillingAccountName": "'＝1+1",
 				"x_Model": "'" + evilModel, "ResourceId": "'+1+1", "ProviderName": "'=1+1", "PublisherName": "'-1",
 				"InvoiceIssuerName": "'@x", "ServiceName": "'+x", "ChargeDescription": "'" + evilModel + " input tokens at 0.6 @USD per 1M tokens",
-				"SkuId": "'" + evilModel + ":input", "SkuPriceId": "'@SUM(1+1):input", "x_Period": "x;'=1+1"}, "x_Margin"},
+				"SkuId": "'" + evilModel + ":input", "SubAccountName": "'＝1+1", "x_Period": "x;'=1+1"}, "x_Margin"},
 		{"usage-cost focus-csv", encodeUsage(t, export.FocusCSV, export.Options{Finance: true}, usage),
 			map[string]string{"SubAccountId": "'" + evilTenant, "BillingAccountName": "'" + evilTenant,
 				"x_Deployment": "'+1+1", "BillingCurrency": "'@USD", "x_PriceBook": "'-5"}, "x_Margin"},

@@ -49,10 +49,17 @@ func column(t *testing.T, tbl arrow.Table, name string) *arrow.Chunked {
 // counts its nulls.
 func decimalSum(t *testing.T, tbl arrow.Table, name string) (*big.Int, int) {
 	t.Helper()
+	return decimalSumScale(t, tbl, name, 9)
+}
+
+// decimalSumScale is the sum of a DECIMAL(38, scale) column's unscaled
+// values, and its nulls.
+func decimalSumScale(t *testing.T, tbl arrow.Table, name string, scale int32) (*big.Int, int) {
+	t.Helper()
 	sum, nulls := new(big.Int), 0
 	col := column(t, tbl, name)
-	if dt, ok := col.DataType().(*arrow.Decimal128Type); !ok || dt.Precision != 38 || dt.Scale != 9 {
-		t.Fatalf("column %s is %s, want decimal(38, 9)", name, col.DataType())
+	if dt, ok := col.DataType().(*arrow.Decimal128Type); !ok || dt.Precision != 38 || dt.Scale != scale {
+		t.Fatalf("column %s is %s, want decimal(38, %d)", name, col.DataType(), scale)
 	}
 	for _, c := range col.Chunks() {
 		a := c.(*array.Decimal128)

@@ -6,9 +6,24 @@ import (
 	"tokenmeter/billing"
 )
 
+// StatementRowKind says what a StatementRow holds.
+type StatementRowKind string
+
+const (
+	// RowLine is a statement line.
+	RowLine StatementRowKind = ""
+	// RowRounding ends a statement's rows: in FOCUS files, the statement's
+	// rounding row, its payable Total less the exact costs of its other
+	// rows, so that a statement's rows add up to its Total exactly. The
+	// native datasets (one row per line) leave it out.
+	RowRounding StatementRowKind = "rounding"
+)
+
 // StatementRow is one line of a statement with the statement's identity:
-// a row of the statement-lines dataset.
+// a row of the statement-lines dataset; or, with Kind RowRounding, the end
+// of a statement's rows.
 type StatementRow struct {
+	Kind                 StatementRowKind
 	Tenant, Period, Zone string
 	// PeriodStart and PeriodEnd bound the statement's period (UTC).
 	PeriodStart, PeriodEnd time.Time
@@ -17,7 +32,17 @@ type StatementRow struct {
 	PriceBook string
 	// StatementHash is the statement's content hash.
 	StatementHash string
-	Line          billing.StatementLine
+	// Total is the statement's payable total (its Charge rounded once to
+	// the currency's minor unit).
+	Total billing.Money
+	// InvoiceID is the number of the invoice of the statement (FOCUS
+	// InvoiceId); empty (null) while it has none. The caller fills it.
+	InvoiceID string
+	// Region is the region of the line's usage (FOCUS RegionId): its
+	// deployment's, or the one region of every deployment of the line's
+	// model; empty (null) when unknown or several. The caller fills it.
+	Region string
+	Line   billing.StatementLine
 	// Finance holds the finance-only figures of the line; written only with
 	// Options.Finance, as nulls when nil.
 	Finance *LineFinance
@@ -29,11 +54,11 @@ type LineFinance struct {
 	AllocatedCost, Margin billing.Money
 }
 
-// StatementRows is the rows of st, one per line, in the statement's order;
-// with st's finance part (finance's view), each usage line carries its
-// allocated cost and margin.
+// StatementRows is the rows of st, one per line, in the statement's order,
+// then its RowRounding row; with st's finance part (finance's view), each
+// usage line carries its allocated cost and margin.
 func StatementRows(st billing.Statement) []StatementRow {
-	rows := make([]StatementRow, 0, len(st.Lines))
+	rows := make([]StatementRow, 0, len(st.Lines)+1)
 	for _, l := range st.Lines {
 		book := st.PriceBook
 		if l.PriceBook != "" {
@@ -42,7 +67,7 @@ func StatementRows(st billing.Statement) []StatementRow {
 		rows = append(rows, StatementRow{
 			Tenant: st.Tenant, Period: st.Period, Zone: st.Zone,
 			PeriodStart: st.PeriodStart, PeriodEnd: st.PeriodEnd,
-			Currency: st.Currency, PriceBook: book, StatementHash: st.Hash,
+			Currency: st.Currency, PriceBook: book, StatementHash: st.Hash, Total: st.Total,
 			Line: l,
 		})
 	}
@@ -53,7 +78,9 @@ func StatementRows(st billing.Statement) []StatementRow {
 			}
 		}
 	}
-	return rows
+	return append(rows, StatementRow{Kind: RowRounding, Tenant: st.Tenant, Period: st.Period, Zone: st.Zone,
+		PeriodStart: st.PeriodStart, PeriodEnd: st.PeriodEnd, Currency: st.Currency, PriceBook: st.PriceBook,
+		StatementHash: st.Hash, Total: st.Total})
 }
 
 // UsageCostRow is one tenant's usage of one model on one deployment over
@@ -67,7 +94,10 @@ type UsageCostRow struct {
 	BillingPeriod                        string
 	BillingPeriodStart, BillingPeriodEnd time.Time
 	Tenant, Model, Deployment            string
-	Requests                             uint64
+	// Region is the deployment's region (FOCUS RegionId); empty (null)
+	// when unknown.
+	Region   string
+	Requests uint64
 	// InputTokens includes CachedInputTokens.
 	InputTokens, CachedInputTokens, OutputTokens uint64
 	Currency                                     string

@@ -47,7 +47,21 @@ func NewStatementWriter(w io.Writer, f Format, opts Options) (*Writer[StatementR
 	if err != nil {
 		return nil, err
 	}
+	if !f.IsFocus() {
+		enc = linesOnly{enc}
+	}
 	return &Writer[StatementRow]{enc: enc}, nil
+}
+
+// linesOnly is a native encoder of statement rows: one row per line, the
+// rounding rows left out.
+type linesOnly struct{ rowEncoder[StatementRow] }
+
+func (e linesOnly) write(r *StatementRow) (int, error) {
+	if r.Kind != RowLine {
+		return 0, nil
+	}
+	return e.rowEncoder.write(r)
 }
 
 // StatementColumns is the header of the statement-lines dataset in CSV,
@@ -192,21 +206,32 @@ func statementParquetOf(r *StatementRow) statementParquet {
 	}
 }
 
-// statementFocusLines maps one statement line to its FOCUS source.
+// statementFocusLines maps one statement row to its FOCUS source.
 func statementFocusLines(r *StatementRow) (focusSource, error) {
 	l := &r.Line
+	src := focusSource{
+		tenant: r.Tenant, currency: r.Currency, period: r.Period, invoiceID: r.InvoiceID, region: r.Region,
+		billingStart: r.PeriodStart, billingEnd: r.PeriodEnd, chargeStart: l.ChargeStart, chargeEnd: l.ChargeEnd,
+		priceBook: r.PriceBook, statementHash: r.StatementHash,
+	}
+	if r.Kind == RowRounding {
+		src.kind, src.total, src.chargeStart, src.chargeEnd = sourceRounding, r.Total, r.PeriodStart, r.PeriodEnd
+		return src, nil
+	}
 	if l.CachedInputTokens > l.InputTokens {
 		return focusSource{}, fmt.Errorf("%s line of %s: cached input tokens %d above input tokens %d", l.Model, r.Tenant, l.CachedInputTokens, l.InputTokens)
 	}
-	src := focusSource{
-		tenant: r.Tenant, currency: r.Currency, period: r.Period,
-		billingStart: r.PeriodStart, billingEnd: r.PeriodEnd, chargeStart: l.ChargeStart, chargeEnd: l.ChargeEnd,
-		adjustment: l.Kind != billing.LineUsage, repricing: l.Kind == billing.LineRepricing, originalPeriod: l.OriginalPeriod,
-		model: l.Model, deployment: l.Deployment, requests: l.Requests,
-		tokens: [3]uint64{l.InputTokens - l.CachedInputTokens, l.CachedInputTokens, l.OutputTokens},
-		priced: l.Priced && l.Kind != billing.LineRepricing, prices: [3]billing.Money{l.InputPer1M, l.CachedInputPer1M, l.OutputPer1M},
-		charge: l.Charge, priceID: l.PriceID, priceBook: r.PriceBook, statementHash: r.StatementHash,
+	switch l.Kind {
+	case billing.LineAdjustment:
+		src.kind = sourceLate
+	case billing.LineRepricing:
+		src.kind = sourceRepricing
 	}
+	src.originalPeriod, src.model, src.deployment, src.requests = l.OriginalPeriod, l.Model, l.Deployment, l.Requests
+	src.tokens = [3]uint64{l.InputTokens - l.CachedInputTokens, l.CachedInputTokens, l.OutputTokens}
+	src.priced = l.Priced && l.Kind != billing.LineRepricing
+	src.prices = [3]billing.Money{l.InputPer1M, l.CachedInputPer1M, l.OutputPer1M}
+	src.charge, src.priceID = l.Charge, l.PriceID
 	if r.Finance != nil {
 		src.hasCost, src.allocated = true, r.Finance.AllocatedCost
 	}

@@ -206,7 +206,7 @@ func usageFocusLines(r *UsageCostRow) (focusSource, error) {
 		tenant: r.Tenant, currency: r.Currency, period: r.BillingPeriod,
 		billingStart: r.BillingPeriodStart, billingEnd: r.BillingPeriodEnd,
 		chargeStart: r.ChargePeriodStart, chargeEnd: r.ChargePeriodEnd,
-		model: r.Model, deployment: r.Deployment, requests: r.Requests,
+		model: r.Model, deployment: r.Deployment, region: r.Region, requests: r.Requests,
 		tokens: [3]uint64{r.InputTokens - r.CachedInputTokens, r.CachedInputTokens, r.OutputTokens},
 		priced: r.PriceID != "", prices: [3]billing.Money{r.InputPer1M, r.CachedInputPer1M, r.OutputPer1M},
 		charge: r.ListCharge, priceID: r.PriceID, priceBook: r.PriceBook,

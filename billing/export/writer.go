@@ -9,6 +9,7 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 
+	"tokenmeter/billing"
 	"tokenmeter/internal/safecsv"
 )
 
@@ -21,51 +22,49 @@ var ErrClosed = errors.New("export writer closed")
 
 // Options shape an export.
 type Options struct {
-	// Finance adds the finance-only columns (allocated cost, margin). A
+	// Finance adds the finance-only columns (allocated cost, margin) and,
+	// in FOCUS files, the deployment names and price book versions. A
 	// tenant's export leaves it false.
 	Finance bool
 	// RowGroupRows bounds a Parquet row group; DefaultRowGroupRows if zero.
 	RowGroupRows int64
-	// Party names the parties of FOCUS rows.
-	Party FocusParty
+	// Accounts names the parties of FOCUS rows: the operator's provider,
+	// publisher and invoice issuer names, each tenant's billing account id
+	// and display name. Nil: billing.DefaultOperatorName, and each tenant's
+	// id as its account and name.
+	Accounts *billing.Accounts
+	// ServiceName is FOCUS ServiceName; "<provider name> inference" when
+	// empty.
+	ServiceName string
+	// GPUTimeWeights, when not nil, replaces DefaultGPUTimeWeights: the GPU
+	// time of a token of each kind, by which a row's allocated cost is
+	// split over its FOCUS rows.
+	GPUTimeWeights *[3]uint64
 }
 
-// FocusParty names the parties and service of FOCUS rows. Empty fields take
-// their defaults.
-type FocusParty struct {
-	// ProviderName, PublisherName and InvoiceIssuerName default to
-	// "tokenmeter"; ServiceName to "tokenmeter inference".
-	ProviderName, PublisherName, InvoiceIssuerName, ServiceName string
-	// BillingAccountID and BillingAccountName default to the row's tenant.
-	BillingAccountID, BillingAccountName string
-}
-
-func (p FocusParty) withDefaults() FocusParty {
-	def := func(s, d string) string {
-		if s == "" {
-			return d
-		}
-		return s
+func (o Options) gpuTimeWeights() [3]uint64 {
+	if o.GPUTimeWeights != nil {
+		return *o.GPUTimeWeights
 	}
-	p.ProviderName = def(p.ProviderName, "tokenmeter")
-	p.PublisherName = def(p.PublisherName, "tokenmeter")
-	p.InvoiceIssuerName = def(p.InvoiceIssuerName, "tokenmeter")
-	p.ServiceName = def(p.ServiceName, "tokenmeter inference")
-	return p
+	return DefaultGPUTimeWeights
 }
 
 // Writer streams rows of type R (StatementRow or UsageCostRow) to an
 // io.Writer in one format. It is not safe for concurrent use.
 type Writer[R any] struct {
 	enc    rowEncoder[R]
-	rows   int64
+	rows   int64 // rows of the file
+	in     int64 // rows given to Write
 	err    error
 	closed bool
 }
 
 // rowEncoder is one format's encoding of rows of type R.
 type rowEncoder[R any] interface {
-	write(r *R) error
+	// write encodes r and returns the number of rows it wrote to the file
+	// (a FOCUS row of usage is one row per token kind; a native encoder
+	// skips a statement's rounding row).
+	write(r *R) (int, error)
 	// flush writes buffered rows out, where the format allows.
 	flush() error
 	// close flushes and ends the output (the Parquet footer).
@@ -80,15 +79,18 @@ func (w *Writer[R]) Write(r R) error {
 	if w.err != nil {
 		return w.err
 	}
-	if err := w.enc.write(&r); err != nil {
-		w.err = fmt.Errorf("export row %d: %w", w.rows+1, err)
+	n, err := w.enc.write(&r)
+	w.rows += int64(n)
+	w.in++
+	if err != nil {
+		w.err = fmt.Errorf("export row %d: %w", w.in, err)
 		return w.err
 	}
-	w.rows++
 	return nil
 }
 
-// Rows is the number of rows written so far (before the FOCUS expansion).
+// Rows is the number of rows of the file written so far: FOCUS rows (one
+// per token kind, rounding rows) in the FOCUS formats.
 func (w *Writer[R]) Rows() int64 { return w.rows }
 
 // Flush writes buffered CSV and JSON lines out to the io.Writer (for
@@ -135,13 +137,16 @@ func newCSV[R any](w io.Writer, header []string, numeric func(column string) boo
 	return e, nil
 }
 
-func (e *csvEncoder[R]) write(r *R) error {
+func (e *csvEncoder[R]) write(r *R) (int, error) {
 	rec, err := e.fill(r, e.record[:0])
 	if err != nil {
-		return err
+		return 0, err
 	}
 	e.record = rec
-	return e.cw.Write(rec) // the writer buffers and writes through: bounded
+	if err := e.cw.Write(rec); err != nil { // the writer buffers and writes through: bounded
+		return 0, err
+	}
+	return 1, nil
 }
 
 func (e *csvEncoder[R]) flush() error { return e.cw.Flush() }
@@ -162,12 +167,15 @@ func newJSONL[R any](w io.Writer, conv func(*R) (any, error)) *jsonlEncoder[R] {
 	return &jsonlEncoder[R]{bw: bw, enc: enc, conv: conv}
 }
 
-func (e *jsonlEncoder[R]) write(r *R) error {
+func (e *jsonlEncoder[R]) write(r *R) (int, error) {
 	v, err := e.conv(r)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return e.enc.Encode(v) // Encode ends the object with a newline
+	if err := e.enc.Encode(v); err != nil { // Encode ends the object with a newline
+		return 0, err
+	}
+	return 1, nil
 }
 
 func (e *jsonlEncoder[R]) flush() error { return e.bw.Flush() }
@@ -210,19 +218,21 @@ func newParquet[R, P any](w io.Writer, opts []parquet.WriterOption, conv func(*R
 	}
 }
 
-func (e *parquetEncoder[R, P]) write(r *R) error {
+func (e *parquetEncoder[R, P]) write(r *R) (int, error) {
 	e.batch = e.batch[:len(e.batch)+1]
 	p := &e.batch[len(e.batch)-1]
 	var zero P
 	*p = zero
 	if err := e.conv(r, p); err != nil {
 		e.batch = e.batch[:len(e.batch)-1]
-		return err
+		return 0, err
 	}
 	if len(e.batch) == cap(e.batch) {
-		return e.writeBatch()
+		if err := e.writeBatch(); err != nil {
+			return 0, err
+		}
 	}
-	return nil
+	return 1, nil
 }
 
 func (e *parquetEncoder[R, P]) writeBatch() error {

@@ -1,0 +1,149 @@
+package export
+
+import (
+	"encoding/binary"
+	"errors"
+	"math/bits"
+	"strconv"
+	"strings"
+
+	"tokenmeter/billing"
+)
+
+// costScale is the number of decimals of FOCUS cost columns: a token price
+// is in nano-units per 1,000,000 tokens (PricingUnit "1000000 Tokens"), a
+// PricingQuantity is tokens / 10^6, so their product is exact at 10^-15 and
+// ListUnitPrice × PricingQuantity = ListCost holds on every row without
+// rounding.
+const costScale = 15
+
+// nanoToCost is 10^(costScale-9): one nano-unit in cost units.
+const nanoToCost = 1_000_000
+
+// errCostRange marks an exact cost that does not fit DECIMAL(38, 15).
+var errCostRange = errors.New("cost out of the range of DECIMAL(38, 15)")
+
+// cost is an exact amount in units of 10^-costScale of the currency: a
+// signed 128-bit integer (two's complement, hi:lo).
+type cost struct {
+	hi int64
+	lo uint64
+}
+
+// maxCost is 10^38 − 1 (DECIMAL(38, x)'s largest unscaled value) as hi:lo.
+var maxCost = cost{hi: 0x4b3b4ca85a86c47a, lo: 0x098a223fffffffff}
+
+// costOfProduct is tokens × per1M (nano-units per 1M tokens) in cost units:
+// exactly the unscaled product, since 10^-9 / 10^6 = 10^-15.
+func costOfProduct(tokens uint64, per1M billing.Money) (cost, error) {
+	if per1M < 0 {
+		c, err := costOfProduct(tokens, -per1M)
+		return c.neg(), err
+	}
+	hi, lo := bits.Mul64(tokens, uint64(per1M))
+	c := cost{hi: int64(hi), lo: lo}
+	if hi>>63 != 0 || c.cmp(maxCost) > 0 {
+		return cost{}, errCostRange
+	}
+	return c, nil
+}
+
+// costOfMoney is m in cost units.
+func costOfMoney(m billing.Money) cost {
+	if m < 0 {
+		// −2^63 nano-units × 10^6 still fits: |m| as uint64 is exact.
+		hi, lo := bits.Mul64(uint64(-m), nanoToCost)
+		return cost{hi: int64(hi), lo: lo}.neg()
+	}
+	hi, lo := bits.Mul64(uint64(m), nanoToCost)
+	return cost{hi: int64(hi), lo: lo}
+}
+
+func (c cost) neg() cost {
+	lo, borrow := bits.Sub64(0, c.lo, 0)
+	hi, _ := bits.Sub64(0, uint64(c.hi), borrow)
+	return cost{hi: int64(hi), lo: lo}
+}
+
+func (c cost) add(d cost) cost {
+	lo, carry := bits.Add64(c.lo, d.lo, 0)
+	hi, _ := bits.Add64(uint64(c.hi), uint64(d.hi), carry)
+	return cost{hi: int64(hi), lo: lo}
+}
+
+func (c cost) sub(d cost) cost { return c.add(d.neg()) }
+
+func (c cost) sign() int {
+	switch {
+	case c.hi < 0:
+		return -1
+	case c.hi == 0 && c.lo == 0:
+		return 0
+	}
+	return 1
+}
+
+func (c cost) cmp(d cost) int {
+	switch {
+	case c.hi < d.hi:
+		return -1
+	case c.hi > d.hi:
+		return 1
+	case c.lo < d.lo:
+		return -1
+	case c.lo > d.lo:
+		return 1
+	}
+	return 0
+}
+
+// decimal is c as a Parquet DECIMAL(38, costScale) value.
+func (c cost) decimal() decimal16 {
+	var b decimal16
+	binary.BigEndian.PutUint64(b[:8], uint64(c.hi))
+	binary.BigEndian.PutUint64(b[8:], c.lo)
+	return b
+}
+
+// String is c as the shortest exact decimal ("1.5", "-0.000000000000001").
+func (c cost) String() string { return string(c.appendText(nil)) }
+
+func (c cost) appendText(b []byte) []byte {
+	if c.sign() < 0 {
+		b = append(b, '-')
+		c = c.neg()
+	}
+	digits := uint128Text(uint64(c.hi), c.lo)
+	return append(b, pointText(digits, costScale)...)
+}
+
+// uint128Text is the decimal digits of hi:lo.
+func uint128Text(hi, lo uint64) string {
+	const chunk = 1e19
+	var parts []uint64
+	for hi != 0 {
+		qhi := hi / chunk
+		qlo, r := bits.Div64(hi%chunk, lo, chunk)
+		parts = append(parts, r)
+		hi, lo = qhi, qlo
+	}
+	s := strconv.FormatUint(lo, 10)
+	for i := len(parts) - 1; i >= 0; i-- {
+		p := strconv.FormatUint(parts[i], 10)
+		s += strings.Repeat("0", 19-len(p)) + p
+	}
+	return s
+}
+
+// pointText places a decimal point shift digits from the right of the
+// digits s and trims trailing zeros: the shortest exact decimal.
+func pointText(s string, shift int) string {
+	if len(s) <= shift {
+		s = strings.Repeat("0", shift-len(s)+1) + s
+	}
+	whole, frac := s[:len(s)-shift], strings.TrimRight(s[len(s)-shift:], "0")
+	if frac == "" {
+		return whole
+	}
+	return whole + "." + frac
+}
