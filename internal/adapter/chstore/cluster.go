@@ -72,6 +72,10 @@ var globalTables = map[string]bool{
 	"slo_sets":          true,
 	"price_books":       true,
 	"statements":        true,
+	// Reissued statements and invoice documents (invoices.go): one
+	// gap-free numbering reads and writes them on one server.
+	"statement_revisions": true,
+	"invoices":            true,
 }
 
 // eachShard starts a translated statement that runs on one server of

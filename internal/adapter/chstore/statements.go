@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"tokenmeter/billing"
@@ -36,24 +37,37 @@ func (s *Store) SaveStatement(ctx context.Context, st billing.Statement, closedA
 	return cur, err
 }
 
-// Statement reads the closed statement of tenant's period: the first one
-// stored. ok is false while the period is open.
+// Statement reads the closed statement of tenant's period in force: its
+// highest revision (revision 0 is the close's, in statements; reissues are
+// in statement_revisions), the first row stored of it. ok is false while
+// the period is open.
 func (s *Store) Statement(ctx context.Context, tenant, period string) (billing.StoredStatement, bool, error) {
 	out := billing.StoredStatement{Tenant: tenant, Period: period}
-	var content string
+	var (
+		content  string
+		revision uint32
+	)
 	found := false
-	err := s.each(ctx, "statement", `SELECT hash, content, closed_at FROM statements
-WHERE tenant_id = ? AND period = ?
-ORDER BY closed_at, hash
-LIMIT 1`, []any{tenant, period}, []any{&out.Hash, &content, &out.ClosedAt}, func() error {
+	err := s.each(ctx, "statement", `SELECT revision, hash, content, closed_at FROM (`+revisionsOf("tenant_id = ? AND period = ?")+`)
+ORDER BY revision DESC, closed_at, hash
+LIMIT 1`, []any{tenant, period, tenant, period}, []any{&revision, &out.Hash, &content, &out.ClosedAt}, func() error {
 		found = true
 		return nil
 	})
 	if err != nil || !found {
 		return billing.StoredStatement{}, false, err
 	}
-	out.Content, out.ClosedAt = []byte(content), out.ClosedAt.UTC()
+	out.Revision, out.Content, out.ClosedAt = int(revision), []byte(content), out.ClosedAt.UTC()
 	return out, true, nil
+}
+
+// revisionsOf is the rows of every revision of the statements matching
+// where (which it holds twice: its arguments go twice): revision 0 from
+// statements, the reissues from statement_revisions.
+func revisionsOf(where string) string {
+	return `SELECT tenant_id, period, toUInt32(0) AS revision, hash, content, closed_at FROM statements WHERE ` + where + `
+UNION ALL
+SELECT tenant_id, period, revision, hash, content, closed_at FROM statement_revisions WHERE ` + where
 }
 
 // EachStatement calls fn with the closed statements of period, of tenant
@@ -73,23 +87,25 @@ func (s *Store) TenantStatements(ctx context.Context, tenant string) ([]billing.
 	return out, err
 }
 
-// eachStatement calls fn with the first stored statement of each (tenant,
-// period) matching where, in (tenant, period) order.
+// eachStatement calls fn with the statement in force of each (tenant,
+// period) matching where: the first stored row of its highest revision, in
+// (tenant, period) order.
 func (s *Store) eachStatement(ctx context.Context, where string, args []any, fn func(billing.StoredStatement) error) error {
 	var (
-		st      billing.StoredStatement
-		content string
+		st       billing.StoredStatement
+		content  string
+		revision uint32
 	)
-	// argMin on the (closed_at, hash) tuple picks the first row stored, as
-	// Statement does.
-	stmt := `SELECT tenant_id, period, argMin(hash, (closed_at, hash)), argMin(content, (closed_at, hash)), min(closed_at)
-FROM statements
-WHERE ` + where + `
+	// argMin on the (−revision, closed_at, hash) tuple picks the highest
+	// revision's first row stored, as Statement does.
+	stmt := `SELECT tenant_id, period, max(revision), argMin(hash, k), argMin(content, k), argMin(closed_at, k)
+FROM (SELECT tenant_id, period, revision, hash, content, closed_at, (toInt64(0) - revision, closed_at, hash) AS k
+      FROM (` + revisionsOf(where) + `))
 GROUP BY tenant_id, period
 ORDER BY tenant_id, period`
-	return s.each(ctx, "statements", stmt, args, []any{&st.Tenant, &st.Period, &st.Hash, &content, &st.ClosedAt}, func() error {
+	return s.each(ctx, "statements", stmt, append(slices.Clone(args), args...), []any{&st.Tenant, &st.Period, &revision, &st.Hash, &content, &st.ClosedAt}, func() error {
 		out := st
-		out.Content, out.ClosedAt = []byte(content), st.ClosedAt.UTC()
+		out.Revision, out.Content, out.ClosedAt = int(revision), []byte(content), st.ClosedAt.UTC()
 		return fn(out)
 	})
 }
