@@ -192,7 +192,7 @@ func TestContractNilKeepsStatements(t *testing.T) {
 	if c, _ := json.Marshal(st); string(c) != string(a) {
 		t.Fatalf("Settle changed a statement without charges:\n%s\n%s", a, c)
 	}
-	const wantHash = "HASH"
+	const wantHash = "65d9699087952a622f33218022b8ef7368443a44977e0c234396b96eb668cdfd"
 	if st.Hash != wantHash {
 		t.Errorf("hash = %s, want %s (the code before contracts)\n%s", st.Hash, wantHash, a)
 	}
@@ -458,7 +458,9 @@ func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementU
 					if entry != nil && pick(entry.InputPer1M, entry.CachedInputPer1M, entry.OutputPer1M) != nil {
 						r.SetInt64(int64(*pick(entry.InputPer1M, entry.CachedInputPer1M, entry.OutputPer1M)))
 					}
-					off := func(w Weight) { r.Mul(r, new(big.Rat).Sub(big.NewRat(1, 1), new(big.Rat).SetFrac64(int64(w), 100*nanosPerUnit))) }
+					off := func(w Weight) {
+						r.Mul(r, new(big.Rat).Sub(big.NewRat(1, 1), new(big.Rat).SetFrac64(int64(w), 100*nanosPerUnit)))
+					}
 					if tier != nil {
 						if tp := pick(tier.InputPer1M, tier.CachedInputPer1M, tier.OutputPer1M); tp != nil {
 							r.SetInt64(int64(*tp))
