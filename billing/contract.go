@@ -456,13 +456,16 @@ type piece struct {
 // ContractedCharge and Discount, and settles st (Settle). hours are the
 // dedicated deployments' GPU time per UTC hour; those of hours that do not
 // start in the period, or of deployments without an entry in force, are
-// left out. A nil c leaves st as it is. st's lines must not span an entry's
-// effective_from (ComputeContractStatement cuts them there).
+// left out. A nil c leaves st as it is. st's usage lines must not span an
+// entry's effective_from (ComputeContractStatement cuts them there).
 func (c *Contract) Apply(st *Statement, hours []DedicatedHour) error {
 	if c == nil {
 		return nil
 	}
 	for i, l := range st.Lines {
+		if l.Kind != LineUsage {
+			continue // late usage: the entries in force at its line's start
+		}
 		for _, t := range c.Cuts(l.ChargeStart, l.ChargeEnd) {
 			if _, ok := c.rateCardEntry(l.Model, l.Deployment, t); ok || slices.ContainsFunc(c.Dedicated, func(d DedicatedDeployment) bool { return d.EffectiveFrom.Equal(t) }) {
 				return fmt.Errorf("%w: line %d (%s) spans the contract entry taking effect at %s; cut usage there", ErrInvalidStatement, i, l.Model, t.Format(time.RFC3339))

@@ -370,24 +370,16 @@ func ComputeStatement(tenant string, p Period, book *PriceBook, usage []Statemen
 }
 
 // ComputeContractStatement is ComputeStatement under contract c (nil: list
-// prices, the same statement): lines are also cut where a contract entry
-// takes effect (Contract.Cuts; usage must be cut there too), per deployment
+// prices, the same statement): usage lines are also cut where a contract
+// entry takes effect in p (Contract.Cuts; usage must be cut there too; late
+// usage is priced by the entries in force at its lines' start), per deployment
 // when c names deployments, and priced by c.Apply with the dedicated
 // deployments' GPU hours.
 func ComputeContractStatement(tenant string, p Period, book *PriceBook, usage []StatementUsage, byDeployment bool, c *Contract, hours []DedicatedHour) (Statement, error) {
 	if c == nil {
 		return ComputeStatement(tenant, p, book, usage, byDeployment)
 	}
-	var lo, hi time.Time
-	for i, u := range usage {
-		if i == 0 || u.Start.Before(lo) {
-			lo = u.Start
-		}
-		if i == 0 || u.End.After(hi) {
-			hi = u.End
-		}
-	}
-	st, err := computeStatement(tenant, p, book, usage, byDeployment || c.NamesDeployments(), c.Cuts(lo, hi))
+	st, err := computeStatement(tenant, p, book, usage, byDeployment || c.NamesDeployments(), c.Cuts(p.Start, p.End))
 	if err != nil {
 		return Statement{}, err
 	}
@@ -397,8 +389,8 @@ func ComputeContractStatement(tenant string, p Period, book *PriceBook, usage []
 	return st, nil
 }
 
-// computeStatement is ComputeStatement with lines also cut at cuts (usage
-// slices must not span one).
+// computeStatement is ComputeStatement with the lines of p's own usage
+// also cut at cuts (its usage slices must not span one).
 func computeStatement(tenant string, p Period, book *PriceBook, usage []StatementUsage, byDeployment bool, cuts []time.Time) (Statement, error) {
 	type lineKey struct {
 		kind                              LineKind
@@ -458,6 +450,9 @@ func computeStatement(tenant string, p Period, book *PriceBook, usage []Statemen
 		}
 		seg := 0
 		for _, c := range cuts {
+			if kind != LineUsage {
+				break
+			}
 			if !c.After(u.Start) {
 				seg++
 			} else if c.Before(u.End) {

@@ -53,10 +53,29 @@ type Store interface {
 // are checked for late usage.
 const DefaultLookback = 12
 
-// Tenant is a tenant to bill and its time zone.
+// Tenant is a tenant to bill, its time zone and its contract.
 type Tenant struct {
 	ID   string
 	Zone *time.Location
+	// Contract prices the tenant's statements (billing.Contract); nil:
+	// list prices.
+	Contract *billing.Contract
+}
+
+// contractOf is tenant's contract in req (nil: none).
+func (req Request) contractOf(tenant string) *billing.Contract {
+	for _, t := range req.Tenants {
+		if t.ID == tenant {
+			return t.Contract
+		}
+	}
+	return nil
+}
+
+// GPUReader reads GPU usage per hour and deployment, for dedicated
+// deployments billed per GPU-hour; *query.Service implements it.
+type GPUReader interface {
+	GPUUsage(ctx context.Context, q query.GPUUsageQuery) ([]query.GPUUsageRow, error)
 }
 
 // Request is one close.
@@ -253,11 +272,19 @@ func (c *Closer) statement(ctx context.Context, tenant string, p billing.Period,
 		costs            []billing.HourCost
 		costQ            query.CostQuery
 	)
+	contract := req.contractOf(tenant)
+	var hours []billing.DedicatedHour
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() (err error) {
-		usage, err = c.usage.StatementUsage(gctx, tenant, p.Start, p.End, priceCuts(req.Book, p))
+		usage, err = c.usage.StatementUsage(gctx, tenant, p.Start, p.End, append(priceCuts(req.Book, p), contract.Cuts(p.Start, p.End)...))
 		return err
 	})
+	if contract != nil && len(contract.Dedicated) > 0 {
+		g.Go(func() (err error) {
+			hours, err = c.dedicatedHours(gctx, p)
+			return err
+		})
+	}
 	g.Go(func() (err error) {
 		late, rep, closedBefore, err = c.earlier(gctx, tenant, p, req)
 		return err
@@ -273,11 +300,35 @@ func (c *Closer) statement(ctx context.Context, tenant string, p billing.Period,
 	if err := g.Wait(); err != nil {
 		return billing.Statement{}, false, err
 	}
-	st, err := billing.ComputeStatement(tenant, p, req.Book, slices.Concat(usage, late, rep), req.ByDeployment)
+	st, err := billing.ComputeContractStatement(tenant, p, req.Book, slices.Concat(usage, late, rep), req.ByDeployment, contract, hours)
 	if err != nil || !finance {
 		return st, closedBefore, err
 	}
 	return st, closedBefore, billing.AttachFinance(&st, costQ.Busy, costQ.Idle, costs)
+}
+
+// dedicatedHours reads the GPU time of every deployment per UTC hour that
+// starts in p (the hours whose cost a statement of p holds), from the GPU
+// usage rollups the allocation costs: billing.GPUMicroHours of each hour's
+// GPU seconds.
+func (c *Closer) dedicatedHours(ctx context.Context, p billing.Period) ([]billing.DedicatedHour, error) {
+	r, ok := c.usage.(GPUReader)
+	if !ok {
+		if r, ok = c.cost.(GPUReader); !ok {
+			return nil, errors.New("dedicated deployments: the closer has no GPU usage reader")
+		}
+	}
+	rows, err := r.GPUUsage(ctx, query.GPUUsageQuery{Start: ceilHour(p.Start), End: ceilHour(p.End), Step: "hour",
+		GroupBy: []string{"deployment"}, NoTokens: true})
+	if err != nil {
+		return nil, fmt.Errorf("dedicated GPU-hours: %w", err)
+	}
+	out := make([]billing.DedicatedHour, 0, len(rows))
+	for _, row := range rows {
+		out = append(out, billing.DedicatedHour{Deployment: row.Group["deployment"], Hour: row.Start,
+			MicroHours: billing.GPUMicroHours(row.GPUSeconds)})
+	}
+	return out, nil
 }
 
 // hourCosts reads the allocated cost of q (a tenant's hours that start in

@@ -336,7 +336,7 @@ func (s *Service) Close(ctx context.Context, req CloseRequest) ([]billing.Stored
 	r := Request{Period: req.Period, Now: now, CaughtUp: caughtUp, Grace: grace, Book: book,
 		ByDeployment: s.cfg.ByDeployment, Lookback: s.cfg.Lookback, SkipEmpty: !explicit, Reprice: req.Reprice}
 	for _, t := range tenants {
-		r.Tenants = append(r.Tenants, Tenant{ID: t, Zone: s.Zone(t)})
+		r.Tenants = append(r.Tenants, Tenant{ID: t, Zone: s.Zone(t), Contract: s.cfg.Accounts.Tenant(t).Contract})
 	}
 	return s.closer.Close(ctx, r)
 }
@@ -514,7 +514,8 @@ func (s *Service) Statement(ctx context.Context, tenant, period string, finance 
 	if err != nil {
 		return StatementView{}, err
 	}
-	st, err := s.closer.compute(ctx, tenant, p, Request{Book: book, ByDeployment: s.cfg.ByDeployment, Lookback: s.cfg.Lookback}, finance)
+	st, err := s.closer.compute(ctx, tenant, p, Request{Book: book, ByDeployment: s.cfg.ByDeployment, Lookback: s.cfg.Lookback,
+		Tenants: []Tenant{{ID: tenant, Zone: p.Zone, Contract: s.cfg.Accounts.Tenant(tenant).Contract}}}, finance)
 	if err != nil {
 		return StatementView{}, err
 	}
