@@ -72,10 +72,15 @@ var globalTables = map[string]bool{
 	"slo_sets":          true,
 	"price_books":       true,
 	"statements":        true,
+	// Credit grants and their ledger (billing/credits.go).
+	"credit_grants": true,
+	"credit_ledger": true,
 	// Reissued statements and invoice documents (invoices.go): one
 	// gap-free numbering reads and writes them on one server.
 	"statement_revisions": true,
 	"invoices":            true,
+	// Which sinks delivered which statements (billing/notify).
+	"statement_deliveries": true,
 }
 
 // eachShard starts a translated statement that runs on one server of

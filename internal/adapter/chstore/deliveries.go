@@ -1,0 +1,110 @@
+package chstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"tokenmeter/billing"
+)
+
+// The delivery state of the sinks that send closed statements out
+// (billing/notify): which statements each sink has delivered, by hash, in
+// statement_deliveries. The statements table is the outbox.
+
+// deliveryStartSQL reads a sink's first start: the earliest of its marker
+// rows (empty tenant_id), and how many there are.
+const deliveryStartSQL = `SELECT count(), min(delivered_at) FROM statement_deliveries
+WHERE sink = ? AND tenant_id = ''`
+
+// deliveryMarkSQL records a sink's start at the server's clock.
+const deliveryMarkSQL = `INSERT INTO statement_deliveries (sink, tenant_id, period, hash, delivered_at)
+SELECT ?, '', '', '', now()`
+
+// undeliveredSQL lists the statements in force (each tenant's period's
+// first stored row, as Statement reads it) closed at or after a time that
+// a sink has no delivery of, oldest close first. The inner query finds
+// their keys without reading content; the outer reads the rows.
+const undeliveredSQL = `SELECT tenant_id, period, hash, content, closed_at FROM statements
+WHERE (tenant_id, period, hash, closed_at) IN (
+    SELECT tenant_id, period, argMin(hash, (closed_at, hash)) AS first_hash, min(closed_at) AS first_closed
+    FROM statements
+    GROUP BY tenant_id, period
+    HAVING first_closed >= toDateTime(?)
+       AND (tenant_id, period, first_hash) NOT IN (SELECT tenant_id, period, hash FROM statement_deliveries WHERE sink = ?)
+    ORDER BY first_closed, tenant_id, period
+    LIMIT ?)
+ORDER BY closed_at, tenant_id, period`
+
+// DeliveryStart returns when sink was first started, by the server's
+// clock, recording the start now when it never was: statements closed
+// before a sink existed are not its to send. Two meterd starting a new
+// sink at once both record one; the earliest counts.
+func (s *Store) DeliveryStart(ctx context.Context, sink string) (time.Time, error) {
+	read := func() (uint64, time.Time, error) {
+		var (
+			n     uint64
+			start time.Time
+		)
+		if err := s.conn.QueryRow(ctx, deliveryStartSQL, sink).Scan(&n, &start); err != nil {
+			return 0, time.Time{}, fmt.Errorf("read start of sink %s: %w", sink, classify(err))
+		}
+		return n, start.UTC(), nil
+	}
+	n, start, err := read()
+	if err != nil || n > 0 {
+		return start, err
+	}
+	if err := s.conn.Exec(ctx, deliveryMarkSQL, sink); err != nil {
+		return time.Time{}, fmt.Errorf("record start of sink %s: %w", sink, classify(err))
+	}
+	if n, start, err = read(); err == nil && n == 0 {
+		err = fmt.Errorf("start of sink %s not found after recording it", sink)
+	}
+	return start, err
+}
+
+// UndeliveredStatements returns up to limit closed statements, closed at
+// or after from, that sink has not delivered (MarkDelivered), oldest close
+// first: for a tenant's period, the statement in force (the first one
+// stored, as Statement reads it).
+func (s *Store) UndeliveredStatements(ctx context.Context, sink string, from time.Time, limit int) ([]billing.StoredStatement, error) {
+	var (
+		out     []billing.StoredStatement
+		st      billing.StoredStatement
+		content string
+	)
+	err := s.each(ctx, "undelivered statements", undeliveredSQL, []any{from.Unix(), sink, limit},
+		[]any{&st.Tenant, &st.Period, &st.Hash, &content, &st.ClosedAt}, func() error {
+			// Two identical rows (a retried insert) are one statement.
+			if n := len(out); n > 0 && out[n-1].Tenant == st.Tenant && out[n-1].Period == st.Period {
+				return nil
+			}
+			row := st
+			row.Content, row.ClosedAt = []byte(content), st.ClosedAt.UTC()
+			out = append(out, row)
+			return nil
+		})
+	return out, err
+}
+
+// MarkDelivered records that sink delivered sts at at.
+func (s *Store) MarkDelivered(ctx context.Context, sink string, sts []billing.StoredStatement, at time.Time) error {
+	if len(sts) == 0 {
+		return nil
+	}
+	batch, err := s.conn.PrepareBatch(ctx, "INSERT INTO statement_deliveries (sink, tenant_id, period, hash, delivered_at)")
+	if err != nil {
+		return fmt.Errorf("record deliveries of sink %s: %w", sink, classify(err))
+	}
+	for _, st := range sts {
+		if err := batch.Append(sink, st.Tenant, st.Period, st.Hash, at.UTC().Truncate(time.Second)); err != nil {
+			_ = batch.Abort()
+			return fmt.Errorf("record deliveries of sink %s: %w", sink, err)
+		}
+	}
+	if err := batch.Send(); err != nil {
+		return fmt.Errorf("record deliveries of sink %s: %w", sink, classify(err))
+	}
+	return nil
+}

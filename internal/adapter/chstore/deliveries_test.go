@@ -1,0 +1,91 @@
+package chstore_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"tokenmeter/billing"
+	"tokenmeter/internal/adapter/chstore/chstoretest"
+)
+
+// TestStatementDeliveries checks the delivery state of billing/notify on
+// the ClickHouse the tests run: a sink's start is recorded once, the
+// statements it has not delivered are listed from a close time on, oldest
+// first and bounded, each period's statement in force only (a second row
+// of a racing close is neither listed nor delivered by a delivery of its
+// hash), and a delivery counts for its sink alone.
+func TestStatementDeliveries(t *testing.T) {
+	ctx := t.Context()
+	s := chstoretest.OpenMigrated(t)
+	start, err := s.DeliveryStart(ctx, "kafka:t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.DeliveryStart(ctx, "kafka:t")
+	if err != nil || !again.Equal(start) {
+		t.Fatalf("second start %v (%v), want the first, %v", again, err, start)
+	}
+	base := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	save := func(tenant string, closedAt time.Time) billing.StoredStatement {
+		t.Helper()
+		p, err := billing.ParsePeriod("2026-11", time.UTC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := billing.Statement{Tenant: tenant, Period: p.Key, Zone: "UTC", PeriodStart: p.Start, PeriodEnd: p.End, Currency: "USD"}
+		st.Hash, _ = st.ContentHash()
+		stored, err := s.SaveStatement(ctx, st, closedAt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return stored
+	}
+	save("before", base.Add(-time.Hour))
+	c := save("c", base.Add(2*time.Second))
+	a := save("a", base.Add(time.Second))
+	b := save("b", base.Add(time.Second))
+	// A racing close's second row of a's period: never the one in force.
+	if err := s.Exec(ctx, fmt.Sprintf(`INSERT INTO statements (tenant_id, period, zone, period_start, period_end, hash, content, closed_at)
+SELECT 'a', '2026-11', 'UTC', toDateTime(%d), toDateTime(%d), 'other', '{}', toDateTime(%d)`,
+		time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).Unix(), time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).Unix(),
+		base.Add(5*time.Second).Unix())); err != nil {
+		t.Fatal(err)
+	}
+	list := func(sink string, limit int) []string {
+		t.Helper()
+		sts, err := s.UndeliveredStatements(ctx, sink, base, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, st := range sts {
+			out = append(out, st.Tenant+"/"+st.Hash[:6])
+			if st.Tenant == "a" && (string(st.Content) != string(a.Content) || !st.ClosedAt.Equal(a.ClosedAt)) {
+				t.Errorf("a's statement listed as %s closed %v, want the stored one", st.Content, st.ClosedAt)
+			}
+		}
+		return out
+	}
+	want := func(got []string, sts ...billing.StoredStatement) {
+		t.Helper()
+		var w []string
+		for _, st := range sts {
+			w = append(w, st.Tenant+"/"+st.Hash[:6])
+		}
+		if fmt.Sprint(got) != fmt.Sprint(w) {
+			t.Errorf("undelivered %v, want %v", got, w)
+		}
+	}
+	want(list("kafka:t", 10), a, b, c)
+	want(list("kafka:t", 2), a, b)
+	if err := s.MarkDelivered(ctx, "kafka:t", []billing.StoredStatement{b, {Tenant: "a", Period: "2026-11", Hash: "other"}}, base); err != nil {
+		t.Fatal(err)
+	}
+	want(list("kafka:t", 10), a, c)
+	want(list("webhook:w", 10), a, b, c)
+	if err := s.MarkDelivered(ctx, "kafka:t", []billing.StoredStatement{a, c}, base); err != nil {
+		t.Fatal(err)
+	}
+	want(list("kafka:t", 10))
+}
