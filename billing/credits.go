@@ -97,6 +97,9 @@ func (g CreditGrant) Validate() error {
 	if g.EffectiveFrom.IsZero() {
 		bad("effective_from", "required")
 	}
+	if !g.EffectiveFrom.Equal(g.EffectiveFrom.Truncate(time.Second)) || !g.ExpiresAt.Equal(g.ExpiresAt.Truncate(time.Second)) {
+		bad("effective_from", "effective_from and expires_at are whole seconds")
+	}
 	if !g.ExpiresAt.IsZero() && !g.ExpiresAt.After(g.EffectiveFrom) {
 		bad("expires_at", "want after effective_from")
 	}
@@ -255,8 +258,8 @@ const CreditRule = "the statement's positive charge (usage and contract charges,
 // its Remaining goes. Each draw is a ChargeCredit (Amount < 0, Rule
 // "grant:<id>") appended to st.Charges; st.Credits records every grant in
 // force or expiring by p's end with a balance, and what p's close expires
-// of it. st.Charge, Total and Hash are computed again: Total is what is
-// left to pay. balances are not changed.
+// of it. st.Charge, Total and Hash are computed again (Statement.Settle):
+// Total is what is left to pay. balances are not changed.
 func ApplyCredits(st *Statement, p Period, balances []GrantBalance) error {
 	left := st.Charge
 	var uses []CreditUse
@@ -290,14 +293,7 @@ func ApplyCredits(st *Statement, p Period, balances []GrantBalance) error {
 		return nil
 	}
 	st.Credits = uses
-	st.Charge = left
-	total, rule, err := roundToMinorUnit(st.Charge, st.Currency)
-	if err != nil {
-		return err
-	}
-	st.Total, st.Rounding = total, rule
-	st.Hash, err = st.ContentHash()
-	return err
+	return st.Settle()
 }
 
 func creditDescription(g CreditGrant) string {

@@ -105,6 +105,9 @@ type Request struct {
 	// difference their usage makes under Book to what was billed for them
 	// becomes repricing lines (an admin's explicit request).
 	Reprice []string
+	// closing is set by closeOne: the statement is to be stored, so its
+	// credit balances are read after the ledger is reconciled.
+	closing bool
 }
 
 // CostReader reads allocated cost; *query.Service implements it.
@@ -117,6 +120,11 @@ type Closer struct {
 	usage UsageReader
 	store Store
 	cost  CostReader
+	// credits, when not nil, keeps the credit grants statements draw on
+	// (credits.go); tenantLocks serialize each tenant's closes.
+	credits     Credits
+	lockMu      sync.Mutex
+	tenantLocks map[string]*sync.Mutex
 }
 
 // New returns a Closer reading usage from usage and storing statements in
@@ -222,12 +230,17 @@ const closeWorkers = 4
 // closeOne closes one tenant's period; ok is false for an empty statement
 // left out (Request.SkipEmpty).
 func (c *Closer) closeOne(ctx context.Context, tenant string, p billing.Period, req Request) (_ billing.StoredStatement, ok bool, _ error) {
+	defer c.tenantLock(tenant)()
+	req.closing = true
 	if cur, ok, err := c.store.Statement(ctx, tenant, p.Key); err != nil || ok {
 		if ok && len(req.Reprice) > 0 {
 			return billing.StoredStatement{}, false, fmt.Errorf("%w: %s is already closed for %s, so it can no longer carry a repricing: name the periods to reprice in the next close",
 				ErrInvalidRequest, p.Key, tenant)
 		}
-		return cur, ok, err
+		if ok {
+			err = c.afterSave(ctx, cur)
+		}
+		return cur, ok && err == nil, err
 	}
 	// The close is stamped before the usage is read: an event inserted
 	// later is late usage of p (the next close's comparison is exact, so
@@ -247,6 +260,9 @@ func (c *Closer) closeOne(ctx context.Context, tenant string, p billing.Period, 
 		return billing.StoredStatement{}, false, fmt.Errorf("%w: tenant %q has no usage in %s and no closed periods: nothing to close", ErrNotFound, tenant, p)
 	}
 	stored, err := c.store.SaveStatement(ctx, st, closedAt)
+	if err == nil {
+		err = c.afterSave(ctx, stored)
+	}
 	return stored, err == nil, err
 }
 
@@ -301,6 +317,10 @@ func (c *Closer) statement(ctx context.Context, tenant string, p billing.Period,
 		return billing.Statement{}, false, err
 	}
 	st, err := billing.ComputeContractStatement(tenant, p, req.Book, slices.Concat(usage, late, rep), req.ByDeployment, contract, hours)
+	if err == nil {
+		// Credits draw on what is left after the contract's charges.
+		err = c.applyCredits(ctx, &st, p, req.closing)
+	}
 	if err != nil || !finance {
 		return st, closedBefore, err
 	}

@@ -73,6 +73,9 @@ type Deps struct {
 	CaughtUp func(ctx context.Context) (time.Time, error)
 	// Lock serializes closes; nil: a mutex of this Service.
 	Lock Locker
+	// Credits keeps credit grants and their ledger; nil: no credits
+	// (statements draw on none, credit requests are ErrCreditsOff).
+	Credits Credits
 }
 
 // Config tunes a Service.
@@ -137,7 +140,7 @@ func NewService(d Deps, cfg Config) (*Service, error) {
 		}
 	}
 	s := &Service{d: d, cfg: cfg}
-	s.closer = &Closer{usage: d.Reads, store: d.Store, cost: d.Reads}
+	s.closer = &Closer{usage: d.Reads, store: d.Store, cost: d.Reads, credits: d.Credits}
 	return s, nil
 }
 
