@@ -15,6 +15,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -68,10 +69,10 @@ func (h *exportHandler) register(gw *runtime.ServeMux) error {
 
 func (h *exportHandler) statements(w http.ResponseWriter, r *http.Request, pathParams map[string]string) {
 	serveExport(h, w, r, meterv1.BillingService_ExportStatements_FullMethodName, statementsExportPath,
-		func(ctx context.Context) (func() (exportChunk, error), error) {
+		func(ctx context.Context) (exportStream, error) {
 			req := &meterv1.ExportStatementsRequest{Period: pathParams["period"]}
 			if err := populate(req, r, utilities.NewDoubleArray([][]string{{"period"}})); err != nil {
-				return nil, err
+				return exportStream{}, err
 			}
 			stream, err := h.client.ExportStatements(ctx, req)
 			return recvOf(stream), err
@@ -80,10 +81,10 @@ func (h *exportHandler) statements(w http.ResponseWriter, r *http.Request, pathP
 
 func (h *exportHandler) usageCost(w http.ResponseWriter, r *http.Request, _ map[string]string) {
 	serveExport(h, w, r, meterv1.BillingService_ExportUsageCost_FullMethodName, usageCostExportPath,
-		func(ctx context.Context) (func() (exportChunk, error), error) {
+		func(ctx context.Context) (exportStream, error) {
 			req := &meterv1.ExportUsageCostRequest{}
 			if err := populate(req, r, utilities.NewDoubleArray(nil)); err != nil {
-				return nil, err
+				return exportStream{}, err
 			}
 			stream, err := h.client.ExportUsageCost(ctx, req)
 			return recvOf(stream), err
@@ -100,6 +101,13 @@ func populate(req proto.Message, r *http.Request, filter *utilities.DoubleArray)
 	return nil
 }
 
+// exportStream is what serveExport reads of an export stream: its chunks
+// and its header metadata.
+type exportStream struct {
+	recv   func() (exportChunk, error)
+	header func() (metadata.MD, error)
+}
+
 // exportChunk is what both export streams send.
 type exportChunk interface {
 	GetData() []byte
@@ -108,23 +116,38 @@ type exportChunk interface {
 	GetRows() int64
 }
 
-// recvOf is the receive function of an export stream.
+// recvOf is the reading side of an export stream; a nil stream (an error
+// opening it) reads nothing.
 func recvOf[M any, P interface {
 	*M
 	exportChunk
-}](stream grpc.ServerStreamingClient[M]) func() (exportChunk, error) {
-	return func() (exportChunk, error) {
-		m, err := stream.Recv()
-		if err != nil {
-			return nil, err
-		}
-		return P(m), nil
+}](stream grpc.ServerStreamingClient[M]) exportStream {
+	if stream == nil {
+		return exportStream{}
 	}
+	return exportStream{
+		recv: func() (exportChunk, error) {
+			m, err := stream.Recv()
+			if err != nil {
+				return nil, err
+			}
+			return P(m), nil
+		},
+		header: stream.Header,
+	}
+}
+
+// focusHeaders are the FOCUS metadata headers an export stream may send,
+// and their HTTP names.
+var focusHeaders = [][2]string{
+	{"x-focus-version", "X-Focus-Version"},
+	{"x-focus-schema-id", "X-Focus-Schema-Id"},
+	{"x-focus-data-generator", "X-Focus-Data-Generator"},
 }
 
 // serveExport answers one export request from the gRPC stream open opens.
 func serveExport(h *exportHandler, w http.ResponseWriter, r *http.Request, method, pattern string,
-	open func(ctx context.Context) (recv func() (exportChunk, error), err error)) {
+	open func(ctx context.Context) (exportStream, error)) {
 	_, out := runtime.MarshalerForRequest(h.mux, r)
 	ctx, err := runtime.AnnotateContext(r.Context(), h.mux, r, method, runtime.WithHTTPPathPattern(pattern))
 	if err != nil {
@@ -133,7 +156,8 @@ func serveExport(h *exportHandler, w http.ResponseWriter, r *http.Request, metho
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the stream when the client goes away
-	recv, err := open(ctx)
+	stream, err := open(ctx)
+	recv := stream.recv
 	var first exportChunk
 	if err == nil {
 		first, err = recv()
@@ -149,6 +173,13 @@ func serveExport(h *exportHandler, w http.ResponseWriter, r *http.Request, metho
 	hdr.Set("Content-Type", first.GetContentType())
 	hdr.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": first.GetFileName()}))
 	hdr.Set("X-Content-Type-Options", "nosniff")
+	if md, err := stream.header(); err == nil {
+		for _, h := range focusHeaders {
+			if v := md.Get(h[0]); len(v) == 1 {
+				hdr.Set(h[1], v[0])
+			}
+		}
+	}
 	if hs, ok := first.(interface{ GetStatementHash() string }); ok && hs.GetStatementHash() != "" {
 		hdr.Set("X-Statement-Hash", hs.GetStatementHash())
 	}

@@ -52,6 +52,8 @@ type Statements interface {
 	// StalePriceHours lists the hours at or after from whose cost rows
 	// were computed with a price book other than version.
 	StalePriceHours(ctx context.Context, version string, from time.Time) ([]time.Time, error)
+	// Statement revisions and invoice documents (invoices.go).
+	InvoiceStore
 }
 
 // Locker serializes closes: Lock returns once the caller holds the lock
@@ -341,7 +343,12 @@ func (s *Service) Close(ctx context.Context, req CloseRequest) ([]billing.Stored
 	for _, t := range tenants {
 		r.Tenants = append(r.Tenants, Tenant{ID: t, Zone: s.Zone(t), Contract: s.cfg.Accounts.Tenant(t).Contract})
 	}
-	return s.closer.Close(ctx, r)
+	stored, err := s.closer.Close(ctx, r)
+	// The statements stored get their invoices, numbered under the lock.
+	if ierr := s.issueInvoices(ctx, stored); ierr != nil {
+		return stored, errors.Join(err, ierr)
+	}
+	return stored, err
 }
 
 // caughtUp asks Deps.CaughtUp until ingest has caught up, for up to
@@ -626,6 +633,10 @@ func (s *Service) EachUsageCost(ctx context.Context, q UsageCostQuery, fn func(*
 		return err
 	}
 	cq := query.CostQuery{TenantID: q.Tenant, Start: q.Start, End: q.End, Step: step}.WithDefaults(book)
+	regions, err := s.regions(ctx, q.Start, q.End)
+	if err != nil {
+		return err
+	}
 	var out export.UsageCostRow
 	zones := map[string]billing.Period{} // tenant → the billing period of the last row
 	return s.d.Reads.EachUsageCost(ctx, cq, func(r *query.UsageCostRow) error {
@@ -637,7 +648,7 @@ func (s *Service) EachUsageCost(ctx context.Context, q UsageCostQuery, fn func(*
 		out = export.UsageCostRow{
 			ChargePeriodStart: r.Start, ChargePeriodEnd: r.Start.Add(width),
 			BillingPeriod: p.Key, BillingPeriodStart: p.Start.UTC(), BillingPeriodEnd: p.End.UTC(),
-			Tenant: r.Tenant, Model: r.Model, Deployment: r.Deployment, Requests: r.Requests,
+			Tenant: r.Tenant, Model: r.Model, Deployment: r.Deployment, Region: regions.of(r.Deployment), Requests: r.Requests,
 			InputTokens: r.InputTokens, CachedInputTokens: r.CachedInputTokens, OutputTokens: r.OutputTokens,
 			Currency: book.Currency, ListCharge: billing.Money(r.ListCharge), AllocatedCost: billing.Money(r.CostNanos),
 			PriceBook: strings.Join(r.PriceVersions, " "),

@@ -1,0 +1,434 @@
+package export_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"tokenmeter/billing"
+	"tokenmeter/billing/export"
+)
+
+// focusRecords reads a FOCUS file (CSV or Parquet, the latter with Arrow)
+// into one map per row: column → value as text, decimals exact; a null is
+// absent (an empty CSV cell is a null).
+func focusRecords(t *testing.T, f export.Format, data []byte) []map[string]string {
+	t.Helper()
+	var out []map[string]string
+	if f == export.FocusCSV {
+		recs := readCSV(t, data)
+		for _, rec := range recs[1:] {
+			m := map[string]string{}
+			for i, h := range recs[0] {
+				if rec[i] != "" {
+					m[h] = strings.TrimPrefix(rec[i], "'")
+				}
+			}
+			out = append(out, m)
+		}
+		return out
+	}
+	tbl, _ := arrowTable(t, data)
+	out = make([]map[string]string, tbl.NumRows())
+	for i := range out {
+		out[i] = map[string]string{}
+	}
+	for ci, field := range tbl.Schema().Fields() {
+		row := 0
+		for _, c := range tbl.Column(ci).Data().Chunks() {
+			for i := range c.Len() {
+				if !c.IsNull(i) {
+					out[row][field.Name] = arrowText(t, c, i)
+				}
+				row++
+			}
+		}
+	}
+	return out
+}
+
+func arrowText(t *testing.T, c arrow.Array, i int) string {
+	switch a := c.(type) {
+	case *array.String:
+		return a.Value(i)
+	case *array.Decimal128:
+		scale := a.DataType().(*arrow.Decimal128Type).Scale
+		r := new(big.Rat).SetFrac(a.Value(i).BigInt(), new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(scale)), nil))
+		return r.FloatString(int(scale))
+	case *array.Uint64:
+		return strconv.FormatUint(a.Value(i), 10)
+	case *array.Boolean:
+		return strconv.FormatBool(a.Value(i))
+	case *array.Timestamp:
+		return a.Value(i).ToTime(arrow.Microsecond).UTC().Format(time.RFC3339)
+	}
+	t.Fatalf("column type %s", c.DataType())
+	return ""
+}
+
+func rat(t *testing.T, s string) *big.Rat {
+	t.Helper()
+	r, ok := new(big.Rat).SetString(s)
+	if !ok {
+		t.Fatalf("%q is not a decimal", s)
+	}
+	return r
+}
+
+// manyDecimalsBook prices models a–c with prices of up to nine decimals,
+// each changed twice in November.
+func manyDecimalsBook(t *testing.T, rng *rand.Rand) *billing.PriceBook {
+	t.Helper()
+	price := func() string { return fmt.Sprintf("%d.%09d", rng.IntN(20), rng.IntN(1_000_000_000)) }
+	var entries []string
+	for _, model := range []string{"a", "b", "c"} {
+		for _, from := range []string{"2026-01-01T00:00:00Z", "2026-11-10T13:00:00Z", "2026-11-20T07:00:00Z"} {
+			entries = append(entries, fmt.Sprintf(`{"model": %q, "effective_from": %q, "input_per_1m": %q, "cached_input_per_1m": %q, "output_per_1m": %q}`,
+				model, from, price(), price(), price()))
+		}
+	}
+	b, err := billing.ParsePriceBook([]byte(`{"currency": "USD", "token_prices": [` + strings.Join(entries, ",") + `]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// generatedStatements are statements of November for tenants with hours
+// of usage of models a–c (split at the price changes), late usage of
+// October, under book.
+func generatedStatements(t *testing.T, rng *rand.Rand, book *billing.PriceBook, tenants int) []billing.Statement {
+	t.Helper()
+	var out []billing.Statement
+	for i := range tenants {
+		zone := time.UTC
+		if i%2 == 1 {
+			zone = time.FixedZone("+05:30", 5*3600+1800)
+		}
+		p, err := billing.ParsePeriod("2026-11", zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var usage []billing.StatementUsage
+		for h := p.Start; h.Before(p.End); h = h.Add(time.Duration(1+rng.IntN(40)) * time.Hour) {
+			start := h.UTC().Truncate(time.Hour)
+			if start.Before(p.Start) {
+				start = p.Start
+			}
+			end := start.Add(time.Hour).UTC().Truncate(time.Hour)
+			if end.After(p.End) {
+				end = p.End
+			}
+			in := uint64(rng.IntN(9_000_000))
+			usage = append(usage, billing.StatementUsage{Start: start, End: end, Model: []string{"a", "b", "c"}[rng.IntN(3)],
+				Deployment: fmt.Sprintf("d%d", rng.IntN(3)), Requests: uint64(1 + rng.IntN(500)),
+				InputTokens: in, CachedInputTokens: uint64(rng.IntN(int(in) + 1)), OutputTokens: uint64(rng.IntN(3_000_000))})
+		}
+		late := p.Start.Add(-5 * time.Hour).UTC().Truncate(time.Hour)
+		usage = append(usage, billing.StatementUsage{Start: late, End: late.Add(time.Hour), Model: "a", Deployment: "d1", Requests: 2,
+			InputTokens: 1_234_567, CachedInputTokens: 7, OutputTokens: 98_765, OriginalPeriod: "2026-10"})
+		st, err := billing.ComputeStatement(fmt.Sprintf("tenant-%d", i), p, book, usage, i%3 != 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// TestFocusUnitPriceTimesQuantity checks FOCUS's cost identities on every
+// row of generated statements priced with prices of nine decimals, in CSV
+// and Parquet: ListUnitPrice × PricingQuantity = ListCost and
+// ContractedUnitPrice × PricingQuantity = ContractedCost exactly; and each
+// statement's rows, one rounding row among them, add up to its payable
+// Total exactly.
+func TestFocusUnitPriceTimesQuantity(t *testing.T) {
+	rng := rand.New(rand.NewPCG(32, 4))
+	book := manyDecimalsBook(t, rng)
+	statements := generatedStatements(t, rng, book, 6)
+	var rows []export.StatementRow
+	totals := map[string]billing.Money{}
+	for _, st := range statements {
+		rows = append(rows, export.StatementRows(st)...)
+		totals[st.Hash] = st.Total
+	}
+	for _, f := range []export.Format{export.FocusCSV, export.FocusParquet} {
+		for _, finance := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s finance=%v", f, finance), func(t *testing.T) {
+				recs := focusRecords(t, f, encodeStatements(t, f, export.Options{Finance: finance}, rows))
+				sums := map[string]*big.Rat{}
+				rounding := map[string]int{}
+				priced := 0
+				for i, r := range recs {
+					for _, p := range [][3]string{{"ListUnitPrice", "PricingQuantity", "ListCost"}, {"ContractedUnitPrice", "PricingQuantity", "ContractedCost"}} {
+						price, ok := r[p[0]]
+						if !ok {
+							continue
+						}
+						priced++
+						got := new(big.Rat).Mul(rat(t, price), rat(t, r[p[1]]))
+						if got.Cmp(rat(t, r[p[2]])) != 0 {
+							t.Fatalf("row %d: %s %s × %s %s = %s, %s is %s", i, p[0], price, p[1], r[p[1]], got.FloatString(18), p[2], r[p[2]])
+						}
+					}
+					for _, c := range []string{"ListCost", "ContractedCost", "EffectiveCost"} {
+						if rat(t, r[c]).Cmp(rat(t, r["BilledCost"])) != 0 {
+							t.Fatalf("row %d: %s %s, BilledCost %s: list prices, want equal", i, c, r[c], r["BilledCost"])
+						}
+					}
+					h := r["x_StatementHash"]
+					if sums[h] == nil {
+						sums[h] = new(big.Rat)
+					}
+					sums[h].Add(sums[h], rat(t, r["BilledCost"]))
+					if r["ChargeCategory"] == "Adjustment" {
+						rounding[h]++
+					}
+				}
+				if priced == 0 {
+					t.Fatal("no priced rows")
+				}
+				for h, total := range totals {
+					if want := new(big.Rat).SetFrac64(int64(total), 1e9); sums[h] == nil || sums[h].Cmp(want) != 0 {
+						t.Errorf("statement %s: rows add up to %v, want its total %s", h[:8], sums[h], total)
+					}
+					if rounding[h] != 1 {
+						t.Errorf("statement %s: %d rounding rows, want 1", h[:8], rounding[h])
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestFocusSkuPriceIDOnePrice exports two statements priced with two
+// books in which one price was edited in place (same model and start, 2.00
+// then 1.80): each SkuPriceId has one ListUnitPrice and one SkuPriceDetails
+// (a JSON object whose keys are FOCUS's or start with x_), and the edited
+// price has an id of its own.
+func TestFocusSkuPriceIDOnePrice(t *testing.T) {
+	bookOf := func(input string) *billing.PriceBook {
+		b, err := billing.ParsePriceBook([]byte(`{"currency": "USD", "token_prices": [{"model": "m", "effective_from": "2026-01-01T00:00:00Z",
+			"input_per_1m": "` + input + `", "cached_input_per_1m": "0.5", "output_per_1m": "6"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	p, err := billing.ParsePeriod("2026-11", time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	usage := []billing.StatementUsage{{Start: p.Start, End: p.Start.Add(time.Hour), Model: "m", Requests: 1, InputTokens: 1_000_000, OutputTokens: 10}}
+	var rows []export.StatementRow
+	for i, price := range []string{"2.00", "1.80"} {
+		st, err := billing.ComputeStatement(fmt.Sprintf("t%d", i), p, bookOf(price), usage, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, export.StatementRows(st)...)
+	}
+	for _, f := range []export.Format{export.FocusCSV, export.FocusParquet} {
+		prices, details := map[string]string{}, map[string]string{}
+		inputIDs := map[string]bool{}
+		for i, r := range focusRecords(t, f, encodeStatements(t, f, export.Options{}, rows)) {
+			id, ok := r["SkuPriceId"]
+			if !ok {
+				continue
+			}
+			if r["x_TokenKind"] == "input" {
+				inputIDs[id] = true
+			}
+			if p, seen := prices[id]; seen && rat(t, p).Cmp(rat(t, r["ListUnitPrice"])) != 0 {
+				t.Errorf("%s row %d: SkuPriceId %s has ListUnitPrice %s and %s", f, i, id, p, r["ListUnitPrice"])
+			}
+			prices[id] = r["ListUnitPrice"]
+			if d, seen := details[id]; seen && d != r["SkuPriceDetails"] {
+				t.Errorf("%s row %d: SkuPriceId %s has SkuPriceDetails %s and %s", f, i, id, d, r["SkuPriceDetails"])
+			}
+			details[id] = r["SkuPriceDetails"]
+			var kv map[string]any
+			dec := json.NewDecoder(strings.NewReader(r["SkuPriceDetails"]))
+			if err := dec.Decode(&kv); err != nil {
+				t.Fatalf("%s row %d: SkuPriceDetails %q: %v", f, i, r["SkuPriceDetails"], err)
+			}
+			for k, v := range kv {
+				if !strings.HasPrefix(k, "x_") {
+					t.Errorf("%s row %d: SkuPriceDetails key %q is neither FOCUS's nor x_", f, i, k)
+				}
+				switch v.(type) {
+				case map[string]any, []any:
+					t.Errorf("%s row %d: SkuPriceDetails %q holds an object or array", f, i, k)
+				}
+			}
+		}
+		if len(inputIDs) != 2 {
+			t.Errorf("%s: input SkuPriceIds %v, want two: the edited price is another price", f, inputIDs)
+		}
+	}
+}
+
+// TestFocusAccounts checks that the accounts file names the parties: the
+// operator's provider, publisher and invoice issuer, each tenant's billing
+// account id and display name (BillingAccountName, SubAccountName), and
+// the Parquet file's DataGenerator.
+func TestFocusAccounts(t *testing.T) {
+	accounts, err := billing.ParseAccounts([]byte(`{"operator": {"provider_name": "Example Inference", "publisher_name": "Example Labs",
+		"invoice_issuer_name": "Example Inference Ltd"},
+		"tenants": [{"id": "acme", "name": "Acme Corp", "billing_account_id": "BA-0042"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := append(export.StatementRows(testStatement(t, "acme")), export.StatementRows(testStatement(t, "globex"))...)
+	opts := export.Options{Accounts: accounts}
+	for _, f := range []export.Format{export.FocusCSV, export.FocusParquet} {
+		data := encodeStatements(t, f, opts, rows)
+		for i, r := range focusRecords(t, f, data) {
+			want := map[string]string{"ProviderName": "Example Inference", "PublisherName": "Example Labs", "InvoiceIssuerName": "Example Inference Ltd",
+				"BillingAccountId": "BA-0042", "BillingAccountName": "Acme Corp", "SubAccountId": "acme", "SubAccountName": "Acme Corp",
+				"ServiceName": "Example Inference inference"}
+			if r["SubAccountId"] == "globex" { // not in the file: its id
+				want["BillingAccountId"], want["BillingAccountName"], want["SubAccountId"], want["SubAccountName"] = "globex", "globex", "globex", "globex"
+			}
+			for c, v := range want {
+				if r[c] != v {
+					t.Errorf("%s row %d: %s %q, want %q", f, i, c, r[c], v)
+				}
+			}
+		}
+		if f == export.FocusParquet {
+			_, rdr := arrowTable(t, data)
+			if got := rdr.MetaData().KeyValueMetadata().FindValue("DataGenerator"); got == nil || *got != "Example Inference" {
+				t.Errorf("DataGenerator %v, want Example Inference", got)
+			}
+		}
+	}
+}
+
+// TestFocusTenantView checks what a tenant's FOCUS file leaves out:
+// deployment names (ResourceId, ResourceName, x_Deployment) and price book
+// versions (x_PriceBook), which finance's file has.
+func TestFocusTenantView(t *testing.T) {
+	rows := export.StatementRows(testStatement(t, "acme"))
+	for _, f := range []export.Format{export.FocusCSV, export.FocusParquet} {
+		for _, finance := range []bool{false, true} {
+			deployments := 0
+			for i, r := range focusRecords(t, f, encodeStatements(t, f, export.Options{Finance: finance}, rows)) {
+				for _, c := range []string{"ResourceId", "ResourceName", "ResourceType", "x_Deployment", "x_PriceBook"} {
+					if _, ok := r[c]; ok && !finance {
+						t.Errorf("%s tenant row %d shows %s %q", f, i, c, r[c])
+					}
+				}
+				if r["ResourceId"] != "" {
+					deployments++
+				}
+			}
+			if finance && deployments == 0 {
+				t.Errorf("%s: finance's file names no deployment", f)
+			}
+		}
+	}
+}
+
+// TestFocusRegionAndInvoice checks that a row's region and invoice number
+// reach RegionId, RegionName and InvoiceId, and that they are null when
+// unknown.
+func TestFocusRegionAndInvoice(t *testing.T) {
+	rows := export.StatementRows(testStatement(t, "acme"))
+	for i := range rows {
+		rows[i].InvoiceID = "EI-000017"
+		if rows[i].Line.Deployment == "d1" {
+			rows[i].Region = "us-east-1"
+		}
+	}
+	for _, f := range []export.Format{export.FocusCSV, export.FocusParquet} {
+		regions := 0
+		for i, r := range focusRecords(t, f, encodeStatements(t, f, export.Options{Finance: true}, rows)) {
+			if r["InvoiceId"] != "EI-000017" {
+				t.Errorf("%s row %d: InvoiceId %q", f, i, r["InvoiceId"])
+			}
+			want := ""
+			if r["x_Deployment"] == "d1" {
+				want = "us-east-1"
+				regions++
+			}
+			if r["RegionId"] != want || r["RegionName"] != want {
+				t.Errorf("%s row %d (%s): RegionId %q, RegionName %q, want %q", f, i, r["x_Deployment"], r["RegionId"], r["RegionName"], want)
+			}
+		}
+		if regions == 0 {
+			t.Errorf("%s: no row with a region", f)
+		}
+	}
+}
+
+// TestFocusRowsCounted checks that Writer.Rows counts the rows of the
+// file (FOCUS rows: one per token kind, and rounding rows), not the rows
+// given to Write.
+func TestFocusRowsCounted(t *testing.T) {
+	rows := append(export.StatementRows(testStatement(t, "acme")), export.StatementRows(testStatement(t, "globex"))...)
+	for _, f := range export.Formats() {
+		var buf bytes.Buffer
+		w, err := export.NewStatementWriter(&buf, f, export.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			if err := w.Write(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		var want int64
+		switch f {
+		case export.CSV, export.FocusCSV:
+			want = int64(len(readCSV(t, buf.Bytes())) - 1)
+		case export.JSONLines:
+			want = int64(bytes.Count(buf.Bytes(), []byte("\n")))
+		default:
+			tbl, _ := arrowTable(t, buf.Bytes())
+			want = tbl.NumRows()
+		}
+		if w.Rows() != want {
+			t.Errorf("%s: Rows() %d, the file has %d", f, w.Rows(), want)
+		}
+		if !f.IsFocus() && want != int64(len(rows)-2) {
+			t.Errorf("%s: %d rows, want one per line (%d)", f, want, len(rows)-2)
+		}
+	}
+}
+
+// TestFocusGPUCostByGPUTime checks the split of a row's allocated GPU cost
+// over its token kinds: by GPU time (DefaultGPUTimeWeights: an output
+// token 4 input tokens' time, a cached input token a tenth), not by token
+// count, and exact.
+func TestFocusGPUCostByGPUTime(t *testing.T) {
+	r := usageRows(t, 1)[0]
+	r.InputTokens, r.CachedInputTokens, r.OutputTokens = 2_000_000, 1_000_000, 1_000_000
+	r.AllocatedCost = 5_100_000_000 // weights 10 × 1M, 1 × 1M, 40 × 1M of 51M
+	want := map[string]string{"input": "1", "cached_input": "0.1", "output": "4"}
+	weights := [3]uint64{1, 1, 1}
+	for _, opts := range []export.Options{{Finance: true}, {Finance: true, GPUTimeWeights: &weights}} {
+		for _, rec := range focusRecords(t, export.FocusCSV, encodeUsage(t, export.FocusCSV, opts, []export.UsageCostRow{r})) {
+			got := rec["x_AllocatedCost"]
+			if opts.GPUTimeWeights != nil {
+				// by tokens: 1M of 3M each
+				want[rec["x_TokenKind"]] = "1.7"
+			}
+			if got != want[rec["x_TokenKind"]] {
+				t.Errorf("weights %v: %s allocated %s, want %s", opts.GPUTimeWeights, rec["x_TokenKind"], got, want[rec["x_TokenKind"]])
+			}
+		}
+	}
+}
