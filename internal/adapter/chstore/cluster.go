@@ -75,9 +75,6 @@ var globalTables = map[string]bool{
 	// Credit grants and their ledger (billing/credits.go).
 	"credit_grants": true,
 	"credit_ledger": true,
-	// Credit grants and their ledger (billing/credits.go).
-	"credit_grants": true,
-	"credit_ledger": true,
 	// Reissued statements and invoice documents (invoices.go): one
 	// gap-free numbering reads and writes them on one server.
 	"statement_revisions": true,
