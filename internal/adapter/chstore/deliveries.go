@@ -21,20 +21,21 @@ WHERE sink = ? AND tenant_id = ''`
 const deliveryMarkSQL = `INSERT INTO statement_deliveries (sink, tenant_id, period, hash, delivered_at)
 SELECT ?, '', '', '', now()`
 
-// undeliveredSQL lists the statements in force (each tenant's period's
-// first stored row, as Statement reads it) closed at or after a time that
-// a sink has no delivery of, oldest close first. The inner query finds
-// their keys without reading content; the outer reads the rows.
-const undeliveredSQL = `SELECT tenant_id, period, hash, content, closed_at FROM statements
-WHERE (tenant_id, period, hash, closed_at) IN (
-    SELECT tenant_id, period, argMin(hash, (closed_at, hash)) AS first_hash, min(closed_at) AS first_closed
-    FROM statements
-    GROUP BY tenant_id, period
+// undeliveredSQL lists the statements (every revision of a period's
+// statement: the close's, then the reissues; of each the first row stored,
+// as StatementRevisions reads them) closed at or after a time that a sink
+// has no delivery of, oldest close first. The inner query finds their keys
+// without reading content; the outer reads the rows.
+var undeliveredSQL = `SELECT tenant_id, period, revision, hash, content, closed_at FROM (` + revisionsOf("1") + `)
+WHERE (tenant_id, period, revision, hash, closed_at) IN (
+    SELECT tenant_id, period, revision, argMin(hash, (closed_at, hash)) AS first_hash, min(closed_at) AS first_closed
+    FROM (` + revisionsOf("1") + `)
+    GROUP BY tenant_id, period, revision
     HAVING first_closed >= toDateTime(?)
        AND (tenant_id, period, first_hash) NOT IN (SELECT tenant_id, period, hash FROM statement_deliveries WHERE sink = ?)
-    ORDER BY first_closed, tenant_id, period
+    ORDER BY first_closed, tenant_id, period, revision
     LIMIT ?)
-ORDER BY closed_at, tenant_id, period`
+ORDER BY closed_at, tenant_id, period, revision`
 
 // DeliveryStart returns when sink was first started, by the server's
 // clock, recording the start now when it never was: statements closed
@@ -66,22 +67,24 @@ func (s *Store) DeliveryStart(ctx context.Context, sink string) (time.Time, erro
 
 // UndeliveredStatements returns up to limit closed statements, closed at
 // or after from, that sink has not delivered (MarkDelivered), oldest close
-// first: for a tenant's period, the statement in force (the first one
-// stored, as Statement reads it).
+// first: every revision of a tenant's period (the close's and each
+// reissue, each the first row stored of it, as StatementRevisions reads
+// them).
 func (s *Store) UndeliveredStatements(ctx context.Context, sink string, from time.Time, limit int) ([]billing.StoredStatement, error) {
 	var (
-		out     []billing.StoredStatement
-		st      billing.StoredStatement
-		content string
+		out      []billing.StoredStatement
+		st       billing.StoredStatement
+		content  string
+		revision uint32
 	)
 	err := s.each(ctx, "undelivered statements", undeliveredSQL, []any{from.Unix(), sink, limit},
-		[]any{&st.Tenant, &st.Period, &st.Hash, &content, &st.ClosedAt}, func() error {
+		[]any{&st.Tenant, &st.Period, &revision, &st.Hash, &content, &st.ClosedAt}, func() error {
 			// Two identical rows (a retried insert) are one statement.
-			if n := len(out); n > 0 && out[n-1].Tenant == st.Tenant && out[n-1].Period == st.Period {
+			if n := len(out); n > 0 && out[n-1].Tenant == st.Tenant && out[n-1].Period == st.Period && out[n-1].Revision == int(revision) {
 				return nil
 			}
 			row := st
-			row.Content, row.ClosedAt = []byte(content), st.ClosedAt.UTC()
+			row.Revision, row.Content, row.ClosedAt = int(revision), []byte(content), st.ClosedAt.UTC()
 			out = append(out, row)
 			return nil
 		})

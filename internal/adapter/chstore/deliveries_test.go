@@ -1,6 +1,7 @@
 package chstore_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -14,7 +15,8 @@ import (
 // statements it has not delivered are listed from a close time on, oldest
 // first and bounded, each period's statement in force only (a second row
 // of a racing close is neither listed nor delivered by a delivery of its
-// hash), and a delivery counts for its sink alone.
+// hash), a delivery counts for its sink alone, and a reissue is a
+// statement to deliver of its own.
 func TestStatementDeliveries(t *testing.T) {
 	ctx := t.Context()
 	s := chstoretest.OpenMigrated(t)
@@ -88,4 +90,20 @@ SELECT 'a', '2026-11', 'UTC', toDateTime(%d), toDateTime(%d), 'other', '{}', toD
 		t.Fatal(err)
 	}
 	want(list("kafka:t", 10))
+	// A reissue of b's period is a statement of its own to deliver.
+	var rev billing.Statement
+	if err := json.Unmarshal(b.Content, &rev); err != nil {
+		t.Fatal(err)
+	}
+	rev.Hash, rev.Revision, rev.Replaces, rev.VoidReason = "", 1, b.Hash, "test"
+	rev.Hash, _ = rev.ContentHash()
+	b1, err := s.SaveRevision(ctx, rev, base.Add(time.Hour))
+	if err != nil || b1.Revision != 1 {
+		t.Fatalf("reissue: %+v, %v", b1, err)
+	}
+	want(list("kafka:t", 10), b1)
+	sts, err := s.UndeliveredStatements(ctx, "kafka:t", base, 10)
+	if err != nil || len(sts) != 1 || sts[0].Revision != 1 || string(sts[0].Content) != string(b1.Content) {
+		t.Errorf("reissue listed as %+v (%v), want revision 1 as stored", sts, err)
+	}
 }
