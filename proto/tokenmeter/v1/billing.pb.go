@@ -512,7 +512,12 @@ type Statement struct {
 	ClosedAt *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=closed_at,json=closedAt,proto3" json:"closed_at,omitempty"`
 	// finance is the finance-only part (allocated GPU cost, margin); unset
 	// for tenant keys.
-	Finance       *StatementFinance `protobuf:"bytes,16,opt,name=finance,proto3" json:"finance,omitempty"`
+	Finance *StatementFinance `protobuf:"bytes,16,opt,name=finance,proto3" json:"finance,omitempty"`
+	// charges are the bill's amounts besides the lines' list charges, in
+	// order: contract discounts, dedicated GPU-hours, the commitment's
+	// true-up, credits drawn. charge is the sum of the lines' charges and of
+	// these amounts.
+	Charges       []*StatementCharge `protobuf:"bytes,17,rep,name=charges,proto3" json:"charges,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -659,6 +664,176 @@ func (x *Statement) GetFinance() *StatementFinance {
 	return nil
 }
 
+func (x *Statement) GetCharges() []*StatementCharge {
+	if x != nil {
+		return x.Charges
+	}
+	return nil
+}
+
+// StatementCharge is one amount of a statement besides its lines' list
+// charges (docs/architecture.md "Contracts").
+type StatementCharge struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is "discount" (a usage line's tokens of one kind at a contracted
+	// price instead of list), "commitment" (the true-up of a committed spend
+	// not reached), "dedicated" (a dedicated deployment's GPU-hours) or
+	// "credit" (drawn on a credit grant).
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// description says what the charge is, in words.
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// line is the index in lines of the line a discount applies to; -1 when
+	// the charge is not about one line.
+	Line int32 `protobuf:"varint,3,opt,name=line,proto3" json:"line,omitempty"`
+	// model names the model the charge is about, when it is one.
+	Model string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	// deployment names the deployment the charge is about (a line's, or a
+	// dedicated deployment), when it is one.
+	Deployment string `protobuf:"bytes,5,opt,name=deployment,proto3" json:"deployment,omitempty"`
+	// token_kind is "input" (uncached), "cached_input" or "output" for a
+	// discount; empty otherwise.
+	TokenKind string `protobuf:"bytes,6,opt,name=token_kind,json=tokenKind,proto3" json:"token_kind,omitempty"`
+	// quantity is a decimal count of unit at unit_price, when the charge is
+	// a price times a quantity.
+	Quantity string `protobuf:"bytes,7,opt,name=quantity,proto3" json:"quantity,omitempty"`
+	// unit is what quantity counts: "tokens", "GPU-hours" or "commitment".
+	Unit string `protobuf:"bytes,8,opt,name=unit,proto3" json:"unit,omitempty"`
+	// unit_price is the contracted price of a unit, a decimal: per 1M
+	// tokens for tokens, per GPU-hour for GPU-hours.
+	UnitPrice string `protobuf:"bytes,9,opt,name=unit_price,json=unitPrice,proto3" json:"unit_price,omitempty"`
+	// rule names the contract term or grant that made the charge.
+	Rule string `protobuf:"bytes,10,opt,name=rule,proto3" json:"rule,omitempty"`
+	// charge_start is the start of what the charge is for.
+	ChargeStart *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=charge_start,json=chargeStart,proto3" json:"charge_start,omitempty"`
+	// charge_end is the end of what the charge is for.
+	ChargeEnd *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=charge_end,json=chargeEnd,proto3" json:"charge_end,omitempty"`
+	// amount is exact: negative for discounts and credits.
+	Amount        *Money `protobuf:"bytes,13,opt,name=amount,proto3" json:"amount,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatementCharge) Reset() {
+	*x = StatementCharge{}
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatementCharge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatementCharge) ProtoMessage() {}
+
+func (x *StatementCharge) ProtoReflect() protoreflect.Message {
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatementCharge.ProtoReflect.Descriptor instead.
+func (*StatementCharge) Descriptor() ([]byte, []int) {
+	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *StatementCharge) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *StatementCharge) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *StatementCharge) GetLine() int32 {
+	if x != nil {
+		return x.Line
+	}
+	return 0
+}
+
+func (x *StatementCharge) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *StatementCharge) GetDeployment() string {
+	if x != nil {
+		return x.Deployment
+	}
+	return ""
+}
+
+func (x *StatementCharge) GetTokenKind() string {
+	if x != nil {
+		return x.TokenKind
+	}
+	return ""
+}
+
+func (x *StatementCharge) GetQuantity() string {
+	if x != nil {
+		return x.Quantity
+	}
+	return ""
+}
+
+func (x *StatementCharge) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *StatementCharge) GetUnitPrice() string {
+	if x != nil {
+		return x.UnitPrice
+	}
+	return ""
+}
+
+func (x *StatementCharge) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *StatementCharge) GetChargeStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ChargeStart
+	}
+	return nil
+}
+
+func (x *StatementCharge) GetChargeEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ChargeEnd
+	}
+	return nil
+}
+
+func (x *StatementCharge) GetAmount() *Money {
+	if x != nil {
+		return x.Amount
+	}
+	return nil
+}
+
 // StatementLine is one line of a statement: a model's (and deployment's)
 // usage under one token price.
 type StatementLine struct {
@@ -703,14 +878,21 @@ type StatementLine struct {
 	Finance *StatementLineFinance `protobuf:"bytes,17,opt,name=finance,proto3" json:"finance,omitempty"`
 	// price_book is the version of the price book that priced an adjustment
 	// when it is not the statement's (its period was billed with another).
-	PriceBook     string `protobuf:"bytes,18,opt,name=price_book,json=priceBook,proto3" json:"price_book,omitempty"`
+	PriceBook string `protobuf:"bytes,18,opt,name=price_book,json=priceBook,proto3" json:"price_book,omitempty"`
+	// contracted_charge is the line's charge under the tenant's contract
+	// (its contracted cost rounded once to a nano-unit); unset without a
+	// contract.
+	ContractedCharge *Money `protobuf:"bytes,19,opt,name=contracted_charge,json=contractedCharge,proto3" json:"contracted_charge,omitempty"`
+	// discount is contracted_charge − charge: the sum of the line's discount
+	// charges; unset without a contract.
+	Discount      *Money `protobuf:"bytes,20,opt,name=discount,proto3" json:"discount,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatementLine) Reset() {
 	*x = StatementLine{}
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[8]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +904,7 @@ func (x *StatementLine) String() string {
 func (*StatementLine) ProtoMessage() {}
 
 func (x *StatementLine) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[8]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +917,7 @@ func (x *StatementLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatementLine.ProtoReflect.Descriptor instead.
 func (*StatementLine) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{8}
+	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StatementLine) GetKind() string {
@@ -864,6 +1046,20 @@ func (x *StatementLine) GetPriceBook() string {
 	return ""
 }
 
+func (x *StatementLine) GetContractedCharge() *Money {
+	if x != nil {
+		return x.ContractedCharge
+	}
+	return nil
+}
+
+func (x *StatementLine) GetDiscount() *Money {
+	if x != nil {
+		return x.Discount
+	}
+	return nil
+}
+
 // StatementLineFinance is the GPU cost allocated to one usage line.
 type StatementLineFinance struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -881,7 +1077,7 @@ type StatementLineFinance struct {
 
 func (x *StatementLineFinance) Reset() {
 	*x = StatementLineFinance{}
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[9]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +1089,7 @@ func (x *StatementLineFinance) String() string {
 func (*StatementLineFinance) ProtoMessage() {}
 
 func (x *StatementLineFinance) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[9]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,7 +1102,7 @@ func (x *StatementLineFinance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatementLineFinance.ProtoReflect.Descriptor instead.
 func (*StatementLineFinance) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{9}
+	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StatementLineFinance) GetAllocatedCost() *Money {
@@ -968,7 +1164,7 @@ type StatementFinance struct {
 
 func (x *StatementFinance) Reset() {
 	*x = StatementFinance{}
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[10]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -980,7 +1176,7 @@ func (x *StatementFinance) String() string {
 func (*StatementFinance) ProtoMessage() {}
 
 func (x *StatementFinance) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[10]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -993,7 +1189,7 @@ func (x *StatementFinance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatementFinance.ProtoReflect.Descriptor instead.
 func (*StatementFinance) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{10}
+	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StatementFinance) GetBusyPolicy() string {
@@ -1082,7 +1278,7 @@ type ExportStatementsRequest struct {
 
 func (x *ExportStatementsRequest) Reset() {
 	*x = ExportStatementsRequest{}
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[11]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1290,7 @@ func (x *ExportStatementsRequest) String() string {
 func (*ExportStatementsRequest) ProtoMessage() {}
 
 func (x *ExportStatementsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[11]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1303,7 @@ func (x *ExportStatementsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportStatementsRequest.ProtoReflect.Descriptor instead.
 func (*ExportStatementsRequest) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{11}
+	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExportStatementsRequest) GetPeriod() string {
@@ -1151,7 +1347,7 @@ type ExportStatementsResponse struct {
 
 func (x *ExportStatementsResponse) Reset() {
 	*x = ExportStatementsResponse{}
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[12]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1359,7 @@ func (x *ExportStatementsResponse) String() string {
 func (*ExportStatementsResponse) ProtoMessage() {}
 
 func (x *ExportStatementsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[12]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1372,7 @@ func (x *ExportStatementsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportStatementsResponse.ProtoReflect.Descriptor instead.
 func (*ExportStatementsResponse) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{12}
+	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExportStatementsResponse) GetData() []byte {
@@ -1235,7 +1431,7 @@ type ExportUsageCostRequest struct {
 
 func (x *ExportUsageCostRequest) Reset() {
 	*x = ExportUsageCostRequest{}
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[13]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1443,7 @@ func (x *ExportUsageCostRequest) String() string {
 func (*ExportUsageCostRequest) ProtoMessage() {}
 
 func (x *ExportUsageCostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[13]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1456,7 @@ func (x *ExportUsageCostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportUsageCostRequest.ProtoReflect.Descriptor instead.
 func (*ExportUsageCostRequest) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{13}
+	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExportUsageCostRequest) GetStart() *timestamppb.Timestamp {
@@ -1315,7 +1511,7 @@ type ExportUsageCostResponse struct {
 
 func (x *ExportUsageCostResponse) Reset() {
 	*x = ExportUsageCostResponse{}
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[14]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1523,7 @@ func (x *ExportUsageCostResponse) String() string {
 func (*ExportUsageCostResponse) ProtoMessage() {}
 
 func (x *ExportUsageCostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[14]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1536,7 @@ func (x *ExportUsageCostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportUsageCostResponse.ProtoReflect.Descriptor instead.
 func (*ExportUsageCostResponse) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{14}
+	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExportUsageCostResponse) GetData() []byte {
@@ -1405,7 +1601,7 @@ const file_tokenmeter_v1_billing_proto_rawDesc = "" +
 	"\x06period\x18\x01 \x01(\tR\x06period\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\"N\n" +
 	"\x14GetStatementResponse\x126\n" +
-	"\tstatement\x18\x01 \x01(\v2\x18.tokenmeter.v1.StatementR\tstatement\"\x80\x05\n" +
+	"\tstatement\x18\x01 \x01(\v2\x18.tokenmeter.v1.StatementR\tstatement\"\xba\x05\n" +
 	"\tStatement\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x16\n" +
 	"\x06period\x18\x02 \x01(\tR\x06period\x12\x12\n" +
@@ -1425,7 +1621,28 @@ const file_tokenmeter_v1_billing_proto_rawDesc = "" +
 	"\x04hash\x18\r \x01(\tR\x04hash\x12\x16\n" +
 	"\x06closed\x18\x0e \x01(\bR\x06closed\x127\n" +
 	"\tclosed_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\bclosedAt\x129\n" +
-	"\afinance\x18\x10 \x01(\v2\x1f.tokenmeter.v1.StatementFinanceR\afinance\"\x86\x06\n" +
+	"\afinance\x18\x10 \x01(\v2\x1f.tokenmeter.v1.StatementFinanceR\afinance\x128\n" +
+	"\acharges\x18\x11 \x03(\v2\x1e.tokenmeter.v1.StatementChargeR\acharges\"\xbb\x03\n" +
+	"\x0fStatementCharge\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x12\n" +
+	"\x04line\x18\x03 \x01(\x05R\x04line\x12\x14\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12\x1e\n" +
+	"\n" +
+	"deployment\x18\x05 \x01(\tR\n" +
+	"deployment\x12\x1d\n" +
+	"\n" +
+	"token_kind\x18\x06 \x01(\tR\ttokenKind\x12\x1a\n" +
+	"\bquantity\x18\a \x01(\tR\bquantity\x12\x12\n" +
+	"\x04unit\x18\b \x01(\tR\x04unit\x12\x1d\n" +
+	"\n" +
+	"unit_price\x18\t \x01(\tR\tunitPrice\x12\x12\n" +
+	"\x04rule\x18\n" +
+	" \x01(\tR\x04rule\x12=\n" +
+	"\fcharge_start\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\vchargeStart\x129\n" +
+	"\n" +
+	"charge_end\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tchargeEnd\x12,\n" +
+	"\x06amount\x18\r \x01(\v2\x14.tokenmeter.v1.MoneyR\x06amount\"\xfb\x06\n" +
 	"\rStatementLine\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x1e\n" +
@@ -1450,7 +1667,9 @@ const file_tokenmeter_v1_billing_proto_rawDesc = "" +
 	"\x06charge\x18\x10 \x01(\v2\x14.tokenmeter.v1.MoneyR\x06charge\x12=\n" +
 	"\afinance\x18\x11 \x01(\v2#.tokenmeter.v1.StatementLineFinanceR\afinance\x12\x1d\n" +
 	"\n" +
-	"price_book\x18\x12 \x01(\tR\tpriceBook\"\xe7\x01\n" +
+	"price_book\x18\x12 \x01(\tR\tpriceBook\x12A\n" +
+	"\x11contracted_charge\x18\x13 \x01(\v2\x14.tokenmeter.v1.MoneyR\x10contractedCharge\x120\n" +
+	"\bdiscount\x18\x14 \x01(\v2\x14.tokenmeter.v1.MoneyR\bdiscount\"\xe7\x01\n" +
 	"\x14StatementLineFinance\x12;\n" +
 	"\x0eallocated_cost\x18\x01 \x01(\v2\x14.tokenmeter.v1.MoneyR\rallocatedCost\x121\n" +
 	"\tbusy_cost\x18\x02 \x01(\v2\x14.tokenmeter.v1.MoneyR\bbusyCost\x121\n" +
@@ -1512,7 +1731,7 @@ func file_tokenmeter_v1_billing_proto_rawDescGZIP() []byte {
 	return file_tokenmeter_v1_billing_proto_rawDescData
 }
 
-var file_tokenmeter_v1_billing_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_tokenmeter_v1_billing_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_tokenmeter_v1_billing_proto_goTypes = []any{
 	(*ListBillingPeriodsRequest)(nil),  // 0: tokenmeter.v1.ListBillingPeriodsRequest
 	(*ListBillingPeriodsResponse)(nil), // 1: tokenmeter.v1.ListBillingPeriodsResponse
@@ -1522,69 +1741,76 @@ var file_tokenmeter_v1_billing_proto_goTypes = []any{
 	(*GetStatementRequest)(nil),        // 5: tokenmeter.v1.GetStatementRequest
 	(*GetStatementResponse)(nil),       // 6: tokenmeter.v1.GetStatementResponse
 	(*Statement)(nil),                  // 7: tokenmeter.v1.Statement
-	(*StatementLine)(nil),              // 8: tokenmeter.v1.StatementLine
-	(*StatementLineFinance)(nil),       // 9: tokenmeter.v1.StatementLineFinance
-	(*StatementFinance)(nil),           // 10: tokenmeter.v1.StatementFinance
-	(*ExportStatementsRequest)(nil),    // 11: tokenmeter.v1.ExportStatementsRequest
-	(*ExportStatementsResponse)(nil),   // 12: tokenmeter.v1.ExportStatementsResponse
-	(*ExportUsageCostRequest)(nil),     // 13: tokenmeter.v1.ExportUsageCostRequest
-	(*ExportUsageCostResponse)(nil),    // 14: tokenmeter.v1.ExportUsageCostResponse
-	(*timestamppb.Timestamp)(nil),      // 15: google.protobuf.Timestamp
-	(*Money)(nil),                      // 16: tokenmeter.v1.Money
-	(*durationpb.Duration)(nil),        // 17: google.protobuf.Duration
+	(*StatementCharge)(nil),            // 8: tokenmeter.v1.StatementCharge
+	(*StatementLine)(nil),              // 9: tokenmeter.v1.StatementLine
+	(*StatementLineFinance)(nil),       // 10: tokenmeter.v1.StatementLineFinance
+	(*StatementFinance)(nil),           // 11: tokenmeter.v1.StatementFinance
+	(*ExportStatementsRequest)(nil),    // 12: tokenmeter.v1.ExportStatementsRequest
+	(*ExportStatementsResponse)(nil),   // 13: tokenmeter.v1.ExportStatementsResponse
+	(*ExportUsageCostRequest)(nil),     // 14: tokenmeter.v1.ExportUsageCostRequest
+	(*ExportUsageCostResponse)(nil),    // 15: tokenmeter.v1.ExportUsageCostResponse
+	(*timestamppb.Timestamp)(nil),      // 16: google.protobuf.Timestamp
+	(*Money)(nil),                      // 17: tokenmeter.v1.Money
+	(*durationpb.Duration)(nil),        // 18: google.protobuf.Duration
 }
 var file_tokenmeter_v1_billing_proto_depIdxs = []int32{
 	2,  // 0: tokenmeter.v1.ListBillingPeriodsResponse.periods:type_name -> tokenmeter.v1.BillingPeriod
-	15, // 1: tokenmeter.v1.BillingPeriod.start:type_name -> google.protobuf.Timestamp
-	15, // 2: tokenmeter.v1.BillingPeriod.end:type_name -> google.protobuf.Timestamp
-	15, // 3: tokenmeter.v1.BillingPeriod.closable_at:type_name -> google.protobuf.Timestamp
-	15, // 4: tokenmeter.v1.BillingPeriod.closed_at:type_name -> google.protobuf.Timestamp
-	16, // 5: tokenmeter.v1.BillingPeriod.total:type_name -> tokenmeter.v1.Money
-	17, // 6: tokenmeter.v1.CloseBillingPeriodRequest.grace:type_name -> google.protobuf.Duration
+	16, // 1: tokenmeter.v1.BillingPeriod.start:type_name -> google.protobuf.Timestamp
+	16, // 2: tokenmeter.v1.BillingPeriod.end:type_name -> google.protobuf.Timestamp
+	16, // 3: tokenmeter.v1.BillingPeriod.closable_at:type_name -> google.protobuf.Timestamp
+	16, // 4: tokenmeter.v1.BillingPeriod.closed_at:type_name -> google.protobuf.Timestamp
+	17, // 5: tokenmeter.v1.BillingPeriod.total:type_name -> tokenmeter.v1.Money
+	18, // 6: tokenmeter.v1.CloseBillingPeriodRequest.grace:type_name -> google.protobuf.Duration
 	2,  // 7: tokenmeter.v1.CloseBillingPeriodResponse.periods:type_name -> tokenmeter.v1.BillingPeriod
 	7,  // 8: tokenmeter.v1.GetStatementResponse.statement:type_name -> tokenmeter.v1.Statement
-	15, // 9: tokenmeter.v1.Statement.period_start:type_name -> google.protobuf.Timestamp
-	15, // 10: tokenmeter.v1.Statement.period_end:type_name -> google.protobuf.Timestamp
-	8,  // 11: tokenmeter.v1.Statement.lines:type_name -> tokenmeter.v1.StatementLine
-	16, // 12: tokenmeter.v1.Statement.charge:type_name -> tokenmeter.v1.Money
-	16, // 13: tokenmeter.v1.Statement.total:type_name -> tokenmeter.v1.Money
-	15, // 14: tokenmeter.v1.Statement.closed_at:type_name -> google.protobuf.Timestamp
-	10, // 15: tokenmeter.v1.Statement.finance:type_name -> tokenmeter.v1.StatementFinance
-	15, // 16: tokenmeter.v1.StatementLine.charge_start:type_name -> google.protobuf.Timestamp
-	15, // 17: tokenmeter.v1.StatementLine.charge_end:type_name -> google.protobuf.Timestamp
-	16, // 18: tokenmeter.v1.StatementLine.input_per_1m:type_name -> tokenmeter.v1.Money
-	16, // 19: tokenmeter.v1.StatementLine.cached_input_per_1m:type_name -> tokenmeter.v1.Money
-	16, // 20: tokenmeter.v1.StatementLine.output_per_1m:type_name -> tokenmeter.v1.Money
-	16, // 21: tokenmeter.v1.StatementLine.charge:type_name -> tokenmeter.v1.Money
-	9,  // 22: tokenmeter.v1.StatementLine.finance:type_name -> tokenmeter.v1.StatementLineFinance
-	16, // 23: tokenmeter.v1.StatementLineFinance.allocated_cost:type_name -> tokenmeter.v1.Money
-	16, // 24: tokenmeter.v1.StatementLineFinance.busy_cost:type_name -> tokenmeter.v1.Money
-	16, // 25: tokenmeter.v1.StatementLineFinance.idle_cost:type_name -> tokenmeter.v1.Money
-	16, // 26: tokenmeter.v1.StatementLineFinance.margin:type_name -> tokenmeter.v1.Money
-	16, // 27: tokenmeter.v1.StatementFinance.allocated_cost:type_name -> tokenmeter.v1.Money
-	16, // 28: tokenmeter.v1.StatementFinance.busy_cost:type_name -> tokenmeter.v1.Money
-	16, // 29: tokenmeter.v1.StatementFinance.idle_cost:type_name -> tokenmeter.v1.Money
-	16, // 30: tokenmeter.v1.StatementFinance.usage_charge:type_name -> tokenmeter.v1.Money
-	16, // 31: tokenmeter.v1.StatementFinance.margin:type_name -> tokenmeter.v1.Money
-	16, // 32: tokenmeter.v1.StatementFinance.cost_per_1k_tokens:type_name -> tokenmeter.v1.Money
-	16, // 33: tokenmeter.v1.StatementFinance.unassigned:type_name -> tokenmeter.v1.Money
-	15, // 34: tokenmeter.v1.ExportUsageCostRequest.start:type_name -> google.protobuf.Timestamp
-	15, // 35: tokenmeter.v1.ExportUsageCostRequest.end:type_name -> google.protobuf.Timestamp
-	0,  // 36: tokenmeter.v1.BillingService.ListBillingPeriods:input_type -> tokenmeter.v1.ListBillingPeriodsRequest
-	3,  // 37: tokenmeter.v1.BillingService.CloseBillingPeriod:input_type -> tokenmeter.v1.CloseBillingPeriodRequest
-	5,  // 38: tokenmeter.v1.BillingService.GetStatement:input_type -> tokenmeter.v1.GetStatementRequest
-	11, // 39: tokenmeter.v1.BillingService.ExportStatements:input_type -> tokenmeter.v1.ExportStatementsRequest
-	13, // 40: tokenmeter.v1.BillingService.ExportUsageCost:input_type -> tokenmeter.v1.ExportUsageCostRequest
-	1,  // 41: tokenmeter.v1.BillingService.ListBillingPeriods:output_type -> tokenmeter.v1.ListBillingPeriodsResponse
-	4,  // 42: tokenmeter.v1.BillingService.CloseBillingPeriod:output_type -> tokenmeter.v1.CloseBillingPeriodResponse
-	6,  // 43: tokenmeter.v1.BillingService.GetStatement:output_type -> tokenmeter.v1.GetStatementResponse
-	12, // 44: tokenmeter.v1.BillingService.ExportStatements:output_type -> tokenmeter.v1.ExportStatementsResponse
-	14, // 45: tokenmeter.v1.BillingService.ExportUsageCost:output_type -> tokenmeter.v1.ExportUsageCostResponse
-	41, // [41:46] is the sub-list for method output_type
-	36, // [36:41] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	16, // 9: tokenmeter.v1.Statement.period_start:type_name -> google.protobuf.Timestamp
+	16, // 10: tokenmeter.v1.Statement.period_end:type_name -> google.protobuf.Timestamp
+	9,  // 11: tokenmeter.v1.Statement.lines:type_name -> tokenmeter.v1.StatementLine
+	17, // 12: tokenmeter.v1.Statement.charge:type_name -> tokenmeter.v1.Money
+	17, // 13: tokenmeter.v1.Statement.total:type_name -> tokenmeter.v1.Money
+	16, // 14: tokenmeter.v1.Statement.closed_at:type_name -> google.protobuf.Timestamp
+	11, // 15: tokenmeter.v1.Statement.finance:type_name -> tokenmeter.v1.StatementFinance
+	8,  // 16: tokenmeter.v1.Statement.charges:type_name -> tokenmeter.v1.StatementCharge
+	16, // 17: tokenmeter.v1.StatementCharge.charge_start:type_name -> google.protobuf.Timestamp
+	16, // 18: tokenmeter.v1.StatementCharge.charge_end:type_name -> google.protobuf.Timestamp
+	17, // 19: tokenmeter.v1.StatementCharge.amount:type_name -> tokenmeter.v1.Money
+	16, // 20: tokenmeter.v1.StatementLine.charge_start:type_name -> google.protobuf.Timestamp
+	16, // 21: tokenmeter.v1.StatementLine.charge_end:type_name -> google.protobuf.Timestamp
+	17, // 22: tokenmeter.v1.StatementLine.input_per_1m:type_name -> tokenmeter.v1.Money
+	17, // 23: tokenmeter.v1.StatementLine.cached_input_per_1m:type_name -> tokenmeter.v1.Money
+	17, // 24: tokenmeter.v1.StatementLine.output_per_1m:type_name -> tokenmeter.v1.Money
+	17, // 25: tokenmeter.v1.StatementLine.charge:type_name -> tokenmeter.v1.Money
+	10, // 26: tokenmeter.v1.StatementLine.finance:type_name -> tokenmeter.v1.StatementLineFinance
+	17, // 27: tokenmeter.v1.StatementLine.contracted_charge:type_name -> tokenmeter.v1.Money
+	17, // 28: tokenmeter.v1.StatementLine.discount:type_name -> tokenmeter.v1.Money
+	17, // 29: tokenmeter.v1.StatementLineFinance.allocated_cost:type_name -> tokenmeter.v1.Money
+	17, // 30: tokenmeter.v1.StatementLineFinance.busy_cost:type_name -> tokenmeter.v1.Money
+	17, // 31: tokenmeter.v1.StatementLineFinance.idle_cost:type_name -> tokenmeter.v1.Money
+	17, // 32: tokenmeter.v1.StatementLineFinance.margin:type_name -> tokenmeter.v1.Money
+	17, // 33: tokenmeter.v1.StatementFinance.allocated_cost:type_name -> tokenmeter.v1.Money
+	17, // 34: tokenmeter.v1.StatementFinance.busy_cost:type_name -> tokenmeter.v1.Money
+	17, // 35: tokenmeter.v1.StatementFinance.idle_cost:type_name -> tokenmeter.v1.Money
+	17, // 36: tokenmeter.v1.StatementFinance.usage_charge:type_name -> tokenmeter.v1.Money
+	17, // 37: tokenmeter.v1.StatementFinance.margin:type_name -> tokenmeter.v1.Money
+	17, // 38: tokenmeter.v1.StatementFinance.cost_per_1k_tokens:type_name -> tokenmeter.v1.Money
+	17, // 39: tokenmeter.v1.StatementFinance.unassigned:type_name -> tokenmeter.v1.Money
+	16, // 40: tokenmeter.v1.ExportUsageCostRequest.start:type_name -> google.protobuf.Timestamp
+	16, // 41: tokenmeter.v1.ExportUsageCostRequest.end:type_name -> google.protobuf.Timestamp
+	0,  // 42: tokenmeter.v1.BillingService.ListBillingPeriods:input_type -> tokenmeter.v1.ListBillingPeriodsRequest
+	3,  // 43: tokenmeter.v1.BillingService.CloseBillingPeriod:input_type -> tokenmeter.v1.CloseBillingPeriodRequest
+	5,  // 44: tokenmeter.v1.BillingService.GetStatement:input_type -> tokenmeter.v1.GetStatementRequest
+	12, // 45: tokenmeter.v1.BillingService.ExportStatements:input_type -> tokenmeter.v1.ExportStatementsRequest
+	14, // 46: tokenmeter.v1.BillingService.ExportUsageCost:input_type -> tokenmeter.v1.ExportUsageCostRequest
+	1,  // 47: tokenmeter.v1.BillingService.ListBillingPeriods:output_type -> tokenmeter.v1.ListBillingPeriodsResponse
+	4,  // 48: tokenmeter.v1.BillingService.CloseBillingPeriod:output_type -> tokenmeter.v1.CloseBillingPeriodResponse
+	6,  // 49: tokenmeter.v1.BillingService.GetStatement:output_type -> tokenmeter.v1.GetStatementResponse
+	13, // 50: tokenmeter.v1.BillingService.ExportStatements:output_type -> tokenmeter.v1.ExportStatementsResponse
+	15, // 51: tokenmeter.v1.BillingService.ExportUsageCost:output_type -> tokenmeter.v1.ExportUsageCostResponse
+	47, // [47:52] is the sub-list for method output_type
+	42, // [42:47] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_tokenmeter_v1_billing_proto_init() }
@@ -1599,7 +1825,7 @@ func file_tokenmeter_v1_billing_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tokenmeter_v1_billing_proto_rawDesc), len(file_tokenmeter_v1_billing_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
