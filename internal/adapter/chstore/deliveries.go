@@ -21,20 +21,23 @@ WHERE sink = ? AND tenant_id = ''`
 const deliveryMarkSQL = `INSERT INTO statement_deliveries (sink, tenant_id, period, hash, delivered_at)
 SELECT ?, '', '', '', now()`
 
-// undeliveredSQL lists the statements (every revision of a period's
-// statement: the close's, then the reissues; of each the first row stored,
-// as StatementRevisions reads them) closed at or after a time that a sink
-// has no delivery of, oldest close first. The inner query finds their keys
-// without reading content; the outer reads the rows.
+// undeliveredKeysSQL lists the statements (every revision of a period's
+// statement: the close's, then the reissues; of each the first row
+// stored, as StatementRevisions reads them) closed at or after a time that
+// a sink has no delivery of, oldest close first, without their content.
+var undeliveredKeysSQL = `SELECT tenant_id, period, revision, argMin(hash, (closed_at, hash)) AS first_hash, min(closed_at) AS first_closed
+FROM (` + revisionsOf("1") + `)
+GROUP BY tenant_id, period, revision
+HAVING first_closed >= toDateTime(?)
+   AND (tenant_id, period, first_hash) NOT IN (SELECT tenant_id, period, hash FROM statement_deliveries WHERE sink = ?)
+ORDER BY first_closed, tenant_id, period, revision
+LIMIT ?`
+
+// undeliveredSQL reads the rows undeliveredKeysSQL lists, content
+// included (it reads every statement's content: it runs only when there
+// is something to deliver).
 var undeliveredSQL = `SELECT tenant_id, period, revision, hash, content, closed_at FROM (` + revisionsOf("1") + `)
-WHERE (tenant_id, period, revision, hash, closed_at) IN (
-    SELECT tenant_id, period, revision, argMin(hash, (closed_at, hash)) AS first_hash, min(closed_at) AS first_closed
-    FROM (` + revisionsOf("1") + `)
-    GROUP BY tenant_id, period, revision
-    HAVING first_closed >= toDateTime(?)
-       AND (tenant_id, period, first_hash) NOT IN (SELECT tenant_id, period, hash FROM statement_deliveries WHERE sink = ?)
-    ORDER BY first_closed, tenant_id, period, revision
-    LIMIT ?)
+WHERE (tenant_id, period, revision, hash, closed_at) IN (` + undeliveredKeysSQL + `)
 ORDER BY closed_at, tenant_id, period, revision`
 
 // DeliveryStart returns when sink was first started, by the server's
@@ -77,6 +80,13 @@ func (s *Store) UndeliveredStatements(ctx context.Context, sink string, from tim
 		content  string
 		revision uint32
 	)
+	var found uint64
+	if err := s.conn.QueryRow(ctx, "SELECT count() FROM ("+undeliveredKeysSQL+")", from.Unix(), sink, limit).Scan(&found); err != nil {
+		return nil, fmt.Errorf("query undelivered statements: %w", classify(err))
+	}
+	if found == 0 {
+		return nil, nil // the usual answer, without reading any content
+	}
 	err := s.each(ctx, "undelivered statements", undeliveredSQL, []any{from.Unix(), sink, limit},
 		[]any{&st.Tenant, &st.Period, &revision, &st.Hash, &content, &st.ClosedAt}, func() error {
 			// Two identical rows (a retried insert) are one statement.
