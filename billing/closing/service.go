@@ -78,6 +78,15 @@ type Deps struct {
 	// Credits keeps credit grants and their ledger; nil: no credits
 	// (statements draw on none, credit requests are ErrCreditsOff).
 	Credits Credits
+	// Notify, when not nil, is told of the statements each close stored
+	// (or found stored) once their invoices are issued, to send them out
+	// (package notify); it must not block.
+	Notify Notifier
+}
+
+// Notifier is told of closed statements; *notify.Notifier implements it.
+type Notifier interface {
+	Closed(sts []billing.StoredStatement)
 }
 
 // Config tunes a Service.
@@ -348,7 +357,15 @@ func (s *Service) Close(ctx context.Context, req CloseRequest) ([]billing.Stored
 	if ierr := s.issueInvoices(ctx, stored); ierr != nil {
 		return stored, errors.Join(err, ierr)
 	}
+	s.notify(stored)
 	return stored, err
+}
+
+// notify tells Deps.Notify of stored statements: their events go out.
+func (s *Service) notify(stored []billing.StoredStatement) {
+	if s.d.Notify != nil && len(stored) > 0 {
+		s.d.Notify.Closed(stored)
+	}
 }
 
 // caughtUp asks Deps.CaughtUp until ingest has caught up, for up to
