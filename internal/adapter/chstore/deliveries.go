@@ -80,14 +80,15 @@ func (s *Store) UndeliveredStatements(ctx context.Context, sink string, from tim
 		content  string
 		revision uint32
 	)
+	since := max(from.Unix(), 0) // a zero from: since ever
 	var found uint64
-	if err := s.conn.QueryRow(ctx, "SELECT count() FROM ("+undeliveredKeysSQL+")", from.Unix(), sink, limit).Scan(&found); err != nil {
+	if err := s.conn.QueryRow(ctx, "SELECT count() FROM ("+undeliveredKeysSQL+")", since, sink, limit).Scan(&found); err != nil {
 		return nil, fmt.Errorf("query undelivered statements: %w", classify(err))
 	}
 	if found == 0 {
 		return nil, nil // the usual answer, without reading any content
 	}
-	err := s.each(ctx, "undelivered statements", undeliveredSQL, []any{from.Unix(), sink, limit},
+	err := s.each(ctx, "undelivered statements", undeliveredSQL, []any{since, sink, limit},
 		[]any{&st.Tenant, &st.Period, &revision, &st.Hash, &content, &st.ClosedAt}, func() error {
 			// Two identical rows (a retried insert) are one statement.
 			if n := len(out); n > 0 && out[n-1].Tenant == st.Tenant && out[n-1].Period == st.Period && out[n-1].Revision == int(revision) {
