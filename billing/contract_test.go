@@ -248,7 +248,7 @@ func bruteForceMonth(t *testing.T, rng *rand.Rand) {
 	}
 	book := &PriceBook{Currency: "USD", Allocation: DefaultPolicy()}
 	for _, m := range models {
-		book.TokenPrices = append(book.TokenPrices, TokenPrice{Model: m, EffectiveFrom: hour(-100), InputPer1M: price(), CachedInputPer1M: price(), OutputPer1M: price()})
+		book.TokenPrices = append(book.TokenPrices, TokenPrice{Model: m, EffectiveFrom: hour(-600), InputPer1M: price(), CachedInputPer1M: price(), OutputPer1M: price()})
 		if rng.IntN(2) == 0 {
 			book.TokenPrices = append(book.TokenPrices, TokenPrice{Model: m, EffectiveFrom: hour(1 + rng.IntN(700)), InputPer1M: price(), CachedInputPer1M: price(), OutputPer1M: price()})
 		}
@@ -317,6 +317,12 @@ func bruteForceMonth(t *testing.T, rng *rand.Rand) {
 			Requests: 1 + uint64(rng.IntN(5)), InputTokens: in, CachedInputTokens: uint64(rng.IntN(int(in) + 1)), OutputTokens: uint64(rng.IntN(6_000))}
 		usage = append(usage, u)
 	}
+	for range rng.IntN(4) { // late usage of October: adjustment lines
+		h := -1 - rng.IntN(700)
+		in := uint64(rng.IntN(6_000))
+		usage = append(usage, StatementUsage{Start: hour(h), End: hour(h + 1), Model: models[rng.IntN(len(models))], Deployment: deps[rng.IntN(3)],
+			OriginalPeriod: "2026-10", Requests: 1, InputTokens: in, CachedInputTokens: uint64(rng.IntN(int(in) + 1)), OutputTokens: uint64(rng.IntN(6_000))})
+	}
 	st, err := ComputeContractStatement("t", p, book, usage, rng.IntN(2) == 0, c, hours)
 	if err != nil {
 		t.Fatal(err)
@@ -353,7 +359,9 @@ func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementU
 		s := byModel[l.Model]
 		byModel[l.Model] = sums{s.in - l.InputTokens, s.cached - l.CachedInputTokens, s.out - l.OutputTokens}
 		for _, cut := range c.Cuts(l.ChargeStart, l.ChargeEnd) {
-			t.Fatalf("line %+v spans %s", l, cut)
+			if l.Kind == LineUsage { // late usage takes the entries in force at its line's start
+				t.Fatalf("line %+v spans %s", l, cut)
+			}
 		}
 		if l.Deployment == "" && c.NamesDeployments() {
 			t.Fatalf("line %+v has no deployment under a contract naming deployments", l)
@@ -388,6 +396,9 @@ func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementU
 	spend := new(big.Rat)
 	for _, i := range order {
 		l := st.Lines[i]
+		if !l.Priced {
+			continue
+		}
 		// The rate-card entry and dedicated entry, by a plain scan.
 		var entry *RateCardEntry
 		for j := range c.RateCard {
@@ -430,26 +441,29 @@ func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementU
 			}
 			counts := map[int64]uint64{}
 			memo := map[*Tier]int64{}
+			usageLine := l.Kind == LineUsage
 			for range n {
 				var priceOf int64
 				switch {
 				case dedicated:
 					priceOf = 0
-				case allowance[[2]string{l.Model, kind}] > 0:
+				case usageLine && allowance[[2]string{l.Model, kind}] > 0:
 					allowance[[2]string{l.Model, kind}]--
 					pos[l.Model]++
-				case allowance[[2]string{l.Model, ""}] > 0:
+				case usageLine && allowance[[2]string{l.Model, ""}] > 0:
 					allowance[[2]string{l.Model, ""}]--
 					pos[l.Model]++
 				default:
 					var tier *Tier
 					for j := range sched {
-						if sched[j].UpTo == 0 || pos[l.Model] < sched[j].UpTo {
+						if usageLine && (sched[j].UpTo == 0 || pos[l.Model] < sched[j].UpTo) {
 							tier = &sched[j]
 							break
 						}
 					}
-					pos[l.Model]++
+					if usageLine {
+						pos[l.Model]++
+					}
 					if p, ok := memo[tier]; ok {
 						priceOf = p
 						break
@@ -524,6 +538,12 @@ func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementU
 		}
 	}
 	for i, l := range st.Lines {
+		if !l.Priced {
+			if l.ContractedCharge != nil || discountOf[i] != 0 {
+				t.Errorf("unpriced line %d has a contracted charge or discounts", i)
+			}
+			continue
+		}
 		want := Money(roundHalfEvenRat(exactLine[i]))
 		if l.ContractedCharge == nil || *l.ContractedCharge != want || *l.Discount != want-l.Charge || discountOf[i] != want-l.Charge {
 			t.Errorf("line %d: contracted %v discount %v (charges %s), want %s − %s", i, l.ContractedCharge, l.Discount, discountOf[i], want, l.Charge)
@@ -595,8 +615,9 @@ func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementU
 	// The statement: Σ list + Σ (contracted − list) + dedicated + commitment.
 	total := new(big.Rat)
 	for i, l := range st.Lines {
-		total.Add(total, new(big.Rat).SetInt64(roundHalfEvenRat(exactLine[i])))
-		_ = l
+		if l.Priced {
+			total.Add(total, new(big.Rat).SetInt64(roundHalfEvenRat(exactLine[i])))
+		}
 	}
 	total.Add(total, spend.Sub(spend, usageContracted(st, exactLine)))
 	total.Add(total, new(big.Rat).SetInt64(int64(commitment)))
@@ -633,7 +654,7 @@ func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementU
 func usageContracted(st Statement, exactLine map[int]*big.Rat) *big.Rat {
 	s := new(big.Rat)
 	for i, l := range st.Lines {
-		if l.Kind == LineUsage {
+		if l.Kind == LineUsage && l.Priced {
 			s.Add(s, new(big.Rat).SetInt64(roundHalfEvenRat(exactLine[i])))
 		}
 	}
