@@ -96,8 +96,8 @@ func TestOpenAPIDocument(t *testing.T) {
 			}
 		}
 	}
-	if bodyRoutes != 4 {
-		t.Errorf("%d routes take a body, want 4 (events, SLO set, price book, close)", bodyRoutes)
+	if bodyRoutes != 5 {
+		t.Errorf("%d routes take a body, want 5 (events, SLO set, price book, close, credit grant)", bodyRoutes)
 	}
 
 	// Every field of every message of the document: described, and typed
@@ -240,6 +240,10 @@ func TestOpenAPIServedAndResponsesValidate(t *testing.T) {
 			{method: "GET", path: "/v1/reports/capacity", query: window + "&format=html", key: "finance", contentType: "text/html"},
 		},
 		"EngineService_GetEngineStats": {{method: "GET", path: "/v1/engine-stats", query: window + "&step=hour&group_by=deployment", key: "admin"}},
+		"CreditService_CreateCreditGrant": {{method: "POST", path: "/v1/billing/credits/grants", key: "admin",
+			body: `{"grant_id":"openapi-1","tenant_id":"acme","kind":"prepaid","amount":"0.0001","effective_from":"2026-01-01T00:00:00Z","expires_at":"2027-01-01T00:00:00Z"}`}},
+		"CreditService_GetCreditBalance": {{method: "GET", path: "/v1/billing/credits/balance", key: "tenant"}},
+		"CreditService_ListCreditLedger": {{method: "GET", path: "/v1/billing/credits/ledger", query: "tenant_id=acme", key: "finance"}},
 	}
 
 	do := func(c call, key string) (*http.Response, []byte) {
@@ -283,8 +287,9 @@ func TestOpenAPIServedAndResponsesValidate(t *testing.T) {
 	order := []string{"IngestService_PublishEvents", "AdminService_PutSloSet", "AdminService_GetSloSet", "AdminService_PutPriceBook",
 		"AdminService_GetPriceBook", "UsageService_GetUsage", "MetricsService_GetLatency", "MetricsService_GetGoodput",
 		"MetricsService_GetTraffic", "CostService_GetCost", "CostService_GetGpuUsage", "EngineService_GetEngineStats",
-		"ReportService_GetCapacityReport", "BillingService_ListBillingPeriods", "BillingService_CloseBillingPeriod",
-		"BillingService_GetStatement", "BillingService_ExportStatements", "BillingService_ExportUsageCost"}
+		"ReportService_GetCapacityReport", "BillingService_ListBillingPeriods", "CreditService_CreateCreditGrant", "BillingService_CloseBillingPeriod",
+		"BillingService_GetStatement", "BillingService_ExportStatements", "BillingService_ExportUsageCost",
+		"CreditService_GetCreditBalance", "CreditService_ListCreditLedger"}
 	if len(order) != len(calls) {
 		t.Fatalf("order lists %d operations, calls %d", len(order), len(calls))
 	}

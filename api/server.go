@@ -284,6 +284,9 @@ func (s *Server) services(svc *Services) []service {
 		{"billing", svc.Billing != nil, func(r grpc.ServiceRegistrar) {
 			meterv1.RegisterBillingServiceServer(r, &billingService{b: svc.Billing, chunk: cfg.ExportChunkBytes, tenantCost: cfg.TenantCost})
 		}, meterv1.RegisterBillingServiceHandler},
+		{"credit", creditsOf(svc) != nil, func(r grpc.ServiceRegistrar) {
+			meterv1.RegisterCreditServiceServer(r, &creditService{c: creditsOf(svc)})
+		}, meterv1.RegisterCreditServiceHandler},
 		{"report", svc.Reports != nil, func(r grpc.ServiceRegistrar) {
 			meterv1.RegisterReportServiceServer(r, newReportService(svc))
 		}, meterv1.RegisterReportServiceHandler},

@@ -61,6 +61,11 @@ var methodRoles = map[string][]Role{
 	meterv1.BillingService_ExportStatements_FullMethodName:   {RoleTenant, RoleFinance, RoleAdmin},
 	meterv1.BillingService_ExportUsageCost_FullMethodName:    {RoleTenant, RoleFinance, RoleAdmin},
 	meterv1.BillingService_CloseBillingPeriod_FullMethodName: {RoleAdmin},
+	// Credits: admin grants; a tenant key reads its own balance and
+	// ledger, finance and admin every tenant's (see creditService).
+	meterv1.CreditService_CreateCreditGrant_FullMethodName: {RoleAdmin},
+	meterv1.CreditService_GetCreditBalance_FullMethodName:  {RoleTenant, RoleFinance, RoleAdmin},
+	meterv1.CreditService_ListCreditLedger_FullMethodName:  {RoleTenant, RoleFinance, RoleAdmin},
 	// The capacity report shows every deployment's GPUs and cost.
 	meterv1.ReportService_GetCapacityReport_FullMethodName: {RoleFinance, RoleAdmin},
 	// Engine stats are per deployment and replica, which serve every
@@ -185,8 +190,14 @@ func toStatus(ctx context.Context, logger *slog.Logger, err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, closing.ErrNotFound), errors.Is(err, capacity.ErrNotFound):
 		code = codes.NotFound
-	case errors.Is(err, closing.ErrInvalidRequest), errors.Is(err, billing.ErrInvalidPeriod), errors.Is(err, export.ErrUnknownFormat):
+	case errors.Is(err, closing.ErrInvalidRequest), errors.Is(err, billing.ErrInvalidPeriod), errors.Is(err, export.ErrUnknownFormat),
+		errors.Is(err, billing.ErrInvalidGrant):
 		code = codes.InvalidArgument
+	case errors.Is(err, billing.ErrGrantConflict):
+		// REST answers 409 Conflict.
+		code = codes.AlreadyExists
+	case errors.Is(err, closing.ErrCreditsOff):
+		code = codes.Unimplemented
 	case errors.Is(err, closing.ErrNotClosed), errors.Is(err, billing.ErrPeriodNotEnded), errors.Is(err, billing.ErrIngestBehind),
 		errors.Is(err, closing.ErrRollupBehind), errors.Is(err, closing.ErrZoneChanged), errors.Is(err, closing.ErrLaterClosed):
 		// The request is well formed but the period's state does not

@@ -285,7 +285,7 @@ func (p *process) newBilling(reads *query.Service) (*closing.Service, error) {
 		return nil, err
 	}
 	store := p.store
-	return closing.NewService(closing.Deps{Reads: reads, Store: store, CaughtUp: caughtUp, Lock: lock,
+	return closing.NewService(closing.Deps{Reads: reads, Store: store, CaughtUp: caughtUp, Lock: lock, Credits: store,
 		Prices: func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, store) }},
 		closing.Config{Zones: zones, Grace: cfg.BillingGrace, ByDeployment: cfg.BillingByDeployment, Now: p.now})
 }

@@ -78,7 +78,7 @@ func New(t testing.TB) (*chstore.Store, *closing.Service) {
 	}
 	RollUp(t, store)
 	prices := func(ctx context.Context) (*billing.PriceBook, error) { return book, nil }
-	svc, err := closing.NewService(closing.Deps{Reads: query.New(store, query.Config{}), Store: store, Prices: prices}, closing.Config{})
+	svc, err := closing.NewService(closing.Deps{Reads: query.New(store, query.Config{}), Store: store, Prices: prices, Credits: store}, closing.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
