@@ -39,6 +39,14 @@ const (
 	// sourceRounding is a statement's rounding row: its payable total
 	// less the exact costs of its other rows.
 	sourceRounding
+	// sourceDedicated is a dedicated deployment's GPU-hours at a
+	// contracted rate (billing.ChargeDedicated).
+	sourceDedicated
+	// sourceCommitment is the true-up of a committed spend not reached
+	// (billing.ChargeCommitment).
+	sourceCommitment
+	// sourceCredit is a draw on a credit grant (billing.ChargeCredit).
+	sourceCredit
 )
 
 // focusSource is what a FOCUS row is made of, from either dataset.
@@ -49,29 +57,63 @@ type focusSource struct {
 	originalPeriod, model, deployment, region        string
 	invoiceID                                        string
 	requests                                         uint64
-	// tokens and prices per kind: uncached input, cached input, output.
-	tokens                            [3]uint64
-	priced                            bool
-	prices                            [3]billing.Money
+	// tokens and list prices per kind: uncached input, cached input,
+	// output.
+	tokens [3]uint64
+	priced bool
+	prices [3]billing.Money
+	// discounts are the contract's prices of parts of each kind's tokens
+	// (billing.ChargeDiscount); the kind's other tokens are at list.
+	discounts                         [3][]discountPart
 	charge                            billing.Money
 	priceID, priceBook, statementHash string
 	hasCost                           bool
 	allocated                         billing.Money
 	// total is a rounding row's statement total.
 	total billing.Money
+	// Of a charge (dedicated, commitment, credit): its quantity in
+	// millionths (GPU-hours), unit price, amount, rule and description.
+	quantityMicro uint64
+	unitPrice     billing.Money
+	rule, text    string
 }
 
-// focusLine is one FOCUS row: one token kind of a source (kind −1: a row
-// of a source without tokens, a repricing or a rounding).
+// discountPart is tokens of one kind at a contracted price per 1M.
+type discountPart struct {
+	tokens uint64
+	price  billing.Money
+	rule   string
+}
+
+// rowKind says what a FOCUS row bills.
+type rowKind int
+
+const (
+	rowTokens   rowKind = iota // tokens of one kind (kind)
+	rowAmount                  // an amount without quantity: repricing, commitment, credit, rounding
+	rowGPUHours                // GPU-hours of a dedicated deployment
+)
+
+// focusLine is one FOCUS row of a source.
 type focusLine struct {
-	src       *focusSource
-	kind      int
-	cost      cost
-	allocated billing.Money
-	margin    cost
-	// account is the row's billing account; prices its price's ids.
-	account *focusAccount
-	price   *focusPrice
+	src  *focusSource
+	row  rowKind
+	kind int // token kind of a rowTokens row
+	// quantity in units of 10^-shift: tokens (shift 0), GPU-hours
+	// (shift 6).
+	quantity uint64
+	// listPrice and price (contracted) per pricing unit, when priced.
+	priced           bool
+	listPrice, price billing.Money
+	// listCost and cost (contracted = effective = billed), exact.
+	listCost, cost cost
+	requests       uint64
+	rule           string
+	allocated      billing.Money
+	margin         cost
+	// account is the row's billing account; skuPrice its price's ids.
+	account  *focusAccount
+	skuPrice *focusPrice
 }
 
 // FocusColumns is the header of the FOCUS dataset: the FOCUS 1.2 columns,
@@ -99,10 +141,15 @@ const (
 	focusServiceSubcategory = "Generative AI"
 	focusUsageFrequency     = "Usage-Based"
 	focusOneTimeFrequency   = "One-Time"
+	focusRecurringFrequency = "Recurring"
 	focusPricingCategory    = "Standard"
+	focusCommittedCategory  = "Committed"
 	focusConsumedUnit       = "Tokens"
 	focusPricingUnit        = "1000000 Tokens"
+	focusGPUHoursUnit       = "GPU-Hours"
 	focusResourceType       = "Model Deployment"
+	focusDedicatedSku       = "dedicated-gpu-hour"
+	focusDedicatedMeter     = "Dedicated GPU Hours"
 )
 
 // focusAccount is the billing account columns of one tenant.
@@ -110,7 +157,7 @@ type focusAccount struct {
 	tenant, id, name string
 }
 
-// focusPrice is the ids of one token kind's price.
+// focusPrice is the ids of one price.
 type focusPrice struct {
 	skuPriceID, details string
 }
@@ -126,6 +173,7 @@ type focusEncoder[R any] struct {
 	accounts *billing.Accounts
 	account  focusAccount
 	prices   map[focusPriceKey]*focusPrice
+	lines    []focusLine
 	// sum is the exact cost of the rows written since the last rounding
 	// row: what the next rounding row brings to its statement's total.
 	sum cost
@@ -149,9 +197,8 @@ func newFocus[R any](w io.Writer, f Format, opts Options, source func(*R) (focus
 		names.service = provider + " inference"
 	}
 	e := &focusEncoder[R]{source: source, finance: opts.Finance, weights: opts.gpuTimeWeights(), names: names,
-		prices: map[focusPriceKey]*focusPrice{}}
+		accounts: opts.Accounts, prices: map[focusPriceKey]*focusPrice{}}
 	e.account.tenant = "\x00" // no tenant yet
-	e.accounts = opts.Accounts
 	switch f {
 	case FocusCSV:
 		c := &focusCSV{names: names, finance: opts.Finance, bStart: focusTimeText(), bEnd: focusTimeText(), cStart: focusTimeText(), cEnd: focusTimeText()}
@@ -188,24 +235,22 @@ func (e *focusEncoder[R]) write(r *R) (int, error) {
 	}
 	acct := e.accountOf(src.tenant)
 	if src.kind == sourceRounding {
-		l := focusLine{src: &src, kind: -1, cost: costOfMoney(src.total).sub(e.sum), account: acct}
+		c := costOfMoney(src.total).sub(e.sum)
+		l := focusLine{src: &src, row: rowAmount, listCost: c, cost: c, account: acct}
 		e.sum = cost{}
 		_, err := e.out.write(&l)
 		return 1, err
 	}
-	lines, err := focusLines(&src, e.weights)
+	e.lines, err = focusLines(&src, e.weights, e.lines[:0])
 	if err != nil {
 		return 0, err
 	}
 	n := 0
-	for i := range lines {
-		l := &lines[i]
-		if l.src == nil {
-			continue
-		}
+	for i := range e.lines {
+		l := &e.lines[i]
 		l.account = acct
-		if l.kind >= 0 && src.priced {
-			l.price = e.priceOf(&src, l.kind)
+		if l.priced {
+			l.skuPrice = e.priceOf(l)
 		}
 		if _, err := e.out.write(l); err != nil {
 			return n, err
@@ -232,21 +277,36 @@ func (e *focusEncoder[R]) accountOf(tenant string) *focusAccount {
 	return &e.account
 }
 
-// priceOf is the SkuPriceId and SkuPriceDetails of src's price of kind.
-// The id is the price entry's id, the kind and a fingerprint of the price:
-// a price edited in place (same model and start) gets a new id, so that one
-// SkuPriceId always has one ListUnitPrice.
-func (e *focusEncoder[R]) priceOf(src *focusSource, kind int) *focusPrice {
-	k := focusPriceKey{priceID: src.priceID, kind: kind, price: src.prices[kind]}
+// priceOf is the SkuPriceId and SkuPriceDetails of l's list price. The id
+// is the price entry's id, the token kind and a fingerprint of the price:
+// a price edited in place (same model and start) gets a new id, so that
+// one SkuPriceId always has one ListUnitPrice. A dedicated GPU-hour's is
+// its contract rate's (the rule) and its fingerprint.
+func (e *focusEncoder[R]) priceOf(l *focusLine) *focusPrice {
+	src := l.src
+	id, kindName, kind := src.priceID, "", l.kind
+	if l.row == rowGPUHours {
+		id, kindName, kind = l.rule, "gpu_hours", -1
+	} else {
+		kindName = tokenKinds[kind]
+	}
+	k := focusPriceKey{priceID: id, kind: kind, price: l.listPrice}
 	if p, ok := e.prices[k]; ok {
 		return p
 	}
-	sum := sha256.Sum256([]byte(src.priceID + "\x00" + tokenKinds[kind] + "\x00" + src.prices[kind].String() + "\x00" + src.currency))
-	details, _ := json.Marshal(struct {
-		Model     string `json:"x_Model"`
-		TokenKind string `json:"x_TokenKind"`
-	}{src.model, tokenKinds[kind]})
-	p := &focusPrice{skuPriceID: src.priceID + ":" + tokenKinds[kind] + "#" + hex.EncodeToString(sum[:4]), details: string(details)}
+	sum := sha256.Sum256([]byte(id + "\x00" + kindName + "\x00" + l.listPrice.String() + "\x00" + src.currency))
+	var details []byte
+	if l.row == rowGPUHours {
+		details, _ = json.Marshal(struct {
+			Kind string `json:"x_Kind"`
+		}{"dedicated GPU-hour"})
+	} else {
+		details, _ = json.Marshal(struct {
+			Model     string `json:"x_Model"`
+			TokenKind string `json:"x_TokenKind"`
+		}{src.model, kindName})
+	}
+	p := &focusPrice{skuPriceID: id + ":" + kindName + "#" + hex.EncodeToString(sum[:4]), details: string(details)}
 	if len(e.prices) > 4096 {
 		clear(e.prices)
 	}
@@ -254,42 +314,122 @@ func (e *focusEncoder[R]) priceOf(src *focusSource, kind int) *focusPrice {
 	return p
 }
 
-// focusLines splits src into its token kinds: each kind's cost is its
-// tokens × its price per 1M, exact (a repricing is one row of its amount);
-// the allocated cost is split over the kinds by GPU time (gpuTimeWeights),
-// by largest remainder. Kinds with no tokens are left out (nil src), except
-// input, which carries the requests.
-func focusLines(src *focusSource, weights [3]uint64) ([3]focusLine, error) {
-	var lines [3]focusLine
-	if src.kind == sourceRepricing {
-		lines[0] = focusLine{src: src, kind: -1, cost: costOfMoney(src.charge)}
-		return lines, nil
-	}
-	var costs [3]cost
-	if src.priced {
-		for k := range 3 {
-			c, err := costOfProduct(src.tokens[k], src.prices[k])
-			if err != nil {
-				return lines, fmt.Errorf("%s's %s %s tokens: %w", src.tenant, src.model, tokenKinds[k], err)
-			}
-			costs[k] = c
+// focusLines appends src's FOCUS rows to out. A source of tokens has a row
+// per token kind and contracted price: the tokens under each discount of
+// the kind at its price, then the kind's other tokens at list; a kind
+// without tokens has none, except uncached input, which is always written
+// (its first row carries the requests). Costs are exact: quantity × unit
+// price. The allocated cost is split over the kinds by GPU time
+// (gpuTimeWeights), then over a kind's rows by tokens, by largest
+// remainder. A repricing, commitment or credit is one row of its amount,
+// a dedicated deployment one row of its GPU-hours.
+func focusLines(src *focusSource, weights [3]uint64, out []focusLine) ([]focusLine, error) {
+	switch src.kind {
+	case sourceRepricing, sourceCommitment, sourceCredit:
+		c := costOfMoney(src.charge)
+		return append(out, focusLine{src: src, row: rowAmount, kind: -1, listCost: c, cost: c}), nil
+	case sourceDedicated:
+		c, err := costOfProduct(src.quantityMicro, src.unitPrice)
+		if err != nil {
+			return out, fmt.Errorf("%s's dedicated GPU-hours on %s: %w", src.tenant, src.deployment, err)
 		}
+		return append(out, focusLine{src: src, row: rowGPUHours, kind: -1, quantity: src.quantityMicro, rule: src.rule,
+			priced: true, listPrice: src.unitPrice, price: src.unitPrice, listCost: c, cost: c}), nil
 	}
 	var allocated [3]billing.Money
 	if src.hasCost {
 		allocated = splitByGPUTime(src.allocated, src.tokens, weights)
 	}
 	for k := range 3 {
-		if k > 0 && src.tokens[k] == 0 && costs[k].sign() == 0 && allocated[k] == 0 {
-			continue
+		first := len(out)
+		left := src.tokens[k]
+		parts := src.discounts[k]
+		for _, d := range parts {
+			if d.tokens > left {
+				return out, fmt.Errorf("%s's %s %s tokens: discounts cover %d tokens, more than the line's %d", src.tenant, src.model, tokenKinds[k], d.tokens, src.tokens[k])
+			}
+			left -= d.tokens
 		}
-		l := focusLine{src: src, kind: k, cost: costs[k], allocated: allocated[k]}
-		if src.hasCost {
-			l.margin = costs[k].sub(costOfMoney(allocated[k]))
+		if left > 0 || len(parts) == 0 {
+			parts = append(parts[:len(parts):len(parts)], discountPart{tokens: left, price: src.prices[k]})
 		}
-		lines[k] = l
+		for _, d := range parts {
+			if k > 0 && d.tokens == 0 && len(src.discounts[k]) == 0 && allocated[k] == 0 {
+				continue
+			}
+			l := focusLine{src: src, row: rowTokens, kind: k, quantity: d.tokens, priced: src.priced, rule: d.rule}
+			if src.priced {
+				l.listPrice, l.price = src.prices[k], d.price
+				var err error
+				if l.listCost, err = costOfProduct(d.tokens, l.listPrice); err == nil {
+					l.cost, err = costOfProduct(d.tokens, l.price)
+				}
+				if err != nil {
+					return out, fmt.Errorf("%s's %s %s tokens: %w", src.tenant, src.model, tokenKinds[k], err)
+				}
+			}
+			if k == 0 && len(out) == first {
+				l.requests = src.requests
+			}
+			out = append(out, l)
+		}
+		if src.hasCost && len(out) > first {
+			rows := out[first:]
+			w := make([]uint64, len(rows))
+			for i := range rows {
+				w[i] = rows[i].quantity
+			}
+			for i, a := range splitByWeights(allocated[k], w) {
+				rows[i].allocated = a
+				rows[i].margin = rows[i].cost.sub(costOfMoney(a))
+			}
+		}
 	}
-	return lines, nil
+	return out, nil
+}
+
+// splitByWeights splits total over weights by largest remainder (the
+// first part takes all without weight).
+func splitByWeights(total billing.Money, weights []uint64) []billing.Money {
+	parts := make([]billing.Money, len(weights))
+	if len(weights) == 1 {
+		parts[0] = total
+		return parts
+	}
+	sum := new(big.Int)
+	for _, w := range weights {
+		sum.Add(sum, new(big.Int).SetUint64(w))
+	}
+	if sum.Sign() == 0 {
+		parts[0] = total
+		return parts
+	}
+	t := big.NewInt(int64(total))
+	neg := t.Sign() < 0
+	t.Abs(t)
+	rems := make([]*big.Int, len(weights))
+	var given int64
+	for k, w := range weights {
+		q, r := new(big.Int).QuoRem(new(big.Int).Mul(t, new(big.Int).SetUint64(w)), sum, new(big.Int))
+		parts[k], rems[k] = billing.Money(q.Int64()), r
+		given += q.Int64()
+	}
+	for left := t.Int64() - given; left > 0; left-- {
+		best := -1
+		for k := range rems {
+			if rems[k].Sign() > 0 && (best < 0 || rems[k].Cmp(rems[best]) > 0) {
+				best = k
+			}
+		}
+		parts[best]++
+		rems[best].SetInt64(0)
+	}
+	if neg {
+		for k := range parts {
+			parts[k] = -parts[k]
+		}
+	}
+	return parts
 }
 
 // DefaultGPUTimeWeights is the GPU time of one token of each kind (uncached
@@ -412,15 +552,20 @@ func (l *focusLine) category() (category, class string) {
 	switch l.src.kind {
 	case sourceLate, sourceRepricing:
 		return "Usage", "Correction"
-	case sourceRounding:
+	case sourceRounding, sourceCommitment:
 		return "Adjustment", ""
+	case sourceCredit:
+		return "Credit", ""
 	}
 	return "Usage", ""
 }
 
 func (l *focusLine) frequency() string {
-	if l.src.kind == sourceRounding {
+	switch l.src.kind {
+	case sourceRounding, sourceCredit:
 		return focusOneTimeFrequency
+	case sourceCommitment:
+		return focusRecurringFrequency
 	}
 	return focusUsageFrequency
 }
@@ -433,12 +578,17 @@ func (l *focusLine) description() string {
 	case sourceRounding:
 		return "rounding of the statement of " + s.period + " to its payable total " + s.total.String() + " " + s.currency +
 			" (the currency's minor unit, half away from zero)"
+	case sourceDedicated, sourceCommitment, sourceCredit:
+		return s.text
 	}
 	d := s.model + " " + tokenKindWords[l.kind] + " tokens"
-	if s.priced {
-		d += " at " + s.prices[l.kind].String() + " " + s.currency + " per 1M tokens"
-	} else {
+	switch {
+	case !s.priced:
 		d += " (no list price)"
+	case l.price != l.listPrice:
+		d += " at " + l.price.String() + " " + s.currency + " per 1M tokens (contract " + l.rule + "; list " + l.listPrice.String() + ")"
+	default:
+		d += " at " + l.price.String() + " " + s.currency + " per 1M tokens"
 	}
 	if s.kind == sourceLate {
 		d = "late usage of " + s.originalPeriod + ": " + d
@@ -446,44 +596,63 @@ func (l *focusLine) description() string {
 	return d
 }
 
-// tokenRow reports whether l is a token kind's row (SKU, quantities).
-func (l *focusLine) tokenRow() bool { return l.kind >= 0 }
-
 func (l *focusLine) skuID() string {
-	if !l.tokenRow() {
-		return ""
+	switch l.row {
+	case rowTokens:
+		return l.src.model + ":" + tokenKinds[l.kind]
+	case rowGPUHours:
+		return focusDedicatedSku
 	}
-	return l.src.model + ":" + tokenKinds[l.kind]
+	return ""
+}
+
+func (l *focusLine) skuMeter() string {
+	switch l.row {
+	case rowTokens:
+		return skuMeters[l.kind]
+	case rowGPUHours:
+		return focusDedicatedMeter
+	}
+	return ""
 }
 
 func (l *focusLine) tokenKind() string {
-	if !l.tokenRow() {
+	if l.row != rowTokens {
 		return ""
 	}
 	return tokenKinds[l.kind]
 }
 
+// tokens is x_Tokens: the tokens of a row of tokens.
 func (l *focusLine) tokens() uint64 {
-	if !l.tokenRow() {
+	if l.row != rowTokens {
 		return 0
 	}
-	return l.src.tokens[l.kind]
+	return l.quantity
 }
 
-func (l *focusLine) requests() uint64 {
-	if l.kind == 0 {
-		return l.src.requests
+// quantities are ConsumedQuantity and PricingQuantity as (value, decimals)
+// and their units; ok false when null.
+func (l *focusLine) quantities() (consumed, pricing uint64, cShift, pShift int, cUnit, pUnit string, ok bool) {
+	switch l.row {
+	case rowTokens:
+		return l.quantity, l.quantity, 0, 6, focusConsumedUnit, focusPricingUnit, true
+	case rowGPUHours:
+		return l.quantity, l.quantity, 6, 6, focusGPUHoursUnit, focusGPUHoursUnit, true
 	}
-	return 0
+	return 0, 0, 0, 0, "", "", false
 }
 
-// unitPrice is the row's list (and contracted) unit price; ok false when
-// null.
-func (l *focusLine) unitPrice() (billing.Money, bool) {
-	if !l.tokenRow() || !l.src.priced {
-		return 0, false
+// pricingCategory is PricingCategory: "Committed" for a contract's price,
+// "Standard" for list; "" (null) without a price.
+func (l *focusLine) pricingCategory() string {
+	switch {
+	case !l.priced:
+		return ""
+	case l.price != l.listPrice || l.row == rowGPUHours:
+		return focusCommittedCategory
 	}
-	return l.src.prices[l.kind], true
+	return focusPricingCategory
 }
 
 // deployment is the deployment the row may show: finance's view only.
@@ -504,20 +673,15 @@ type focusCSV struct {
 func (c *focusCSV) fill(l *focusLine, rec []string) ([]string, error) {
 	s := l.src
 	category, class := l.category()
-	amount := l.cost.String()
+	billed, list := l.cost.String(), l.listCost.String()
 	var consumed, consumedUnit, quantity, pricingUnit string
-	if l.tokenRow() {
-		consumed, consumedUnit = uintText(l.tokens()), focusConsumedUnit
-		quantity, pricingUnit = scaledText(l.tokens(), 6), focusPricingUnit
+	if cq, pq, cs, ps, cu, pu, ok := l.quantities(); ok {
+		consumed, consumedUnit, quantity, pricingUnit = scaledText(cq, cs), cu, scaledText(pq, ps), pu
 	}
-	var unitPrice, skuPriceID, details, pricingCategory string
-	if p, ok := l.unitPrice(); ok {
-		unitPrice, pricingCategory = p.String(), focusPricingCategory
-		skuPriceID, details = l.price.skuPriceID, l.price.details
-	}
-	var skuMeter string
-	if l.tokenRow() {
-		skuMeter = skuMeters[l.kind]
+	var listPrice, price, skuPriceID, details string
+	if l.priced {
+		listPrice, price = l.listPrice.String(), l.price.String()
+		skuPriceID, details = l.skuPrice.skuPriceID, l.skuPrice.details
 	}
 	dep := l.deployment(c.finance)
 	var resourceType string
@@ -533,15 +697,15 @@ func (c *focusCSV) fill(l *focusLine, rec []string) ([]string, error) {
 		subID, subName = s.tenant, l.account.name
 	}
 	rec = append(rec,
-		amount, l.account.id, l.account.name, s.currency,
+		billed, l.account.id, l.account.name, s.currency,
 		c.bEnd.format(s.billingEnd), c.bStart.format(s.billingStart),
 		category, class, l.description(), l.frequency(), c.cEnd.format(s.chargeEnd), c.cStart.format(s.chargeStart),
-		consumed, consumedUnit, amount, unitPrice, amount, s.invoiceID, c.names.issuer,
-		amount, unitPrice, pricingCategory, quantity, pricingUnit,
+		consumed, consumedUnit, billed, price, billed, s.invoiceID, c.names.issuer,
+		list, listPrice, l.pricingCategory(), quantity, pricingUnit,
 		c.names.provider, c.names.publisher,
 		s.region, s.region, dep, dep, resourceType, focusServiceCategory, c.names.service, focusServiceSubcategory,
-		l.skuID(), skuMeter, details, skuPriceID, subID, subName,
-		s.period, s.originalPeriod, s.model, dep, l.tokenKind(), uintText(l.tokens()), uintText(l.requests()),
+		l.skuID(), l.skuMeter(), details, skuPriceID, subID, subName,
+		s.period, s.originalPeriod, s.model, dep, l.tokenKind(), uintText(l.tokens()), uintText(l.requests),
 		strconv.FormatBool(s.priced), book, s.priceID, s.statementHash)
 	if c.finance {
 		if s.hasCost {
@@ -627,20 +791,21 @@ func optString(s string) *string {
 func focusParquetOf(l *focusLine, names focusNames, finance bool, p *focusParquet) {
 	s := l.src
 	category, class := l.category()
-	amount := l.cost.decimal()
+	billed := l.cost.decimal()
 	dep := l.deployment(finance)
 	*p = focusParquet{
-		BilledCost: amount, BillingAccountID: l.account.id, BillingAccountName: optString(l.account.name),
+		BilledCost: billed, BillingAccountID: l.account.id, BillingAccountName: optString(l.account.name),
 		BillingCurrency: s.currency, BillingPeriodEnd: utcMicros(s.billingEnd), BillingPeriodStart: utcMicros(s.billingStart),
 		ChargeCategory: category, ChargeClass: optString(class), ChargeDescription: optString(l.description()),
 		ChargeFrequency: l.frequency(), ChargePeriodEnd: utcMicros(s.chargeEnd), ChargePeriodStart: utcMicros(s.chargeStart),
-		ContractedCost: amount, EffectiveCost: amount, InvoiceID: optString(s.invoiceID), InvoiceIssuerName: names.issuer, ListCost: amount,
+		ContractedCost: billed, EffectiveCost: billed, InvoiceID: optString(s.invoiceID), InvoiceIssuerName: names.issuer,
+		ListCost: l.listCost.decimal(), PricingCategory: optString(l.pricingCategory()),
 		ProviderName: names.provider, PublisherName: names.publisher,
 		RegionID: optString(s.region), RegionName: optString(s.region),
 		ServiceCategory: focusServiceCategory, ServiceName: names.service, ServiceSubcategory: focusServiceSubcategory,
-		SkuID: optString(l.skuID()), SubAccountID: optString(s.tenant),
+		SkuID: optString(l.skuID()), SkuMeter: optString(l.skuMeter()), SubAccountID: optString(s.tenant),
 		XPeriod: s.period, XOriginalPeriod: optString(s.originalPeriod), XModel: optString(s.model), XDeployment: optString(dep),
-		XTokenKind: optString(l.tokenKind()), XTokens: l.tokens(), XRequests: l.requests(), XPriced: s.priced,
+		XTokenKind: optString(l.tokenKind()), XTokens: l.tokens(), XRequests: l.requests, XPriced: s.priced,
 		XPriceID: optString(s.priceID), XStatementHash: optString(s.statementHash),
 	}
 	if s.tenant != "" {
@@ -649,17 +814,15 @@ func focusParquetOf(l *focusLine, names focusNames, finance bool, p *focusParque
 	if finance {
 		p.XPriceBook = optString(s.priceBook)
 	}
-	if l.tokenRow() {
-		quantity, consumed := scaledDecimal(l.tokens(), 6), scaledDecimal(l.tokens(), 0)
-		p.PricingQuantity, p.PricingUnit = &quantity, optString(focusPricingUnit)
-		p.ConsumedQuantity, p.ConsumedUnit = &consumed, optString(focusConsumedUnit)
-		p.SkuMeter = optString(skuMeters[l.kind])
+	if cq, pq, cs, ps, cu, pu, ok := l.quantities(); ok {
+		consumed, quantity := scaledDecimal(cq, cs), scaledDecimal(pq, ps)
+		p.ConsumedQuantity, p.ConsumedUnit = &consumed, optString(cu)
+		p.PricingQuantity, p.PricingUnit = &quantity, optString(pu)
 	}
-	if price, ok := l.unitPrice(); ok {
-		d := moneyDecimal(price)
-		p.ListUnitPrice, p.ContractedUnitPrice = &d, &d
-		p.PricingCategory = optString(focusPricingCategory)
-		p.SkuPriceID, p.SkuPriceDetails = optString(l.price.skuPriceID), optString(l.price.details)
+	if l.priced {
+		list, price := moneyDecimal(l.listPrice), moneyDecimal(l.price)
+		p.ListUnitPrice, p.ContractedUnitPrice = &list, &price
+		p.SkuPriceID, p.SkuPriceDetails = optString(l.skuPrice.skuPriceID), optString(l.skuPrice.details)
 	}
 	if dep != "" {
 		p.ResourceID, p.ResourceName, p.ResourceType = optString(dep), optString(dep), optString(focusResourceType)

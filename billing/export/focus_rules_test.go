@@ -432,3 +432,115 @@ func TestFocusGPUCostByGPUTime(t *testing.T) {
 		}
 	}
 }
+
+// TestFocusContractCharges exports generated statements priced by a
+// contract (a percentage discount, a rate card of nine-decimal prices, a
+// free allowance, volume tiers, dedicated GPU-hours, a commitment) with a
+// credit drawn, in CSV and Parquet: the discounts lower ContractedCost,
+// EffectiveCost and BilledCost of their rows (one ContractedUnitPrice per
+// row, ContractedUnitPrice × PricingQuantity = ContractedCost exactly, the
+// list identity too), dedicated GPU-hours are rows priced per GPU-hour,
+// the credit a Credit row, the true-up an Adjustment row, and each
+// statement's rows add up to its Total exactly.
+func TestFocusContractCharges(t *testing.T) {
+	rng := rand.New(rand.NewPCG(32, 9))
+	book := manyDecimalsBook(t, rng)
+	var contract billing.Contract
+	err := json.Unmarshal([]byte(`{"discount_percent": "7.5",
+		"rate_card": [{"model": "a", "effective_from": "2026-10-01T00:00:00Z", "input_per_1m": "1.123456789", "output_per_1m": "3.987654321"}],
+		"allowances": [{"model": "b", "token_kind": "output", "tokens": 1000000}],
+		"tiers": [{"model": "c", "tiers": [{"up_to": 20000000}, {"discount_percent": "20"}]}],
+		"commitment": {"monthly_spend": "100000"},
+		"dedicated": [{"deployment": "d2", "effective_from": "2026-10-01T00:00:00Z", "per_gpu_hour": "2.418"}]}`), &contract)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := contract.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var rows []export.StatementRow
+	totals := map[string]billing.Money{}
+	kinds := map[billing.ChargeKind]int{}
+	for _, st := range generatedStatements(t, rng, book, 4) {
+		var hours []billing.DedicatedHour
+		for h := st.PeriodStart.Truncate(time.Hour); h.Before(st.PeriodEnd); h = h.Add(7 * time.Hour) {
+			hours = append(hours, billing.DedicatedHour{Deployment: "d2", Hour: h, MicroHours: int64(rng.IntN(8_000_000))})
+		}
+		if err := contract.Apply(&st, hours); err != nil {
+			t.Fatal(err)
+		}
+		p, err := billing.ParsePeriod(st.Period, time.UTC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grant := billing.GrantBalance{Grant: billing.CreditGrant{ID: "g-1", Tenant: st.Tenant, Kind: "promotional", Amount: 250_000_000_000,
+			Currency: "USD", EffectiveFrom: p.Start.AddDate(0, -1, 0)}, Remaining: 250_000_000_000}
+		if err := billing.ApplyCredits(&st, p, []billing.GrantBalance{grant}); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range st.Charges {
+			kinds[c.Kind]++
+		}
+		rows = append(rows, export.StatementRows(st)...)
+		totals[st.Hash] = st.Total
+	}
+	for _, k := range []billing.ChargeKind{billing.ChargeDiscount, billing.ChargeDedicated, billing.ChargeCommitment, billing.ChargeCredit} {
+		if kinds[k] == 0 {
+			t.Fatalf("the generated statements have no %s charge: %v", k, kinds)
+		}
+	}
+	for _, f := range []export.Format{export.FocusCSV, export.FocusParquet} {
+		recs := focusRecords(t, f, encodeStatements(t, f, export.Options{Finance: true}, rows))
+		sums := map[string]*big.Rat{}
+		seen := map[string]int{}
+		for i, r := range recs {
+			for _, p := range [][3]string{{"ListUnitPrice", "PricingQuantity", "ListCost"}, {"ContractedUnitPrice", "PricingQuantity", "ContractedCost"}} {
+				if price, ok := r[p[0]]; ok {
+					if got := new(big.Rat).Mul(rat(t, price), rat(t, r[p[1]])); got.Cmp(rat(t, r[p[2]])) != 0 {
+						t.Fatalf("%s row %d: %s %s × %s %s = %s, %s is %s", f, i, p[0], price, p[1], r[p[1]], got.FloatString(18), p[2], r[p[2]])
+					}
+				}
+			}
+			if r["BilledCost"] != r["EffectiveCost"] || r["BilledCost"] != r["ContractedCost"] {
+				t.Fatalf("%s row %d: billed %s, effective %s, contracted %s: want equal (no amortization)", f, i, r["BilledCost"], r["EffectiveCost"], r["ContractedCost"])
+			}
+			switch {
+			case r["ChargeCategory"] == "Credit":
+				seen["credit"]++
+				if r["ListCost"] != r["BilledCost"] || rat(t, r["BilledCost"]).Sign() >= 0 {
+					t.Errorf("%s row %d: credit with ListCost %s, BilledCost %s", f, i, r["ListCost"], r["BilledCost"])
+				}
+			case r["PricingUnit"] == "GPU-Hours":
+				seen["dedicated"]++
+				if r["ChargeCategory"] != "Usage" || r["ConsumedUnit"] != "GPU-Hours" || r["SkuPriceId"] == "" || r["x_Deployment"] != "d2" {
+					t.Errorf("%s row %d: dedicated GPU-hours %v", f, i, r)
+				}
+			case r["ChargeFrequency"] == "Recurring":
+				seen["commitment"]++
+				if r["ChargeCategory"] != "Adjustment" {
+					t.Errorf("%s row %d: commitment true-up in %s", f, i, r["ChargeCategory"])
+				}
+			case r["ContractedUnitPrice"] != "" && rat(t, r["ContractedUnitPrice"]).Cmp(rat(t, r["ListUnitPrice"])) != 0:
+				seen["discounted"]++
+				if r["PricingCategory"] != "Committed" {
+					t.Errorf("%s row %d: contracted price with PricingCategory %q", f, i, r["PricingCategory"])
+				}
+			}
+			h := r["x_StatementHash"]
+			if sums[h] == nil {
+				sums[h] = new(big.Rat)
+			}
+			sums[h].Add(sums[h], rat(t, r["BilledCost"]))
+		}
+		for _, k := range []string{"credit", "dedicated", "commitment", "discounted"} {
+			if seen[k] == 0 {
+				t.Errorf("%s: no %s row", f, k)
+			}
+		}
+		for h, total := range totals {
+			if want := new(big.Rat).SetFrac64(int64(total), 1e9); sums[h].Cmp(want) != 0 {
+				t.Errorf("%s: statement %s: rows add up to %s, want its total %s", f, h[:8], sums[h].FloatString(15), total)
+			}
+		}
+	}
+}

@@ -12,10 +12,15 @@ type StatementRowKind string
 const (
 	// RowLine is a statement line.
 	RowLine StatementRowKind = ""
+	// RowCharge is one of the statement's Charges that is not a line's
+	// discount (a dedicated deployment's GPU-hours, a commitment's
+	// true-up, a credit drawn): Charge holds it. The native datasets (one
+	// row per line) leave it out.
+	RowCharge StatementRowKind = "charge"
 	// RowRounding ends a statement's rows: in FOCUS files, the statement's
 	// rounding row, its payable Total less the exact costs of its other
 	// rows, so that a statement's rows add up to its Total exactly. The
-	// native datasets (one row per line) leave it out.
+	// native datasets leave it out.
 	RowRounding StatementRowKind = "rounding"
 )
 
@@ -43,6 +48,11 @@ type StatementRow struct {
 	// model; empty (null) when unknown or several. The caller fills it.
 	Region string
 	Line   billing.StatementLine
+	// Discounts are the line's discount charges (billing.ChargeDiscount):
+	// the contract's prices of parts of its tokens.
+	Discounts []billing.Charge
+	// Charge is a RowCharge row's charge.
+	Charge *billing.Charge
 	// Finance holds the finance-only figures of the line; written only with
 	// Options.Finance, as nulls when nil.
 	Finance *LineFinance
@@ -54,9 +64,11 @@ type LineFinance struct {
 	AllocatedCost, Margin billing.Money
 }
 
-// StatementRows is the rows of st, one per line, in the statement's order,
-// then its RowRounding row; with st's finance part (finance's view), each
-// usage line carries its allocated cost and margin.
+// StatementRows is the rows of st: one per line, in the statement's order,
+// with its discount charges; a RowCharge row per other charge (dedicated
+// GPU-hours, commitment true-up, credit); then its RowRounding row. With
+// st's finance part (finance's view), each usage line carries its
+// allocated cost and margin.
 func StatementRows(st billing.Statement) []StatementRow {
 	rows := make([]StatementRow, 0, len(st.Lines)+1)
 	for _, l := range st.Lines {
@@ -77,6 +89,16 @@ func StatementRows(st billing.Statement) []StatementRow {
 				rows[lc.Line].Finance = &LineFinance{AllocatedCost: lc.AllocatedCost, Margin: lc.Margin}
 			}
 		}
+	}
+	for i := range st.Charges {
+		c := &st.Charges[i]
+		if c.Kind == billing.ChargeDiscount && c.Line >= 0 && c.Line < len(st.Lines) {
+			rows[c.Line].Discounts = append(rows[c.Line].Discounts, *c)
+			continue
+		}
+		rows = append(rows, StatementRow{Kind: RowCharge, Tenant: st.Tenant, Period: st.Period, Zone: st.Zone,
+			PeriodStart: st.PeriodStart, PeriodEnd: st.PeriodEnd, Currency: st.Currency, PriceBook: st.PriceBook,
+			StatementHash: st.Hash, Total: st.Total, Charge: c})
 	}
 	return append(rows, StatementRow{Kind: RowRounding, Tenant: st.Tenant, Period: st.Period, Zone: st.Zone,
 		PeriodStart: st.PeriodStart, PeriodEnd: st.PeriodEnd, Currency: st.Currency, PriceBook: st.PriceBook,

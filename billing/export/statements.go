@@ -3,6 +3,7 @@ package export
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"time"
 
@@ -54,7 +55,7 @@ func NewStatementWriter(w io.Writer, f Format, opts Options) (*Writer[StatementR
 }
 
 // linesOnly is a native encoder of statement rows: one row per line, the
-// rounding rows left out.
+// charge and rounding rows left out.
 type linesOnly struct{ rowEncoder[StatementRow] }
 
 func (e linesOnly) write(r *StatementRow) (int, error) {
@@ -214,9 +215,12 @@ func statementFocusLines(r *StatementRow) (focusSource, error) {
 		billingStart: r.PeriodStart, billingEnd: r.PeriodEnd, chargeStart: l.ChargeStart, chargeEnd: l.ChargeEnd,
 		priceBook: r.PriceBook, statementHash: r.StatementHash,
 	}
-	if r.Kind == RowRounding {
+	switch r.Kind {
+	case RowRounding:
 		src.kind, src.total, src.chargeStart, src.chargeEnd = sourceRounding, r.Total, r.PeriodStart, r.PeriodEnd
 		return src, nil
+	case RowCharge:
+		return chargeFocusSource(src, r.Charge)
 	}
 	if l.CachedInputTokens > l.InputTokens {
 		return focusSource{}, fmt.Errorf("%s line of %s: cached input tokens %d above input tokens %d", l.Model, r.Tenant, l.CachedInputTokens, l.InputTokens)
@@ -232,8 +236,49 @@ func statementFocusLines(r *StatementRow) (focusSource, error) {
 	src.priced = l.Priced && l.Kind != billing.LineRepricing
 	src.prices = [3]billing.Money{l.InputPer1M, l.CachedInputPer1M, l.OutputPer1M}
 	src.charge, src.priceID = l.Charge, l.PriceID
+	for _, d := range r.Discounts {
+		k := slices.Index(tokenKinds[:], d.TokenKind)
+		tokens, err := strconv.ParseUint(d.Quantity, 10, 64)
+		if k < 0 || err != nil || d.Unit != "tokens" {
+			return focusSource{}, fmt.Errorf("%s line of %s: discount %q: want tokens of input, cached_input or output", l.Model, r.Tenant, d.Rule)
+		}
+		price, err := billing.ParseMoney(d.UnitPrice)
+		if err != nil {
+			return focusSource{}, fmt.Errorf("%s line of %s: discount %q: unit price: %w", l.Model, r.Tenant, d.Rule, err)
+		}
+		src.discounts[k] = append(src.discounts[k], discountPart{tokens: tokens, price: price, rule: d.Rule})
+	}
 	if r.Finance != nil {
 		src.hasCost, src.allocated = true, r.Finance.AllocatedCost
+	}
+	return src, nil
+}
+
+// chargeFocusSource is the FOCUS source of a statement's charge other than
+// a discount.
+func chargeFocusSource(src focusSource, c *billing.Charge) (focusSource, error) {
+	if c == nil {
+		return focusSource{}, fmt.Errorf("charge row of %s without its charge", src.tenant)
+	}
+	src.chargeStart, src.chargeEnd = c.ChargeStart, c.ChargeEnd
+	src.model, src.deployment, src.charge, src.rule, src.text = c.Model, c.Deployment, c.Amount, c.Rule, c.Description
+	switch c.Kind {
+	case billing.ChargeDedicated:
+		src.kind = sourceDedicated
+		q, err := billing.ParseMoney(c.Quantity) // GPU-hours: at most 6 decimals
+		if err != nil || q < 0 || q%1000 != 0 {
+			return focusSource{}, fmt.Errorf("dedicated charge of %s: GPU-hours %q: want at most 6 decimals", src.tenant, c.Quantity)
+		}
+		src.quantityMicro = uint64(q / 1000)
+		if src.unitPrice, err = billing.ParseMoney(c.UnitPrice); err != nil {
+			return focusSource{}, fmt.Errorf("dedicated charge of %s: unit price: %w", src.tenant, err)
+		}
+	case billing.ChargeCommitment:
+		src.kind = sourceCommitment
+	case billing.ChargeCredit:
+		src.kind = sourceCredit
+	default:
+		return focusSource{}, fmt.Errorf("charge of %s: kind %q has no FOCUS mapping", src.tenant, c.Kind)
 	}
 	return src, nil
 }
