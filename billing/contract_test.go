@@ -660,3 +660,53 @@ func usageContracted(st Statement, exactLine map[int]*big.Rat) *big.Rat {
 	}
 	return s
 }
+
+// BenchmarkContractStatement computes one tenant's month under a contract
+// (the pure part of a close: 4 models, 2 deployments, a price change, 720
+// hourly usage slices, a rate card changing mid-month, tiers, allowances,
+// a discount, a commitment and a dedicated deployment's 720 GPU-hours),
+// next to the same month at list prices.
+func BenchmarkContractStatement(b *testing.B) {
+	p, err := ParsePeriod("2026-11", time.UTC)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hour := func(h int) time.Time { return p.Start.Add(time.Duration(h) * time.Hour) }
+	models := []string{"m1", "m2", "m3", "m4"}
+	book := &PriceBook{Currency: "USD", Allocation: DefaultPolicy()}
+	c := &Contract{DiscountPercent: 5 * nanosPerUnit, Commitment: &Commitment{MonthlySpend: 1_000_000 * nanosPerUnit},
+		Dedicated: []DedicatedDeployment{{Deployment: "ded", EffectiveFrom: hour(-24), PerGPUHour: 2_500_000_000}}}
+	price := Money(400_000_000)
+	for _, m := range models {
+		book.TokenPrices = append(book.TokenPrices, TokenPrice{Model: m, EffectiveFrom: hour(-24), InputPer1M: 600_000_000, CachedInputPer1M: 300_000_000, OutputPer1M: 1_800_000_000},
+			TokenPrice{Model: m, EffectiveFrom: hour(14 * 24), InputPer1M: 700_000_000, CachedInputPer1M: 350_000_000, OutputPer1M: 2_100_000_000})
+		c.RateCard = append(c.RateCard, RateCardEntry{Model: m, EffectiveFrom: hour(-24), DiscountPercent: 10 * nanosPerUnit},
+			RateCardEntry{Model: m, EffectiveFrom: hour(15 * 24), InputPer1M: &price})
+		c.Allowances = append(c.Allowances, Allowance{Model: m, TokenKind: TokenInput, Tokens: 1_000_000})
+		c.Tiers = append(c.Tiers, TierSchedule{Model: m, Tiers: []Tier{{UpTo: 10_000_000}, {UpTo: 100_000_000, DiscountPercent: 10 * nanosPerUnit}, {DiscountPercent: 20 * nanosPerUnit}}})
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var usage []StatementUsage
+	var hours []DedicatedHour
+	for h := range 720 {
+		for _, dep := range []string{"d1", "ded"} {
+			in := uint64(rng.IntN(2_000_000))
+			usage = append(usage, StatementUsage{Start: hour(h), End: hour(h + 1), Model: models[h%4], Deployment: dep, Requests: 100,
+				InputTokens: in, CachedInputTokens: in / 3, OutputTokens: uint64(rng.IntN(500_000))})
+		}
+		hours = append(hours, DedicatedHour{Deployment: "ded", Hour: hour(h), MicroHours: 8_000_000})
+	}
+	for _, tc := range []struct {
+		name     string
+		contract *Contract
+	}{{"list", nil}, {"contract", c}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := ComputeContractStatement("acme", p, book, usage, false, tc.contract, hours); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
