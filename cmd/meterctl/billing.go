@@ -38,6 +38,9 @@ Commands:
                                              write the lines of a closed period's statements to FILE
   export usage-cost --start S --end E [--step hour|day] [--tenant T] --format F -o FILE
                                              write usage and cost per tenant, model, deployment and hour (or day)
+  credits [--tenant T] [--ledger]            print credit grants and balances (or the credit ledger)
+  grant GRANT_ID --tenant T --kind prepaid|promotional --amount A --from TIME [--expires TIME]
+                                             grant a tenant credit (admin key; GRANT_ID is the idempotency key)
 
 Formats: csv, jsonl, parquet, focus-csv, focus-parquet (FOCUS 1.2). An export
 is written to a temporary file beside FILE and renamed to FILE once complete:
@@ -51,7 +54,7 @@ var exportFormats = []string{"csv", "jsonl", "parquet", "focus-csv", "focus-parq
 func runBilling(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, billingUsageText)
-		return errors.New("billing: want a command: periods, close, statement or export")
+		return errors.New("billing: want a command: periods, close, statement, export, credits or grant")
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "periods":
@@ -60,6 +63,10 @@ func runBilling(ctx context.Context, args []string, getenv func(string) string, 
 		return runBillingClose(ctx, rest, getenv, stdout, stderr)
 	case "statement":
 		return runBillingStatement(ctx, rest, getenv, stdout, stderr)
+	case "credits":
+		return runBillingCredits(ctx, rest, getenv, stdout, stderr)
+	case "grant":
+		return runBillingGrant(ctx, rest, getenv, stdout, stderr)
 	case "export":
 		if len(rest) > 0 && rest[0] == "statements" {
 			return runExportStatements(ctx, rest[1:], getenv, stdout, stderr)
