@@ -108,6 +108,9 @@ type Request struct {
 	// closing is set by closeOne: the statement is to be stored, so its
 	// credit balances are read after the ledger is reconciled.
 	closing bool
+	// grants are the credit grants by tenant, read once per close (nil: a
+	// draft, which reads its tenant's).
+	grants map[string][]billing.CreditGrant
 }
 
 // CostReader reads allocated cost; *query.Service implements it.
@@ -169,6 +172,17 @@ func (c *Closer) Close(ctx context.Context, req Request) ([]billing.StoredStatem
 		return nil, err
 	}
 	req.firstClosed = first
+	if c.credits != nil {
+		// One read of every grant for the close, not one per tenant.
+		all, err := c.credits.CreditGrants(ctx, "")
+		if err != nil {
+			return nil, err
+		}
+		req.grants = map[string][]billing.CreditGrant{}
+		for _, g := range all {
+			req.grants[g.Tenant] = append(req.grants[g.Tenant], g)
+		}
+	}
 	type result struct {
 		st  billing.StoredStatement
 		ok  bool
@@ -319,7 +333,7 @@ func (c *Closer) statement(ctx context.Context, tenant string, p billing.Period,
 	st, err := billing.ComputeContractStatement(tenant, p, req.Book, slices.Concat(usage, late, rep), req.ByDeployment, contract, hours)
 	if err == nil {
 		// Credits draw on what is left after the contract's charges.
-		err = c.applyCredits(ctx, &st, p, req.closing)
+		err = c.applyCredits(ctx, &st, p, req)
 	}
 	if err != nil || !finance {
 		return st, closedBefore, err

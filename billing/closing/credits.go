@@ -58,27 +58,34 @@ func (c *Closer) tenantLock(tenant string) func() {
 	return mu.Unlock
 }
 
-// applyCredits draws st's charge of p from tenant's grants. With reconcile
-// (a close) it first writes the ledger of the tenant's closed statements
-// that lack theirs.
-func (c *Closer) applyCredits(ctx context.Context, st *billing.Statement, p billing.Period, reconcile bool) error {
+// applyCredits draws st's charge of p from the tenant's grants (req's,
+// read once per close; a draft reads them). A close (req.closing) first
+// writes the ledger of the tenant's closed statements that lack theirs.
+func (c *Closer) applyCredits(ctx context.Context, st *billing.Statement, p billing.Period, req Request) error {
 	if c.credits == nil {
 		return nil
 	}
-	balances, err := c.balances(ctx, st.Tenant, reconcile)
-	if err != nil || len(balances) == 0 {
+	grants, ok := req.grants[st.Tenant]
+	if req.grants == nil {
+		var err error
+		if grants, err = c.credits.CreditGrants(ctx, st.Tenant); err != nil {
+			return err
+		}
+		ok = len(grants) > 0
+	}
+	if !ok {
+		return nil
+	}
+	balances, err := c.balances(ctx, st.Tenant, grants, req.closing)
+	if err != nil {
 		return err
 	}
 	return billing.ApplyCredits(st, p, balances)
 }
 
-// balances are tenant's grant balances; with reconcile, after writing the
-// missing ledger entries of its closed statements.
-func (c *Closer) balances(ctx context.Context, tenant string, reconcile bool) ([]billing.GrantBalance, error) {
-	grants, err := c.credits.CreditGrants(ctx, tenant)
-	if err != nil || len(grants) == 0 {
-		return nil, err
-	}
+// balances are the balances of tenant's grants; with reconcile, after
+// writing the missing ledger entries of its closed statements.
+func (c *Closer) balances(ctx context.Context, tenant string, grants []billing.CreditGrant, reconcile bool) ([]billing.GrantBalance, error) {
 	entries, err := c.credits.CreditEntries(ctx, tenant)
 	if err != nil {
 		return nil, err
