@@ -5,7 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,6 +70,9 @@ type Config struct {
 	BillingGrace time.Duration
 	// BillingZones is --billing-zones: "tenant=zone,..." (see billingZones).
 	BillingZones string
+	// BillingAccounts is --billing-accounts: the billing accounts file
+	// (billing.ParseAccounts), empty for none.
+	BillingAccounts string
 	// BillingByDeployment splits statement lines per deployment.
 	BillingByDeployment bool
 	// TenantCost shows tenant keys the provider's cost of serving them
@@ -118,6 +124,44 @@ func (c Config) billingZones() (map[string]*time.Location, error) {
 		zones[tenant] = z
 	}
 	return zones, errors.Join(errs...)
+}
+
+// billingAccounts reads the --billing-accounts file (nil without one) and
+// the tenants' zones: those of the file and of --billing-zones, which must
+// agree on a tenant both name.
+func (c Config) billingAccounts() (*billing.Accounts, map[string]*time.Location, error) {
+	zones, err := c.billingZones()
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.BillingAccounts == "" {
+		return nil, zones, nil
+	}
+	data, err := os.ReadFile(c.BillingAccounts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--billing-accounts: %w", err)
+	}
+	accounts, err := billing.ParseAccounts(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--billing-accounts %s: %w", c.BillingAccounts, err)
+	}
+	fileZones, err := accounts.Zones()
+	if err != nil {
+		return nil, nil, fmt.Errorf("--billing-accounts %s: %w", c.BillingAccounts, err)
+	}
+	var errs []error
+	for _, tenant := range slices.Sorted(maps.Keys(fileZones)) {
+		z := fileZones[tenant]
+		if flag, ok := zones[tenant]; ok && flag.String() != z.String() {
+			errs = append(errs, fmt.Errorf("tenant %q: --billing-zones says %s, --billing-accounts %s says %s", tenant, flag, c.BillingAccounts, z))
+			continue
+		}
+		zones[tenant] = z
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	return accounts, zones, nil
 }
 
 // Security is the transport security and credentials of meterd's
@@ -256,7 +300,7 @@ func (c Config) Validate() error {
 	if c.BillingGrace <= 0 {
 		errs = append(errs, fmt.Errorf("--billing-grace %s: must be positive", c.BillingGrace))
 	}
-	if _, err := c.billingZones(); err != nil {
+	if _, _, err := c.billingAccounts(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.TenantCost && !c.HasRole("api") {
@@ -314,6 +358,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on --http-addr")
 	fs.DurationVar(&c.BillingGrace, "billing-grace", billing.DefaultGrace, "how long after its end a billing period may close (an admin's close may ask for another)")
 	fs.StringVar(&c.BillingZones, "billing-zones", "", "billing time zones of tenants, tenant=zone,...: an IANA name or an offset (acme=Asia/Kolkata,beta=+05:30); UTC for the others")
+	fs.StringVar(&c.BillingAccounts, "billing-accounts", "", "JSON billing accounts file: the operator's names, invoice numbering and seller, each tenant's display name, billing account, zone, buyer, tax rate and contract (see deploy/billing-accounts.example.json); zones must agree with --billing-zones")
 	fs.BoolVar(&c.BillingByDeployment, "billing-by-deployment", false, "split statement lines per deployment as well as per model")
 	fs.BoolVar(&c.TenantCost, "tenant-cost", false, "api role: show tenant keys the provider's cost of serving them (the allocated GPU cost in /v1/cost, the finance parts of their statements and exports); off, a tenant key sees its usage and charges only")
 	fs.BoolVar(&c.UsageMetrics, "usage-metrics", false, "api role: serve business metrics for Prometheus (llm_requests_total, llm_tokens_*_total, llm_latency, ... per tenant and model) on --http-addr at /metrics/usage, to finance and admin keys")

@@ -272,7 +272,7 @@ func (p *process) newAPIServices(ctx context.Context) error {
 // rollup lease topic (a consumer group of its own per lock).
 func (p *process) newBilling(reads *query.Service) (*closing.Service, error) {
 	cfg := p.cfg
-	zones, err := cfg.billingZones()
+	accounts, zones, err := cfg.billingAccounts()
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +287,7 @@ func (p *process) newBilling(reads *query.Service) (*closing.Service, error) {
 	store := p.store
 	return closing.NewService(closing.Deps{Reads: reads, Store: store, CaughtUp: caughtUp, Lock: lock, Credits: store,
 		Prices: func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, store) }},
-		closing.Config{Zones: zones, Grace: cfg.BillingGrace, ByDeployment: cfg.BillingByDeployment, Now: p.now})
+		closing.Config{Zones: zones, Grace: cfg.BillingGrace, ByDeployment: cfg.BillingByDeployment, Now: p.now, Accounts: accounts})
 }
 
 // newOTLP makes the OTLP receiver when it has an address; nil otherwise.
