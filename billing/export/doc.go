@@ -44,31 +44,136 @@
 //
 // # FOCUS mapping
 //
-// A FOCUS row is one token kind of one source row: input (uncached input
-// tokens, priced at the input price), cached_input and output, so that a row
-// has one unit price. Kinds with no tokens are left out, except input, which
-// is always written (it carries x_Requests, so that requests are counted
-// once). SkuId is "<model>:<kind>", SkuPriceId "<price id>:<kind>";
-// ConsumedQuantity is the kind's tokens (ConsumedUnit "Tokens");
-// PricingQuantity is tokens / 1,000,000 (PricingUnit "1000000 Tokens") and
-// ListUnitPrice = ContractedUnitPrice the price per 1M tokens.
-// BilledCost = EffectiveCost = ListCost = ContractedCost (list prices, no
-// discounts or commitments): the source row's charge split over its kinds by
-// largest remainder of the exact per-kind charges, so each kind is within a
-// nano-unit of price × quantity and the kinds add up exactly to the row's
-// charge (hence to the statement's). The allocated cost (x_AllocatedCost,
-// finance only) is split over the kinds in proportion to their tokens, also
-// by largest remainder; x_Margin = ListCost − x_AllocatedCost.
+// The focus formats follow FOCUS 1.2. Every FOCUS column this mapping can
+// fill is present (Mandatory, and the Conditional ones that apply to a
+// provider of metered inference with published prices, sub-accounts and
+// regions: SubAccountName, SkuId, SkuMeter, SkuPriceId, SkuPriceDetails,
+// ListUnitPrice, ContractedUnitPrice, ConsumedQuantity/Unit, RegionId,
+// RegionName, InvoiceId); the project's own dimensions follow as x_
+// columns.
 //
-// A statement's adjustment line (late usage of a closed period) maps to
-// ChargeCategory "Adjustment" with ChargeClass "Correction"; FOCUS then
-// requires ConsumedQuantity and ConsumedUnit to be null, so the tokens are in
-// x_Tokens (written on every row). Usage lines are ChargeCategory "Usage"
-// with a null ChargeClass. SubAccountId is the tenant, ResourceId the
-// deployment (null when the line is not per deployment), BillingAccountId
-// the tenant unless FocusParty.BillingAccountID names one, ProviderName,
-// PublisherName and InvoiceIssuerName "tokenmeter" unless configured,
-// ServiceCategory "AI and Machine Learning", ServiceSubcategory "Generative
-// AI", ChargeFrequency "Usage-Based", PricingCategory "Standard". The
-// project's own dimensions follow the FOCUS columns as x_ columns.
+// Rows. A FOCUS row of usage is one token kind of a statement line or
+// usage row under one price: input (uncached input tokens, priced at the
+// input price), cached_input and output. Kinds with no tokens are left
+// out, except input, which is always written: its first row carries
+// x_Requests, so requests are counted once. Where a contract discounts
+// part of a kind's tokens (billing.ChargeDiscount), the kind has a row per
+// contracted price: the discounted tokens at theirs, the others at list;
+// so each row has one ContractedUnitPrice. A statement then has a row per
+// other charge (dedicated GPU-hours, commitment true-up, credit) and ends
+// with exactly one rounding row (below). The native statement datasets stay
+// one row per line.
+//
+// Units and exact costs. PricingUnit is "1000000 Tokens", the unit of the
+// price book; PricingQuantity is tokens / 10^6 (exact, 6 decimals);
+// ListUnitPrice is the list price per 1M tokens (exact, up to 9 decimals);
+// ContractedUnitPrice the contract's price per 1M (the list price without
+// a contract). ListCost = ListUnitPrice × PricingQuantity and
+// ContractedCost = ContractedUnitPrice × PricingQuantity exactly, on every
+// row: costs carry the product's own precision, 15 decimals (CSV: the
+// shortest exact decimal; Parquet: DECIMAL(38, 15), unit prices and
+// quantities DECIMAL(38, 9)). EffectiveCost = BilledCost = ContractedCost
+// (nothing is amortized). ConsumedQuantity is the tokens, ConsumedUnit
+// "Tokens". PricingCategory is "Standard" at list, "Committed" at a
+// contract's price.
+//
+// Rounding row. A statement is billed at its Total: the exact charge
+// rounded once to the currency's minor unit. The exact row costs of a
+// statement add up to a little more or less than that (and the line
+// charges of the statement, rounded to the nano-unit per line, differ from
+// them in the last nano-units), so each statement's rows end with one row
+// ChargeCategory "Adjustment", ChargeClass null, ChargeFrequency
+// "One-Time", no SKU, price or quantity, whose four costs are Total − the
+// sum of the statement's other rows. The BilledCost of a statement's rows
+// then sums to its payable Total exactly, in every format; a statement
+// always has this row, even when it is 0, so every statement (and its
+// InvoiceId) is in the file. Usage-and-cost files have no rounding row:
+// they are not bills.
+//
+// Corrections. Late usage of a closed period (a statement's adjustment
+// line) is ChargeCategory "Usage" with ChargeClass "Correction": it keeps
+// its ConsumedQuantity, prices and SKU, so usage analytics count its
+// tokens. A repricing line (a closed period repriced with the book in
+// force now) is "Usage" + "Correction" as one row of its amount, without
+// SKU, price or quantity: the statement line holds only the difference,
+// not the tokens and the two prices (FOCUS allows the nulls on a
+// correction).
+//
+// Contract charges (billing.Charge). Discounts lower the ContractedCost,
+// EffectiveCost and BilledCost of the rows of their line and kind as
+// above; ListCost stays at list. Dedicated capacity
+// (billing.ChargeDedicated) is a Usage row per deployment and rate:
+// SkuId "dedicated-gpu-hour", SkuMeter "Dedicated GPU Hours", PricingUnit
+// and ConsumedUnit "GPU-Hours", the GPU-hours as quantities (6 decimals),
+// the contracted rate as both unit prices, PricingCategory "Committed";
+// the tokens served on it are discounted to a price of 0. A commitment's
+// true-up is ChargeCategory "Adjustment", ChargeFrequency "Recurring"; a
+// credit drawn is ChargeCategory "Credit", ChargeFrequency "One-Time";
+// both are amounts without SKU, price or quantity, with ListCost =
+// ContractedCost = EffectiveCost = BilledCost (FOCUS: a charge unrelated to
+// other charges). The contract rounds each discount to the nano-unit; the
+// rows' exact products differ from it by a few nano-units at most, which
+// the rounding row takes.
+//
+// SKUs and prices. SkuId is "<model>:<kind>" (one SKU per model and token
+// kind, whatever its price); SkuMeter "Input Tokens", "Cached Input
+// Tokens" or "Output Tokens". SkuPriceId is "<price id>:<kind>#<8 hex>":
+// the price book entry (model and effective time), the kind and the first
+// 8 hex digits of the SHA-256 of the entry, kind, price and currency, so
+// that a price edited in place (same model and start, another amount) has
+// another SkuPriceId: one SkuPriceId, one ListUnitPrice, in any file.
+// SkuPriceDetails is a FOCUS key-value JSON object of the price's
+// properties that are not amounts or dates: {"x_Model": ..., "x_TokenKind":
+// ...} ({"x_Kind": "dedicated GPU-hour"} for GPU-hours). Unpriced usage (a
+// model without a list price) has null prices and SkuPriceId and costs 0;
+// closes refuse it unless an admin flags it (closing).
+//
+// Parties and accounts (billing.Accounts, meterd --billing-accounts).
+// ProviderName, PublisherName and InvoiceIssuerName are the operator's
+// names (billing.DefaultOperatorName without a file); ServiceName
+// "<provider name> inference". BillingAccountId is the tenant's
+// billing_account_id (its id without one), BillingAccountName and
+// SubAccountName its display name, SubAccountId the tenant id. InvoiceId
+// is the number of the invoice of the statement in force (StatementRow.
+// InvoiceID, filled by the caller), null while none is issued.
+//
+// Regions. RegionId and RegionName are the region the deployment's GPU
+// samples name (the GPU cost rows keep it per deployment-hour; the
+// samples carry no display name, so RegionName repeats the id). A
+// statement line not per deployment gets the one region of every
+// deployment of the period; a deployment in several regions, or none
+// known, gives a null region.
+//
+// Views. A tenant's file (Options.Finance false) has the same FOCUS
+// columns but no deployment names (ResourceId, ResourceName, ResourceType
+// and x_Deployment null) and no price book versions (x_PriceBook null);
+// finance's adds x_AllocatedCost and x_Margin.
+//
+// # GPU cost in FOCUS
+//
+// The provider's own GPU cost is not a charge to the tenant: it appears
+// only in finance's files, in x_AllocatedCost (the GPU cost allocated to
+// the row under the price book's busy and idle policies) and x_Margin
+// (BilledCost − x_AllocatedCost). No FOCUS cost column holds it, so a
+// FinOps tool that loads these files beside the cloud's own bill (where
+// the GPUs appear as the cloud's charges) counts the GPUs once, from the
+// cloud's bill, and reads the tenants' revenue here; to see cost of
+// revenue it reads x_AllocatedCost, which never adds to BilledCost. Idle
+// GPU time is in x_AllocatedCost too, spread over the tenants when the
+// idle policy shares it; the separate idle policy's __idle__ pseudo-tenant
+// is not a billing account and has no FOCUS row (the native usage-and-cost
+// formats, GetCost and the cost report still show it).
+//
+// A row's allocated cost is split over its token kinds by GPU time, not
+// token count: each kind weighs its tokens × the GPU time of one of its
+// tokens (DefaultGPUTimeWeights, tenths of an uncached input token's:
+// uncached input 10, cached input 1, output 40; Options.GPUTimeWeights
+// overrides them). Prefill computes a prompt's uncached tokens in parallel,
+// a prefix-cache hit skips most of that work, and decode runs one forward
+// step per output token, bound by memory bandwidth, so an output token
+// takes about four times an input token's GPU time on the deployments we
+// serve (the ratio of prefill to decode throughput per replica). Within a
+// kind, the cost is split over the kind's rows (contract prices) by
+// tokens. Both splits are by largest remainder: the rows of a source add
+// up to its allocated cost exactly.
 package export
