@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -9,11 +10,14 @@ import (
 	"strings"
 	"testing"
 	"time"
-	meterv1 "tokenmeter/proto/tokenmeter/v1"
 
+	"github.com/segmentio/kafka-go"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"tokenmeter/billing/notify"
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
 func TestBillingFlags(t *testing.T) {
@@ -30,6 +34,13 @@ func TestBillingFlags(t *testing.T) {
 			[]string{`"acme": want tenant=zone`, `tenant "beta"`, "Mars/Base", `tenant "gamma"`, "±14:00", "tenant_id"}},
 		{"duplicate tenant", []string{"--billing-zones", "acme=UTC,acme=+01:00"}, nil, []string{`tenant "acme" is given twice`}},
 		{"grace", []string{"--billing-grace", "0s"}, nil, []string{"--billing-grace 0s: must be positive"}},
+		{"events", []string{"--billing-events-topic", "meter.billing.v1", "--billing-webhook-url", "https://erp.example.com/hooks?token=x"},
+			map[string]string{"METER_BILLING_WEBHOOK_SECRET": "whsec"}, nil},
+		{"webhook without a secret", []string{"--billing-webhook-url", "https://erp.example.com/hooks"}, nil, []string{"needs a signing secret"}},
+		{"bad webhook", []string{"--billing-webhook-url", "erp.example.com/hooks", "--billing-webhook-timeout", "0s", "--billing-events-max-backoff", "10ms"},
+			map[string]string{"METER_BILLING_WEBHOOK_SECRET": "whsec"},
+			[]string{"want an absolute http or https URL", "--billing-webhook-timeout 0s", "--billing-events-max-backoff 10ms"}},
+		{"events without the api role", []string{"--role", "ingest,rollup", "--billing-events-topic", "t"}, nil, []string{"the api role's"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -77,7 +88,12 @@ func TestDevServesBilling(t *testing.T) {
 // checks the ingest consumer groups' lag on the embedded broker and takes
 // the Kafka lock; late events of the closed month leave its statement
 // byte-identical and become adjustment lines of the next close.
+//
+// With --billing-events-topic (from the environment, as the binary reads
+// it), each close's statements are records on the topic of the embedded
+// broker, keyed tenant/period, the statement's hash as idempotency key.
 func TestDevClosesPeriod(t *testing.T) {
+	t.Setenv("METER_BILLING_EVENTS_TOPIC", notify.DefaultTopic)
 	m := startDev(t)
 	sep := time.Date(2026, 9, 10, 12, 0, 0, 0, time.UTC)
 	publish := func(prefix string, n int) {
@@ -148,6 +164,14 @@ func TestDevClosesPeriod(t *testing.T) {
 		t.Fatalf("acme's September: %s (close answered %s)", first, closed)
 	}
 
+	events := billingEvents(t, m.kafka, 2)
+	if ev := events["acme/2026-09"]; ev.ID != st.Statement.Hash || ev.Type != notify.TypeClosed || ev.Invoice == nil {
+		t.Errorf("acme's September event %+v, want statement.closed of %s with its invoice", ev, st.Statement.Hash)
+	}
+	if _, ok := events["globex/2026-09"]; !ok {
+		t.Errorf("events %v: none of globex's September", events)
+	}
+
 	// Late events of September: 6 more, 3 of them acme's.
 	publish("late", 6)
 	m.waitUsage(t, sep, sep.Add(time.Hour), 46)
@@ -163,4 +187,28 @@ func TestDevClosesPeriod(t *testing.T) {
 	if len(st.Statement.Lines) != 1 || st.Statement.Lines[0].Kind != "adjustment" || st.Statement.Lines[0].Requests != "3" || st.Statement.Lines[0].Input != "306" {
 		t.Errorf("acme's October: %+v, want one adjustment of 3 requests and 306 input tokens", st.Statement.Lines)
 	}
+}
+
+// billingEvents reads the first n records of the billing events topic, by
+// key.
+func billingEvents(t *testing.T, broker string, n int) map[string]notify.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: notify.DefaultTopic, GroupID: "test-billing-events",
+		StartOffset: kafka.FirstOffset, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	out := map[string]notify.Event{}
+	for range n {
+		msg, err := r.FetchMessage(ctx)
+		if err != nil {
+			t.Fatalf("billing events: %d of %d: %v", len(out), n, err)
+		}
+		var ev notify.Event
+		if err := json.Unmarshal(msg.Value, &ev); err != nil {
+			t.Fatalf("billing event %s: %v", msg.Value, err)
+		}
+		out[string(msg.Key)] = ev
+	}
+	return out
 }

@@ -75,6 +75,8 @@ type Config struct {
 	BillingAccounts string
 	// BillingByDeployment splits statement lines per deployment.
 	BillingByDeployment bool
+	// BillingEvents is where closed statements' events go (api role).
+	BillingEvents BillingEvents
 	// TenantCost shows tenant keys the provider's cost of serving them
 	// (api.Config.TenantCost).
 	TenantCost bool
@@ -303,6 +305,9 @@ func (c Config) Validate() error {
 	if _, _, err := c.billingAccounts(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.BillingEvents.validate(c.HasRole("api")); err != nil {
+		errs = append(errs, err)
+	}
 	if c.TenantCost && !c.HasRole("api") {
 		errs = append(errs, errors.New("--tenant-cost is the api role's: add it to --role"))
 	}
@@ -360,6 +365,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&c.BillingZones, "billing-zones", "", "billing time zones of tenants, tenant=zone,...: an IANA name or an offset (acme=Asia/Kolkata,beta=+05:30); UTC for the others")
 	fs.StringVar(&c.BillingAccounts, "billing-accounts", "", "JSON billing accounts file: the operator's names, invoice numbering and seller, each tenant's display name, billing account, zone, buyer, tax rate and contract (see deploy/billing-accounts.example.json); zones must agree with --billing-zones")
 	fs.BoolVar(&c.BillingByDeployment, "billing-by-deployment", false, "split statement lines per deployment as well as per model")
+	c.BillingEvents.register(fs)
 	fs.BoolVar(&c.TenantCost, "tenant-cost", false, "api role: show tenant keys the provider's cost of serving them (the allocated GPU cost in /v1/cost, the finance parts of their statements and exports); off, a tenant key sees its usage and charges only")
 	fs.BoolVar(&c.UsageMetrics, "usage-metrics", false, "api role: serve business metrics for Prometheus (llm_requests_total, llm_tokens_*_total, llm_latency, ... per tenant and model) on --http-addr at /metrics/usage, to finance and admin keys")
 	fs.IntVar(&c.UsageMetricsMaxSeries, "usage-metrics-max-series", usagemetrics.DefaultMaxSeries, "most (tenant, model) pairs /metrics/usage exposes, tenant=\"__other__\" included; the smallest others are summed into it")
@@ -385,6 +391,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 		return c, err
 	}
 	sec.Kafka.ReadEnv(getenv)
+	c.BillingEvents.readEnv(getenv)
 	sec.clickHousePasswordEnv = getenv(envClickHousePassword)
 	if *roles == "all" {
 		c.Roles = knownRoles

@@ -47,7 +47,7 @@ func startDevMode(ctx context.Context, cfg Config, logger *slog.Logger) (_ Confi
 // devTopics are the topics the dev broker creates.
 func devTopics(cfg Config) []string {
 	topics := []string{cfg.EventsTopic, cfg.DLQTopic}
-	for _, t := range []string{cfg.GPUTopic, cfg.EngineTopic} {
+	for _, t := range []string{cfg.GPUTopic, cfg.EngineTopic, cfg.BillingEvents.Topic} {
 		if t != "" {
 			topics = append(topics, t)
 		}

@@ -19,6 +19,7 @@ import (
 	"tokenmeter/api"
 	"tokenmeter/billing"
 	"tokenmeter/billing/closing"
+	"tokenmeter/billing/notify"
 	"tokenmeter/ingest"
 	"tokenmeter/ingest/otlp"
 	"tokenmeter/internal/adapter/chstore"
@@ -78,7 +79,8 @@ type process struct {
 	store     *chstore.Store
 	consumers []consumer // ingest role
 	job       *rollup.Job
-	services  *api.Services // api role
+	services  *api.Services    // api role
+	events    *notify.Notifier // api role, with --billing-events-topic or --billing-webhook-url
 	otlp      *otlp.Receiver
 	server    *api.Server
 }
@@ -285,8 +287,15 @@ func (p *process) newBilling(reads *query.Service) (*closing.Service, error) {
 		return nil, err
 	}
 	store := p.store
-	return closing.NewService(closing.Deps{Reads: reads, Store: store, CaughtUp: caughtUp, Lock: lock, Credits: store,
-		Prices: func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, store) }},
+	deps := closing.Deps{Reads: reads, Store: store, CaughtUp: caughtUp, Lock: lock, Credits: store,
+		Prices: func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, store) }}
+	if p.events, err = p.newBillingEvents(); err != nil {
+		return nil, err
+	}
+	if p.events != nil {
+		deps.Notify = p.events
+	}
+	return closing.NewService(deps,
 		closing.Config{Zones: zones, Grace: cfg.BillingGrace, ByDeployment: cfg.BillingByDeployment, Now: p.now, Accounts: accounts})
 }
 
@@ -356,6 +365,9 @@ func (p *process) serve(ctx context.Context) error {
 	g.Go(func() error { return p.server.Run(gctx) })
 	if p.otlp != nil {
 		g.Go(func() error { return p.otlp.Run(gctx) })
+	}
+	if p.events != nil {
+		g.Go(func() error { return p.events.Run(gctx) })
 	}
 	for _, c := range p.consumers {
 		g.Go(func() error { return c.Run(gctx) })
