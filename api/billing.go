@@ -162,6 +162,14 @@ func statementProto(v closing.StatementView) *meterv1.Statement {
 			ChargeStart: timestamppb.New(c.ChargeStart), ChargeEnd: timestamppb.New(c.ChargeEnd), Amount: m(c.Amount),
 		})
 	}
+	for _, u := range st.Credits {
+		sc := &meterv1.StatementCredit{GrantId: u.Grant, Kind: string(u.Kind), Description: u.Description,
+			Opening: m(u.Opening), Drawn: m(u.Drawn), Expired: m(u.Expired), Closing: m(u.Closing)}
+		if u.ExpiresAt != nil {
+			sc.ExpiresAt = timestamppb.New(*u.ExpiresAt)
+		}
+		out.Credits = append(out.Credits, sc)
+	}
 	if f := st.Finance; f != nil {
 		out.Finance = &meterv1.StatementFinance{
 			BusyPolicy: f.BusyPolicy, IdlePolicy: f.IdlePolicy, HourRule: f.HourRule,

@@ -71,6 +71,14 @@ func TestCreditsOverREST(t *testing.T) {
 		st.GetStatement().GetTotal().GetNanos() != int64(bill.Total) {
 		t.Fatalf("acme's October: credits %+v, lines %s, charge %s, total %s (API %v)", bill.Credits, lines, bill.Charge, bill.Total, st.GetStatement().GetTotal())
 	}
+	// The API's statement shows the draw: a credit charge and the grant's
+	// balance before and after.
+	cr, ch := st.GetStatement().GetCredits(), st.GetStatement().GetCharges()
+	if len(cr) != 1 || cr[0].GetGrantId() != "acme-welcome" || cr[0].GetOpening().GetNanos() != 1_000_000 || cr[0].GetDrawn().GetNanos() != 1_000_000 ||
+		cr[0].GetClosing().GetNanos() != 0 || cr[0].GetExpiresAt() == nil || len(ch) != 1 || ch[0].GetKind() != "credit" ||
+		ch[0].GetRule() != "grant:acme-welcome" || ch[0].GetAmount().GetNanos() != -1_000_000 {
+		t.Errorf("the API's statement: credits %v, charges %v", cr, ch)
+	}
 
 	r = s.get(t, "GET", "/v1/billing/credits/balance", testKeys["tenant"], "")
 	var bal meterv1.GetCreditBalanceResponse

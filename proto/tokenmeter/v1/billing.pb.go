@@ -517,7 +517,12 @@ type Statement struct {
 	// order: contract discounts, dedicated GPU-hours, the commitment's
 	// true-up, credits drawn. charge is the sum of the lines' charges and of
 	// these amounts.
-	Charges       []*StatementCharge `protobuf:"bytes,17,rep,name=charges,proto3" json:"charges,omitempty"`
+	Charges []*StatementCharge `protobuf:"bytes,17,rep,name=charges,proto3" json:"charges,omitempty"`
+	// credits is what the statement did to the tenant's credit grants: each
+	// grant's balance before and after it, what it drew (its credit
+	// charges) and what expired with its close; empty without a grant in
+	// force.
+	Credits       []*StatementCredit `protobuf:"bytes,18,rep,name=credits,proto3" json:"credits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -671,6 +676,124 @@ func (x *Statement) GetCharges() []*StatementCharge {
 	return nil
 }
 
+func (x *Statement) GetCredits() []*StatementCredit {
+	if x != nil {
+		return x.Credits
+	}
+	return nil
+}
+
+// StatementCredit is what a statement did to one credit grant: closing =
+// opening − drawn − expired.
+type StatementCredit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// grant_id names the grant.
+	GrantId string `protobuf:"bytes,1,opt,name=grant_id,json=grantId,proto3" json:"grant_id,omitempty"`
+	// kind is "prepaid" or "promotional".
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// description is the grant's.
+	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// expires_at is the grant's expiry; absent: never.
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// opening is the grant's balance before the statement.
+	Opening *Money `protobuf:"bytes,5,opt,name=opening,proto3" json:"opening,omitempty"`
+	// drawn is what the statement drew on it.
+	Drawn *Money `protobuf:"bytes,6,opt,name=drawn,proto3" json:"drawn,omitempty"`
+	// expired is what expired of it with the statement's close (its last
+	// period).
+	Expired *Money `protobuf:"bytes,7,opt,name=expired,proto3" json:"expired,omitempty"`
+	// closing is its balance after the statement.
+	Closing       *Money `protobuf:"bytes,8,opt,name=closing,proto3" json:"closing,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatementCredit) Reset() {
+	*x = StatementCredit{}
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatementCredit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatementCredit) ProtoMessage() {}
+
+func (x *StatementCredit) ProtoReflect() protoreflect.Message {
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatementCredit.ProtoReflect.Descriptor instead.
+func (*StatementCredit) Descriptor() ([]byte, []int) {
+	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *StatementCredit) GetGrantId() string {
+	if x != nil {
+		return x.GrantId
+	}
+	return ""
+}
+
+func (x *StatementCredit) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *StatementCredit) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *StatementCredit) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *StatementCredit) GetOpening() *Money {
+	if x != nil {
+		return x.Opening
+	}
+	return nil
+}
+
+func (x *StatementCredit) GetDrawn() *Money {
+	if x != nil {
+		return x.Drawn
+	}
+	return nil
+}
+
+func (x *StatementCredit) GetExpired() *Money {
+	if x != nil {
+		return x.Expired
+	}
+	return nil
+}
+
+func (x *StatementCredit) GetClosing() *Money {
+	if x != nil {
+		return x.Closing
+	}
+	return nil
+}
+
 // StatementCharge is one amount of a statement besides its lines' list
 // charges (docs/architecture.md "Contracts").
 type StatementCharge struct {
@@ -715,7 +838,7 @@ type StatementCharge struct {
 
 func (x *StatementCharge) Reset() {
 	*x = StatementCharge{}
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[8]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +850,7 @@ func (x *StatementCharge) String() string {
 func (*StatementCharge) ProtoMessage() {}
 
 func (x *StatementCharge) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[8]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +863,7 @@ func (x *StatementCharge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatementCharge.ProtoReflect.Descriptor instead.
 func (*StatementCharge) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{8}
+	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StatementCharge) GetKind() string {
@@ -892,7 +1015,7 @@ type StatementLine struct {
 
 func (x *StatementLine) Reset() {
 	*x = StatementLine{}
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[9]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -904,7 +1027,7 @@ func (x *StatementLine) String() string {
 func (*StatementLine) ProtoMessage() {}
 
 func (x *StatementLine) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[9]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -917,7 +1040,7 @@ func (x *StatementLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatementLine.ProtoReflect.Descriptor instead.
 func (*StatementLine) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{9}
+	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StatementLine) GetKind() string {
@@ -1077,7 +1200,7 @@ type StatementLineFinance struct {
 
 func (x *StatementLineFinance) Reset() {
 	*x = StatementLineFinance{}
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[10]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1212,7 @@ func (x *StatementLineFinance) String() string {
 func (*StatementLineFinance) ProtoMessage() {}
 
 func (x *StatementLineFinance) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[10]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1225,7 @@ func (x *StatementLineFinance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatementLineFinance.ProtoReflect.Descriptor instead.
 func (*StatementLineFinance) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{10}
+	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StatementLineFinance) GetAllocatedCost() *Money {
@@ -1164,7 +1287,7 @@ type StatementFinance struct {
 
 func (x *StatementFinance) Reset() {
 	*x = StatementFinance{}
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[11]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1299,7 @@ func (x *StatementFinance) String() string {
 func (*StatementFinance) ProtoMessage() {}
 
 func (x *StatementFinance) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[11]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1312,7 @@ func (x *StatementFinance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatementFinance.ProtoReflect.Descriptor instead.
 func (*StatementFinance) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{11}
+	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StatementFinance) GetBusyPolicy() string {
@@ -1278,7 +1401,7 @@ type ExportStatementsRequest struct {
 
 func (x *ExportStatementsRequest) Reset() {
 	*x = ExportStatementsRequest{}
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[12]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1413,7 @@ func (x *ExportStatementsRequest) String() string {
 func (*ExportStatementsRequest) ProtoMessage() {}
 
 func (x *ExportStatementsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[12]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1426,7 @@ func (x *ExportStatementsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportStatementsRequest.ProtoReflect.Descriptor instead.
 func (*ExportStatementsRequest) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{12}
+	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExportStatementsRequest) GetPeriod() string {
@@ -1347,7 +1470,7 @@ type ExportStatementsResponse struct {
 
 func (x *ExportStatementsResponse) Reset() {
 	*x = ExportStatementsResponse{}
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[13]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1359,7 +1482,7 @@ func (x *ExportStatementsResponse) String() string {
 func (*ExportStatementsResponse) ProtoMessage() {}
 
 func (x *ExportStatementsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[13]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1372,7 +1495,7 @@ func (x *ExportStatementsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportStatementsResponse.ProtoReflect.Descriptor instead.
 func (*ExportStatementsResponse) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{13}
+	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExportStatementsResponse) GetData() []byte {
@@ -1431,7 +1554,7 @@ type ExportUsageCostRequest struct {
 
 func (x *ExportUsageCostRequest) Reset() {
 	*x = ExportUsageCostRequest{}
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[14]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1566,7 @@ func (x *ExportUsageCostRequest) String() string {
 func (*ExportUsageCostRequest) ProtoMessage() {}
 
 func (x *ExportUsageCostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[14]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1579,7 @@ func (x *ExportUsageCostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportUsageCostRequest.ProtoReflect.Descriptor instead.
 func (*ExportUsageCostRequest) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{14}
+	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExportUsageCostRequest) GetStart() *timestamppb.Timestamp {
@@ -1511,7 +1634,7 @@ type ExportUsageCostResponse struct {
 
 func (x *ExportUsageCostResponse) Reset() {
 	*x = ExportUsageCostResponse{}
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[15]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1646,7 @@ func (x *ExportUsageCostResponse) String() string {
 func (*ExportUsageCostResponse) ProtoMessage() {}
 
 func (x *ExportUsageCostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_billing_proto_msgTypes[15]
+	mi := &file_tokenmeter_v1_billing_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1659,7 @@ func (x *ExportUsageCostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportUsageCostResponse.ProtoReflect.Descriptor instead.
 func (*ExportUsageCostResponse) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{15}
+	return file_tokenmeter_v1_billing_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExportUsageCostResponse) GetData() []byte {
@@ -1601,7 +1724,7 @@ const file_tokenmeter_v1_billing_proto_rawDesc = "" +
 	"\x06period\x18\x01 \x01(\tR\x06period\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\"N\n" +
 	"\x14GetStatementResponse\x126\n" +
-	"\tstatement\x18\x01 \x01(\v2\x18.tokenmeter.v1.StatementR\tstatement\"\xba\x05\n" +
+	"\tstatement\x18\x01 \x01(\v2\x18.tokenmeter.v1.StatementR\tstatement\"\xf4\x05\n" +
 	"\tStatement\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x16\n" +
 	"\x06period\x18\x02 \x01(\tR\x06period\x12\x12\n" +
@@ -1622,7 +1745,18 @@ const file_tokenmeter_v1_billing_proto_rawDesc = "" +
 	"\x06closed\x18\x0e \x01(\bR\x06closed\x127\n" +
 	"\tclosed_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\bclosedAt\x129\n" +
 	"\afinance\x18\x10 \x01(\v2\x1f.tokenmeter.v1.StatementFinanceR\afinance\x128\n" +
-	"\acharges\x18\x11 \x03(\v2\x1e.tokenmeter.v1.StatementChargeR\acharges\"\xbb\x03\n" +
+	"\acharges\x18\x11 \x03(\v2\x1e.tokenmeter.v1.StatementChargeR\acharges\x128\n" +
+	"\acredits\x18\x12 \x03(\v2\x1e.tokenmeter.v1.StatementCreditR\acredits\"\xd9\x02\n" +
+	"\x0fStatementCredit\x12\x19\n" +
+	"\bgrant_id\x18\x01 \x01(\tR\agrantId\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x129\n" +
+	"\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12.\n" +
+	"\aopening\x18\x05 \x01(\v2\x14.tokenmeter.v1.MoneyR\aopening\x12*\n" +
+	"\x05drawn\x18\x06 \x01(\v2\x14.tokenmeter.v1.MoneyR\x05drawn\x12.\n" +
+	"\aexpired\x18\a \x01(\v2\x14.tokenmeter.v1.MoneyR\aexpired\x12.\n" +
+	"\aclosing\x18\b \x01(\v2\x14.tokenmeter.v1.MoneyR\aclosing\"\xbb\x03\n" +
 	"\x0fStatementCharge\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x12\n" +
@@ -1731,7 +1865,7 @@ func file_tokenmeter_v1_billing_proto_rawDescGZIP() []byte {
 	return file_tokenmeter_v1_billing_proto_rawDescData
 }
 
-var file_tokenmeter_v1_billing_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_tokenmeter_v1_billing_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_tokenmeter_v1_billing_proto_goTypes = []any{
 	(*ListBillingPeriodsRequest)(nil),  // 0: tokenmeter.v1.ListBillingPeriodsRequest
 	(*ListBillingPeriodsResponse)(nil), // 1: tokenmeter.v1.ListBillingPeriodsResponse
@@ -1741,76 +1875,83 @@ var file_tokenmeter_v1_billing_proto_goTypes = []any{
 	(*GetStatementRequest)(nil),        // 5: tokenmeter.v1.GetStatementRequest
 	(*GetStatementResponse)(nil),       // 6: tokenmeter.v1.GetStatementResponse
 	(*Statement)(nil),                  // 7: tokenmeter.v1.Statement
-	(*StatementCharge)(nil),            // 8: tokenmeter.v1.StatementCharge
-	(*StatementLine)(nil),              // 9: tokenmeter.v1.StatementLine
-	(*StatementLineFinance)(nil),       // 10: tokenmeter.v1.StatementLineFinance
-	(*StatementFinance)(nil),           // 11: tokenmeter.v1.StatementFinance
-	(*ExportStatementsRequest)(nil),    // 12: tokenmeter.v1.ExportStatementsRequest
-	(*ExportStatementsResponse)(nil),   // 13: tokenmeter.v1.ExportStatementsResponse
-	(*ExportUsageCostRequest)(nil),     // 14: tokenmeter.v1.ExportUsageCostRequest
-	(*ExportUsageCostResponse)(nil),    // 15: tokenmeter.v1.ExportUsageCostResponse
-	(*timestamppb.Timestamp)(nil),      // 16: google.protobuf.Timestamp
-	(*Money)(nil),                      // 17: tokenmeter.v1.Money
-	(*durationpb.Duration)(nil),        // 18: google.protobuf.Duration
+	(*StatementCredit)(nil),            // 8: tokenmeter.v1.StatementCredit
+	(*StatementCharge)(nil),            // 9: tokenmeter.v1.StatementCharge
+	(*StatementLine)(nil),              // 10: tokenmeter.v1.StatementLine
+	(*StatementLineFinance)(nil),       // 11: tokenmeter.v1.StatementLineFinance
+	(*StatementFinance)(nil),           // 12: tokenmeter.v1.StatementFinance
+	(*ExportStatementsRequest)(nil),    // 13: tokenmeter.v1.ExportStatementsRequest
+	(*ExportStatementsResponse)(nil),   // 14: tokenmeter.v1.ExportStatementsResponse
+	(*ExportUsageCostRequest)(nil),     // 15: tokenmeter.v1.ExportUsageCostRequest
+	(*ExportUsageCostResponse)(nil),    // 16: tokenmeter.v1.ExportUsageCostResponse
+	(*timestamppb.Timestamp)(nil),      // 17: google.protobuf.Timestamp
+	(*Money)(nil),                      // 18: tokenmeter.v1.Money
+	(*durationpb.Duration)(nil),        // 19: google.protobuf.Duration
 }
 var file_tokenmeter_v1_billing_proto_depIdxs = []int32{
 	2,  // 0: tokenmeter.v1.ListBillingPeriodsResponse.periods:type_name -> tokenmeter.v1.BillingPeriod
-	16, // 1: tokenmeter.v1.BillingPeriod.start:type_name -> google.protobuf.Timestamp
-	16, // 2: tokenmeter.v1.BillingPeriod.end:type_name -> google.protobuf.Timestamp
-	16, // 3: tokenmeter.v1.BillingPeriod.closable_at:type_name -> google.protobuf.Timestamp
-	16, // 4: tokenmeter.v1.BillingPeriod.closed_at:type_name -> google.protobuf.Timestamp
-	17, // 5: tokenmeter.v1.BillingPeriod.total:type_name -> tokenmeter.v1.Money
-	18, // 6: tokenmeter.v1.CloseBillingPeriodRequest.grace:type_name -> google.protobuf.Duration
+	17, // 1: tokenmeter.v1.BillingPeriod.start:type_name -> google.protobuf.Timestamp
+	17, // 2: tokenmeter.v1.BillingPeriod.end:type_name -> google.protobuf.Timestamp
+	17, // 3: tokenmeter.v1.BillingPeriod.closable_at:type_name -> google.protobuf.Timestamp
+	17, // 4: tokenmeter.v1.BillingPeriod.closed_at:type_name -> google.protobuf.Timestamp
+	18, // 5: tokenmeter.v1.BillingPeriod.total:type_name -> tokenmeter.v1.Money
+	19, // 6: tokenmeter.v1.CloseBillingPeriodRequest.grace:type_name -> google.protobuf.Duration
 	2,  // 7: tokenmeter.v1.CloseBillingPeriodResponse.periods:type_name -> tokenmeter.v1.BillingPeriod
 	7,  // 8: tokenmeter.v1.GetStatementResponse.statement:type_name -> tokenmeter.v1.Statement
-	16, // 9: tokenmeter.v1.Statement.period_start:type_name -> google.protobuf.Timestamp
-	16, // 10: tokenmeter.v1.Statement.period_end:type_name -> google.protobuf.Timestamp
-	9,  // 11: tokenmeter.v1.Statement.lines:type_name -> tokenmeter.v1.StatementLine
-	17, // 12: tokenmeter.v1.Statement.charge:type_name -> tokenmeter.v1.Money
-	17, // 13: tokenmeter.v1.Statement.total:type_name -> tokenmeter.v1.Money
-	16, // 14: tokenmeter.v1.Statement.closed_at:type_name -> google.protobuf.Timestamp
-	11, // 15: tokenmeter.v1.Statement.finance:type_name -> tokenmeter.v1.StatementFinance
-	8,  // 16: tokenmeter.v1.Statement.charges:type_name -> tokenmeter.v1.StatementCharge
-	16, // 17: tokenmeter.v1.StatementCharge.charge_start:type_name -> google.protobuf.Timestamp
-	16, // 18: tokenmeter.v1.StatementCharge.charge_end:type_name -> google.protobuf.Timestamp
-	17, // 19: tokenmeter.v1.StatementCharge.amount:type_name -> tokenmeter.v1.Money
-	16, // 20: tokenmeter.v1.StatementLine.charge_start:type_name -> google.protobuf.Timestamp
-	16, // 21: tokenmeter.v1.StatementLine.charge_end:type_name -> google.protobuf.Timestamp
-	17, // 22: tokenmeter.v1.StatementLine.input_per_1m:type_name -> tokenmeter.v1.Money
-	17, // 23: tokenmeter.v1.StatementLine.cached_input_per_1m:type_name -> tokenmeter.v1.Money
-	17, // 24: tokenmeter.v1.StatementLine.output_per_1m:type_name -> tokenmeter.v1.Money
-	17, // 25: tokenmeter.v1.StatementLine.charge:type_name -> tokenmeter.v1.Money
-	10, // 26: tokenmeter.v1.StatementLine.finance:type_name -> tokenmeter.v1.StatementLineFinance
-	17, // 27: tokenmeter.v1.StatementLine.contracted_charge:type_name -> tokenmeter.v1.Money
-	17, // 28: tokenmeter.v1.StatementLine.discount:type_name -> tokenmeter.v1.Money
-	17, // 29: tokenmeter.v1.StatementLineFinance.allocated_cost:type_name -> tokenmeter.v1.Money
-	17, // 30: tokenmeter.v1.StatementLineFinance.busy_cost:type_name -> tokenmeter.v1.Money
-	17, // 31: tokenmeter.v1.StatementLineFinance.idle_cost:type_name -> tokenmeter.v1.Money
-	17, // 32: tokenmeter.v1.StatementLineFinance.margin:type_name -> tokenmeter.v1.Money
-	17, // 33: tokenmeter.v1.StatementFinance.allocated_cost:type_name -> tokenmeter.v1.Money
-	17, // 34: tokenmeter.v1.StatementFinance.busy_cost:type_name -> tokenmeter.v1.Money
-	17, // 35: tokenmeter.v1.StatementFinance.idle_cost:type_name -> tokenmeter.v1.Money
-	17, // 36: tokenmeter.v1.StatementFinance.usage_charge:type_name -> tokenmeter.v1.Money
-	17, // 37: tokenmeter.v1.StatementFinance.margin:type_name -> tokenmeter.v1.Money
-	17, // 38: tokenmeter.v1.StatementFinance.cost_per_1k_tokens:type_name -> tokenmeter.v1.Money
-	17, // 39: tokenmeter.v1.StatementFinance.unassigned:type_name -> tokenmeter.v1.Money
-	16, // 40: tokenmeter.v1.ExportUsageCostRequest.start:type_name -> google.protobuf.Timestamp
-	16, // 41: tokenmeter.v1.ExportUsageCostRequest.end:type_name -> google.protobuf.Timestamp
-	0,  // 42: tokenmeter.v1.BillingService.ListBillingPeriods:input_type -> tokenmeter.v1.ListBillingPeriodsRequest
-	3,  // 43: tokenmeter.v1.BillingService.CloseBillingPeriod:input_type -> tokenmeter.v1.CloseBillingPeriodRequest
-	5,  // 44: tokenmeter.v1.BillingService.GetStatement:input_type -> tokenmeter.v1.GetStatementRequest
-	12, // 45: tokenmeter.v1.BillingService.ExportStatements:input_type -> tokenmeter.v1.ExportStatementsRequest
-	14, // 46: tokenmeter.v1.BillingService.ExportUsageCost:input_type -> tokenmeter.v1.ExportUsageCostRequest
-	1,  // 47: tokenmeter.v1.BillingService.ListBillingPeriods:output_type -> tokenmeter.v1.ListBillingPeriodsResponse
-	4,  // 48: tokenmeter.v1.BillingService.CloseBillingPeriod:output_type -> tokenmeter.v1.CloseBillingPeriodResponse
-	6,  // 49: tokenmeter.v1.BillingService.GetStatement:output_type -> tokenmeter.v1.GetStatementResponse
-	13, // 50: tokenmeter.v1.BillingService.ExportStatements:output_type -> tokenmeter.v1.ExportStatementsResponse
-	15, // 51: tokenmeter.v1.BillingService.ExportUsageCost:output_type -> tokenmeter.v1.ExportUsageCostResponse
-	47, // [47:52] is the sub-list for method output_type
-	42, // [42:47] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	17, // 9: tokenmeter.v1.Statement.period_start:type_name -> google.protobuf.Timestamp
+	17, // 10: tokenmeter.v1.Statement.period_end:type_name -> google.protobuf.Timestamp
+	10, // 11: tokenmeter.v1.Statement.lines:type_name -> tokenmeter.v1.StatementLine
+	18, // 12: tokenmeter.v1.Statement.charge:type_name -> tokenmeter.v1.Money
+	18, // 13: tokenmeter.v1.Statement.total:type_name -> tokenmeter.v1.Money
+	17, // 14: tokenmeter.v1.Statement.closed_at:type_name -> google.protobuf.Timestamp
+	12, // 15: tokenmeter.v1.Statement.finance:type_name -> tokenmeter.v1.StatementFinance
+	9,  // 16: tokenmeter.v1.Statement.charges:type_name -> tokenmeter.v1.StatementCharge
+	8,  // 17: tokenmeter.v1.Statement.credits:type_name -> tokenmeter.v1.StatementCredit
+	17, // 18: tokenmeter.v1.StatementCredit.expires_at:type_name -> google.protobuf.Timestamp
+	18, // 19: tokenmeter.v1.StatementCredit.opening:type_name -> tokenmeter.v1.Money
+	18, // 20: tokenmeter.v1.StatementCredit.drawn:type_name -> tokenmeter.v1.Money
+	18, // 21: tokenmeter.v1.StatementCredit.expired:type_name -> tokenmeter.v1.Money
+	18, // 22: tokenmeter.v1.StatementCredit.closing:type_name -> tokenmeter.v1.Money
+	17, // 23: tokenmeter.v1.StatementCharge.charge_start:type_name -> google.protobuf.Timestamp
+	17, // 24: tokenmeter.v1.StatementCharge.charge_end:type_name -> google.protobuf.Timestamp
+	18, // 25: tokenmeter.v1.StatementCharge.amount:type_name -> tokenmeter.v1.Money
+	17, // 26: tokenmeter.v1.StatementLine.charge_start:type_name -> google.protobuf.Timestamp
+	17, // 27: tokenmeter.v1.StatementLine.charge_end:type_name -> google.protobuf.Timestamp
+	18, // 28: tokenmeter.v1.StatementLine.input_per_1m:type_name -> tokenmeter.v1.Money
+	18, // 29: tokenmeter.v1.StatementLine.cached_input_per_1m:type_name -> tokenmeter.v1.Money
+	18, // 30: tokenmeter.v1.StatementLine.output_per_1m:type_name -> tokenmeter.v1.Money
+	18, // 31: tokenmeter.v1.StatementLine.charge:type_name -> tokenmeter.v1.Money
+	11, // 32: tokenmeter.v1.StatementLine.finance:type_name -> tokenmeter.v1.StatementLineFinance
+	18, // 33: tokenmeter.v1.StatementLine.contracted_charge:type_name -> tokenmeter.v1.Money
+	18, // 34: tokenmeter.v1.StatementLine.discount:type_name -> tokenmeter.v1.Money
+	18, // 35: tokenmeter.v1.StatementLineFinance.allocated_cost:type_name -> tokenmeter.v1.Money
+	18, // 36: tokenmeter.v1.StatementLineFinance.busy_cost:type_name -> tokenmeter.v1.Money
+	18, // 37: tokenmeter.v1.StatementLineFinance.idle_cost:type_name -> tokenmeter.v1.Money
+	18, // 38: tokenmeter.v1.StatementLineFinance.margin:type_name -> tokenmeter.v1.Money
+	18, // 39: tokenmeter.v1.StatementFinance.allocated_cost:type_name -> tokenmeter.v1.Money
+	18, // 40: tokenmeter.v1.StatementFinance.busy_cost:type_name -> tokenmeter.v1.Money
+	18, // 41: tokenmeter.v1.StatementFinance.idle_cost:type_name -> tokenmeter.v1.Money
+	18, // 42: tokenmeter.v1.StatementFinance.usage_charge:type_name -> tokenmeter.v1.Money
+	18, // 43: tokenmeter.v1.StatementFinance.margin:type_name -> tokenmeter.v1.Money
+	18, // 44: tokenmeter.v1.StatementFinance.cost_per_1k_tokens:type_name -> tokenmeter.v1.Money
+	18, // 45: tokenmeter.v1.StatementFinance.unassigned:type_name -> tokenmeter.v1.Money
+	17, // 46: tokenmeter.v1.ExportUsageCostRequest.start:type_name -> google.protobuf.Timestamp
+	17, // 47: tokenmeter.v1.ExportUsageCostRequest.end:type_name -> google.protobuf.Timestamp
+	0,  // 48: tokenmeter.v1.BillingService.ListBillingPeriods:input_type -> tokenmeter.v1.ListBillingPeriodsRequest
+	3,  // 49: tokenmeter.v1.BillingService.CloseBillingPeriod:input_type -> tokenmeter.v1.CloseBillingPeriodRequest
+	5,  // 50: tokenmeter.v1.BillingService.GetStatement:input_type -> tokenmeter.v1.GetStatementRequest
+	13, // 51: tokenmeter.v1.BillingService.ExportStatements:input_type -> tokenmeter.v1.ExportStatementsRequest
+	15, // 52: tokenmeter.v1.BillingService.ExportUsageCost:input_type -> tokenmeter.v1.ExportUsageCostRequest
+	1,  // 53: tokenmeter.v1.BillingService.ListBillingPeriods:output_type -> tokenmeter.v1.ListBillingPeriodsResponse
+	4,  // 54: tokenmeter.v1.BillingService.CloseBillingPeriod:output_type -> tokenmeter.v1.CloseBillingPeriodResponse
+	6,  // 55: tokenmeter.v1.BillingService.GetStatement:output_type -> tokenmeter.v1.GetStatementResponse
+	14, // 56: tokenmeter.v1.BillingService.ExportStatements:output_type -> tokenmeter.v1.ExportStatementsResponse
+	16, // 57: tokenmeter.v1.BillingService.ExportUsageCost:output_type -> tokenmeter.v1.ExportUsageCostResponse
+	53, // [53:58] is the sub-list for method output_type
+	48, // [48:53] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_tokenmeter_v1_billing_proto_init() }
@@ -1825,7 +1966,7 @@ func file_tokenmeter_v1_billing_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tokenmeter_v1_billing_proto_rawDesc), len(file_tokenmeter_v1_billing_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
