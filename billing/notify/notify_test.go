@@ -155,7 +155,8 @@ func wantEvent(t *testing.T, store *chstore.Store, st billing.StoredStatement, b
 // record per statement, keyed tenant/period, with the event's headers and
 // JSON (the statement's hash as its ID, its invoice's number). Closing
 // again publishes nothing: the statements are delivered. kcat (librdkafka)
-// reads the same records.
+// reads the same records. A void's reissue is one more record,
+// statement.reissued.
 func TestCloseSendsOneRecordPerStatement(t *testing.T) {
 	store, _ := billingtest.New(t)
 	addr := startBroker(t)
@@ -222,6 +223,28 @@ func TestCloseSendsOneRecordPerStatement(t *testing.T) {
 		t.Errorf("after a second close the topic holds %d records, want %d", got, len(stored))
 	}
 	kcatRecords(t, addr, msgs)
+
+	// A void reissues acme's statement: a statement of its own, whose
+	// event names the revision it replaces and the credit note voiding
+	// that revision's invoice.
+	res, err := svc.Void(t.Context(), closing.VoidRequest{Tenant: stored[0].Tenant, Period: stored[0].Period, Hash: stored[0].Hash, Reason: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reissued []kafka.Message
+	for _, m := range records(t, addr, len(stored)+1) {
+		if !slices.ContainsFunc(msgs, func(o kafka.Message) bool { return bytes.Equal(o.Value, m.Value) }) {
+			reissued = append(reissued, m)
+		}
+	}
+	if len(reissued) != 1 || string(reissued[0].Key) != stored[0].Tenant+"/"+stored[0].Period {
+		t.Fatalf("records after the void: %d new, want one of %s/%s", len(reissued), stored[0].Tenant, stored[0].Period)
+	}
+	ev := wantEvent(t, store, res.Reissued, reissued[0].Value)
+	if ev.Type != notify.TypeReissued || ev.Revision != 1 || ev.Replaces != stored[0].Hash || ev.ID != res.Reissued.Hash ||
+		ev.Invoice == nil || ev.Invoice.Number != res.Invoice.Number || ev.CreditNote == nil || ev.CreditNote.Number != res.CreditNote.Number {
+		t.Errorf("reissue's event %+v, want revision 1 replacing %s, invoice %s, credit note %s", ev, stored[0].Hash, res.Invoice.Number, res.CreditNote.Number)
+	}
 }
 
 // kcatRecords reads the topic with kcat and checks it finds msgs.
