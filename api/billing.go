@@ -281,7 +281,15 @@ func (s *billingService) ExportUsageCost(req *meterv1.ExportUsageCostRequest, st
 	if w, err = export.NewUsageCostWriter(cw, f, export.Options{Finance: finance}); err != nil {
 		return err
 	}
-	err = s.b.EachUsageCost(ctx, q, func(r *export.UsageCostRow) error { return w.Write(*r) })
+	err = s.b.EachUsageCost(ctx, q, func(r *export.UsageCostRow) error {
+		if f.IsFocus() && r.Tenant == billing.IdleTenant {
+			// The provider's idle GPU cost is no one's charge: a FOCUS file
+			// has no billing account for it (GetCost and the native formats
+			// show it).
+			return nil
+		}
+		return w.Write(*r)
+	})
 	if err != nil {
 		return err
 	}

@@ -105,6 +105,10 @@ type Request struct {
 	// difference their usage makes under Book to what was billed for them
 	// becomes repricing lines (an admin's explicit request).
 	Reprice []string
+	// FlagUnpriced closes tenants whose usage has no list price, their
+	// statements flagging the unpriced requests; without it such a tenant
+	// is refused (UnpricedError) and the others close.
+	FlagUnpriced bool
 	// closing is set by closeOne: the statement is to be stored, so its
 	// credit balances are read after the ledger is reconciled.
 	closing bool
@@ -144,7 +148,9 @@ func New(usage UsageReader, store Store, cost CostReader) *Closer {
 // closed keeps its statement. It closes up to closeWorkers tenants at once;
 // on an error it returns the statements of the tenants before the first one
 // not closed (later ones may be closed too: closing them again returns
-// their statements).
+// their statements). A tenant with usage without a list price is not
+// closed unless req.FlagUnpriced: the others close, and the error (an
+// UnpricedError per tenant refused, joined) names the models and requests.
 func (c *Closer) Close(ctx context.Context, req Request) ([]billing.StoredStatement, error) {
 	if req.Book == nil {
 		return nil, errors.New("close: no price book")
@@ -202,7 +208,7 @@ func (c *Closer) Close(ctx context.Context, req Request) ([]billing.StoredStatem
 			for i := range next {
 				st, ok, err := c.closeOne(ctx, tenants[i].ID, periods[i], req)
 				results[i] = result{st: st, ok: ok, err: err}
-				if err != nil {
+				if err != nil && !errors.Is(err, ErrUnpricedUsage) {
 					once.Do(func() { close(failed) })
 				}
 			}
@@ -221,16 +227,23 @@ feed:
 	wg.Wait()
 	// As one at a time: the statements of the tenants before the first that
 	// failed (every one before it was started, and finished), and its error.
+	// A tenant refused for unpriced usage does not stop the others: the
+	// error names every one refused.
 	out := make([]billing.StoredStatement, 0, len(tenants))
+	var refused []error
 	for _, r := range results[:fed] {
 		if r.err != nil {
-			return out, r.err
+			if errors.Is(r.err, ErrUnpricedUsage) {
+				refused = append(refused, r.err)
+				continue
+			}
+			return out, errors.Join(append(refused, r.err)...)
 		}
 		if r.ok {
 			out = append(out, r.st)
 		}
 	}
-	return out, nil
+	return out, errors.Join(refused...)
 }
 
 // closeWorkers is how many tenants a close closes at once. A tenant's close
@@ -272,6 +285,9 @@ func (c *Closer) closeOne(ctx context.Context, tenant string, p billing.Period, 
 			return billing.StoredStatement{}, false, nil
 		}
 		return billing.StoredStatement{}, false, fmt.Errorf("%w: tenant %q has no usage in %s and no closed periods: nothing to close", ErrNotFound, tenant, p)
+	}
+	if u := unpricedOf(&st); u != nil && !req.FlagUnpriced {
+		return billing.StoredStatement{}, false, u
 	}
 	stored, err := c.store.SaveStatement(ctx, st, closedAt)
 	if err == nil {

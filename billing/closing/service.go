@@ -269,6 +269,12 @@ type CloseRequest struct {
 	// repriced with the book in force: the difference to what was billed
 	// for them becomes repricing lines of Period's statements.
 	Reprice []string
+	// FlagUnpriced closes tenants whose usage has no list price (an
+	// admin's explicit choice): their statements bill the rest and count
+	// the unpriced requests. Without it those tenants are refused
+	// (ErrUnpricedUsage, naming the models and requests) and the others
+	// close.
+	FlagUnpriced bool
 }
 
 // Close closes req.Period, returning each tenant's statement as stored.
@@ -348,7 +354,8 @@ func (s *Service) Close(ctx context.Context, req CloseRequest) ([]billing.Stored
 		return nil, err
 	}
 	r := Request{Period: req.Period, Now: now, CaughtUp: caughtUp, Grace: grace, Book: book,
-		ByDeployment: s.cfg.ByDeployment, Lookback: s.cfg.Lookback, SkipEmpty: !explicit, Reprice: req.Reprice}
+		ByDeployment: s.cfg.ByDeployment, Lookback: s.cfg.Lookback, SkipEmpty: !explicit, Reprice: req.Reprice,
+		FlagUnpriced: req.FlagUnpriced}
 	for _, t := range tenants {
 		r.Tenants = append(r.Tenants, Tenant{ID: t, Zone: s.Zone(t), Contract: s.cfg.Accounts.Tenant(t).Contract})
 	}
@@ -628,8 +635,12 @@ type UsageCostQuery struct {
 }
 
 // EachUsageCost streams the usage-and-cost rows of q to fn, one per step,
-// tenant, model and deployment, priced with the book in force (its
-// policies allocate the cost). Rows come from the cost rollups: hours the
+// tenant, model and deployment. A row of an open period is priced with the
+// book in force, one of a closed period with the book its statement was
+// billed with; a row is split where a tenant's billing period ends inside
+// it (zones like +05:30) and where its price changes (usageCostPricer), so
+// a closed month's rows tie out to its statement. The book in force's
+// policies allocate the cost. Rows come from the cost rollups: hours the
 // rollup job has not costed yet are not in it.
 func (s *Service) EachUsageCost(ctx context.Context, q UsageCostQuery, fn func(*export.UsageCostRow) error) error {
 	if q.Tenant != "" {
@@ -654,6 +665,7 @@ func (s *Service) EachUsageCost(ctx context.Context, q UsageCostQuery, fn func(*
 	if err != nil {
 		return err
 	}
+	pricer := newUsageCostPricer(s, book, cq, width)
 	var out export.UsageCostRow
 	zones := map[string]billing.Period{} // tenant → the billing period of the last row
 	return s.d.Reads.EachUsageCost(ctx, cq, func(r *query.UsageCostRow) error {
@@ -674,7 +686,7 @@ func (s *Service) EachUsageCost(ctx context.Context, q UsageCostQuery, fn func(*
 			out.InputPer1M, out.CachedInputPer1M, out.OutputPer1M = price.InputPer1M, price.CachedInputPer1M, price.OutputPer1M
 			out.PriceID = price.ID()
 		}
-		return fn(&out)
+		return pricer.emit(ctx, r, &out, fn)
 	})
 }
 

@@ -1,0 +1,235 @@
+package closing
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"tokenmeter/billing"
+	"tokenmeter/billing/export"
+	"tokenmeter/query"
+)
+
+// usageCostPricer gives usage-cost rows their billing period and prices, so
+// that a closed month's rows tie out to its statement:
+//
+//   - A row of a closed period is priced with the price book its statement
+//     was billed with, not the book in force (a later book, a repricing,
+//     does not change what that month's usage cost).
+//   - A row that spans a billing period's edge (an hour or a day of a tenant
+//     in a zone that is not a whole number of hours from UTC, such as
+//     +05:30, whose months start at 18:30 UTC) or a price change of its
+//     book is split there: each piece's tokens are read for its instants
+//     (the last piece takes the rest, so the pieces add up to the row), is
+//     labelled with its own period and priced at its own price. The
+//     allocated cost of an hour goes to the piece its start lies in, as the
+//     statements' finance part counts the hours that start in a period.
+type usageCostPricer struct {
+	s       *Service
+	inForce *billing.PriceBook
+	cq      query.CostQuery // the export's query: its cost policies
+	width   time.Duration
+	books   map[string]*billing.PriceBook // tenant + " " + period → the book of its closed statement; nil: open
+	usage   map[pieceKey]map[[2]string]query.UsageRow
+	cost    map[pieceKey]map[[2]string]int64
+}
+
+type pieceKey struct {
+	tenant     string
+	start, end time.Time
+}
+
+func newUsageCostPricer(s *Service, inForce *billing.PriceBook, cq query.CostQuery, width time.Duration) *usageCostPricer {
+	return &usageCostPricer{s: s, inForce: inForce, cq: cq, width: width, books: map[string]*billing.PriceBook{},
+		usage: map[pieceKey]map[[2]string]query.UsageRow{}, cost: map[pieceKey]map[[2]string]int64{}}
+}
+
+// bookOf is the book that prices tenant's period p: its closed statement's,
+// or the book in force while p is open.
+func (x *usageCostPricer) bookOf(ctx context.Context, tenant string, p billing.Period) (*billing.PriceBook, error) {
+	k := tenant + " " + p.Key
+	if b, ok := x.books[k]; ok {
+		if b == nil {
+			return x.inForce, nil
+		}
+		return b, nil
+	}
+	stored, closed, err := x.s.d.Store.Statement(ctx, tenant, p.Key)
+	if err != nil {
+		return nil, err
+	}
+	if !closed {
+		x.books[k] = nil
+		return x.inForce, nil
+	}
+	var st billing.Statement
+	if err := json.Unmarshal(stored.Content, &st); err != nil {
+		return nil, fmt.Errorf("statement of %s for %s: %w", tenant, p.Key, err)
+	}
+	b, err := x.s.closer.bookOf(ctx, st.PriceBook, x.inForce)
+	if err != nil {
+		return nil, fmt.Errorf("statement of %s for %s: %w", tenant, p.Key, err)
+	}
+	x.books[k] = b
+	return b, nil
+}
+
+// piece is a part of a row: its instants, billing period and pricing book.
+type piece struct {
+	start, end time.Time
+	period     billing.Period
+	book       *billing.PriceBook
+}
+
+// pieces cuts [start, end) of tenant's model at its billing periods' edges
+// and at the price changes of each period's book.
+func (x *usageCostPricer) pieces(ctx context.Context, tenant, model string, start, end time.Time) ([]piece, error) {
+	var out []piece
+	zone := x.s.Zone(tenant)
+	for at := start; at.Before(end); {
+		p := billing.PeriodOf(at, zone)
+		book, err := x.bookOf(ctx, tenant, p)
+		if err != nil {
+			return nil, err
+		}
+		until := end
+		if p.End.Before(until) {
+			until = p.End
+		}
+		cuts := []time.Time{at}
+		for _, tp := range book.TokenPrices {
+			if tp.Model == model && tp.EffectiveFrom.After(at) && tp.EffectiveFrom.Before(until) {
+				cuts = append(cuts, tp.EffectiveFrom)
+			}
+		}
+		slices.SortFunc(cuts, time.Time.Compare)
+		cuts = slices.CompactFunc(cuts, time.Time.Equal)
+		cuts = append(cuts, until)
+		for i := 0; i+1 < len(cuts); i++ {
+			out = append(out, piece{start: cuts[i], end: cuts[i+1], period: p, book: book})
+		}
+		at = until
+	}
+	return out, nil
+}
+
+// emit writes row r (out filled from it as one piece: its step, the book
+// in force) as the rows of its pieces.
+func (x *usageCostPricer) emit(ctx context.Context, r *query.UsageCostRow, out *export.UsageCostRow, fn func(*export.UsageCostRow) error) error {
+	if r.Tenant == billing.IdleTenant {
+		return fn(out) // no tenant's: no billing period to cut at, no statement
+	}
+	end := r.Start.Add(x.width)
+	ps, err := x.pieces(ctx, r.Tenant, r.Model, r.Start, end)
+	if err != nil {
+		return err
+	}
+	if len(ps) == 1 {
+		if ps[0].book != x.inForce {
+			x.price(out, ps[0])
+		}
+		return fn(out)
+	}
+	whole := *out
+	left := whole // what the pieces so far have not taken
+	for i, pc := range ps {
+		row := whole
+		if i < len(ps)-1 {
+			u, err := x.usageOf(ctx, r.Tenant, pc.start, pc.end)
+			if err != nil {
+				return err
+			}
+			got := u[[2]string{r.Model, r.Deployment}]
+			row.Requests, row.InputTokens = min(uint64(got.Requests), left.Requests), min(uint64(got.PromptTokens), left.InputTokens)
+			row.CachedInputTokens = min(uint64(got.CachedPromptTokens), left.CachedInputTokens, row.InputTokens)
+			row.OutputTokens = min(uint64(got.OutputTokens), left.OutputTokens)
+			row.AllocatedCost, err = x.costOf(ctx, r, pc)
+			if err != nil {
+				return err
+			}
+			left.Requests, left.InputTokens = left.Requests-row.Requests, left.InputTokens-row.InputTokens
+			left.CachedInputTokens, left.OutputTokens = left.CachedInputTokens-row.CachedInputTokens, left.OutputTokens-row.OutputTokens
+			left.AllocatedCost -= row.AllocatedCost
+		} else {
+			row.Requests, row.InputTokens, row.CachedInputTokens = left.Requests, left.InputTokens, left.CachedInputTokens
+			row.OutputTokens, row.AllocatedCost = left.OutputTokens, left.AllocatedCost
+			if row.CachedInputTokens > row.InputTokens {
+				row.CachedInputTokens = row.InputTokens
+			}
+		}
+		if row.Requests+row.InputTokens+row.OutputTokens == 0 && row.AllocatedCost == 0 {
+			continue
+		}
+		row.ChargePeriodStart, row.ChargePeriodEnd = pc.start, pc.end
+		row.BillingPeriod, row.BillingPeriodStart, row.BillingPeriodEnd = pc.period.Key, pc.period.Start.UTC(), pc.period.End.UTC()
+		x.price(&row, pc)
+		if err := fn(&row); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// price prices row's tokens with pc's book at pc's start.
+func (x *usageCostPricer) price(row *export.UsageCostRow, pc piece) {
+	row.InputPer1M, row.CachedInputPer1M, row.OutputPer1M, row.PriceID, row.ListCharge = 0, 0, 0, "", 0
+	row.PriceBook = pc.book.Version()
+	if p, ok := pc.book.TokenPrice(row.Model, pc.start); ok {
+		row.InputPer1M, row.CachedInputPer1M, row.OutputPer1M = p.InputPer1M, p.CachedInputPer1M, p.OutputPer1M
+		row.PriceID = p.ID()
+	}
+	if m, _, ok := pc.book.ListCharge(row.Model, pc.start, int64(row.InputTokens), int64(row.CachedInputTokens), int64(row.OutputTokens)); ok {
+		row.ListCharge = m
+	}
+}
+
+// usageOf is tenant's usage of [start, end) by model and deployment.
+func (x *usageCostPricer) usageOf(ctx context.Context, tenant string, start, end time.Time) (map[[2]string]query.UsageRow, error) {
+	k := pieceKey{tenant, start, end}
+	if u, ok := x.usage[k]; ok {
+		return u, nil
+	}
+	rows, err := x.s.d.Reads.Usage(ctx, query.UsageQuery{TenantID: tenant, Start: start, End: end, GroupBy: []string{"model", "deployment"}})
+	if err != nil {
+		return nil, err
+	}
+	u := make(map[[2]string]query.UsageRow, len(rows))
+	for _, row := range rows {
+		u[[2]string{row.Model, row.Deployment}] = row
+	}
+	x.usage[k] = u
+	return u, nil
+}
+
+// costOf is the allocated cost of r's piece pc: the cost of the hours of r
+// that start in pc.
+func (x *usageCostPricer) costOf(ctx context.Context, r *query.UsageCostRow, pc piece) (billing.Money, error) {
+	from, to := ceilHour(pc.start), ceilHour(pc.end)
+	if x.width == time.Hour {
+		if !pc.start.After(r.Start) && pc.end.After(r.Start) {
+			return billing.Money(r.CostNanos), nil
+		}
+		return 0, nil
+	}
+	if !from.Before(to) {
+		return 0, nil
+	}
+	k := pieceKey{r.Tenant, from, to}
+	c, ok := x.cost[k]
+	if !ok {
+		q := x.cq
+		q.TenantID, q.Start, q.End, q.Step, q.GroupBy = r.Tenant, from, to, "hour", []string{"model", "deployment"}
+		rows, err := x.s.d.Reads.Cost(ctx, q)
+		if err != nil {
+			return 0, fmt.Errorf("allocated cost: %w", err)
+		}
+		c = map[[2]string]int64{}
+		for _, row := range rows {
+			c[[2]string{row.Group["model"], row.Group["deployment"]}] += row.CostNanos
+		}
+		x.cost[k] = c
+	}
+	return billing.Money(c[[2]string{r.Model, r.Deployment}]), nil
+}
