@@ -61,6 +61,8 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	phaseList := fs.String("phases", "drafts,close,reread,export", "what to time, of drafts, close, reread (needs close) and export")
 	meterd := fs.String("meterd", "bin/meterd", "meterd binary whose REST usage-and-cost export is timed (make build); empty: in process only")
 	queryLog := fs.Bool("query-log", false, "print ClickHouse's own time for each query of one tenant's close (system.query_log)")
+	credits := fs.Bool("credits", true, "give every tenant a prepaid credit grant (every 3rd also a promotional one) that its closes and drafts draw on")
+	contracts := fs.Bool("contracts", true, "give every tenant a contract (rate card from mid-period, tiers, an allowance, a discount, a commitment; every 10th a dedicated deployment billed per GPU-hour)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -174,9 +176,21 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	now := latest(p.End, zp.End).Add(billing.DefaultGrace + time.Hour)
 	clock := func() time.Time { return now }
 	reads := query.New(store, query.Config{})
-	svc, err := closing.NewService(closing.Deps{Reads: reads, Store: store,
-		Prices: func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, store) }},
-		closing.Config{Now: clock})
+	var accounts *billing.Accounts
+	if *contracts {
+		if accounts, err = benchContracts(ctx, conn, store, p, zp); err != nil {
+			return err
+		}
+	}
+	deps := closing.Deps{Reads: reads, Store: store,
+		Prices: func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, store) }}
+	if *credits {
+		if err := benchCredits(ctx, conn, store, book, p, zp); err != nil {
+			return err
+		}
+		deps.Credits = store
+	}
+	svc, err := closing.NewService(deps, closing.Config{Now: clock, Accounts: accounts})
 	if err != nil {
 		return err
 	}
@@ -239,7 +253,7 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}, nil
 	}
 
-	b := &billingBench{ctx: ctx, conn: conn, store: store, reads: reads, svc: svc, book: book, period: p, now: now,
+	b := &billingBench{ctx: ctx, conn: conn, store: store, reads: reads, svc: svc, book: book, period: p, now: now, accounts: accounts, credits: *credits,
 		tenants: all, phase: phase, progress: progress, stdout: stdout}
 	steps := []struct {
 		name string
@@ -313,13 +327,149 @@ type billingBench struct {
 	res      []benchResult
 	// closed are the statements of the close of every tenant.
 	closed []billing.StoredStatement
+	// accounts holds the tenants' contracts (--contracts); nil: none.
+	accounts *billing.Accounts
+	// credits: closes draw on the tenants' credit grants (--credits).
+	credits bool
+}
+
+// benchCredits empties the credit ledger of an earlier run and grants
+// every tenant with usage in p (or zp) 500 of prepaid credit, every 3rd
+// also 50 of promotional credit expiring after the period.
+func benchCredits(ctx context.Context, conn driver.Conn, store *chstore.Store, book *billing.PriceBook, p, zp billing.Period) error {
+	if err := conn.Exec(ctx, "TRUNCATE TABLE credit_ledger"); err != nil {
+		return fmt.Errorf("credits: %w", err)
+	}
+	rows, err := conn.Query(ctx, "SELECT DISTINCT tenant_id FROM cost_hour WHERE hour >= ? AND hour < ? ORDER BY tenant_id",
+		earliest(p.Start, zp.Start), latest(p.End, zp.End))
+	if err != nil {
+		return fmt.Errorf("credits: %w", err)
+	}
+	var tenants []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			rows.Close()
+			return err
+		}
+		if t != billing.IdleTenant {
+			tenants = append(tenants, t)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	from := earliest(p.Start, zp.Start).Add(-30 * 24 * time.Hour).Truncate(time.Hour)
+	for i, t := range tenants {
+		grants := []billing.CreditGrant{{ID: "bench-prepaid-" + t, Tenant: t, Kind: billing.CreditPrepaid, Amount: 500_000_000_000,
+			Currency: book.Currency, EffectiveFrom: from, CreatedAt: from, CreatedBy: "meterbench"}}
+		if i%3 == 0 {
+			grants = append(grants, billing.CreditGrant{ID: "bench-promo-" + t, Tenant: t, Kind: billing.CreditPromotional, Amount: 50_000_000_000,
+				Currency: book.Currency, EffectiveFrom: from, ExpiresAt: latest(p.End, zp.End).Add(24 * time.Hour).Truncate(time.Hour), CreatedAt: from, CreatedBy: "meterbench"})
+		}
+		for _, g := range grants {
+			if _, _, err := store.PutCreditGrant(ctx, g); err != nil {
+				return fmt.Errorf("credits: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// contractNote says in a result's title that tenants have contracts.
+func (b *billingBench) contractNote() string {
+	if b.accounts == nil {
+		if b.credits {
+			return " and credits"
+		}
+		return ""
+	}
+	s := " and contracts (rate cards, tiers, allowances, commitments, dedicated GPU-hours)"
+	if b.credits {
+		s += " and credits"
+	}
+	return s
+}
+
+// benchContracts gives every tenant with usage in p (or zp) a contract on
+// the models of the book in force: a rate card (10% off, a lower input
+// price; every 10th tenant's from the middle of the period), three tiers, an allowance,
+// a 5% discount and a commitment; every 10th tenant also a dedicated
+// deployment billed per GPU-hour (its GPU hours are read at each close).
+func benchContracts(ctx context.Context, conn driver.Conn, store *chstore.Store, p, zp billing.Period) (*billing.Accounts, error) {
+	book, err := billing.BookInForce(ctx, store)
+	if err != nil {
+		return nil, err
+	}
+	var models []string
+	for _, tp := range book.TokenPrices {
+		if !slices.Contains(models, tp.Model) {
+			models = append(models, tp.Model)
+		}
+	}
+	var deps, tenants []string
+	for q, out := range map[string]*[]string{
+		"SELECT DISTINCT deployment FROM gpu_hour ORDER BY deployment":                             &deps,
+		"SELECT DISTINCT tenant_id FROM cost_hour WHERE hour >= ? AND hour < ? ORDER BY tenant_id": &tenants,
+	} {
+		args := []any{}
+		if strings.Contains(q, "?") {
+			args = []any{earliest(p.Start, zp.Start), latest(p.End, zp.End)}
+		}
+		rows, err := conn.Query(ctx, q, args...)
+		if err != nil {
+			return nil, fmt.Errorf("contracts: %w", err)
+		}
+		for rows.Next() {
+			var v string
+			if err := rows.Scan(&v); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			*out = append(*out, v)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	// Most contracts run from before the period; every 10th tenant's rate
+	// card changes in the middle of it (its usage is cut there: one more
+	// usage read).
+	mid := p.Start.Add(p.End.Sub(p.Start) / 2).Truncate(time.Hour)
+	price := billing.Money(400_000_000)
+	a := &billing.Accounts{}
+	for i, t := range tenants {
+		if t == billing.IdleTenant {
+			continue
+		}
+		c := &billing.Contract{DiscountPercent: 5_000_000_000, Commitment: &billing.Commitment{MonthlySpend: 1_000_000_000_000}}
+		for _, m := range models {
+			from := p.Start.Add(-24 * time.Hour)
+			if i%10 == 5 {
+				from = mid
+			}
+			c.RateCard = append(c.RateCard, billing.RateCardEntry{Model: m, EffectiveFrom: from, InputPer1M: &price, DiscountPercent: 10_000_000_000})
+			c.Allowances = append(c.Allowances, billing.Allowance{Model: m, TokenKind: billing.TokenInput, Tokens: 1_000_000})
+			c.Tiers = append(c.Tiers, billing.TierSchedule{Model: m, Tiers: []billing.Tier{{UpTo: 10_000_000}, {UpTo: 100_000_000, DiscountPercent: 10_000_000_000}, {DiscountPercent: 20_000_000_000}}})
+		}
+		if i%10 == 0 && len(deps) > 0 {
+			c.Dedicated = append(c.Dedicated, billing.DedicatedDeployment{Deployment: deps[i/10%len(deps)], EffectiveFrom: p.Start.Add(-24 * time.Hour), PerGPUHour: 2_500_000_000})
+		}
+		if err := c.Validate(); err != nil {
+			return nil, err
+		}
+		a.Tenants = append(a.Tenants, billing.TenantAccount{ID: t, Contract: c})
+	}
+	return a, nil
 }
 
 // request is a close of the period for tenants in zone.
 func (b *billingBench) request(tenants []string, zone *time.Location) closing.Request {
 	req := closing.Request{Period: b.period.Key, Now: b.now, CaughtUp: b.now, Grace: billing.DefaultGrace, Book: b.book, SkipEmpty: true}
 	for _, t := range tenants {
-		req.Tenants = append(req.Tenants, closing.Tenant{ID: t, Zone: zone})
+		req.Tenants = append(req.Tenants, closing.Tenant{ID: t, Zone: zone, Contract: b.accounts.Tenant(t).Contract})
 	}
 	return req
 }
@@ -351,7 +501,7 @@ func (b *billingBench) drafts(reps int) error {
 		return fmt.Errorf("draft statement: %w", err)
 	}
 	b.res = append(b.res, benchResult{
-		what:   fmt.Sprintf("draft statement of %s, one tenant, with finance part (%d tenants, %.1f lines each)", p.Key, len(d), float64(lines)/float64(len(d))),
+		what:   fmt.Sprintf("draft statement of %s, one tenant, with finance part%s (%d tenants, %.1f lines each)", p.Key, b.contractNote(), len(d), float64(lines)/float64(len(d))),
 		got:    pcts(d),
 		target: "p99 < 100 ms", ok: d[len(d)*99/100] < 100*time.Millisecond,
 		note: cpuNote(l, len(d)),
@@ -365,6 +515,9 @@ func (b *billingBench) drafts(reps int) error {
 func (b *billingBench) closes(zone *time.Location, zoneTenants int, queryLog bool) error {
 	p := b.period
 	closer := closing.New(b.reads, b.store, b.reads)
+	if b.credits {
+		closer.UseCredits(b.store)
+	}
 	if zs := spread(b.tenants, zoneTenants); len(zs) > 0 {
 		done, err := b.phase("close-zone")
 		if err != nil {
@@ -378,7 +531,7 @@ func (b *billingBench) closes(zone *time.Location, zoneTenants int, queryLog boo
 			return fmt.Errorf("close %s in %s: %w", p.Key, zone, err)
 		}
 		b.res = append(b.res, benchResult{
-			what: fmt.Sprintf("close %s, %d tenants in %s, with finance part (%s)", p.Key, len(sts), zone, summary(sts)),
+			what: fmt.Sprintf("close %s, %d tenants in %s, with finance part%s (%s)", p.Key, len(sts), zone, b.contractNote(), summary(sts)),
 			got:  fmt.Sprintf("%.1f s (%.0f ms a tenant)", el.Seconds(), ms(el)/float64(max(1, len(sts)))),
 			note: cpuNote(l, 0),
 		})
@@ -390,6 +543,11 @@ func (b *billingBench) closes(zone *time.Location, zoneTenants int, queryLog boo
 	}
 	if err := b.conn.Exec(b.ctx, "TRUNCATE TABLE statements"); err != nil {
 		return err
+	}
+	if b.credits { // the draws of the statements just removed
+		if err := b.conn.Exec(b.ctx, "TRUNCATE TABLE credit_ledger"); err != nil {
+			return err
+		}
 	}
 	req := b.request(b.tenants, time.UTC)
 	done, err := b.phase("close")
@@ -408,7 +566,7 @@ func (b *billingBench) closes(zone *time.Location, zoneTenants int, queryLog boo
 	}
 	b.closed = closed
 	b.res = append(b.res, benchResult{
-		what:   fmt.Sprintf("close %s, all %d tenants in UTC, with finance part (%s)", p.Key, len(closed), summary(closed)),
+		what:   fmt.Sprintf("close %s, all %d tenants in UTC, with finance part%s (%s)", p.Key, len(closed), b.contractNote(), summary(closed)),
 		got:    fmt.Sprintf("%.1f s (%.0f ms a tenant)", el.Seconds(), ms(el)/float64(len(closed))),
 		target: "< 60 s", ok: el < time.Minute,
 		note: cpuNote(l, 0),
