@@ -72,12 +72,12 @@ func TestApplyCreditsBruteForce(t *testing.T) {
 		for i := range rng.IntN(6) {
 			g := billing.CreditGrant{ID: fmt.Sprintf("g%d", i), Tenant: "acme", Kind: billing.CreditPrepaid, Currency: "USD",
 				Amount:        billing.Money(1 + rng.Int64N(50_000_000_000)),
-				EffectiveFrom: first.Start.Add(time.Duration(rng.Int64N(int64(200 * 24 * time.Hour)))), Priority: int32(rng.IntN(3))}
+				EffectiveFrom: first.Start.Add(time.Duration(rng.Int64N(int64(200 * 24 * time.Hour)))).Truncate(time.Second), Priority: int32(rng.IntN(3))}
 			if rng.IntN(2) == 0 {
 				g.Kind = billing.CreditPromotional
 			}
 			if rng.IntN(2) == 0 {
-				g.ExpiresAt = g.EffectiveFrom.Add(time.Duration(1 + rng.Int64N(int64(120*24*time.Hour))))
+				g.ExpiresAt = g.EffectiveFrom.Add(time.Duration(1+rng.Int64N(120*24*3600)) * time.Second)
 			}
 			switch rng.IntN(10) {
 			case 0:
@@ -373,6 +373,7 @@ func TestGrantValidate(t *testing.T) {
 		"currency":    {ID: "g", Tenant: "acme", Kind: billing.CreditPrepaid, Amount: 1, Currency: "usd", EffectiveFrom: t0},
 		"expiry":      {ID: "g", Tenant: "acme", Kind: billing.CreditPrepaid, Amount: 1, Currency: "USD", EffectiveFrom: t0, ExpiresAt: t0},
 		"tenant":      {ID: "g", Tenant: "a\x00b", Kind: billing.CreditPrepaid, Amount: 1, Currency: "USD", EffectiveFrom: t0},
+		"sub-second":  {ID: "g", Tenant: "acme", Kind: billing.CreditPrepaid, Amount: 1, Currency: "USD", EffectiveFrom: t0.Add(time.Millisecond)},
 	} {
 		if err := g.Validate(); !errors.Is(err, billing.ErrInvalidGrant) {
 			t.Errorf("%s: err = %v, want ErrInvalidGrant", name, err)
