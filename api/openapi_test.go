@@ -19,6 +19,7 @@ import (
 	"github.com/go-openapi/strfmt"
 	"github.com/go-openapi/validate"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -96,8 +97,8 @@ func TestOpenAPIDocument(t *testing.T) {
 			}
 		}
 	}
-	if bodyRoutes != 5 {
-		t.Errorf("%d routes take a body, want 5 (events, SLO set, price book, close, credit grant)", bodyRoutes)
+	if bodyRoutes != 6 {
+		t.Errorf("%d routes take a body, want 6 (events, SLO set, price book, close, credit grant, void)", bodyRoutes)
 	}
 
 	// Every field of every message of the document: described, and typed
@@ -244,6 +245,15 @@ func TestOpenAPIServedAndResponsesValidate(t *testing.T) {
 			body: `{"grant_id":"openapi-1","tenant_id":"acme","kind":"prepaid","amount":"0.0001","effective_from":"2026-01-01T00:00:00Z","expires_at":"2027-01-01T00:00:00Z"}`}},
 		"CreditService_GetCreditBalance": {{method: "GET", path: "/v1/billing/credits/balance", key: "tenant"}},
 		"CreditService_ListCreditLedger": {{method: "GET", path: "/v1/billing/credits/ledger", query: "tenant_id=acme", key: "finance"}},
+		"InvoiceService_GetInvoice": {
+			{method: "GET", path: "/v1/billing/statements/" + billingtest.Period + "/invoice", query: "tenant_id=acme&format=json", key: "finance"},
+			{method: "GET", path: "/v1/billing/statements/" + billingtest.Period + "/invoice", key: "tenant", contentType: "text/html"},
+		},
+		"InvoiceService_ListInvoices":           {{method: "GET", path: "/v1/billing/statements/" + billingtest.Period + "/invoices", query: "tenant_id=acme", key: "tenant"}},
+		"InvoiceService_ListStatementRevisions": {{method: "GET", path: "/v1/billing/statements/" + billingtest.Period + "/revisions", query: "tenant_id=acme", key: "finance"}},
+		// {statement_hash} is the hash of acme's statement in force.
+		"InvoiceService_VoidStatement": {{method: "POST", path: "/v1/billing/statements/" + billingtest.Period + ":void", key: "admin",
+			body: `{"tenant_id":"acme","statement_hash":"{statement_hash}","reason":"openapi"}`}},
 	}
 
 	do := func(c call, key string) (*http.Response, []byte) {
@@ -256,7 +266,16 @@ func TestOpenAPIServedAndResponsesValidate(t *testing.T) {
 			}
 			path += "?" + q.Encode()
 		}
-		return restCall(t, srv, c.method, path, key, c.body)
+		body := c.body
+		if strings.Contains(body, "{statement_hash}") {
+			_, st := restCall(t, srv, "GET", "/v1/billing/statements/"+billingtest.Period+"?tenant_id=acme", testKeys["finance"], "")
+			var resp meterv1.GetStatementResponse
+			if err := protojson.Unmarshal(st, &resp); err != nil {
+				t.Fatalf("statement: %v: %s", err, st)
+			}
+			body = strings.ReplaceAll(body, "{statement_hash}", resp.GetStatement().GetHash())
+		}
+		return restCall(t, srv, c.method, path, key, body)
 	}
 
 	checked := 0
@@ -289,7 +308,8 @@ func TestOpenAPIServedAndResponsesValidate(t *testing.T) {
 		"MetricsService_GetTraffic", "CostService_GetCost", "CostService_GetGpuUsage", "EngineService_GetEngineStats",
 		"ReportService_GetCapacityReport", "BillingService_ListBillingPeriods", "CreditService_CreateCreditGrant", "BillingService_CloseBillingPeriod",
 		"BillingService_GetStatement", "BillingService_ExportStatements", "BillingService_ExportUsageCost",
-		"CreditService_GetCreditBalance", "CreditService_ListCreditLedger"}
+		"CreditService_GetCreditBalance", "CreditService_ListCreditLedger", "InvoiceService_GetInvoice", "InvoiceService_ListInvoices",
+		"InvoiceService_ListStatementRevisions", "InvoiceService_VoidStatement"}
 	if len(order) != len(calls) {
 		t.Fatalf("order lists %d operations, calls %d", len(order), len(calls))
 	}

@@ -284,6 +284,9 @@ func (s *Server) services(svc *Services) []service {
 		{"billing", svc.Billing != nil, func(r grpc.ServiceRegistrar) {
 			meterv1.RegisterBillingServiceServer(r, &billingService{b: svc.Billing, chunk: cfg.ExportChunkBytes, tenantCost: cfg.TenantCost})
 		}, meterv1.RegisterBillingServiceHandler},
+		{"invoice", invoicesOf(svc) != nil, func(r grpc.ServiceRegistrar) {
+			meterv1.RegisterInvoiceServiceServer(r, &invoiceService{inv: invoicesOf(svc), tenantCost: cfg.TenantCost})
+		}, meterv1.RegisterInvoiceServiceHandler},
 		{"credit", creditsOf(svc) != nil, func(r grpc.ServiceRegistrar) {
 			meterv1.RegisterCreditServiceServer(r, &creditService{c: creditsOf(svc)})
 		}, meterv1.RegisterCreditServiceHandler},
@@ -378,6 +381,14 @@ func (s *Server) gateway(ctx context.Context, svc *Services, keys *Keys, service
 		ex := &exportHandler{mux: gw, client: meterv1.NewBillingServiceClient(s.conn), writeTimeout: cfg.WriteTimeout, logger: logger}
 		if err := ex.register(gw); err != nil {
 			return nil, err
+		}
+	}
+	if invoicesOf(svc) != nil {
+		// Registered after the generated invoice handler, so that the
+		// invoice answers as an HTML page (see invoice_http.go).
+		ih := &invoiceHandler{mux: gw, client: meterv1.NewInvoiceServiceClient(s.conn), logger: logger}
+		if err := ih.register(gw); err != nil {
+			return nil, fmt.Errorf("register invoice handler: %w", err)
 		}
 	}
 	if svc.Reports != nil {

@@ -61,6 +61,11 @@ var methodRoles = map[string][]Role{
 	meterv1.BillingService_ExportStatements_FullMethodName:   {RoleTenant, RoleFinance, RoleAdmin},
 	meterv1.BillingService_ExportUsageCost_FullMethodName:    {RoleTenant, RoleFinance, RoleAdmin},
 	meterv1.BillingService_CloseBillingPeriod_FullMethodName: {RoleAdmin},
+	// Invoices: as statements; only admin voids (see invoiceService).
+	meterv1.InvoiceService_GetInvoice_FullMethodName:             {RoleTenant, RoleFinance, RoleAdmin},
+	meterv1.InvoiceService_ListInvoices_FullMethodName:           {RoleTenant, RoleFinance, RoleAdmin},
+	meterv1.InvoiceService_ListStatementRevisions_FullMethodName: {RoleTenant, RoleFinance, RoleAdmin},
+	meterv1.InvoiceService_VoidStatement_FullMethodName:          {RoleAdmin},
 	// Credits: admin grants; a tenant key reads its own balance and
 	// ledger, finance and admin every tenant's (see creditService).
 	meterv1.CreditService_CreateCreditGrant_FullMethodName: {RoleAdmin},
@@ -199,11 +204,13 @@ func toStatus(ctx context.Context, logger *slog.Logger, err error) error {
 	case errors.Is(err, closing.ErrCreditsOff):
 		code = codes.Unimplemented
 	case errors.Is(err, closing.ErrNotClosed), errors.Is(err, billing.ErrPeriodNotEnded), errors.Is(err, billing.ErrIngestBehind),
-		errors.Is(err, closing.ErrRollupBehind), errors.Is(err, closing.ErrZoneChanged), errors.Is(err, closing.ErrLaterClosed),
-		errors.Is(err, closing.ErrUnpricedUsage):
+		errors.Is(err, closing.ErrRollupBehind), errors.Is(err, closing.ErrZoneChanged), errors.Is(err, closing.ErrLaterClosed):
 		// The request is well formed but the period's state does not
 		// allow it (yet): REST answers 409 Conflict (errorHandler).
 		code = codes.FailedPrecondition
+	case errors.Is(err, closing.ErrConflict):
+		// A void of a statement revision no longer in force: REST 409.
+		code = codes.Aborted
 	case errors.Is(err, ingest.ErrUnavailable):
 		code, msg = codes.Unavailable, "event log unavailable: nothing of this batch was accepted; retry later (retries are safe, events are deduplicated by event_id)"
 	case errors.Is(err, query.ErrUnavailable):
