@@ -48,14 +48,17 @@ func refRound(nanos *big.Int) *big.Int {
 }
 
 // TestApplyCreditsBruteForce closes a year of generated months for
-// generated tenants and grants (both kinds, priorities, expiries inside and
-// between periods, zones off whole hours, grants in another currency or of
+// generated tenants and grants (both kinds, priorities, expiries inside
+// periods and exactly on their boundaries, grants taking effect on a
+// boundary, zones off whole hours, grants in another currency or of
 // another tenant, negative charges), one close after the other as closes
 // run, writing each statement's ledger (CreditEntriesOf) and reading the
 // balances back (Balances). Each statement is checked against a brute
 // force written from the rule, not from ApplyCredits: the same draws to the
-// nano, lines plus charges equal to the charge, the total rounded once to
-// the cent; and every balance is granted − drawn − expired, never negative.
+// nano, the same expiries booked by the same close, lines plus charges
+// equal to the charge, the total rounded once to the cent; and every
+// balance is granted − drawn − expired, never negative. (Mutations of the
+// draw order, of the expiry and of the expiry's boundary each fail it.)
 func TestApplyCreditsBruteForce(t *testing.T) {
 	zones := []string{"UTC", "+05:30", "-08:00"}
 	for seed := range uint64(300) {
@@ -76,8 +79,21 @@ func TestApplyCreditsBruteForce(t *testing.T) {
 			if rng.IntN(2) == 0 {
 				g.Kind = billing.CreditPromotional
 			}
+			boundary := func() time.Time { // a period's first instant
+				b := first
+				for range rng.IntN(10) {
+					b = b.Next()
+				}
+				return b.Start
+			}
+			if rng.IntN(4) == 0 {
+				g.EffectiveFrom = boundary()
+			}
 			if rng.IntN(2) == 0 {
 				g.ExpiresAt = g.EffectiveFrom.Add(time.Duration(1+rng.Int64N(120*24*3600)) * time.Second)
+				if b := boundary(); rng.IntN(2) == 0 && b.After(g.EffectiveFrom) {
+					g.ExpiresAt = b // expires as a period starts: in force up to its end
+				}
 			}
 			switch rng.IntN(10) {
 			case 0:
@@ -135,7 +151,7 @@ func TestApplyCreditsBruteForce(t *testing.T) {
 				return a.ID < b.ID
 			})
 			want := big.NewInt(int64(charge))
-			wantDraws := map[string]int64{}
+			wantDraws, wantExpired := map[string]int64{}, map[string]int64{}
 			for _, r := range eligible {
 				inForce := r.g.EffectiveFrom.Before(p.End) && (r.g.ExpiresAt.IsZero() || r.g.ExpiresAt.After(p.Start))
 				if inForce && want.Sign() > 0 && r.left.Sign() > 0 {
@@ -147,7 +163,8 @@ func TestApplyCreditsBruteForce(t *testing.T) {
 					r.left.Sub(r.left, d)
 					wantDraws[r.g.ID] = d.Int64()
 				}
-				if !r.g.ExpiresAt.IsZero() && !r.g.ExpiresAt.After(p.End) {
+				if !r.g.ExpiresAt.IsZero() && !r.g.ExpiresAt.After(p.End) && r.left.Sign() > 0 {
+					wantExpired[r.g.ID] = r.left.Int64()
 					r.left.SetInt64(0)
 				}
 			}
@@ -179,10 +196,17 @@ func TestApplyCreditsBruteForce(t *testing.T) {
 			if h, _ := st.ContentHash(); h != st.Hash {
 				t.Fatalf("seed %d %s: hash %s, content hash %s", seed, p.Key, st.Hash, h)
 			}
+			gotExpired := map[string]int64{}
 			for _, u := range st.Credits {
 				if u.Closing != u.Opening-u.Drawn-u.Expired || u.Closing < 0 || u.Drawn < 0 || u.Expired < 0 {
 					t.Fatalf("seed %d %s: credit use %+v does not add up", seed, p.Key, u)
 				}
+				if u.Expired > 0 {
+					gotExpired[u.Grant] = int64(u.Expired)
+				}
+			}
+			if fmt.Sprint(gotExpired) != fmt.Sprint(wantExpired) {
+				t.Fatalf("seed %d %s: expired %v, brute force %v", seed, p.Key, gotExpired, wantExpired)
 			}
 			// The close stores st and writes its ledger; the ledger's
 			// entries of one statement are the same when written twice.
