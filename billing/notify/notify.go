@@ -284,6 +284,15 @@ func (w *worker) pass(ctx context.Context) (more bool, _ error) {
 		}
 		w.from = start.Add(-StartMargin)
 	}
+	// What Closed told of before the list is read: of those, the ones not
+	// listed are delivered already (one told of later may be stored after
+	// the read).
+	w.mu.Lock()
+	toldBefore := make([]string, 0, len(w.told))
+	for k := range w.told {
+		toldBefore = append(toldBefore, k)
+	}
+	w.mu.Unlock()
 	now, err := w.n.store.ServerNow(ctx)
 	if err != nil {
 		return false, err
@@ -304,9 +313,9 @@ func (w *worker) pass(ctx context.Context) (more bool, _ error) {
 		}
 	}
 	if len(pending) < passLimit {
-		// What was told of and is not pending is delivered already (a
-		// close again of a closed period).
-		for k := range w.told {
+		// Told of and not pending: delivered already (a close again of a
+		// closed period).
+		for _, k := range toldBefore {
 			if !listed[k] {
 				delete(w.told, k)
 			}

@@ -1,8 +1,17 @@
 package notify
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tokenmeter/billing"
 )
 
 // TestNextBackoff: a failing sink waits the minimum, then twice as long
@@ -20,5 +29,79 @@ func TestNextBackoff(t *testing.T) {
 		if got[i] != want[i]*time.Second {
 			t.Fatalf("backoffs %v, want %v seconds", got, want)
 		}
+	}
+}
+
+// raceStore is a Store whose list of undelivered statements is set by the
+// test, with a hook run while it is read.
+type raceStore struct {
+	now     time.Time
+	pending []billing.StoredStatement
+	onList  func()
+}
+
+func (s *raceStore) ServerNow(context.Context) (time.Time, error) { return s.now, nil }
+func (s *raceStore) DeliveryStart(context.Context, string) (time.Time, error) {
+	return s.now.Add(-time.Hour), nil
+}
+func (s *raceStore) UndeliveredStatements(context.Context, string, time.Time, int) ([]billing.StoredStatement, error) {
+	if s.onList != nil {
+		s.onList()
+	}
+	return slices.Clone(s.pending), nil
+}
+func (s *raceStore) MarkDelivered(_ context.Context, _ string, sts []billing.StoredStatement, _ time.Time) error {
+	s.pending = slices.DeleteFunc(s.pending, func(p billing.StoredStatement) bool {
+		return slices.ContainsFunc(sts, func(d billing.StoredStatement) bool { return d.Hash == p.Hash })
+	})
+	return nil
+}
+func (s *raceStore) Invoices(context.Context, string, string) ([]billing.StoredInvoice, error) {
+	return nil, nil
+}
+
+// sentSink records what it is sent.
+type sentSink struct{ sent []string }
+
+func (s *sentSink) Name() string { return "test" }
+func (s *sentSink) Send(_ context.Context, out []Outgoing) (int, error) {
+	for _, o := range out {
+		s.sent = append(s.sent, o.Event.Tenant)
+	}
+	return len(out), nil
+}
+
+// TestToldDuringPassIsSentAtOnce: a close that stores its statement and
+// tells the Notifier while a pass reads its list (which misses it) has its
+// statement sent by the next pass, without waiting for the settle delay;
+// a statement closed as recently that no close told of waits.
+func TestToldDuringPassIsSentAtOnce(t *testing.T) {
+	now := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	statement := func(tenant string) billing.StoredStatement {
+		st := billing.Statement{Tenant: tenant, Period: "2026-11", Zone: "UTC", Currency: "USD"}
+		b, _ := json.Marshal(st)
+		return billing.StoredStatement{Tenant: tenant, Period: "2026-11", Hash: "h-" + tenant, Content: b, ClosedAt: now}
+	}
+	acme, other := statement("acme"), statement("other")
+	store := &raceStore{now: now}
+	sink := &sentSink{}
+	n, err := New(Config{}, store, []Sink{sink}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.pending = []billing.StoredStatement{other} // closed elsewhere, just now
+	store.onList = func() {
+		store.onList = nil
+		n.Closed([]billing.StoredStatement{acme}) // stored and told after the read
+	}
+	if err := n.Deliver(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	store.pending = append(store.pending, acme)
+	if err := n.Deliver(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(sink.sent) != "[acme]" {
+		t.Errorf("sent %v, want [acme] (other has not settled)", sink.sent)
 	}
 }
