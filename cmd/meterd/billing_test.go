@@ -119,7 +119,7 @@ func TestDevClosesPeriod(t *testing.T) {
 		var err error
 		// 409 while the rollup job has not costed the inserts yet.
 		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-			code, body, err = m.do("POST", "/v1/billing/periods/"+period+":close", m.key(t, "admin"), []byte(`{"tenant_ids": ["acme", "globex"]}`))
+			code, body, err = m.do("POST", "/v1/billing/periods/"+period+":close", m.key(t, "admin"), []byte(`{"tenant_ids": ["acme", "globex"], "flag_unpriced": true}`))
 			if err == nil && code != http.StatusConflict {
 				break
 			}
