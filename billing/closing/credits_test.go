@@ -340,3 +340,51 @@ func TestCreateGrantIdempotent(t *testing.T) {
 		t.Errorf("acme's balance %+v, %v", bal, err)
 	}
 }
+
+// TestReturnCredits: voiding a closed statement gives back what it drew
+// and expired, once however often it is asked (a void retried), and the
+// ledger then still adds up.
+func TestReturnCredits(t *testing.T) {
+	f := newCreditsFixture(t, 1)
+	ctx := t.Context()
+	c := f.closer(f.store)
+	for _, period := range []string{"2026-11", "2026-12"} {
+		if _, err := c.Close(ctx, f.request(period)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dec, ok, err := f.store.Statement(ctx, "t00", "2026-12")
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	at := time.Date(2027, 1, 10, 0, 0, 0, 0, time.UTC)
+	for range 2 {
+		if err := closing.ReturnCredits(ctx, f.store, dec, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := f.store.CreditEntries(ctx, "t00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	balances, err := billing.Balances(f.grants[:3], entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// t00 used 0.60 in November (promotion), 1.00 in December (the
+	// promotion's last 1.40 of 2.00 covers it, 0.40 expired): voiding
+	// December gives back its 1.00 and the 0.40.
+	for _, b := range balances {
+		want := map[string]billing.Money{"t00-promo": 1_400_000_000, "t00-prepaid": 2_500_000_000, "t00-eur": 9_000_000_000}[b.Grant.ID]
+		if b.Remaining != want {
+			t.Errorf("%s after the void: %+v, want %s left", b.Grant.ID, b, want)
+		}
+	}
+	kinds := map[billing.LedgerKind]int{}
+	for _, e := range entries {
+		kinds[e.Kind]++
+	}
+	if kinds[billing.LedgerReturn] != 1 || kinds[billing.LedgerExpiryReversal] != 1 || kinds[billing.LedgerDraw] != 2 || kinds[billing.LedgerExpiry] != 1 {
+		t.Errorf("ledger kinds %v, want 2 draws, 1 expiry, 1 return, 1 reversal", kinds)
+	}
+}
