@@ -88,7 +88,8 @@ func (s *billingService) ListBillingPeriods(ctx context.Context, req *meterv1.Li
 }
 
 func (s *billingService) CloseBillingPeriod(ctx context.Context, req *meterv1.CloseBillingPeriodRequest) (*meterv1.CloseBillingPeriodResponse, error) {
-	cr := closing.CloseRequest{Period: req.GetPeriod(), Tenants: req.GetTenantIds(), Reprice: req.GetRepricePeriods()}
+	cr := closing.CloseRequest{Period: req.GetPeriod(), Tenants: req.GetTenantIds(), Reprice: req.GetRepricePeriods(),
+		FlagUnpriced: req.GetFlagUnpriced()}
 	if g := req.GetGrace(); g != nil {
 		if err := g.CheckValid(); err != nil {
 			return nil, fmt.Errorf("%w: grace: %w", closing.ErrInvalidRequest, err)

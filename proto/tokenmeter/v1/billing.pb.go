@@ -262,8 +262,14 @@ type CloseBillingPeriodRequest struct {
 	// usage is repriced with the price book in force: the difference to what
 	// was billed for them becomes repricing lines of period's statements.
 	RepricePeriods []string `protobuf:"bytes,4,rep,name=reprice_periods,json=repricePeriods,proto3" json:"reprice_periods,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// flag_unpriced closes tenants whose usage has a model without a list
+	// price, their statements counting the unpriced requests
+	// (unpriced_requests). Without it such a tenant's close is refused
+	// (FAILED_PRECONDITION, naming the models and their requests) and the
+	// other tenants close.
+	FlagUnpriced  bool `protobuf:"varint,5,opt,name=flag_unpriced,json=flagUnpriced,proto3" json:"flag_unpriced,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CloseBillingPeriodRequest) Reset() {
@@ -322,6 +328,13 @@ func (x *CloseBillingPeriodRequest) GetRepricePeriods() []string {
 		return x.RepricePeriods
 	}
 	return nil
+}
+
+func (x *CloseBillingPeriodRequest) GetFlagUnpriced() bool {
+	if x != nil {
+		return x.FlagUnpriced
+	}
+	return false
 }
 
 // CloseBillingPeriodResponse lists the statements of the close.
@@ -1711,13 +1724,14 @@ const file_tokenmeter_v1_billing_proto_rawDesc = "" +
 	"\x04hash\x18\b \x01(\tR\x04hash\x127\n" +
 	"\tclosed_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bclosedAt\x12*\n" +
 	"\x05total\x18\n" +
-	" \x01(\v2\x14.tokenmeter.v1.MoneyR\x05total\"\xac\x01\n" +
+	" \x01(\v2\x14.tokenmeter.v1.MoneyR\x05total\"\xd1\x01\n" +
 	"\x19CloseBillingPeriodRequest\x12\x16\n" +
 	"\x06period\x18\x01 \x01(\tR\x06period\x12\x1d\n" +
 	"\n" +
 	"tenant_ids\x18\x02 \x03(\tR\ttenantIds\x12/\n" +
 	"\x05grace\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05grace\x12'\n" +
-	"\x0freprice_periods\x18\x04 \x03(\tR\x0erepricePeriods\"T\n" +
+	"\x0freprice_periods\x18\x04 \x03(\tR\x0erepricePeriods\x12#\n" +
+	"\rflag_unpriced\x18\x05 \x01(\bR\fflagUnpriced\"T\n" +
 	"\x1aCloseBillingPeriodResponse\x126\n" +
 	"\aperiods\x18\x01 \x03(\v2\x1c.tokenmeter.v1.BillingPeriodR\aperiods\"J\n" +
 	"\x13GetStatementRequest\x12\x16\n" +
