@@ -38,6 +38,9 @@ Commands:
                                              write the lines of a closed period's statements to FILE
   export usage-cost --start S --end E [--step hour|day] [--tenant T] --format F -o FILE
                                              write usage and cost per tenant, model, deployment and hour (or day)
+  invoice PERIOD [--tenant T] [-o table|json|html]
+                                             print the invoice of a closed statement (html: the printable page)
+  void PERIOD --tenant T --hash H --reason R void a closed statement and reissue it (admin key): credit note, new invoice
   credits [--tenant T] [--ledger]            print credit grants and balances (or the credit ledger)
   grant GRANT_ID --tenant T --kind prepaid|promotional --amount A --from TIME [--expires TIME]
                                              grant a tenant credit (admin key; GRANT_ID is the idempotency key)
@@ -54,7 +57,7 @@ var exportFormats = []string{"csv", "jsonl", "parquet", "focus-csv", "focus-parq
 func runBilling(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, billingUsageText)
-		return errors.New("billing: want a command: periods, close, statement, export, credits or grant")
+		return errors.New("billing: want a command: periods, close, statement, invoice, void, export, credits or grant")
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "periods":
@@ -63,6 +66,10 @@ func runBilling(ctx context.Context, args []string, getenv func(string) string, 
 		return runBillingClose(ctx, rest, getenv, stdout, stderr)
 	case "statement":
 		return runBillingStatement(ctx, rest, getenv, stdout, stderr)
+	case "invoice":
+		return runBillingInvoice(ctx, rest, getenv, stdout, stderr)
+	case "void":
+		return runBillingVoid(ctx, rest, getenv, stdout, stderr)
 	case "credits":
 		return runBillingCredits(ctx, rest, getenv, stdout, stderr)
 	case "grant":
