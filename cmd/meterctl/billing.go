@@ -30,7 +30,7 @@ them; only admin keys close periods.
 
 Commands:
   periods [--tenant T]                       list a tenant's periods, open and closed
-  close PERIOD [--tenant T ...] [--grace D] [--reprice P ...]
+  close PERIOD [--tenant T ...] [--grace D] [--reprice P ...] [--flag-unpriced]
                                              close a period (every tenant with usage, or those named)
   statement PERIOD --tenant T [-o table|json]
                                              print a tenant's statement (a draft while the period is open)
@@ -212,14 +212,18 @@ func runBillingClose(ctx context.Context, args []string, getenv func(string) str
 	var tenants, reprice tenantList
 	var out string
 	var grace *time.Duration
-	fs := newFlagSet("billing close", "PERIOD [--tenant T ...] [--grace D] [--reprice P ...] [-o table|json]",
+	var flagUnpriced bool
+	fs := newFlagSet("billing close", "PERIOD [--tenant T ...] [--grace D] [--reprice P ...] [--flag-unpriced] [-o table|json]",
 		"Closes PERIOD (\"2026-11\") with POST /v1/billing/periods/PERIOD:close (admin key):\n"+
 			"the statements of the tenants named, or of every tenant with usage, are stored\n"+
 			"and never change. Closing again returns the same statements. The server refuses\n"+
 			"(409) while the period has not ended plus the grace delay, ingest has not caught\n"+
-			"up past its end, or the rollups have not costed it.", stderr)
+			"up past its end, or the rollups have not costed it; a tenant whose usage has a\n"+
+			"model without a list price is refused (409, naming the models and requests)\n"+
+			"unless --flag-unpriced.", stderr)
 	conn.register(fs)
 	fs.Var(&tenants, "tenant", "tenant to close (repeat or use commas; default every tenant with usage)")
+	fs.BoolVar(&flagUnpriced, "flag-unpriced", false, "close tenants whose usage has a model without a list price, their statements flagging the unpriced requests (default: refuse them)")
 	fs.Var(&reprice, "reprice", "closed period before PERIOD to reprice with the price book in force (repeat or use commas): the difference becomes repricing lines")
 	fs.Func("grace", "grace delay after the period's end (default: meterd's --billing-grace)", func(s string) error {
 		d, err := time.ParseDuration(s)
@@ -244,6 +248,9 @@ func runBillingClose(ctx context.Context, args []string, getenv func(string) str
 	}
 	if len(reprice) > 0 {
 		body["reprice_periods"] = []string(reprice)
+	}
+	if flagUnpriced {
+		body["flag_unpriced"] = true
 	}
 	if grace != nil {
 		body["grace"] = fmt.Sprintf("%.9fs", grace.Seconds())
