@@ -277,3 +277,22 @@ func TestCreditNoteNegates(t *testing.T) {
 		t.Error(cn.Number)
 	}
 }
+
+// BenchmarkNewInvoice: the invoice of a statement of 40 lines and charges
+// (a tenant's month), lines cut by largest remainder, tax, encoding.
+func BenchmarkNewInvoice(b *testing.B) {
+	t := &testing.T{}
+	st := genStatement(t, rand.New(rand.NewPCG(1, 1)), "USD", 40)
+	acc := &Accounts{Operator: Operator{InvoicePrefix: "EI-"}, Tenants: []TenantAccount{{ID: "acme", TaxRate: 180_000_000}}}
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		inv, err := NewInvoice(st, at, acc, uint64(i+1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := inv.Encode(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
