@@ -41,12 +41,21 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // startBroker starts the dev broker with the billing events topic.
 func startBroker(t *testing.T) string {
 	t.Helper()
-	b, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Topics: []string{topic}, Partitions: 3})
+	addr, err := startBrokerTB(t)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(b.Close)
-	return b.Addr()
+	return addr
+}
+
+// startBrokerTB starts the dev broker for a test or a benchmark.
+func startBrokerTB(tb testing.TB) (string, error) {
+	b, err := devenv.StartKafka(devenv.KafkaConfig{Addr: "127.0.0.1:0", Topics: []string{topic}, Partitions: 3})
+	if err != nil {
+		return "", err
+	}
+	tb.Cleanup(b.Close)
+	return b.Addr(), nil
 }
 
 // run runs n until the test ends.
@@ -284,7 +293,7 @@ func kcatRecords(t *testing.T, addr string, msgs []kafka.Message) {
 
 // saveStatement stores a statement of tenant for November 2026 closed at
 // closedAt.
-func saveStatement(t *testing.T, store *chstore.Store, tenant string, closedAt time.Time) billing.StoredStatement {
+func saveStatement(t testing.TB, store *chstore.Store, tenant string, closedAt time.Time) billing.StoredStatement {
 	t.Helper()
 	p, err := billing.ParsePeriod("2026-11", time.UTC)
 	if err != nil {
