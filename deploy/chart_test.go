@@ -51,7 +51,11 @@ slo:
   rules:
     - {slo_class: interactive, ttft_ms: 500, itl_ms: 250}
     - {slo_class: batch, e2e_ms: 600000}
-billing: {zones: "acme=Asia/Kolkata,beta=+05:30", grace: 48h, byDeployment: true}
+billing:
+  zones: "acme=Asia/Kolkata,beta=+05:30"
+  grace: 48h
+  byDeployment: true
+  events: {topic: prod.meter.billing.v1, webhook: {url: "https://erp.example.com/hooks/tokenmeter", existingSecret: billing-webhook, secretKey: signing-secret}}
 gpuAgent:
   region: us-east-1
   pool: reserved
@@ -79,6 +83,7 @@ var chartCases = []chartCase{
 			"kafka-tls": {"ca.crt", "tls.crt", "tls.key"}, "kafka-sasl": {"sasl-password"},
 			"clickhouse-credentials": {"ch-password"}, "clickhouse-ca": {"ca.crt"},
 			"prod-api-keys": {"keys.json"}, "price-book": {"prices.json"}, "meterd-tls": {"tls.crt", "tls.key"},
+			"billing-webhook": {"signing-secret"},
 		}},
 	{name: "gpu-agent disabled", values: "gpuAgent: {enabled: false}", ingest: 3, gpu: false,
 		secrets: map[string][]string{fullname + "-api-keys": {"keys.json"}}},

@@ -55,6 +55,7 @@ kafkaSASL: /etc/tokenmeter/kafka-sasl
 clickhouse: /etc/tokenmeter/clickhouse
 clickhouseTLS: /etc/tokenmeter/clickhouse-tls
 deploymentMap: /etc/tokenmeter/deployment-map
+billingWebhook: /etc/tokenmeter/billing-webhook
 {{- end -}}
 
 {{/* Kafka flags shared by meterd and gpu-agent (both register the same ones). */}}

@@ -140,6 +140,13 @@ spec:
             {{- if $v.billing.byDeployment }}
             - --billing-by-deployment=true
             {{- end }}
+            {{- with $v.billing.events.topic }}
+            - --billing-events-topic={{ . }}
+            {{- end }}
+            {{- with $v.billing.events.webhook.url }}
+            - --billing-webhook-url={{ . }}
+            - --billing-webhook-secret-file={{ $p.billingWebhook }}/{{ $v.billing.events.webhook.secretKey }}
+            {{- end }}
             {{- if $cfg.otlp.enabled }}
             - --otlp-grpc-addr=:{{ int $cfg.otlp.grpcPort }}
             - --otlp-http-addr=:{{ int $cfg.otlp.httpPort }}
@@ -211,6 +218,11 @@ spec:
               mountPath: {{ $p.keys }}
               readOnly: true
             {{- end }}
+            {{- if and (eq $role "api") $v.billing.events.webhook.url }}
+            - name: billing-webhook
+              mountPath: {{ $p.billingWebhook }}
+              readOnly: true
+            {{- end }}
       volumes:
         - name: tmp
           emptyDir:
@@ -257,6 +269,14 @@ spec:
             items:
               - key: slo.json
                 path: slo.json
+        {{- end }}
+        {{- if and (eq $role "api") $v.billing.events.webhook.url }}
+        - name: billing-webhook
+          secret:
+            secretName: {{ required "billing.events.webhook.existingSecret (holding the webhook's signing secret) is required with billing.events.webhook.url" $v.billing.events.webhook.existingSecret }}
+            items:
+              - key: {{ $v.billing.events.webhook.secretKey }}
+                path: {{ $v.billing.events.webhook.secretKey }}
         {{- end }}
         {{- if eq $role "api" }}
         - name: auth-keys
