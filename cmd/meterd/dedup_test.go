@@ -146,7 +146,7 @@ func TestDevEventIDCountedOnce(t *testing.T) {
 		var code int
 		var body []byte
 		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-			code, body, _ = m.do("POST", "/v1/billing/periods/"+period+":close", m.key(t, "admin"), []byte(`{"tenant_ids": ["acme", "globex"]}`))
+			code, body, _ = m.do("POST", "/v1/billing/periods/"+period+":close", m.key(t, "admin"), []byte(`{"tenant_ids": ["acme", "globex"], "flag_unpriced": true}`)) // the dev meterd has no price for m
 			if code != http.StatusConflict {
 				break
 			}
