@@ -28,14 +28,16 @@ type Credits interface {
 //   - A tenant's close (closeOne) holds the tenant's lock in this process
 //     (and Service.Close the close lock across replicas), so no two closes
 //     of one tenant read its balances at once.
-//   - It reads the tenant's grants and ledger; first it writes the ledger
-//     entries of any closed statement of the tenant that has none (a close
-//     that stored its statement and stopped before its ledger): a closed
-//     statement's Credits are the truth, the ledger is written from them.
+//   - A close reads every grant and ledger entry once (readLedger); each
+//     tenant with grants also reads its closed statements, and the entries
+//     of any of them that the ledger lacks (a close that stored its
+//     statement and stopped before its ledger write) are counted and
+//     written: a closed statement's credits are the truth, the ledger is
+//     written from them.
 //   - It draws the statement's charge (billing.ApplyCredits) after the
-//     contract's charges, stores the statement, and writes the ledger of
-//     the statement stored (which is another close's when that one won):
-//     draws never outnumber the statements that made them.
+//     contract's charges, stores the statement, and records the ledger of
+//     the statement stored (another close's, when that one won); the
+//     close writes every entry it recorded in one insert at its end.
 //   - A close of a closed period returns its statement and draws nothing;
 //     drafts draw on the balances as they are and write nothing.
 
@@ -58,63 +60,157 @@ func (c *Closer) tenantLock(tenant string) func() {
 	return mu.Unlock
 }
 
-// applyCredits draws st's charge of p from the tenant's grants (req's,
-// read once per close; a draft reads them). A close (req.closing) first
-// writes the ledger of the tenant's closed statements that lack theirs.
-func (c *Closer) applyCredits(ctx context.Context, st *billing.Statement, p billing.Period, req Request) error {
-	if c.credits == nil {
+// closeLedger is what one close shares of credits: every grant and ledger
+// entry, read once at its start, and the entries its statements make,
+// written in one insert at its end (a close that stops before that write
+// leaves its statements' entries to the next close's reconciliation).
+type closeLedger struct {
+	grants  map[string][]billing.CreditGrant
+	entries map[string][]billing.CreditEntry // as read; not changed after
+	mu      sync.Mutex
+	added   []billing.CreditEntry
+	ids     map[string]bool // of added
+}
+
+// readLedger reads every grant and ledger entry for a close.
+func (c *Closer) readLedger(ctx context.Context) (*closeLedger, error) {
+	grants, err := c.credits.CreditGrants(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	l := &closeLedger{grants: map[string][]billing.CreditGrant{}, entries: map[string][]billing.CreditEntry{}, ids: map[string]bool{}}
+	if len(grants) == 0 {
+		return l, nil
+	}
+	for _, g := range grants {
+		l.grants[g.Tenant] = append(l.grants[g.Tenant], g)
+	}
+	entries, err := c.credits.CreditEntries(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		l.entries[e.Tenant] = append(l.entries[e.Tenant], e)
+	}
+	return l, nil
+}
+
+// add keeps entries for the close's write, each once.
+func (l *closeLedger) add(entries []billing.CreditEntry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range entries {
+		if !l.ids[e.ID] {
+			l.ids[e.ID] = true
+			l.added = append(l.added, e)
+		}
+	}
+}
+
+// write stores what the close added; nothing for a nil l.
+func (l *closeLedger) write(ctx context.Context, cr Credits) error {
+	if l == nil || len(l.added) == 0 {
 		return nil
 	}
-	grants, ok := req.grants[st.Tenant]
-	if req.grants == nil {
+	if err := cr.AddCreditEntries(ctx, l.added); err != nil {
+		return fmt.Errorf("credit ledger: %w", err)
+	}
+	return nil
+}
+
+// creditReads are a tenant's grants and ledger, and for a close its closed
+// statements (to reconcile the ledger with).
+type creditReads struct {
+	grants  []billing.CreditGrant
+	entries []billing.CreditEntry
+	closed  []billing.StoredStatement
+}
+
+// readCredits reads what applyCredits needs of tenant: from req's ledger
+// in a close, else from the store; nothing for a tenant without grants.
+func (c *Closer) readCredits(ctx context.Context, tenant string, req Request) (creditReads, error) {
+	var r creditReads
+	if l := req.ledger; l != nil {
+		r.grants, r.entries = l.grants[tenant], l.entries[tenant]
+	} else {
 		var err error
-		if grants, err = c.credits.CreditGrants(ctx, st.Tenant); err != nil {
+		if r.grants, err = c.credits.CreditGrants(ctx, tenant); err != nil || len(r.grants) == 0 {
+			return r, err
+		}
+		if r.entries, err = c.credits.CreditEntries(ctx, tenant); err != nil {
+			return r, err
+		}
+	}
+	if len(r.grants) == 0 || !req.closing {
+		return r, nil
+	}
+	var err error
+	r.closed, err = c.store.TenantStatements(ctx, tenant)
+	return r, err
+}
+
+// applyCredits draws st's charge of p from the tenant's grants in r. A
+// close (req.closing) first reconciles: the entries of the tenant's closed
+// statements that the ledger lacks are written (with the close's, in a
+// close) and counted.
+func (c *Closer) applyCredits(ctx context.Context, st *billing.Statement, p billing.Period, req Request, r creditReads) error {
+	if len(r.grants) == 0 {
+		return nil
+	}
+	entries := slices.Clone(r.entries)
+	for _, stored := range r.closed {
+		missing, err := missingEntries(stored, entries, false, time.Time{})
+		if err != nil {
 			return err
 		}
-		ok = len(grants) > 0
+		if err := c.record(ctx, req, missing); err != nil {
+			return err
+		}
+		entries = append(entries, missing...)
 	}
-	if !ok {
-		return nil
-	}
-	balances, err := c.balances(ctx, st.Tenant, grants, req.closing)
+	balances, err := billing.Balances(r.grants, entries)
 	if err != nil {
 		return err
 	}
 	return billing.ApplyCredits(st, p, balances)
 }
 
-// balances are the balances of tenant's grants; with reconcile, after
-// writing the missing ledger entries of its closed statements.
-func (c *Closer) balances(ctx context.Context, tenant string, grants []billing.CreditGrant, reconcile bool) ([]billing.GrantBalance, error) {
-	entries, err := c.credits.CreditEntries(ctx, tenant)
+// record writes entries: with the close's write in a close, at once
+// otherwise.
+func (c *Closer) record(ctx context.Context, req Request, entries []billing.CreditEntry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	if req.ledger != nil {
+		req.ledger.add(entries)
+		return nil
+	}
+	return c.credits.AddCreditEntries(ctx, entries)
+}
+
+// recordStored records the ledger of the statement a close stored (or
+// found stored): its entries the ledger lacks.
+func (c *Closer) recordStored(ctx context.Context, stored billing.StoredStatement, req Request) error {
+	if c.credits == nil || !bytes.Contains(stored.Content, []byte(`"credits":`)) {
+		return nil
+	}
+	if req.ledger == nil {
+		return c.afterSave(ctx, stored)
+	}
+	missing, err := missingEntries(stored, req.ledger.entries[stored.Tenant], false, time.Time{})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if reconcile {
-		closed, err := c.store.TenantStatements(ctx, tenant)
-		if err != nil {
-			return nil, err
-		}
-		for _, stored := range closed {
-			added, err := c.recordCredits(ctx, stored, entries)
-			if err != nil {
-				return nil, err
-			}
-			entries = append(entries, added...)
-		}
-	}
-	return billing.Balances(grants, entries)
+	req.ledger.add(missing)
+	return nil
 }
 
-// recordCredits writes the ledger entries of stored that entries lack, and
-// returns them.
-func (c *Closer) recordCredits(ctx context.Context, stored billing.StoredStatement, entries []billing.CreditEntry) ([]billing.CreditEntry, error) {
-	return addMissing(ctx, c.credits, stored, entries, false, time.Time{})
-}
-
-// addMissing writes what of stored's ledger (and, with returns, of what
-// voiding it gives back, at at) entries lack, and returns it.
-func addMissing(ctx context.Context, cr Credits, stored billing.StoredStatement, entries []billing.CreditEntry, returns bool, at time.Time) ([]billing.CreditEntry, error) {
+// missingEntries is what of stored's ledger (and, with returns, of what
+// voiding it gives back, at at) entries lack.
+func missingEntries(stored billing.StoredStatement, entries []billing.CreditEntry, returns bool, at time.Time) ([]billing.CreditEntry, error) {
+	if !bytes.Contains(stored.Content, []byte(`"credits":`)) {
+		return nil, nil
+	}
 	var st billing.Statement
 	if err := json.Unmarshal(stored.Content, &st); err != nil {
 		return nil, fmt.Errorf("statement of %s for %s: %w", stored.Tenant, stored.Period, err)
@@ -129,14 +225,11 @@ func addMissing(ctx context.Context, cr Credits, stored billing.StoredStatement,
 			missing = append(missing, e)
 		}
 	}
-	if err := cr.AddCreditEntries(ctx, missing); err != nil {
-		return nil, fmt.Errorf("credit ledger of %s for %s: %w", stored.Tenant, stored.Period, err)
-	}
 	return missing, nil
 }
 
-// afterSave writes the ledger of the statement a close stored (or found
-// stored): entries already written are not written again.
+// afterSave writes the ledger of a stored statement (a reissue's) where it
+// is missing, at once.
 func (c *Closer) afterSave(ctx context.Context, stored billing.StoredStatement) error {
 	if c.credits == nil {
 		return nil
@@ -155,8 +248,11 @@ func RecordCredits(ctx context.Context, cr Credits, stored billing.StoredStateme
 	if err != nil {
 		return err
 	}
-	_, err = addMissing(ctx, cr, stored, entries, false, time.Time{})
-	return err
+	missing, err := missingEntries(stored, entries, false, time.Time{})
+	if err != nil {
+		return err
+	}
+	return cr.AddCreditEntries(ctx, missing)
 }
 
 // ReturnCredits gives back to their grants what the stored statement drew
@@ -172,8 +268,11 @@ func ReturnCredits(ctx context.Context, cr Credits, stored billing.StoredStateme
 	if err != nil {
 		return err
 	}
-	_, err = addMissing(ctx, cr, stored, entries, true, at)
-	return err
+	missing, err := missingEntries(stored, entries, true, at)
+	if err != nil {
+		return err
+	}
+	return cr.AddCreditEntries(ctx, missing)
 }
 
 // ErrCreditsOff marks a credit request to a service without a credit
