@@ -45,6 +45,9 @@ type StatementUsage struct {
 	// negative), the difference between the period's usage under the
 	// statement's book and what was billed for it.
 	Repricing *Money
+	// Repriced, with Repricing, breaks it down by token kind (nil: not
+	// broken down).
+	Repriced *Repriced
 }
 
 // LineKind says what a statement line bills.
@@ -95,6 +98,25 @@ type StatementLine struct {
 	// ChargeDiscount amounts. Absent without a contract (Contract.Apply).
 	ContractedCharge *Money `json:"contracted_charge,omitempty"`
 	Discount         *Money `json:"discount,omitempty"`
+	// Repriced breaks a repricing line down by token kind (absent on
+	// other lines, and on repricings closed before it existed).
+	Repriced *Repriced `json:"repriced,omitempty"`
+}
+
+// Repriced is a repricing line by token kind: the repriced period's tokens
+// (its usage now, InputTokens including CachedInputTokens) and the part of
+// the line's charge each kind makes: the kind's exact cost under the book
+// in force less its exact cost as billed, rounded half to even to a
+// nano-unit, the rest of the line's charge on the kind of the largest part,
+// so that the three add up to the line's charge exactly. The FOCUS export
+// makes a row of each (PricingQuantity the kind's tokens).
+type Repriced struct {
+	InputTokens       uint64 `json:"input_tokens"`
+	CachedInputTokens uint64 `json:"cached_input_tokens"`
+	OutputTokens      uint64 `json:"output_tokens"`
+	InputCharge       Money  `json:"input_charge"`
+	CachedInputCharge Money  `json:"cached_input_charge"`
+	OutputCharge      Money  `json:"output_charge"`
 }
 
 // Statement is one tenant's bill for one period.
@@ -431,6 +453,26 @@ func computeStatement(tenant string, p Period, book *PriceBook, usage []Statemen
 				l = &StatementLine{Kind: LineRepricing, Model: u.Model, Deployment: k.dep, OriginalPeriod: u.OriginalPeriod,
 					ChargeStart: u.Start, ChargeEnd: u.End, Priced: true}
 				lines[k] = l
+			}
+			// The line's breakdown by kind is its usages' (several when the
+			// period was billed per deployment and this statement is not);
+			// none when one of them has none.
+			switch r := u.Repriced; {
+			case r != nil && (r.CachedInputTokens > r.InputTokens || r.InputCharge+r.CachedInputCharge+r.OutputCharge != *u.Repricing):
+				errs = append(errs, fmt.Errorf("%w: repricing %d: its kinds' tokens or charges do not add up", ErrInvalidStatement, i))
+				continue
+			case r == nil || (l.Repriced == nil && l.Charge != 0):
+				l.Repriced = nil
+			case l.Repriced == nil:
+				c := *r
+				l.Repriced = &c
+			default:
+				l.Repriced.InputTokens += r.InputTokens
+				l.Repriced.CachedInputTokens += r.CachedInputTokens
+				l.Repriced.OutputTokens += r.OutputTokens
+				l.Repriced.InputCharge += r.InputCharge
+				l.Repriced.CachedInputCharge += r.CachedInputCharge
+				l.Repriced.OutputCharge += r.OutputCharge
 			}
 			l.ChargeStart, l.ChargeEnd = minTime(l.ChargeStart, u.Start), maxTime(l.ChargeEnd, u.End)
 			sum, ok := addMoney(l.Charge, *u.Repricing)

@@ -71,6 +71,9 @@ type focusSource struct {
 	allocated                         billing.Money
 	// total is a rounding row's statement total.
 	total billing.Money
+	// repriced, on a repricing broken down by kind, is each kind's part of
+	// its charge (tokens holds the kinds' tokens).
+	repriced *[3]billing.Money
 	// Of a charge (dedicated, commitment, credit): its quantity in
 	// millionths (GPU-hours), unit price, amount, rule and description.
 	quantityMicro uint64
@@ -92,6 +95,7 @@ const (
 	rowTokens   rowKind = iota // tokens of one kind (kind)
 	rowAmount                  // an amount without quantity: repricing, commitment, credit, rounding
 	rowGPUHours                // GPU-hours of a dedicated deployment
+	rowRepriced                // a repricing's part of one token kind (kind)
 )
 
 // focusLine is one FOCUS row of a source.
@@ -325,7 +329,20 @@ func (e *focusEncoder[R]) priceOf(l *focusLine) *focusPrice {
 // a dedicated deployment one row of its GPU-hours.
 func focusLines(src *focusSource, weights [3]uint64, out []focusLine) ([]focusLine, error) {
 	switch src.kind {
-	case sourceRepricing, sourceCommitment, sourceCredit:
+	case sourceRepricing:
+		if src.repriced == nil {
+			c := costOfMoney(src.charge)
+			return append(out, focusLine{src: src, row: rowAmount, kind: -1, listCost: c, cost: c}), nil
+		}
+		for k := range 3 {
+			if k > 0 && src.tokens[k] == 0 && src.repriced[k] == 0 {
+				continue
+			}
+			c := costOfMoney(src.repriced[k])
+			out = append(out, focusLine{src: src, row: rowRepriced, kind: k, quantity: src.tokens[k], listCost: c, cost: c})
+		}
+		return out, nil
+	case sourceCommitment, sourceCredit:
 		c := costOfMoney(src.charge)
 		return append(out, focusLine{src: src, row: rowAmount, kind: -1, listCost: c, cost: c}), nil
 	case sourceDedicated:
@@ -574,7 +591,11 @@ func (l *focusLine) description() string {
 	s := l.src
 	switch s.kind {
 	case sourceRepricing:
-		return "repricing of " + s.originalPeriod + ": " + s.model + " at the prices in force now, less what was billed"
+		d := "repricing of " + s.originalPeriod + ": " + s.model
+		if l.row == rowRepriced {
+			d += " " + tokenKindWords[l.kind] + " tokens"
+		}
+		return d + " at the prices in force now, less what was billed"
 	case sourceRounding:
 		return "rounding of the statement of " + s.period + " to its payable total " + s.total.String() + " " + s.currency +
 			" (the currency's minor unit, half away from zero)"
@@ -598,7 +619,7 @@ func (l *focusLine) description() string {
 
 func (l *focusLine) skuID() string {
 	switch l.row {
-	case rowTokens:
+	case rowTokens, rowRepriced:
 		return l.src.model + ":" + tokenKinds[l.kind]
 	case rowGPUHours:
 		return focusDedicatedSku
@@ -608,7 +629,7 @@ func (l *focusLine) skuID() string {
 
 func (l *focusLine) skuMeter() string {
 	switch l.row {
-	case rowTokens:
+	case rowTokens, rowRepriced:
 		return skuMeters[l.kind]
 	case rowGPUHours:
 		return focusDedicatedMeter
@@ -617,7 +638,7 @@ func (l *focusLine) skuMeter() string {
 }
 
 func (l *focusLine) tokenKind() string {
-	if l.row != rowTokens {
+	if l.row != rowTokens && l.row != rowRepriced {
 		return ""
 	}
 	return tokenKinds[l.kind]
@@ -632,9 +653,13 @@ func (l *focusLine) tokens() uint64 {
 }
 
 // quantities are ConsumedQuantity and PricingQuantity as (value, decimals)
-// and their units; ok false when null.
+// and their units; ok false when null. A repricing's rows have a
+// PricingQuantity (the tokens repriced) and a null ConsumedQuantity (the
+// tokens were consumed, and counted, in the period repriced): cUnit "".
 func (l *focusLine) quantities() (consumed, pricing uint64, cShift, pShift int, cUnit, pUnit string, ok bool) {
 	switch l.row {
+	case rowRepriced:
+		return 0, l.quantity, 0, 6, "", focusPricingUnit, true
 	case rowTokens:
 		return l.quantity, l.quantity, 0, 6, focusConsumedUnit, focusPricingUnit, true
 	case rowGPUHours:
@@ -676,7 +701,10 @@ func (c *focusCSV) fill(l *focusLine, rec []string) ([]string, error) {
 	billed, list := l.cost.String(), l.listCost.String()
 	var consumed, consumedUnit, quantity, pricingUnit string
 	if cq, pq, cs, ps, cu, pu, ok := l.quantities(); ok {
-		consumed, consumedUnit, quantity, pricingUnit = scaledText(cq, cs), cu, scaledText(pq, ps), pu
+		quantity, pricingUnit = scaledText(pq, ps), pu
+		if cu != "" {
+			consumed, consumedUnit = scaledText(cq, cs), cu
+		}
 	}
 	var listPrice, price, skuPriceID, details string
 	if l.priced {
@@ -815,9 +843,12 @@ func focusParquetOf(l *focusLine, names focusNames, finance bool, p *focusParque
 		p.XPriceBook = optString(s.priceBook)
 	}
 	if cq, pq, cs, ps, cu, pu, ok := l.quantities(); ok {
-		consumed, quantity := scaledDecimal(cq, cs), scaledDecimal(pq, ps)
-		p.ConsumedQuantity, p.ConsumedUnit = &consumed, optString(cu)
+		quantity := scaledDecimal(pq, ps)
 		p.PricingQuantity, p.PricingUnit = &quantity, optString(pu)
+		if cu != "" {
+			consumed := scaledDecimal(cq, cs)
+			p.ConsumedQuantity, p.ConsumedUnit = &consumed, optString(cu)
+		}
 	}
 	if l.priced {
 		list, price := moneyDecimal(l.listPrice), moneyDecimal(l.price)

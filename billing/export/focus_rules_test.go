@@ -544,3 +544,61 @@ func TestFocusContractCharges(t *testing.T) {
 		}
 	}
 }
+
+// TestFocusRepricingByKind exports a repricing broken down by token kind:
+// a Usage row per kind with ChargeClass "Correction", its SKU, the kind's
+// tokens as PricingQuantity, no ConsumedQuantity or x_Tokens (the tokens
+// were counted in the period repriced), costs adding up to the line's
+// charge; a repricing without the breakdown stays one row.
+func TestFocusRepricingByKind(t *testing.T) {
+	p, err := billing.ParsePeriod("2026-11", time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := billing.Money(-1_234_567_891)
+	usage := []billing.StatementUsage{
+		{Start: p.Start, End: p.Start.Add(time.Hour), Model: "m", Requests: 1, InputTokens: 10, OutputTokens: 10},
+		{Start: p.Start.AddDate(0, -1, 0), End: p.Start, Model: "m", OriginalPeriod: "2026-10", Repricing: &d,
+			Repriced: &billing.Repriced{InputTokens: 3_000_000, CachedInputTokens: 1_000_000, OutputTokens: 500_000,
+				InputCharge: -600_000_000, CachedInputCharge: -34_567_891, OutputCharge: -600_000_000}},
+		{Start: p.Start.AddDate(0, -1, 0), End: p.Start, Model: "n", OriginalPeriod: "2026-10", Repricing: &d},
+	}
+	st, err := billing.ComputeStatement("acme", p, testBook(t), usage, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []export.Format{export.FocusCSV, export.FocusParquet} {
+		sum := map[string]*big.Rat{"m": new(big.Rat), "n": new(big.Rat)}
+		quantities := map[string]string{}
+		rows := map[string]int{}
+		for i, r := range focusRecords(t, f, encodeStatements(t, f, export.Options{}, export.StatementRows(st))) {
+			if r["x_OriginalPeriod"] != "2026-10" {
+				continue
+			}
+			rows[r["x_Model"]]++
+			sum[r["x_Model"]].Add(sum[r["x_Model"]], rat(t, r["BilledCost"]))
+			if r["ChargeCategory"] != "Usage" || r["ChargeClass"] != "Correction" || r["ConsumedQuantity"] != "" || r["x_Tokens"] != "0" {
+				t.Errorf("%s row %d: repricing %v", f, i, r)
+			}
+			if r["x_Model"] == "m" {
+				quantities[r["SkuId"]] = r["PricingQuantity"]
+				if r["PricingUnit"] != "1000000 Tokens" || r["SkuMeter"] == "" {
+					t.Errorf("%s row %d: repricing of m without its unit or meter: %v", f, i, r)
+				}
+			}
+		}
+		for sku, want := range map[string]string{"m:input": "2", "m:cached_input": "1", "m:output": "0.5"} {
+			if rat(t, quantities[sku]).Cmp(rat(t, want)) != 0 {
+				t.Errorf("%s: %s PricingQuantity %s, want %s", f, sku, quantities[sku], want)
+			}
+		}
+		if rows["m"] != 3 || rows["n"] != 1 {
+			t.Errorf("%s: repricing rows %v, want 3 of m (by kind) and 1 of n", f, rows)
+		}
+		for m, s := range sum {
+			if s.Cmp(new(big.Rat).SetFrac64(int64(d), 1e9)) != 0 {
+				t.Errorf("%s: %s's repricing rows add up to %s, want %s", f, m, s.FloatString(9), d)
+			}
+		}
+	}
+}

@@ -236,6 +236,13 @@ func statementFocusLines(r *StatementRow) (focusSource, error) {
 	src.priced = l.Priced && l.Kind != billing.LineRepricing
 	src.prices = [3]billing.Money{l.InputPer1M, l.CachedInputPer1M, l.OutputPer1M}
 	src.charge, src.priceID = l.Charge, l.PriceID
+	if r := l.Repriced; l.Kind == billing.LineRepricing && r != nil {
+		if r.CachedInputTokens > r.InputTokens {
+			return focusSource{}, fmt.Errorf("repricing of %s for %s: cached input tokens %d above input tokens %d", l.Model, l.OriginalPeriod, r.CachedInputTokens, r.InputTokens)
+		}
+		src.tokens = [3]uint64{r.InputTokens - r.CachedInputTokens, r.CachedInputTokens, r.OutputTokens}
+		src.repriced = &[3]billing.Money{r.InputCharge, r.CachedInputCharge, r.OutputCharge}
+	}
 	for _, d := range r.Discounts {
 		k := slices.Index(tokenKinds[:], d.TokenKind)
 		tokens, err := strconv.ParseUint(d.Quantity, 10, 64)
