@@ -94,10 +94,14 @@
 // line) is ChargeCategory "Usage" with ChargeClass "Correction": it keeps
 // its ConsumedQuantity, prices and SKU, so usage analytics count its
 // tokens. A repricing line (a closed period repriced with the book in
-// force now) is "Usage" + "Correction" as one row of its amount, without
-// SKU, price or quantity: the statement line holds only the difference,
-// not the tokens and the two prices (FOCUS allows the nulls on a
-// correction).
+// force now) is "Usage" + "Correction" too, a row per token kind
+// (billing.Repriced): the kind's SKU, the period's tokens of the kind as
+// PricingQuantity, the kind's part of the repricing as its costs, no unit
+// prices (the row is a difference of two prices) and no ConsumedQuantity
+// or x_Tokens (the tokens were consumed, and counted, in the period
+// repriced). A repricing closed before lines carried the breakdown is one
+// row of its amount, without SKU, price or quantity (FOCUS allows the
+// nulls on a correction).
 //
 // Contract charges (billing.Charge). Discounts lower the ContractedCost,
 // EffectiveCost and BilledCost of the rows of their line and kind as
