@@ -112,9 +112,9 @@ type Request struct {
 	// closing is set by closeOne: the statement is to be stored, so its
 	// credit balances are read after the ledger is reconciled.
 	closing bool
-	// grants are the credit grants by tenant, read once per close (nil: a
-	// draft, which reads its tenant's).
-	grants map[string][]billing.CreditGrant
+	// ledger is the credit grants and ledger a close reads once and the
+	// ledger entries it writes once (credits.go); nil for a draft.
+	ledger *closeLedger
 }
 
 // CostReader reads allocated cost; *query.Service implements it.
@@ -179,14 +179,8 @@ func (c *Closer) Close(ctx context.Context, req Request) ([]billing.StoredStatem
 	}
 	req.firstClosed = first
 	if c.credits != nil {
-		// One read of every grant for the close, not one per tenant.
-		all, err := c.credits.CreditGrants(ctx, "")
-		if err != nil {
+		if req.ledger, err = c.readLedger(ctx); err != nil {
 			return nil, err
-		}
-		req.grants = map[string][]billing.CreditGrant{}
-		for _, g := range all {
-			req.grants[g.Tenant] = append(req.grants[g.Tenant], g)
 		}
 	}
 	type result struct {
@@ -225,6 +219,11 @@ feed:
 	}
 	close(next)
 	wg.Wait()
+	// The ledger of every statement this close stored (or found stored
+	// without one), in one insert.
+	if err := req.ledger.write(ctx, c.credits); err != nil {
+		return nil, err
+	}
 	// As one at a time: the statements of the tenants before the first that
 	// failed (every one before it was started, and finished), and its error.
 	// A tenant refused for unpriced usage does not stop the others: the
@@ -265,7 +264,7 @@ func (c *Closer) closeOne(ctx context.Context, tenant string, p billing.Period, 
 				ErrInvalidRequest, p.Key, tenant)
 		}
 		if ok {
-			err = c.afterSave(ctx, cur)
+			err = c.recordStored(ctx, cur, req)
 		}
 		return cur, ok && err == nil, err
 	}
@@ -291,7 +290,7 @@ func (c *Closer) closeOne(ctx context.Context, tenant string, p billing.Period, 
 	}
 	stored, err := c.store.SaveStatement(ctx, st, closedAt)
 	if err == nil {
-		err = c.afterSave(ctx, stored)
+		err = c.recordStored(ctx, stored, req)
 	}
 	return stored, err == nil, err
 }
@@ -335,6 +334,13 @@ func (c *Closer) statement(ctx context.Context, tenant string, p billing.Period,
 		late, rep, closedBefore, err = c.earlier(gctx, tenant, p, req)
 		return err
 	})
+	var credit creditReads
+	if c.credits != nil {
+		g.Go(func() (err error) {
+			credit, err = c.readCredits(gctx, tenant, req)
+			return err
+		})
+	}
 	if finance {
 		costQ = query.CostQuery{TenantID: tenant, Start: ceilHour(p.Start), End: ceilHour(p.End), Step: "hour",
 			GroupBy: []string{"model", "deployment"}}.WithDefaults(req.Book)
@@ -349,7 +355,7 @@ func (c *Closer) statement(ctx context.Context, tenant string, p billing.Period,
 	st, err := billing.ComputeContractStatement(tenant, p, req.Book, slices.Concat(usage, late, rep), req.ByDeployment, contract, hours)
 	if err == nil {
 		// Credits draw on what is left after the contract's charges.
-		err = c.applyCredits(ctx, &st, p, req)
+		err = c.applyCredits(ctx, &st, p, req, credit)
 	}
 	if err != nil || !finance {
 		return st, closedBefore, err
