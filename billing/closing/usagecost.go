@@ -31,7 +31,8 @@ type usageCostPricer struct {
 	inForce *billing.PriceBook
 	cq      query.CostQuery // the export's query: its cost policies
 	width   time.Duration
-	books   map[string]*billing.PriceBook // tenant + " " + period → the book of its closed statement; nil: open
+	closed  map[string]map[string]string  // period → tenant → the book version of its closed statement
+	books   map[string]*billing.PriceBook // version → book
 	usage   map[pieceKey]map[[2]string]query.UsageRow
 	cost    map[pieceKey]map[[2]string]int64
 }
@@ -42,37 +43,44 @@ type pieceKey struct {
 }
 
 func newUsageCostPricer(s *Service, inForce *billing.PriceBook, cq query.CostQuery, width time.Duration) *usageCostPricer {
-	return &usageCostPricer{s: s, inForce: inForce, cq: cq, width: width, books: map[string]*billing.PriceBook{},
+	return &usageCostPricer{s: s, inForce: inForce, cq: cq, width: width, closed: map[string]map[string]string{}, books: map[string]*billing.PriceBook{},
 		usage: map[pieceKey]map[[2]string]query.UsageRow{}, cost: map[pieceKey]map[[2]string]int64{}}
 }
 
 // bookOf is the book that prices tenant's period p: its closed statement's,
-// or the book in force while p is open.
+// or the book in force while p is open. The statements of a period are
+// read once, all tenants' together.
 func (x *usageCostPricer) bookOf(ctx context.Context, tenant string, p billing.Period) (*billing.PriceBook, error) {
-	k := tenant + " " + p.Key
-	if b, ok := x.books[k]; ok {
-		if b == nil {
-			return x.inForce, nil
+	versions, ok := x.closed[p.Key]
+	if !ok {
+		versions = map[string]string{}
+		err := x.s.d.Store.EachStatement(ctx, p.Key, x.cq.TenantID, func(stored billing.StoredStatement) error {
+			var st struct {
+				PriceBook string `json:"price_book"`
+			}
+			if err := json.Unmarshal(stored.Content, &st); err != nil {
+				return fmt.Errorf("statement of %s for %s: %w", stored.Tenant, stored.Period, err)
+			}
+			versions[stored.Tenant] = st.PriceBook
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
-		return b, nil
+		x.closed[p.Key] = versions
 	}
-	stored, closed, err := x.s.d.Store.Statement(ctx, tenant, p.Key)
-	if err != nil {
-		return nil, err
-	}
+	version, closed := versions[tenant]
 	if !closed {
-		x.books[k] = nil
 		return x.inForce, nil
 	}
-	var st billing.Statement
-	if err := json.Unmarshal(stored.Content, &st); err != nil {
-		return nil, fmt.Errorf("statement of %s for %s: %w", tenant, p.Key, err)
+	if b, ok := x.books[version]; ok {
+		return b, nil
 	}
-	b, err := x.s.closer.bookOf(ctx, st.PriceBook, x.inForce)
+	b, err := x.s.closer.bookOf(ctx, version, x.inForce)
 	if err != nil {
 		return nil, fmt.Errorf("statement of %s for %s: %w", tenant, p.Key, err)
 	}
-	x.books[k] = b
+	x.books[version] = b
 	return b, nil
 }
 
