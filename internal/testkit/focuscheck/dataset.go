@@ -1,10 +1,13 @@
 // Package focuscheck checks a FOCUS 1.2 cost-and-usage file against the
-// specification's rules, one named rule each (the column's or attribute's
-// section of FOCUS_Spec v1.2 and the requirement, as the FinOps
-// Foundation's validator names them in model-1.2.json: Column-C-nnn). It
-// is written from the specification's text, not from this project's
-// exporter, so that a test that runs it on an export can fail when the
-// exporter and the specification disagree. It reads CSV (an empty field is
+// specification's rules, one named rule each: "Section/Requirement", the
+// section being the Column ID or attribute of FOCUS_Spec v1.2
+// (specification/columns/*.md, attributes/*.md, metadata/) whose
+// requirement it checks, as the FinOps Foundation's validator groups its
+// rules (model-1.2.json: ListUnitPrice-C-...). It is written from the
+// specification's text, not from this project's exporter, so that a test
+// that runs it on an export can fail when the exporter and the
+// specification disagree. Conditions that depend on the provider (does it
+// have regions, sub accounts, price lists?) are a Profile. It reads CSV (an empty field is
 // null) and Parquet (read with Apache Arrow's reader, not the parquet-go
 // writer the exporter uses).
 package focuscheck

@@ -670,6 +670,26 @@ func Rules() []Rule {
 		func(d *Dataset, _ *Profile, r *report) {
 			oneTo(d, r, "SkuPriceId", "ListUnitPrice", func(i int) bool { return !correction(d, i) })
 		})
+	for _, c := range [][2]string{
+		{"BillingAccountType", "BillingAccountId"}, {"SubAccountType", "SubAccountId"},
+		{"CommitmentDiscountCategory", "CommitmentDiscountId"}, {"CommitmentDiscountType", "CommitmentDiscountId"},
+	} {
+		add(c[0]+"/NullWith"+c[1], c[0]+" MUST be null when "+c[1]+" is null and MUST NOT be null otherwise",
+			func(d *Dataset, _ *Profile, r *report) {
+				if d.Has(c[0]) {
+					nullIff(d, r, c[0], c[1])
+				}
+			})
+	}
+	for _, c := range [][2]string{
+		{"CommitmentDiscountName", "CommitmentDiscountId"}, {"CommitmentDiscountStatus", "CommitmentDiscountId"},
+		{"CapacityReservationStatus", "CapacityReservationId"},
+	} {
+		add(c[0]+"/NullWithout"+c[1], c[0]+" MUST be null when "+c[1]+" is null",
+			func(d *Dataset, _ *Profile, r *report) {
+				nullWhen(d, r, c[0], func(i int) bool { return d.Get(i, c[1]).Null })
+			})
+	}
 	add("SubAccountName/NullWithSubAccountId", "SubAccountName MUST be null when SubAccountId is null and MUST NOT be null otherwise",
 		func(d *Dataset, _ *Profile, r *report) { nullIff(d, r, "SubAccountName", "SubAccountId") })
 	return rules
