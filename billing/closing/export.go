@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"tokenmeter/billing"
 	"tokenmeter/billing/export"
 )
 
@@ -25,8 +26,11 @@ func (s *Service) ExportOptions(finance bool) export.Options {
 	return export.Options{Finance: finance, Accounts: s.cfg.Accounts}
 }
 
-// StatementRows is the export rows of a statement as v shows it: its lines
-// with their regions, then its rounding row (export.StatementRows).
+// StatementRows is the export rows of a statement as v shows it
+// (export.StatementRows): its lines with their regions, its charges, its
+// rounding row, every row with the number of the statement's invoice
+// (FOCUS InvoiceId) once it is issued; and, when the invoice has tax, a
+// tax row, so that the rows of an InvoiceId add up to the invoice's total.
 func (s *Service) StatementRows(ctx context.Context, v StatementView) ([]export.StatementRow, error) {
 	st := v.Statement
 	rows := export.StatementRows(st)
@@ -34,12 +38,40 @@ func (s *Service) StatementRows(ctx context.Context, v StatementView) ([]export.
 	if err != nil {
 		return nil, err
 	}
+	inv, issued, err := s.invoiceOf(ctx, st)
+	if err != nil {
+		return nil, err
+	}
 	for i := range rows {
 		if rows[i].Kind == export.RowLine {
 			rows[i].Region = regions.of(rows[i].Line.Deployment)
 		}
+		rows[i].InvoiceID = inv.Number
+	}
+	if issued && inv.Tax != 0 {
+		tax := rows[len(rows)-1] // the rounding row's identity
+		tax.Kind, tax.Tax = export.RowTax, &export.Tax{Name: inv.TaxName, Rate: inv.TaxRate, Amount: inv.Tax}
+		rows = append(rows, tax)
 	}
 	return rows, nil
+}
+
+// invoiceOf is the invoice of st (its revision), if issued.
+func (s *Service) invoiceOf(ctx context.Context, st billing.Statement) (billing.Invoice, bool, error) {
+	if st.Hash == "" { // a draft has no invoice
+		return billing.Invoice{}, false, nil
+	}
+	docs, err := s.d.Store.Invoices(ctx, st.Period, st.Tenant)
+	if err != nil {
+		return billing.Invoice{}, false, err
+	}
+	for _, d := range docs {
+		if d.Kind == billing.KindInvoice && d.Revision == st.Revision {
+			inv, err := d.Decode()
+			return inv, err == nil, err
+		}
+	}
+	return billing.Invoice{}, false, nil
 }
 
 // regionMap is the regions of deployments over a range.

@@ -3,6 +3,7 @@ package export
 import (
 	"encoding/binary"
 	"errors"
+	"math/big"
 	"math/bits"
 	"strconv"
 	"strings"
@@ -95,6 +96,26 @@ func (c cost) cmp(d cost) int {
 		return 1
 	}
 	return 0
+}
+
+// mulRate is c × rate (a billing.Weight: nano-units of 1), rounded half
+// away from zero to a cost unit.
+func (c cost) mulRate(rate billing.Weight) cost {
+	x := new(big.Int).Lsh(big.NewInt(c.hi), 64)
+	x.Add(x, new(big.Int).SetUint64(c.lo))
+	x.Mul(x, big.NewInt(int64(rate)))
+	neg := x.Sign() < 0
+	x.Abs(x)
+	q, r := x.QuoRem(x, big.NewInt(1e9), new(big.Int))
+	if r.Lsh(r, 1).Cmp(big.NewInt(1e9)) >= 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	if neg {
+		q.Neg(q)
+	}
+	lo := new(big.Int).And(q, new(big.Int).SetUint64(^uint64(0)))
+	hi := new(big.Int).Rsh(q, 64)
+	return cost{hi: hi.Int64(), lo: lo.Uint64()}
 }
 
 // decimal is c as a Parquet DECIMAL(38, costScale) value.

@@ -47,6 +47,8 @@ const (
 	sourceCommitment
 	// sourceCredit is a draw on a credit grant (billing.ChargeCredit).
 	sourceCredit
+	// sourceTax is the tax of a statement's invoice (RowTax).
+	sourceTax
 )
 
 // focusSource is what a FOCUS row is made of, from either dataset.
@@ -71,6 +73,8 @@ type focusSource struct {
 	allocated                         billing.Money
 	// total is a rounding row's statement total.
 	total billing.Money
+	// taxRate is a tax row's rate.
+	taxRate billing.Weight
 	// repriced, on a repricing broken down by kind, is each kind's part of
 	// its charge (tokens holds the kinds' tokens).
 	repriced *[3]billing.Money
@@ -109,8 +113,11 @@ type focusLine struct {
 	// listPrice and price (contracted) per pricing unit, when priced.
 	priced           bool
 	listPrice, price billing.Money
-	// listCost and cost (contracted = effective = billed), exact.
+	// listCost and cost (contracted = effective = billed), exact; a tax
+	// row's contracted (and effective) cost is its own (hasContracted).
 	listCost, cost cost
+	contracted     cost
+	hasContracted  bool
 	requests       uint64
 	rule           string
 	allocated      billing.Money
@@ -179,8 +186,11 @@ type focusEncoder[R any] struct {
 	prices   map[focusPriceKey]*focusPrice
 	lines    []focusLine
 	// sum is the exact cost of the rows written since the last rounding
-	// row: what the next rounding row brings to its statement's total.
-	sum cost
+	// row: what the next rounding row brings to its statement's total;
+	// sumList is their list cost. stList and stCost are a statement's
+	// list cost and cost, kept at its rounding row for its tax row.
+	sum, sumList   cost
+	stList, stCost cost
 }
 
 type focusPriceKey struct {
@@ -238,10 +248,20 @@ func (e *focusEncoder[R]) write(r *R) (int, error) {
 		return 0, err
 	}
 	acct := e.accountOf(src.tenant)
-	if src.kind == sourceRounding {
+	switch src.kind {
+	case sourceRounding:
 		c := costOfMoney(src.total).sub(e.sum)
 		l := focusLine{src: &src, row: rowAmount, listCost: c, cost: c, account: acct}
-		e.sum = cost{}
+		e.stList, e.stCost = e.sumList.add(c), costOfMoney(src.total)
+		e.sum, e.sumList = cost{}, cost{}
+		_, err := e.out.write(&l)
+		return 1, err
+	case sourceTax:
+		// FOCUS: a tax's list and contracted costs are computed from those
+		// of the charges taxed; BilledCost is the invoice's tax.
+		l := focusLine{src: &src, row: rowAmount, listCost: e.stList.mulRate(src.taxRate), cost: costOfMoney(src.charge), account: acct}
+		l.contracted = e.stCost.mulRate(src.taxRate)
+		l.hasContracted = true
 		_, err := e.out.write(&l)
 		return 1, err
 	}
@@ -259,7 +279,7 @@ func (e *focusEncoder[R]) write(r *R) (int, error) {
 		if _, err := e.out.write(l); err != nil {
 			return n, err
 		}
-		e.sum = e.sum.add(l.cost)
+		e.sum, e.sumList = e.sum.add(l.cost), e.sumList.add(l.listCost)
 		n++
 	}
 	return n, nil
@@ -573,13 +593,15 @@ func (l *focusLine) category() (category, class string) {
 		return "Adjustment", ""
 	case sourceCredit:
 		return "Credit", ""
+	case sourceTax:
+		return "Tax", ""
 	}
 	return "Usage", ""
 }
 
 func (l *focusLine) frequency() string {
 	switch l.src.kind {
-	case sourceRounding, sourceCredit:
+	case sourceRounding, sourceCredit, sourceTax:
 		return focusOneTimeFrequency
 	case sourceCommitment:
 		return focusRecurringFrequency
@@ -599,7 +621,7 @@ func (l *focusLine) description() string {
 	case sourceRounding:
 		return "rounding of the statement of " + s.period + " to its payable total " + s.total.String() + " " + s.currency +
 			" (the currency's minor unit, half away from zero)"
-	case sourceDedicated, sourceCommitment, sourceCredit:
+	case sourceDedicated, sourceCommitment, sourceCredit, sourceTax:
 		return s.text
 	}
 	d := s.model + " " + tokenKindWords[l.kind] + " tokens"
@@ -680,6 +702,15 @@ func (l *focusLine) pricingCategory() string {
 	return focusPricingCategory
 }
 
+// contractedCost is ContractedCost and EffectiveCost: the billed cost,
+// but a tax's own.
+func (l *focusLine) contractedCost() cost {
+	if l.hasContracted {
+		return l.contracted
+	}
+	return l.cost
+}
+
 // deployment is the deployment the row may show: finance's view only.
 func (l *focusLine) deployment(finance bool) string {
 	if !finance {
@@ -698,7 +729,7 @@ type focusCSV struct {
 func (c *focusCSV) fill(l *focusLine, rec []string) ([]string, error) {
 	s := l.src
 	category, class := l.category()
-	billed, list := l.cost.String(), l.listCost.String()
+	billed, list, contracted := l.cost.String(), l.listCost.String(), l.contractedCost().String()
 	var consumed, consumedUnit, quantity, pricingUnit string
 	if cq, pq, cs, ps, cu, pu, ok := l.quantities(); ok {
 		quantity, pricingUnit = scaledText(pq, ps), pu
@@ -728,7 +759,7 @@ func (c *focusCSV) fill(l *focusLine, rec []string) ([]string, error) {
 		billed, l.account.id, l.account.name, s.currency,
 		c.bEnd.format(s.billingEnd), c.bStart.format(s.billingStart),
 		category, class, l.description(), l.frequency(), c.cEnd.format(s.chargeEnd), c.cStart.format(s.chargeStart),
-		consumed, consumedUnit, billed, price, billed, s.invoiceID, c.names.issuer,
+		consumed, consumedUnit, contracted, price, contracted, s.invoiceID, c.names.issuer,
 		list, listPrice, l.pricingCategory(), quantity, pricingUnit,
 		c.names.provider, c.names.publisher,
 		s.region, s.region, dep, dep, resourceType, focusServiceCategory, c.names.service, focusServiceSubcategory,
@@ -826,7 +857,7 @@ func focusParquetOf(l *focusLine, names focusNames, finance bool, p *focusParque
 		BillingCurrency: s.currency, BillingPeriodEnd: utcMicros(s.billingEnd), BillingPeriodStart: utcMicros(s.billingStart),
 		ChargeCategory: category, ChargeClass: optString(class), ChargeDescription: optString(l.description()),
 		ChargeFrequency: l.frequency(), ChargePeriodEnd: utcMicros(s.chargeEnd), ChargePeriodStart: utcMicros(s.chargeStart),
-		ContractedCost: billed, EffectiveCost: billed, InvoiceID: optString(s.invoiceID), InvoiceIssuerName: names.issuer,
+		ContractedCost: l.contractedCost().decimal(), EffectiveCost: l.contractedCost().decimal(), InvoiceID: optString(s.invoiceID), InvoiceIssuerName: names.issuer,
 		ListCost: l.listCost.decimal(), PricingCategory: optString(l.pricingCategory()),
 		ProviderName: names.provider, PublisherName: names.publisher,
 		RegionID: optString(s.region), RegionName: optString(s.region),

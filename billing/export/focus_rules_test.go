@@ -602,3 +602,67 @@ func TestFocusRepricingByKind(t *testing.T) {
 		}
 	}
 }
+
+// TestFocusTaxRow exports two statements whose invoices have tax: each
+// ends with a Tax row after its rounding row, whose BilledCost is the
+// invoice's tax and whose list and contracted costs are the rate × those
+// of the statement's rows (FOCUS: a tax is computed from the charges it
+// taxes); the rows of an InvoiceId add up to the invoice's total, and a
+// statement's rounding row is not moved by the tax of the one before.
+func TestFocusTaxRow(t *testing.T) {
+	var rows []export.StatementRow
+	want := map[string]*big.Rat{}
+	for i, tenant := range []string{"acme", "globex"} {
+		st := testStatement(t, tenant)
+		srows := export.StatementRows(st)
+		invoice := fmt.Sprintf("EI-%06d", i+1)
+		tax := billing.Money(st.Total / 1e7 * 1e7 * 18 / 100)
+		for j := range srows {
+			srows[j].InvoiceID = invoice
+		}
+		taxRow := srows[len(srows)-1]
+		taxRow.Kind, taxRow.Tax = export.RowTax, &export.Tax{Name: "GST", Rate: 180_000_000, Amount: tax}
+		rows = append(append(rows, srows...), taxRow)
+		want[invoice] = new(big.Rat).SetFrac64(int64(st.Total+tax), 1e9)
+	}
+	for _, f := range []export.Format{export.FocusCSV, export.FocusParquet} {
+		sums := map[string]*big.Rat{}
+		list, contracted := map[string]*big.Rat{}, map[string]*big.Rat{}
+		taxes := 0
+		for i, r := range focusRecords(t, f, encodeStatements(t, f, export.Options{}, rows)) {
+			id := r["InvoiceId"]
+			for _, m := range []map[string]*big.Rat{sums, list, contracted} {
+				if m[id] == nil {
+					m[id] = new(big.Rat)
+				}
+			}
+			if r["ChargeCategory"] != "Tax" {
+				sums[id].Add(sums[id], rat(t, r["BilledCost"]))
+				list[id].Add(list[id], rat(t, r["ListCost"]))
+				contracted[id].Add(contracted[id], rat(t, r["ContractedCost"]))
+				continue
+			}
+			taxes++
+			for _, c := range []string{"SkuId", "SkuPriceId", "ListUnitPrice", "ContractedUnitPrice", "PricingQuantity", "ConsumedQuantity"} {
+				if v, ok := r[c]; ok {
+					t.Errorf("%s row %d: tax with %s %q", f, i, c, v)
+				}
+			}
+			rate := big.NewRat(18, 100)
+			for c, base := range map[string]*big.Rat{"ListCost": list[id], "ContractedCost": contracted[id], "EffectiveCost": contracted[id]} {
+				if got, w := rat(t, r[c]), new(big.Rat).Mul(base, rate); new(big.Rat).Sub(got, w).Abs(new(big.Rat).Sub(got, w)).Cmp(big.NewRat(1, 1e15)) > 0 {
+					t.Errorf("%s row %d: tax %s %s, want 0.18 × %s", f, i, c, r[c], base.FloatString(15))
+				}
+			}
+			sums[id].Add(sums[id], rat(t, r["BilledCost"]))
+		}
+		if taxes != 2 {
+			t.Errorf("%s: %d tax rows, want 2", f, taxes)
+		}
+		for id, w := range want {
+			if sums[id].Cmp(w) != 0 {
+				t.Errorf("%s: invoice %s: rows add up to %s, want its total %s", f, id, sums[id].FloatString(9), w.FloatString(9))
+			}
+		}
+	}
+}

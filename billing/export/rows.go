@@ -22,7 +22,20 @@ const (
 	// rows, so that a statement's rows add up to its Total exactly. The
 	// native datasets leave it out.
 	RowRounding StatementRowKind = "rounding"
+	// RowTax follows a statement's rounding row when its invoice has tax:
+	// Tax holds it. The native datasets leave it out.
+	RowTax StatementRowKind = "tax"
 )
+
+// Tax is the tax line of a statement's invoice: a FOCUS row of
+// ChargeCategory "Tax" whose BilledCost is Amount, so the rows of an
+// InvoiceId add up to the invoice's total.
+type Tax struct {
+	Name string
+	// Rate is the fraction taxed ("0.18").
+	Rate   billing.Weight
+	Amount billing.Money
+}
 
 // StatementRow is one line of a statement with the statement's identity:
 // a row of the statement-lines dataset; or, with Kind RowRounding, the end
@@ -53,6 +66,8 @@ type StatementRow struct {
 	Discounts []billing.Charge
 	// Charge is a RowCharge row's charge.
 	Charge *billing.Charge
+	// Tax is a RowTax row's tax.
+	Tax *Tax
 	// Finance holds the finance-only figures of the line; written only with
 	// Options.Finance, as nulls when nil.
 	Finance *LineFinance

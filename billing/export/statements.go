@@ -221,6 +221,13 @@ func statementFocusLines(r *StatementRow) (focusSource, error) {
 		return src, nil
 	case RowCharge:
 		return chargeFocusSource(src, r.Charge)
+	case RowTax:
+		if r.Tax == nil {
+			return focusSource{}, fmt.Errorf("tax row of %s without its tax", r.Tenant)
+		}
+		src.kind, src.charge, src.taxRate, src.chargeStart, src.chargeEnd = sourceTax, r.Tax.Amount, r.Tax.Rate, r.PeriodStart, r.PeriodEnd
+		src.text = r.Tax.Name + " at " + r.Tax.Rate.String() + " of the invoice's subtotal"
+		return src, nil
 	}
 	if l.CachedInputTokens > l.InputTokens {
 		return focusSource{}, fmt.Errorf("%s line of %s: cached input tokens %d above input tokens %d", l.Model, r.Tenant, l.CachedInputTokens, l.InputTokens)
