@@ -138,8 +138,16 @@
 // "<provider name> inference". BillingAccountId is the tenant's
 // billing_account_id (its id without one), BillingAccountName and
 // SubAccountName its display name, SubAccountId the tenant id. InvoiceId
-// is the number of the invoice of the statement in force (StatementRow.
-// InvoiceID, filled by the caller), null while none is issued.
+// is the number of the invoice of the statement revision in force
+// (StatementRow.InvoiceID, filled by closing), on every row of the
+// statement, null while none is issued. When the invoice has tax (a rate
+// per tenant), a Tax row follows the rounding row (RowTax): ChargeCategory
+// "Tax", BilledCost the invoice's tax (rounded once to the minor unit),
+// ListCost, ContractedCost and EffectiveCost the rate × those of the
+// statement's rows (FOCUS computes a tax from the charges it taxes), no
+// SKU, price or quantity. So the BilledCost of an InvoiceId's rows adds up
+// to the invoice's payable total, and the rows before the Tax row to the
+// statement's Total.
 //
 // Regions. RegionId and RegionName are the region the deployment's GPU
 // samples name (the GPU cost rows keep it per deployment-hour; the
