@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"math/big"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -45,9 +47,16 @@ const closeBookV2 = `{"currency":"USD",
   {"model":"m2","effective_from":"2026-09-01T00:00:00Z","input_per_1m":"2.20","cached_input_per_1m":"1.10","output_per_1m":"6.60"}],
  "allocation":{"busy_policy":"tokens","idle_policy":"separate"}}`
 
-// closeAccounts names the operator and the tenants; acme bills in +05:30.
+// closeAccounts names the operator and the tenants; acme bills in +05:30,
+// globex has a contract (10% off, m2's output at a rate card price from
+// October, a monthly commitment above its usage) and initech a free
+// allowance of m's input tokens.
 const closeAccounts = `{"operator":{"provider_name":"Example AI","publisher_name":"Example AI","invoice_issuer_name":"Example AI Ltd"},
- "tenants":[{"id":"acme","name":"Acme Corp","zone":"+05:30"},{"id":"globex","name":"Globex Inc"},{"id":"initech","name":"Initech LLC"}]}`
+ "tenants":[{"id":"acme","name":"Acme Corp","zone":"+05:30"},
+  {"id":"globex","name":"Globex Inc","contract":{"discount_percent":"10",
+   "rate_card":[{"model":"m2","effective_from":"2026-10-01T00:00:00Z","output_per_1m":"5.123456"}],
+   "commitment":{"monthly_spend":"5.00"}}},
+  {"id":"initech","name":"Initech LLC","contract":{"allowances":[{"model":"m","token_kind":"input","tokens":100000}]}}]}`
 
 var closeTenants = []string{"acme", "globex", "initech"}
 
@@ -124,7 +133,9 @@ type scenarioFile struct {
 // TestFocusMonthEndClose runs a month-end close like the FinOps review's
 // and checks every FOCUS file it exports against the FOCUS 1.2 rules
 // (package focuscheck), each rule a named subtest: three tenants (acme in
-// +05:30), September closed, late September usage, a price book that
+// +05:30, globex on a contract with a discount, a rate card and a
+// commitment, initech with a free allowance and a promotional credit),
+// September closed, late September usage, a price book that
 // changes m mid-October at a price of five decimals per 1M and reprices
 // m2 for September, October closed with the repricing; then the statement
 // files (CSV and Parquet, finance and tenant views) of both months and the
@@ -160,13 +171,19 @@ func TestFocusMonthEndClose(t *testing.T) {
 	closeScenarioGPUs(t, store, hours)
 	billingtest.RollUp(t, store)
 	reads := query.New(store, query.Config{})
-	svc, err := closing.NewService(closing.Deps{Reads: reads, Store: store,
+	svc, err := closing.NewService(closing.Deps{Reads: reads, Store: store, Credits: store,
 		Prices: func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, store) }},
 		closing.Config{Zones: zones, ByDeployment: true, Accounts: accounts})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := startBillingAPI(t, store, svc, api.Config{})
+	// initech's promotional credit, drawn by September's close.
+	if _, _, err := svc.CreateGrant(ctx, billing.CreditGrant{ID: "promo-1", Tenant: "initech", Kind: billing.CreditPromotional,
+		Amount: 500_000_000, Currency: "USD", EffectiveFrom: time.Date(2026, 9, 1, 0, 0, 0, 0, time.UTC),
+		ExpiresAt: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)}); err != nil {
+		t.Fatal(err)
+	}
 	admin := withKey(testKeys["admin"])
 
 	if _, err := s.client.CloseBillingPeriod(admin, &meterv1.CloseBillingPeriodRequest{Period: "2026-09"}); err != nil {
@@ -204,8 +221,28 @@ func TestFocusMonthEndClose(t *testing.T) {
 	if !adjusted || !repriced {
 		t.Fatalf("October's statement has late usage %v, a repricing %v: the scenario needs both", adjusted, repriced)
 	}
+	kinds := func(st billing.Statement) map[billing.ChargeKind]bool {
+		m := map[billing.ChargeKind]bool{}
+		for _, c := range st.Charges {
+			m[c.Kind] = true
+		}
+		return m
+	}
+	if k := kinds(statements["2026-10"]["globex"]); !k[billing.ChargeDiscount] || !k[billing.ChargeCommitment] {
+		t.Fatalf("globex's October has charges %v: the scenario needs contract discounts and a commitment true-up", k)
+	}
+	if k := kinds(statements["2026-09"]["initech"]); !k[billing.ChargeCredit] || !k[billing.ChargeDiscount] {
+		t.Fatalf("initech's September has charges %v: the scenario needs a credit drawn and an allowance", k)
+	}
 
 	files := exportScenarioFiles(t, s)
+	if dir := os.Getenv("FOCUS_SCENARIO_DIR"); dir != "" { // keep the files to look at them
+		for _, f := range files {
+			if err := os.WriteFile(filepath.Join(dir, f.name), f.data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	for _, f := range files {
 		t.Run(f.name, func(t *testing.T) {
 			var d *focuscheck.Dataset
