@@ -5,8 +5,6 @@ import (
 	"errors"
 	"math/big"
 	"math/bits"
-	"strconv"
-	"strings"
 
 	"tokenmeter/billing"
 )
@@ -127,44 +125,59 @@ func (c cost) decimal() decimal16 {
 }
 
 // String is c as the shortest exact decimal ("1.5", "-0.000000000000001").
-func (c cost) String() string { return string(c.appendText(nil)) }
+func (c cost) String() string {
+	var buf [48]byte
+	return string(c.appendText(buf[:0]))
+}
 
+// appendText appends c as String writes it, without allocating.
 func (c cost) appendText(b []byte) []byte {
 	if c.sign() < 0 {
 		b = append(b, '-')
 		c = c.neg()
 	}
-	digits := uint128Text(uint64(c.hi), c.lo)
-	return append(b, pointText(digits, costScale)...)
-}
-
-// uint128Text is the decimal digits of hi:lo.
-func uint128Text(hi, lo uint64) string {
-	const chunk = 1e19
-	var parts []uint64
+	// The digits of hi:lo, from the right, in chunks of 19.
+	var d [40]byte
+	i := len(d)
+	hi, lo := uint64(c.hi), c.lo
 	for hi != 0 {
-		qhi := hi / chunk
-		qlo, r := bits.Div64(hi%chunk, lo, chunk)
-		parts = append(parts, r)
+		qhi := hi / 1e19
+		qlo, r := bits.Div64(hi%1e19, lo, 1e19)
+		for range 19 {
+			i--
+			d[i] = byte('0' + r%10)
+			r /= 10
+		}
 		hi, lo = qhi, qlo
 	}
-	s := strconv.FormatUint(lo, 10)
-	for i := len(parts) - 1; i >= 0; i-- {
-		p := strconv.FormatUint(parts[i], 10)
-		s += strings.Repeat("0", 19-len(p)) + p
+	for lo != 0 || i == len(d) {
+		i--
+		d[i] = byte('0' + lo%10)
+		lo /= 10
 	}
-	return s
-}
-
-// pointText places a decimal point shift digits from the right of the
-// digits s and trims trailing zeros: the shortest exact decimal.
-func pointText(s string, shift int) string {
-	if len(s) <= shift {
-		s = strings.Repeat("0", shift-len(s)+1) + s
+	digits := d[i:]
+	for len(digits) > 1 && digits[0] == '0' {
+		digits = digits[1:]
 	}
-	whole, frac := s[:len(s)-shift], strings.TrimRight(s[len(s)-shift:], "0")
-	if frac == "" {
-		return whole
+	// The point goes costScale digits from the right; zeros at the end of
+	// the fraction are trimmed.
+	var whole, frac []byte
+	pad := 0
+	if len(digits) <= costScale {
+		whole, frac, pad = []byte{'0'}, digits, costScale-len(digits)
+	} else {
+		whole, frac = digits[:len(digits)-costScale], digits[len(digits)-costScale:]
 	}
-	return whole + "." + frac
+	for len(frac) > 0 && frac[len(frac)-1] == '0' {
+		frac = frac[:len(frac)-1]
+	}
+	b = append(b, whole...)
+	if len(frac) == 0 {
+		return b
+	}
+	b = append(b, '.')
+	for range pad {
+		b = append(b, '0')
+	}
+	return append(b, frac...)
 }

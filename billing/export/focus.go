@@ -729,7 +729,14 @@ type focusCSV struct {
 func (c *focusCSV) fill(l *focusLine, rec []string) ([]string, error) {
 	s := l.src
 	category, class := l.category()
-	billed, list, contracted := l.cost.String(), l.listCost.String(), l.contractedCost().String()
+	billed := l.cost.String()
+	list, contracted := billed, billed
+	if l.listCost != l.cost {
+		list = l.listCost.String()
+	}
+	if c := l.contractedCost(); c != l.cost {
+		contracted = c.String()
+	}
 	var consumed, consumedUnit, quantity, pricingUnit string
 	if cq, pq, cs, ps, cu, pu, ok := l.quantities(); ok {
 		quantity, pricingUnit = scaledText(pq, ps), pu
