@@ -347,6 +347,9 @@ func writeStatement(w io.Writer, st *meterv1.Statement) error {
 	if err := g.writeTable(w); err != nil {
 		return err
 	}
+	if err := writeCharges(w, st); err != nil {
+		return err
+	}
 	fmt.Fprintf(w, "\nCharge %s; total %s (%s).\n", exactMoney(st.GetCharge()), exactMoney(st.GetTotal()), st.GetRounding())
 	if n := st.GetUnpricedRequests(); n > 0 {
 		fmt.Fprintf(w, "%d requests of models without a list price are not charged.\n", n)

@@ -162,3 +162,45 @@ func runBillingGrant(ctx context.Context, args []string, getenv func(string) str
 		g.GetEffectiveFrom().AsTime().UTC().Format(time.RFC3339), what)
 	return nil
 }
+
+// writeCharges prints a statement's charges besides usage at list price
+// (contract discounts, dedicated GPU-hours, a commitment's true-up, credit
+// draws) and what it did to the tenant's credit grants; nothing when it has
+// neither.
+func writeCharges(w io.Writer, st *meterv1.Statement) error {
+	if len(st.GetCharges()) > 0 {
+		fmt.Fprintln(w)
+		g := &grid{cols: []column{{head: "CHARGE"}, {head: "LINE", num: true}, {head: "TOKENS"}, {head: "QUANTITY", num: true}, {head: "UNIT_PRICE", num: true},
+			{head: "RULE"}, {head: "AMOUNT", num: true}}}
+		for _, c := range st.GetCharges() {
+			line := "-"
+			if c.GetLine() >= 0 {
+				line = fmt.Sprint(c.GetLine())
+			}
+			dash := func(s string) string {
+				if s == "" {
+					return "-"
+				}
+				return s
+			}
+			g.add(c.GetKind(), line, dash(c.GetTokenKind()), dash(c.GetQuantity()), dash(c.GetUnitPrice()), dash(c.GetRule()), exactMoney(c.GetAmount()))
+		}
+		if err := g.writeTable(w); err != nil {
+			return err
+		}
+	}
+	if len(st.GetCredits()) > 0 {
+		fmt.Fprintln(w)
+		g := &grid{cols: []column{{head: "CREDIT_GRANT"}, {head: "KIND"}, {head: "EXPIRES"}}}
+		g.cols = append(g.cols, numColumns("OPENING", "DRAWN", "EXPIRED", "CLOSING")...)
+		for _, c := range st.GetCredits() {
+			expires := "never"
+			if c.GetExpiresAt() != nil {
+				expires = c.GetExpiresAt().AsTime().UTC().Format(time.RFC3339)
+			}
+			g.add(c.GetGrantId(), c.GetKind(), expires, exactMoney(c.GetOpening()), exactMoney(c.GetDrawn()), exactMoney(c.GetExpired()), exactMoney(c.GetClosing()))
+		}
+		return g.writeTable(w)
+	}
+	return nil
+}

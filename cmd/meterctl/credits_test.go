@@ -12,7 +12,8 @@ import (
 
 // TestBillingCreditCommands grants acme credit with meterctl (twice: the
 // second stores nothing; a tenant key may not grant), closes October, and
-// prints acme's balance and ledger as acme's key sees them.
+// prints acme's statement (with its credit charge and the grant's
+// balances), balance and ledger as acme's key sees them.
 func TestBillingCreditCommands(t *testing.T) {
 	_, svc := billingtest.New(t)
 	addr := startAPI(t, &api.Services{Keys: billingKeys(t), Billing: svc})
@@ -36,7 +37,12 @@ func TestBillingCreditCommands(t *testing.T) {
 	if _, _, err := runArgs(t, nil, with("tm_admin", "billing", "close", "2026-10", "--tenant", "acme,globex")...); err != nil {
 		t.Fatal(err)
 	}
-	out, _, err := runArgs(t, nil, with("tm_acme", "billing", "credits")...)
+	out, _, err := runArgs(t, nil, with("tm_acme", "billing", "statement", "2026-10")...)
+	if err != nil || !strings.Contains(out, "grant:acme-welcome") || !strings.Contains(out, "USD -0.001") ||
+		!strings.Contains(out, "CREDIT_GRANT") {
+		t.Errorf("statement: %q, %v; want the credit charge and the grant's balances", out, err)
+	}
+	out, _, err = runArgs(t, nil, with("tm_acme", "billing", "credits")...)
 	if err != nil || !strings.Contains(out, "acme-welcome") || !strings.Contains(out, "USD 0.001") ||
 		!strings.Contains(out, "acme has USD 0.00 of credit left.") {
 		t.Errorf("credits: %q, %v", out, err)
