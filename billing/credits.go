@@ -105,6 +105,8 @@ func (g CreditGrant) Validate() error {
 	}
 	if len(g.Description) > MaxGrantDescription {
 		bad("description", fmt.Sprintf("longer than %d bytes", MaxGrantDescription))
+	} else if err := ident.CheckText("description", g.Description); err != nil {
+		bad("description", err.Error()) // statements and invoices print it
 	}
 	return errors.Join(errs...)
 }

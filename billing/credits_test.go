@@ -398,6 +398,7 @@ func TestGrantValidate(t *testing.T) {
 		"expiry":      {ID: "g", Tenant: "acme", Kind: billing.CreditPrepaid, Amount: 1, Currency: "USD", EffectiveFrom: t0, ExpiresAt: t0},
 		"tenant":      {ID: "g", Tenant: "a\x00b", Kind: billing.CreditPrepaid, Amount: 1, Currency: "USD", EffectiveFrom: t0},
 		"sub-second":  {ID: "g", Tenant: "acme", Kind: billing.CreditPrepaid, Amount: 1, Currency: "USD", EffectiveFrom: t0.Add(time.Millisecond)},
+		"control":     {ID: "g", Tenant: "acme", Kind: billing.CreditPrepaid, Amount: 1, Currency: "USD", EffectiveFrom: t0, Description: "a\x1bb"},
 	} {
 		if err := g.Validate(); !errors.Is(err, billing.ErrInvalidGrant) {
 			t.Errorf("%s: err = %v, want ErrInvalidGrant", name, err)
