@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -393,5 +394,67 @@ func TestReturnCredits(t *testing.T) {
 	}
 	if kinds[billing.LedgerReturn] != 1 || kinds[billing.LedgerExpiryReversal] != 1 || kinds[billing.LedgerDraw] != 2 || kinds[billing.LedgerExpiry] != 1 {
 		t.Errorf("ledger kinds %v, want 2 draws, 1 expiry, 1 return, 1 reversal", kinds)
+	}
+}
+
+// TestVoidReturnsCredits: voiding a closed statement that drew on a grant
+// gives the draw back and the reissue draws again, so the grant is spent
+// once, by the revision in force; a retried void changes nothing.
+func TestVoidReturnsCredits(t *testing.T) {
+	f := newInvoiceFixture(t, 1)
+	ctx := t.Context()
+	svc, err := closing.NewService(closing.Deps{Reads: f.reads, Store: f.store, Lock: &mutexLock{}, Credits: f.store,
+		Prices: func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, f.store) }},
+		closing.Config{Accounts: accounts("INV-", "0.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := billing.CreditGrant{ID: "t00-prepaid", Tenant: "t00", Kind: billing.CreditPrepaid, Amount: 1_000_000_000,
+		EffectiveFrom: time.Date(2026, 9, 1, 0, 0, 0, 0, time.UTC)}
+	if _, _, err := svc.CreateGrant(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Close(ctx, closing.CloseRequest{Period: "2026-09"}); err != nil {
+		t.Fatal(err)
+	}
+	orig, ok, err := f.store.Statement(ctx, "t00", "2026-09")
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	for range 2 {
+		if _, err := svc.Void(ctx, closing.VoidRequest{Tenant: "t00", Period: "2026-09", Hash: orig.Hash, Reason: "wrong buyer address"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cur, ok, err := f.store.Statement(ctx, "t00", "2026-09")
+	if err != nil || !ok || cur.Hash == orig.Hash {
+		t.Fatalf("statement in force %v %v, hash %s (the original's %s)", ok, err, cur.Hash, orig.Hash)
+	}
+	var reissue billing.Statement
+	if err := json.Unmarshal(cur.Content, &reissue); err != nil {
+		t.Fatal(err)
+	}
+	if len(reissue.Credits) != 1 || reissue.Credits[0].Opening != 1_000_000_000 || reissue.Credits[0].Drawn != 1_000_000_000 {
+		t.Errorf("the reissue's credits %+v, want the whole grant back and drawn again", reissue.Credits)
+	}
+	bal, err := svc.CreditBalance(ctx, "t00")
+	if err != nil || len(bal) != 1 || bal[0].Drawn != 1_000_000_000 || bal[0].Remaining != 0 {
+		t.Fatalf("balance %+v, %v; want 1.00 drawn once", bal, err)
+	}
+	entries, err := svc.CreditLedger(ctx, "t00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		who := "original"
+		if e.Statement == cur.Hash {
+			who = "reissue"
+		}
+		got = append(got, fmt.Sprintf("%s %s %s", e.Kind, who, e.Amount))
+	}
+	slices.Sort(got)
+	if want := []string{"draw original 1", "draw reissue 1", "return original 1"}; !slices.Equal(got, want) {
+		t.Errorf("ledger %v, want %v", got, want)
 	}
 }
