@@ -74,8 +74,10 @@
 // shortest exact decimal; Parquet: DECIMAL(38, 15), unit prices and
 // quantities DECIMAL(38, 9)). EffectiveCost = BilledCost = ContractedCost
 // (nothing is amortized). ConsumedQuantity is the tokens, ConsumedUnit
-// "Tokens". PricingCategory is "Standard" at list, "Committed" at a
-// contract's price.
+// "Tokens". PricingCategory is "Standard", at list and at a contract's
+// price alike (FOCUS: the agreed rate, negotiated discounts and tiers
+// included; "Committed" is for commitment discounts, which are not
+// offered).
 //
 // Rounding row. A statement is billed at its Total: the exact charge
 // rounded once to the currency's minor unit. The exact row costs of a
@@ -109,7 +111,7 @@
 // (billing.ChargeDedicated) is a Usage row per deployment and rate:
 // SkuId "dedicated-gpu-hour", SkuMeter "Dedicated GPU Hours", PricingUnit
 // and ConsumedUnit "GPU-Hours", the GPU-hours as quantities (6 decimals),
-// the contracted rate as both unit prices, PricingCategory "Committed";
+// the contracted rate as both unit prices, PricingCategory "Standard";
 // the tokens served on it are discounted to a price of 0. A commitment's
 // true-up is ChargeCategory "Adjustment", ChargeFrequency "Recurring"; a
 // credit drawn is ChargeCategory "Credit", ChargeFrequency "One-Time";

@@ -154,7 +154,6 @@ const (
 	focusOneTimeFrequency   = "One-Time"
 	focusRecurringFrequency = "Recurring"
 	focusPricingCategory    = "Standard"
-	focusCommittedCategory  = "Committed"
 	focusConsumedUnit       = "Tokens"
 	focusPricingUnit        = "1000000 Tokens"
 	focusGPUHoursUnit       = "GPU-Hours"
@@ -690,14 +689,13 @@ func (l *focusLine) quantities() (consumed, pricing uint64, cShift, pShift int, 
 	return 0, 0, 0, 0, "", "", false
 }
 
-// pricingCategory is PricingCategory: "Committed" for a contract's price,
-// "Standard" for list; "" (null) without a price.
+// pricingCategory is PricingCategory: "Standard" for a priced row, list or
+// contract price alike (FOCUS: the agreed rate, negotiated discounts,
+// tiers and flat rates included; "Committed" is for commitment discounts,
+// which tokenmeter has none of); "" (null) without a price.
 func (l *focusLine) pricingCategory() string {
-	switch {
-	case !l.priced:
+	if !l.priced {
 		return ""
-	case l.price != l.listPrice || l.row == rowGPUHours:
-		return focusCommittedCategory
 	}
 	return focusPricingCategory
 }

@@ -522,7 +522,7 @@ func TestFocusContractCharges(t *testing.T) {
 				}
 			case r["ContractedUnitPrice"] != "" && rat(t, r["ContractedUnitPrice"]).Cmp(rat(t, r["ListUnitPrice"])) != 0:
 				seen["discounted"]++
-				if r["PricingCategory"] != "Committed" {
+				if r["PricingCategory"] != "Standard" { // negotiated prices are Standard; Committed is for commitment discounts
 					t.Errorf("%s row %d: contracted price with PricingCategory %q", f, i, r["PricingCategory"])
 				}
 			}
