@@ -1,8 +1,12 @@
 package closing_test
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"tokenmeter/billing"
+	"tokenmeter/billing/closing"
 )
 
 // BenchmarkCloseCredits closes November for 200 tenants (four at a time,
@@ -33,6 +37,34 @@ func BenchmarkCloseCredits(b *testing.B) {
 					b.Fatal(len(got), err)
 				}
 				b.ReportMetric(float64(time.Since(start).Microseconds())/1000/200, "ms/tenant")
+			}
+		})
+	}
+}
+
+// BenchmarkDraftCredits reads one tenant's draft of an open month through
+// Service.Statement without credits and with three grants (two drawn on):
+// what credits add to a draft (two small reads).
+//
+//	go test -run '^$' -bench BenchmarkDraftCredits ./billing/closing/
+func BenchmarkDraftCredits(b *testing.B) {
+	f := newCreditsFixtureTB(b, 1, true)
+	for _, withCredits := range []bool{false, true} {
+		name := "no_credits"
+		deps := closing.Deps{Reads: f.reads, Store: f.store, Prices: func(context.Context) (*billing.PriceBook, error) { return f.book, nil }}
+		if withCredits {
+			name, deps.Credits = "grants", f.store
+		}
+		svc, err := closing.NewService(deps, closing.Config{Now: func() time.Time { return time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC) }})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				v, err := svc.Statement(b.Context(), "t00", "2026-11", false)
+				if err != nil || v.Closed || (withCredits != (len(v.Statement.Credits) > 0)) {
+					b.Fatal(v.Statement.Credits, err)
+				}
 			}
 		})
 	}
