@@ -308,16 +308,19 @@ func (e *focusEncoder[R]) accountOf(tenant string) *focusAccount {
 func (e *focusEncoder[R]) priceOf(l *focusLine) *focusPrice {
 	src := l.src
 	id, kindName, kind := src.priceID, "", l.kind
+	fingerprint := id
 	if l.row == rowGPUHours {
-		id, kindName, kind = l.rule, "gpu_hours", -1
+		// The rate's rule names the deployment: it goes into the
+		// fingerprint only, so a tenant's file names no deployment.
+		id, kindName, kind, fingerprint = focusDedicatedSku, "gpu_hours", -1, l.rule
 	} else {
 		kindName = tokenKinds[kind]
 	}
-	k := focusPriceKey{priceID: id, kind: kind, price: l.listPrice}
+	k := focusPriceKey{priceID: fingerprint, kind: kind, price: l.listPrice}
 	if p, ok := e.prices[k]; ok {
 		return p
 	}
-	sum := sha256.Sum256([]byte(id + "\x00" + kindName + "\x00" + l.listPrice.String() + "\x00" + src.currency))
+	sum := sha256.Sum256([]byte(fingerprint + "\x00" + kindName + "\x00" + l.listPrice.String() + "\x00" + src.currency))
 	var details []byte
 	if l.row == rowGPUHours {
 		details, _ = json.Marshal(struct {
@@ -608,7 +611,10 @@ func (l *focusLine) frequency() string {
 	return focusUsageFrequency
 }
 
-func (l *focusLine) description() string {
+// description is ChargeDescription. A tenant's view (finance false) names
+// no deployment: no contract rule (a rule may name one) and a dedicated
+// deployment's GPU-hours without its name.
+func (l *focusLine) description(finance bool) string {
 	s := l.src
 	switch s.kind {
 	case sourceRepricing:
@@ -620,15 +626,22 @@ func (l *focusLine) description() string {
 	case sourceRounding:
 		return "rounding of the statement of " + s.period + " to its payable total " + s.total.String() + " " + s.currency +
 			" (the currency's minor unit, half away from zero)"
-	case sourceDedicated, sourceCommitment, sourceCredit, sourceTax:
+	case sourceDedicated:
+		if !finance {
+			return "dedicated deployment: " + scaledText(l.quantity, 6) + " GPU-hours at " + l.price.String() + " " + s.currency + " per GPU-hour"
+		}
+		return s.text
+	case sourceCommitment, sourceCredit, sourceTax:
 		return s.text
 	}
 	d := s.model + " " + tokenKindWords[l.kind] + " tokens"
 	switch {
 	case !s.priced:
 		d += " (no list price)"
-	case l.price != l.listPrice:
+	case l.price != l.listPrice && finance:
 		d += " at " + l.price.String() + " " + s.currency + " per 1M tokens (contract " + l.rule + "; list " + l.listPrice.String() + ")"
+	case l.price != l.listPrice:
+		d += " at " + l.price.String() + " " + s.currency + " per 1M tokens (contract price; list " + l.listPrice.String() + ")"
 	default:
 		d += " at " + l.price.String() + " " + s.currency + " per 1M tokens"
 	}
@@ -763,7 +776,7 @@ func (c *focusCSV) fill(l *focusLine, rec []string) ([]string, error) {
 	rec = append(rec,
 		billed, l.account.id, l.account.name, s.currency,
 		c.bEnd.format(s.billingEnd), c.bStart.format(s.billingStart),
-		category, class, l.description(), l.frequency(), c.cEnd.format(s.chargeEnd), c.cStart.format(s.chargeStart),
+		category, class, l.description(c.finance), l.frequency(), c.cEnd.format(s.chargeEnd), c.cStart.format(s.chargeStart),
 		consumed, consumedUnit, contracted, price, contracted, s.invoiceID, c.names.issuer,
 		list, listPrice, l.pricingCategory(), quantity, pricingUnit,
 		c.names.provider, c.names.publisher,
@@ -860,7 +873,7 @@ func focusParquetOf(l *focusLine, names focusNames, finance bool, p *focusParque
 	*p = focusParquet{
 		BilledCost: billed, BillingAccountID: l.account.id, BillingAccountName: optString(l.account.name),
 		BillingCurrency: s.currency, BillingPeriodEnd: utcMicros(s.billingEnd), BillingPeriodStart: utcMicros(s.billingStart),
-		ChargeCategory: category, ChargeClass: optString(class), ChargeDescription: optString(l.description()),
+		ChargeCategory: category, ChargeClass: optString(class), ChargeDescription: optString(l.description(finance)),
 		ChargeFrequency: l.frequency(), ChargePeriodEnd: utcMicros(s.chargeEnd), ChargePeriodStart: utcMicros(s.chargeStart),
 		ContractedCost: l.contractedCost().decimal(), EffectiveCost: l.contractedCost().decimal(), InvoiceID: optString(s.invoiceID), InvoiceIssuerName: names.issuer,
 		ListCost: l.listCost.decimal(), PricingCategory: optString(l.pricingCategory()),

@@ -666,3 +666,50 @@ func TestFocusTaxRow(t *testing.T) {
 		}
 	}
 }
+
+// TestFocusTenantViewNamesNoDeployment exports a statement priced by a
+// contract that names a deployment (a dedicated deployment and a rate card
+// entry of it): the tenant's files hold its name nowhere (not in
+// ResourceId, x_Deployment, ChargeDescription or SkuPriceId), finance's
+// do.
+func TestFocusTenantViewNamesNoDeployment(t *testing.T) {
+	var contract billing.Contract
+	if err := json.Unmarshal([]byte(`{"rate_card": [{"model": "m", "deployment": "secret-dep", "effective_from": "2026-01-01T00:00:00Z", "output_per_1m": "1.5"}],
+		"dedicated": [{"deployment": "secret-dep", "effective_from": "2026-01-01T00:00:00Z", "per_gpu_hour": "2.5"}]}`), &contract); err != nil {
+		t.Fatal(err)
+	}
+	p, err := billing.ParsePeriod("2026-11", time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	usage := []billing.StatementUsage{
+		{Start: p.Start, End: p.Start.Add(time.Hour), Model: "m", Deployment: "secret-dep", Requests: 3, InputTokens: 1000, OutputTokens: 1000},
+		{Start: p.Start, End: p.Start.Add(time.Hour), Model: "m", Deployment: "shared", Requests: 3, InputTokens: 1000, OutputTokens: 1000},
+	}
+	st, err := billing.ComputeStatement("acme", p, testBook(t), usage, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := contract.Apply(&st, []billing.DedicatedHour{{Deployment: "secret-dep", Hour: p.Start, MicroHours: 2_500_000}}); err != nil {
+		t.Fatal(err)
+	}
+	rows := export.StatementRows(st)
+	for _, f := range []export.Format{export.FocusCSV, export.FocusParquet} {
+		for _, finance := range []bool{false, true} {
+			named := 0
+			for _, r := range focusRecords(t, f, encodeStatements(t, f, export.Options{Finance: finance}, rows)) {
+				for c, v := range r {
+					if strings.Contains(v, "secret-dep") || strings.Contains(v, "shared") {
+						named++
+						if !finance {
+							t.Errorf("%s tenant view: %s %q names a deployment", f, c, v)
+						}
+					}
+				}
+			}
+			if finance && named == 0 {
+				t.Errorf("%s finance view names no deployment", f)
+			}
+		}
+	}
+}
