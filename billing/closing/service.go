@@ -690,13 +690,18 @@ func (s *Service) EachUsageCost(ctx context.Context, q UsageCostQuery, fn func(*
 	})
 }
 
-// checkTenant refuses a malformed tenant id.
+// checkTenant refuses a malformed or reserved tenant id.
 func checkTenant(tenant string) error {
 	if tenant == "" {
 		return fmt.Errorf("%w: tenant_id is required", ErrInvalidRequest)
 	}
 	if err := ident.CheckParam("tenant_id", tenant); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	if strings.HasPrefix(tenant, "__") {
+		// Reserved (ingest refuses it): billing.IdleTenant holds the
+		// provider's idle GPU cost, which is no one's bill.
+		return fmt.Errorf("%w: tenant_id %q is reserved (%s is the provider's idle GPU cost), not a billing account", ErrInvalidRequest, tenant, billing.IdleTenant)
 	}
 	return nil
 }

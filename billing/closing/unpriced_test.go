@@ -1,6 +1,7 @@
 package closing_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	"tokenmeter/billing"
 	"tokenmeter/billing/closing"
+	"tokenmeter/billing/export"
 	"tokenmeter/internal/adapter/chstore/chstoretest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
@@ -73,5 +75,38 @@ func TestCloseRefusesUnpricedUsage(t *testing.T) {
 	}
 	if acme.UnpricedRequests != 10 {
 		t.Errorf("acme's statement flags %d unpriced requests, want 10", acme.UnpricedRequests)
+	}
+}
+
+// TestIdleIsNoBillingAccount asks for the __idle__ pseudo-tenant's
+// periods, close, statement and usage-cost: each is refused as a reserved
+// tenant, so the provider's idle GPU cost never becomes a bill.
+func TestIdleIsNoBillingAccount(t *testing.T) {
+	s := chstoretest.OpenMigrated(t)
+	b, err := billing.ParsePriceBook([]byte(book))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := closing.NewService(closing.Deps{Reads: query.New(s, query.Config{}), Store: s,
+		Prices: func(context.Context) (*billing.PriceBook, error) { return b, nil }}, closing.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	for name, call := range map[string]func() error{
+		"periods": func() error { _, err := svc.Periods(ctx, billing.IdleTenant); return err },
+		"close": func() error {
+			_, err := svc.Close(ctx, closing.CloseRequest{Period: "2026-10", Tenants: []string{billing.IdleTenant}})
+			return err
+		},
+		"statement": func() error { _, err := svc.Statement(ctx, billing.IdleTenant, "2026-10", true); return err },
+		"usage-cost": func() error {
+			return svc.EachUsageCost(ctx, closing.UsageCostQuery{Tenant: billing.IdleTenant, Start: time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC),
+				End: time.Date(2026, 10, 2, 0, 0, 0, 0, time.UTC)}, func(*export.UsageCostRow) error { return nil })
+		},
+	} {
+		if err := call(); !errors.Is(err, closing.ErrInvalidRequest) || !strings.Contains(err.Error(), "reserved") {
+			t.Errorf("%s of %s: %v, want ErrInvalidRequest (reserved)", name, billing.IdleTenant, err)
+		}
 	}
 }
