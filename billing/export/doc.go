@@ -90,7 +90,12 @@
 // then sums to its payable Total exactly, in every format; a statement
 // always has this row, even when it is 0, so every statement (and its
 // InvoiceId) is in the file. Usage-and-cost files have no rounding row:
-// they are not bills.
+// they are not bills. Their rows are at list price (the price book that
+// billed, or will bill, the row's period: closing): a contract's prices,
+// tiers, allowances and dedicated GPU-hours apply to a whole period at its
+// close, so only the statement files carry contracted costs, and for a
+// tenant with a contract a usage-and-cost file's BilledCost is its list
+// cost, not its invoice basis.
 //
 // Corrections. Late usage of a closed period (a statement's adjustment
 // line) is ChargeCategory "Usage" with ChargeClass "Correction": it keeps
