@@ -191,7 +191,11 @@
 // a prefix-cache hit skips most of that work, and decode runs one forward
 // step per output token, bound by memory bandwidth, so an output token
 // takes about four times an input token's GPU time on the deployments we
-// serve (the ratio of prefill to decode throughput per replica). Within a
+// serve (the ratio of prefill to decode throughput per replica). The
+// weights are fixed, not measured per row: a closed statement's file must
+// come out byte for byte the same at every export, and latencies read from
+// the rollups move with late events (and measure waiting, not GPU work,
+// under batching). Within a
 // kind, the cost is split over the kind's rows (contract prices) by
 // tokens. Both splits are by largest remainder: the rows of a source add
 // up to its allocated cost exactly.
