@@ -50,13 +50,13 @@ const closeBookV2 = `{"currency":"USD",
 // closeAccounts names the operator and the tenants; acme bills in +05:30,
 // globex has a contract (10% off, m2's output at a rate card price from
 // October, a monthly commitment above its usage) and initech a free
-// allowance of m's input tokens.
+// allowance of m's input tokens and 18% VAT on its invoices.
 const closeAccounts = `{"operator":{"provider_name":"Example AI","publisher_name":"Example AI","invoice_issuer_name":"Example AI Ltd"},
  "tenants":[{"id":"acme","name":"Acme Corp","zone":"+05:30"},
   {"id":"globex","name":"Globex Inc","contract":{"discount_percent":"10",
    "rate_card":[{"model":"m2","effective_from":"2026-10-01T00:00:00Z","output_per_1m":"5.123456"}],
    "commitment":{"monthly_spend":"5.00"}}},
-  {"id":"initech","name":"Initech LLC","contract":{"allowances":[{"model":"m","token_kind":"input","tokens":100000}]}}]}`
+  {"id":"initech","name":"Initech LLC","tax_name":"VAT","tax_rate":"0.18","contract":{"allowances":[{"model":"m","token_kind":"input","tokens":100000}]}}]}`
 
 var closeTenants = []string{"acme", "globex", "initech"}
 
@@ -143,7 +143,9 @@ type scenarioFile struct {
 // statement files must sum to each statement's payable total exactly; the
 // usage-cost files of a closed month must tie out, to the cent, to what
 // the statements billed for that month's usage, under the book that
-// billed it; no file has a row of the __idle__ pseudo-tenant.
+// billed it; no file has a row of the __idle__ pseudo-tenant. The
+// statement files' invoices are the invoices' (InvoiceId their number,
+// BilledCost summing to their payable total, tax included).
 func TestFocusMonthEndClose(t *testing.T) {
 	ctx := t.Context()
 	store := chstoretest.OpenMigrated(t)
@@ -200,9 +202,16 @@ func TestFocusMonthEndClose(t *testing.T) {
 	}
 
 	statements := map[string]map[string]billing.Statement{} // period → tenant → statement
+	invoices := map[string]map[string]billing.Invoice{}     // period → tenant → invoice
 	for _, period := range []string{"2026-09", "2026-10"} {
 		statements[period] = map[string]billing.Statement{}
+		invoices[period] = map[string]billing.Invoice{}
 		for _, tenant := range closeTenants {
+			iv, err := svc.Invoice(ctx, tenant, period)
+			if err != nil {
+				t.Fatal(err)
+			}
+			invoices[period][tenant] = iv.Invoice
 			v, err := svc.Statement(ctx, tenant, period, true)
 			if err != nil {
 				t.Fatal(err)
@@ -233,6 +242,9 @@ func TestFocusMonthEndClose(t *testing.T) {
 	}
 	if k := kinds(statements["2026-09"]["initech"]); !k[billing.ChargeCredit] || !k[billing.ChargeDiscount] {
 		t.Fatalf("initech's September has charges %v: the scenario needs a credit drawn and an allowance", k)
+	}
+	if iv := invoices["2026-10"]["initech"]; iv.Tax <= 0 || iv.Total != iv.Subtotal+iv.Tax {
+		t.Fatalf("initech's October invoice: subtotal %s, tax %s, total %s: the scenario needs a tax line", iv.Subtotal, iv.Tax, iv.Total)
 	}
 
 	files := exportScenarioFiles(t, s)
@@ -269,9 +281,9 @@ func TestFocusMonthEndClose(t *testing.T) {
 			if f.statements {
 				p.Invoices = true
 				p.Payable = map[string]string{}
-				for tenant, st := range statements[f.period] {
+				for tenant, iv := range invoices[f.period] {
 					if f.tenant == "" || f.tenant == tenant {
-						p.Payable[focuscheck.PayableKey(billingAccountID(accounts, tenant), st.PeriodStart.UTC().Format(time.RFC3339))] = st.Total.String()
+						p.Payable[focuscheck.PayableKey(billingAccountID(accounts, tenant), iv.PeriodStart.UTC().Format(time.RFC3339))] = iv.Total.String()
 					}
 				}
 			}
@@ -283,6 +295,18 @@ func TestFocusMonthEndClose(t *testing.T) {
 					}
 				}
 			})
+			if f.statements {
+				t.Run("Scenario/InvoiceIdIsTheInvoiceNumber", func(t *testing.T) {
+					for i := range d.Rows {
+						account, id := d.Get(i, "BillingAccountId").Text, d.Get(i, "InvoiceId").Text
+						for tenant, iv := range invoices[f.period] {
+							if billingAccountID(accounts, tenant) == account && id != iv.Number {
+								t.Fatalf("row %d of %s: InvoiceId %q, its invoice is %s", i+1, account, id, iv.Number)
+							}
+						}
+					}
+				})
+			}
 			t.Run("Scenario/OperatorNames", func(t *testing.T) {
 				for i := range d.Rows {
 					if got := d.Get(i, "ProviderName").Text + "|" + d.Get(i, "PublisherName").Text + "|" + d.Get(i, "InvoiceIssuerName").Text; got != "Example AI|Example AI|Example AI Ltd" {
