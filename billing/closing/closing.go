@@ -115,6 +115,9 @@ type Request struct {
 	// ledger is the credit grants and ledger a close reads once and the
 	// ledger entries it writes once (credits.go); nil for a draft.
 	ledger *closeLedger
+	// closed, when set (by statement), reads the tenant's closed
+	// statements once for earlier and the credits.
+	closed func() ([]billing.StoredStatement, error)
 }
 
 // CostReader reads allocated cost; *query.Service implements it.
@@ -320,6 +323,9 @@ func (c *Closer) statement(ctx context.Context, tenant string, p billing.Period,
 	contract := req.contractOf(tenant)
 	var hours []billing.DedicatedHour
 	g, gctx := errgroup.WithContext(ctx)
+	// earlier and the credits both read the tenant's closed statements:
+	// one read.
+	req.closed = sync.OnceValues(func() ([]billing.StoredStatement, error) { return c.store.TenantStatements(gctx, tenant) })
 	g.Go(func() (err error) {
 		usage, err = c.usage.StatementUsage(gctx, tenant, p.Start, p.End, append(priceCuts(req.Book, p), contract.Cuts(p.Start, p.End)...))
 		return err
@@ -466,7 +472,7 @@ func (c *Closer) earlier(ctx context.Context, tenant string, p billing.Period, r
 		reprice[r] = true
 	}
 	// One read of the tenant's closed statements, not one per period.
-	all, err := c.store.TenantStatements(ctx, tenant)
+	all, err := req.tenantStatements(ctx, c.store, tenant)
 	if err != nil {
 		return nil, nil, false, err
 	}
@@ -611,6 +617,15 @@ func (c *Closer) earlier(ctx context.Context, tenant string, p billing.Period, r
 		return nil, nil, false, fmt.Errorf("%w: repricing %s in %s: only periods before it can be repriced", ErrInvalidRequest, r, p.Key)
 	}
 	return late, rep, closedBefore, nil
+}
+
+// tenantStatements is tenant's closed statements: req.closed's read when
+// set, else one of its own.
+func (req Request) tenantStatements(ctx context.Context, store Store, tenant string) ([]billing.StoredStatement, error) {
+	if req.closed != nil {
+		return req.closed()
+	}
+	return store.TenantStatements(ctx, tenant)
 }
 
 // gapStart is where the tenant's unbilled gap before p starts: the end of

@@ -145,7 +145,7 @@ func (c *Closer) readCredits(ctx context.Context, tenant string, req Request) (c
 		return r, nil
 	}
 	var err error
-	r.closed, err = c.store.TenantStatements(ctx, tenant)
+	r.closed, err = req.tenantStatements(ctx, c.store, tenant)
 	return r, err
 }
 
