@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"tokenmeter/billing"
@@ -26,6 +27,10 @@ type Billing interface {
 	Statement(ctx context.Context, tenant, period string, finance bool) (closing.StatementView, error)
 	EachStatement(ctx context.Context, period, tenant string, finance bool, fn func(closing.StatementView) error) error
 	EachUsageCost(ctx context.Context, q closing.UsageCostQuery, fn func(*export.UsageCostRow) error) error
+	// ExportOptions and StatementRows shape the export files: the
+	// accounts' names, the rows' regions, a statement's rounding row.
+	ExportOptions(finance bool) export.Options
+	StatementRows(ctx context.Context, v closing.StatementView) ([]export.StatementRow, error)
 	// Grace is the default grace delay of closes.
 	Grace() time.Duration
 }
@@ -210,6 +215,9 @@ func (s *billingService) ExportStatements(req *meterv1.ExportStatementsRequest, 
 		return err
 	}
 	finance := seesCost(ctx, s.tenantCost)
+	if err := sendFocusHeader(stream, f, s.b.ExportOptions(finance)); err != nil {
+		return err
+	}
 	name := exportName("statements", req.GetPeriod(), tenant, f)
 	var (
 		hash string
@@ -227,11 +235,15 @@ func (s *billingService) ExportStatements(req *meterv1.ExportStatementsRequest, 
 			if tenant != "" {
 				hash = v.Statement.Hash
 			}
-			if w, err = export.NewStatementWriter(cw, f, export.Options{Finance: finance}); err != nil {
+			if w, err = export.NewStatementWriter(cw, f, s.b.ExportOptions(finance)); err != nil {
 				return err
 			}
 		}
-		for _, r := range export.StatementRows(v.Statement) {
+		rows, err := s.b.StatementRows(ctx, v)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
 			if err := w.Write(r); err != nil {
 				return err
 			}
@@ -270,6 +282,9 @@ func (s *billingService) ExportUsageCost(req *meterv1.ExportUsageCostRequest, st
 		q.Step = "hour"
 	}
 	finance := seesCost(ctx, s.tenantCost)
+	if err := sendFocusHeader(stream, f, s.b.ExportOptions(finance)); err != nil {
+		return err
+	}
 	name := exportName("usage-cost", q.Start.UTC().Format("20060102T15Z")+"-"+q.End.UTC().Format("20060102T15Z")+"-"+q.Step, tenant, f)
 	var w *export.Writer[export.UsageCostRow]
 	cw := newChunkWriter(s.chunk, func(data []byte, first bool) error {
@@ -279,7 +294,7 @@ func (s *billingService) ExportUsageCost(req *meterv1.ExportUsageCostRequest, st
 		}
 		return stream.Send(msg)
 	})
-	if w, err = export.NewUsageCostWriter(cw, f, export.Options{Finance: finance}); err != nil {
+	if w, err = export.NewUsageCostWriter(cw, f, s.b.ExportOptions(finance)); err != nil {
 		return err
 	}
 	err = s.b.EachUsageCost(ctx, q, func(r *export.UsageCostRow) error {
@@ -298,6 +313,27 @@ func (s *billingService) ExportUsageCost(req *meterv1.ExportUsageCostRequest, st
 		return err
 	}
 	return cw.Close()
+}
+
+// The gRPC header metadata of a FOCUS export: the FOCUS metadata a CSV has
+// no place for (a Parquet file carries it in its footer too). The REST
+// export answers them as the headers X-Focus-Version, X-Focus-Schema-Id
+// and X-Focus-Data-Generator.
+const (
+	focusVersionHeader   = "x-focus-version"
+	focusSchemaIDHeader  = "x-focus-schema-id"
+	focusGeneratorHeader = "x-focus-data-generator"
+)
+
+// sendFocusHeader sets the FOCUS metadata headers of an export in format f;
+// none for the other formats.
+func sendFocusHeader(stream grpc.ServerStream, f export.Format, opts export.Options) error {
+	if !f.IsFocus() {
+		return nil
+	}
+	md := export.FocusMetadataOf(opts)
+	return stream.SetHeader(metadata.Pairs(focusVersionHeader, md.FocusVersion, focusSchemaIDHeader, md.SchemaID,
+		focusGeneratorHeader, md.DataGenerator))
 }
 
 // exportName is the file name of an export: "statements-2026-11-acme.csv",
