@@ -458,3 +458,82 @@ func TestVoidReturnsCredits(t *testing.T) {
 		t.Errorf("ledger %v, want %v", got, want)
 	}
 }
+
+// TestReplicaClosesSpendOnce closes September for eight tenants from two
+// services sharing one close lock, as two meterd replicas share the Kafka
+// lock, three closes on each at once, while an admin grants more credit
+// on both: every close returns the same statements, and the ledger holds
+// each statement's draws once, no grant below zero.
+func TestReplicaClosesSpendOnce(t *testing.T) {
+	inv := newInvoiceFixture(t, 8)
+	ctx := t.Context()
+	lock := &mutexLock{}
+	replica := func() *closing.Service {
+		svc, err := closing.NewService(closing.Deps{Reads: inv.reads, Store: inv.store, Lock: lock, Credits: inv.store,
+			Prices: func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, inv.store) }},
+			closing.Config{Accounts: accounts("INV-", "0")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return svc
+	}
+	replicas := []*closing.Service{replica(), replica()}
+	f := &creditsFixture{store: inv.store}
+	sep1 := time.Date(2026, 9, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 8 {
+		tenant := fmt.Sprintf("t%02d", i)
+		f.tenants = append(f.tenants, closing.Tenant{ID: tenant, Zone: time.UTC})
+		g := billing.CreditGrant{ID: tenant + "-promo", Tenant: tenant, Kind: billing.CreditPromotional, Amount: 700_000_000, EffectiveFrom: sep1}
+		stored, _, err := replicas[i%2].CreateGrant(ctx, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.grants = append(f.grants, stored)
+	}
+	var wg sync.WaitGroup
+	hashes := make([]string, 6)
+	for i := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := replicas[i%2].Close(ctx, closing.CloseRequest{Period: "2026-09"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for _, st := range got {
+				hashes[i] += st.Hash
+			}
+		}()
+	}
+	for i := range 8 { // more credit, granted while the closes run
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g := billing.CreditGrant{ID: fmt.Sprintf("t%02d-prepaid", i), Tenant: fmt.Sprintf("t%02d", i), Kind: billing.CreditPrepaid,
+				Amount: 300_000_000, EffectiveFrom: sep1}
+			if _, _, err := replicas[i%2].CreateGrant(ctx, g); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range 6 {
+		if hashes[i] == "" || hashes[i] != hashes[0] {
+			t.Fatalf("close %d returned other statements than close 0", i)
+		}
+	}
+	grants, err := inv.store.CreditGrants(ctx, "")
+	if err != nil || len(grants) != 16 {
+		t.Fatalf("%d grants, %v", len(grants), err)
+	}
+	f.grants = grants
+	balances := f.checkLedger(t)
+	var drawn billing.Money
+	for _, b := range balances {
+		drawn += b.Drawn
+	}
+	if drawn == 0 {
+		t.Error("no close drew on the grants")
+	}
+}
