@@ -2,6 +2,7 @@ package closing
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"tokenmeter/billing"
@@ -100,7 +101,9 @@ func (m regionMap) of(deployment string) string {
 }
 
 // regions reads the regions of the deployments over [start, end), whole
-// hours; none when the store cannot say.
+// hours; none when the store cannot say. A range read in the last
+// regionsFresh is not read again: an export of a period's statements
+// reads each zone's month once, not once per statement.
 func (s *Service) regions(ctx context.Context, start, end time.Time) (regionMap, error) {
 	r, ok := s.d.Store.(Regions)
 	if !ok {
@@ -109,6 +112,49 @@ func (s *Service) regions(ctx context.Context, start, end time.Time) (regionMap,
 	if h := end.UTC().Truncate(time.Hour); h.Before(end) {
 		end = h.Add(time.Hour) // the hour holding the end is in the range
 	}
-	m, err := r.DeploymentRegions(ctx, start.UTC().Truncate(time.Hour), end.UTC())
-	return regionMap(m), err
+	key := [2]time.Time{start.UTC().Truncate(time.Hour), end.UTC()}
+	now := s.cfg.Now()
+	if m, ok := s.regionsSeen.get(key, now); ok {
+		return m, nil
+	}
+	m, err := r.DeploymentRegions(ctx, key[0], key[1])
+	if err != nil {
+		return nil, err
+	}
+	s.regionsSeen.put(key, regionMap(m), now)
+	return regionMap(m), nil
+}
+
+// regionsFresh is how long a range's regions are reused.
+const regionsFresh = time.Minute
+
+// regionCache is the regions of the last few ranges read, with the time
+// each was read.
+type regionCache struct {
+	mu      sync.Mutex
+	entries map[[2]time.Time]regionEntry
+}
+
+type regionEntry struct {
+	regions regionMap
+	at      time.Time
+}
+
+func (c *regionCache) get(key [2]time.Time, now time.Time) (regionMap, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key]
+	if !ok || now.Sub(e.at) > regionsFresh || now.Before(e.at) {
+		return nil, false
+	}
+	return e.regions, true
+}
+
+func (c *regionCache) put(key [2]time.Time, m regionMap, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil || len(c.entries) >= 64 {
+		c.entries = map[[2]time.Time]regionEntry{} // a handful of zones' months: start over rather than evict
+	}
+	c.entries[key] = regionEntry{regions: m, at: now}
 }

@@ -123,6 +123,9 @@ type Service struct {
 	cfg    Config
 	closer *Closer
 	mu     sync.Mutex
+	// regionsSeen keeps the deployments' regions of recent ranges, so
+	// that an export of a period's statements reads them once (export.go).
+	regionsSeen regionCache
 }
 
 // NewService returns a Service.
