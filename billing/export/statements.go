@@ -278,7 +278,7 @@ func chargeFocusSource(src focusSource, c *billing.Charge) (focusSource, error) 
 	src.model, src.deployment, src.charge, src.rule, src.text = c.Model, c.Deployment, c.Amount, c.Rule, c.Description
 	switch c.Kind {
 	case billing.ChargeDedicated:
-		src.kind = sourceDedicated
+		src.kind, src.priced = sourceDedicated, true // x_Priced: at the contract's rate
 		q, err := billing.ParseMoney(c.Quantity) // GPU-hours: at most 6 decimals
 		if err != nil || q < 0 || q%1000 != 0 {
 			return focusSource{}, fmt.Errorf("dedicated charge of %s: GPU-hours %q: want at most 6 decimals", src.tenant, c.Quantity)
