@@ -307,6 +307,33 @@ func TestFocusMonthEndClose(t *testing.T) {
 					}
 				})
 			}
+			t.Run("Scenario/AccountNames", func(t *testing.T) {
+				for i := range d.Rows {
+					account := d.Get(i, "BillingAccountId").Text
+					if got, want := d.Get(i, "BillingAccountName").Text, accounts.Tenant(account).DisplayName(); got != want {
+						t.Fatalf("row %d: BillingAccountName %q of %s, want the accounts file's %q", i+1, got, account, want)
+					}
+				}
+			})
+			if f.tenant != "" {
+				t.Run("Scenario/TenantViewHidesDeploymentsAndCost", func(t *testing.T) {
+					for _, c := range []string{"x_AllocatedCost", "x_Margin"} {
+						if d.Has(c) {
+							t.Errorf("a tenant's file has %s", c)
+						}
+					}
+					for i := range d.Rows {
+						for _, c := range []string{"ResourceId", "ResourceName", "x_Deployment", "x_PriceBook"} {
+							if v := d.Get(i, c); !v.Null && v.Text != "" {
+								t.Fatalf("row %d: %s %q in a tenant's file", i+1, c, v.Text)
+							}
+						}
+						if desc := d.Get(i, "ChargeDescription").Text; strings.Contains(desc, "d1") {
+							t.Fatalf("row %d: ChargeDescription %q names the deployment", i+1, desc)
+						}
+					}
+				})
+			}
 			t.Run("Scenario/OperatorNames", func(t *testing.T) {
 				for i := range d.Rows {
 					if got := d.Get(i, "ProviderName").Text + "|" + d.Get(i, "PublisherName").Text + "|" + d.Get(i, "InvoiceIssuerName").Text; got != "Example AI|Example AI|Example AI Ltd" {
