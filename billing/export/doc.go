@@ -117,7 +117,11 @@
 // SkuId "dedicated-gpu-hour", SkuMeter "Dedicated GPU Hours", PricingUnit
 // and ConsumedUnit "GPU-Hours", the GPU-hours as quantities (6 decimals),
 // the contracted rate as both unit prices, PricingCategory "Standard";
-// the tokens served on it are discounted to a price of 0. A commitment's
+// the tokens served on it are discounted to a price of 0. (It bills the
+// GPU-hours the deployment used, not capacity held whether used or not, so
+// the files have no CapacityReservation columns; nor CommitmentDiscount
+// ones: a spend commitment's true-up is not a commitment discount.) A
+// commitment's
 // true-up is ChargeCategory "Adjustment", ChargeFrequency "Recurring"; a
 // credit drawn is ChargeCategory "Credit", ChargeFrequency "One-Time";
 // both are amounts without SKU, price or quantity, with ListCost =
