@@ -279,7 +279,7 @@ func chargeFocusSource(src focusSource, c *billing.Charge) (focusSource, error) 
 	switch c.Kind {
 	case billing.ChargeDedicated:
 		src.kind, src.priced = sourceDedicated, true // x_Priced: at the contract's rate
-		q, err := billing.ParseMoney(c.Quantity) // GPU-hours: at most 6 decimals
+		q, err := billing.ParseMoney(c.Quantity)     // GPU-hours: at most 6 decimals
 		if err != nil || q < 0 || q%1000 != 0 {
 			return focusSource{}, fmt.Errorf("dedicated charge of %s: GPU-hours %q: want at most 6 decimals", src.tenant, c.Quantity)
 		}
