@@ -1,9 +1,11 @@
 package notify
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -62,24 +64,69 @@ func NewKafkaSink(cfg KafkaConfig) (*KafkaSink, error) {
 // Name is "kafka:<topic>": the sink's delivery state.
 func (k *KafkaSink) Name() string { return "kafka:" + k.cfg.Topic }
 
-// Send writes out's records in one request; they are delivered all or,
-// on an error, none is counted (a record the broker did take is sent
-// again: at least once).
-func (k *KafkaSink) Send(ctx context.Context, out []Outgoing) (int, error) {
-	msgs := make([]kafka.Message, len(out))
-	for i, o := range out {
-		msgs[i] = kafka.Message{Key: []byte(o.Event.Tenant + "/" + o.Event.Period), Value: o.Body, Headers: []kafka.Header{
-			{Key: HeaderContentType, Value: []byte("application/json")},
-			{Key: HeaderEventType, Value: []byte(o.Event.Type)},
-			{Key: HeaderIdempotencyKey, Value: []byte(o.Event.ID)},
-		}}
+// Send writes out's records in one request (a record the broker took
+// whose acknowledgement was lost is sent again: at least once). A record
+// too large for the writer or the broker fails for good
+// (PermanentError) and the others go on; a failure of the request, or of
+// the brokers before any record was written, is the topic's
+// (UnavailableError).
+func (k *KafkaSink) Send(ctx context.Context, out []Outgoing) []error {
+	errs := make([]error, len(out))
+	idx := make([]int, len(out)) // the events still to write
+	for i := range idx {
+		idx[i] = i
 	}
 	wctx, cancel := context.WithTimeout(ctx, k.cfg.WriteTimeout)
 	defer cancel()
-	if err := k.writer.WriteMessages(wctx, msgs...); err != nil {
-		return 0, fmt.Errorf("write %d billing events to %s: %w", len(msgs), k.cfg.Topic, err)
+	for len(idx) > 0 {
+		msgs := make([]kafka.Message, len(idx))
+		for j, i := range idx {
+			o := out[i]
+			msgs[j] = kafka.Message{Key: []byte(o.Event.Tenant + "/" + o.Event.Period), Value: o.Body, Headers: []kafka.Header{
+				{Key: HeaderContentType, Value: []byte("application/json")},
+				{Key: HeaderEventType, Value: []byte(o.Event.Type)},
+				{Key: HeaderIdempotencyKey, Value: []byte(o.Event.ID)},
+			}}
+		}
+		err := k.writer.WriteMessages(wctx, msgs...)
+		var (
+			tooLarge kafka.MessageTooLargeError
+			each     kafka.WriteErrors
+		)
+		switch {
+		case err == nil:
+			return errs
+		case errors.As(err, &tooLarge):
+			// Checked before anything is written: that one fails, the
+			// others are written again without it.
+			j := slices.IndexFunc(msgs, func(m kafka.Message) bool { return bytes.Equal(m.Value, tooLarge.Message.Value) })
+			if j < 0 {
+				break
+			}
+			errs[idx[j]] = &PermanentError{fmt.Errorf("write billing event of %s to %s: %w", out[idx[j]].Event.Tenant, k.cfg.Topic, err)}
+			idx = slices.Delete(idx, j, j+1)
+			continue
+		case errors.As(err, &each) && len(each) == len(idx):
+			for j, e := range each {
+				var code kafka.Error
+				switch {
+				case e == nil:
+				case errors.As(e, &code) && code == kafka.MessageSizeTooLarge:
+					errs[idx[j]] = &PermanentError{fmt.Errorf("write billing event to %s: %w", k.cfg.Topic, e)}
+				case errors.As(e, &code):
+					errs[idx[j]] = fmt.Errorf("write billing event to %s: %w", k.cfg.Topic, e)
+				default:
+					errs[idx[j]] = &UnavailableError{fmt.Errorf("write billing event to %s: %w", k.cfg.Topic, e)}
+				}
+			}
+			return errs
+		}
+		for _, i := range idx {
+			errs[i] = &UnavailableError{fmt.Errorf("write %d billing events to %s: %w", len(idx), k.cfg.Topic, err)}
+		}
+		return errs
 	}
-	return len(out), nil
+	return errs
 }
 
 // Close flushes and closes the writer.

@@ -44,7 +44,10 @@ func (s *raceStore) ServerNow(context.Context) (time.Time, error) { return s.now
 func (s *raceStore) DeliveryStart(context.Context, string) (time.Time, error) {
 	return s.now.Add(-time.Hour), nil
 }
-func (s *raceStore) UndeliveredStatements(context.Context, string, time.Time, int) ([]billing.StoredStatement, error) {
+func (s *raceStore) UndeliveredStatements(_ context.Context, _ string, _ time.Time, after *billing.StoredStatement, _ int) ([]billing.StoredStatement, error) {
+	if after != nil {
+		return nil, nil // one page
+	}
 	if s.onList != nil {
 		s.onList()
 	}
@@ -56,6 +59,9 @@ func (s *raceStore) MarkDelivered(_ context.Context, _ string, sts []billing.Sto
 	})
 	return nil
 }
+func (s *raceStore) MarkDeadLettered(context.Context, string, billing.StoredStatement, int, string, time.Time) error {
+	return nil
+}
 func (s *raceStore) Invoices(context.Context, string, string) ([]billing.StoredInvoice, error) {
 	return nil, nil
 }
@@ -64,11 +70,11 @@ func (s *raceStore) Invoices(context.Context, string, string) ([]billing.StoredI
 type sentSink struct{ sent []string }
 
 func (s *sentSink) Name() string { return "test" }
-func (s *sentSink) Send(_ context.Context, out []Outgoing) (int, error) {
+func (s *sentSink) Send(_ context.Context, out []Outgoing) []error {
 	for _, o := range out {
 		s.sent = append(s.sent, o.Event.Tenant)
 	}
-	return len(out), nil
+	return make([]error, len(out))
 }
 
 // TestToldDuringPassIsSentAtOnce: a close that stores its statement and
@@ -103,5 +109,53 @@ func TestToldDuringPassIsSentAtOnce(t *testing.T) {
 	}
 	if fmt.Sprint(sink.sent) != "[acme]" {
 		t.Errorf("sent %v, want [acme] (other has not settled)", sink.sent)
+	}
+}
+
+// pageStore is a Store over a list of undelivered statements in close
+// order, listed a page at a time after a cursor.
+type pageStore struct {
+	raceStore
+	dead []string
+}
+
+func (s *pageStore) UndeliveredStatements(_ context.Context, _ string, _ time.Time, after *billing.StoredStatement, limit int) ([]billing.StoredStatement, error) {
+	i := 0
+	if after != nil {
+		i = slices.IndexFunc(s.pending, func(p billing.StoredStatement) bool { return p.Hash == after.Hash }) + 1
+	}
+	return slices.Clone(s.pending[i:min(i+limit, len(s.pending))]), nil
+}
+func (s *pageStore) MarkDeadLettered(_ context.Context, _ string, st billing.StoredStatement, _ int, _ string, _ time.Time) error {
+	s.dead = append(s.dead, st.Tenant)
+	return nil
+}
+
+// TestFullPageOfFailuresDoesNotStarve: more statements than a page holds
+// (passLimit) whose events cannot be made, closed before a good one, do
+// not keep the good one from being sent: a pass reads on, page after
+// page, and the failing ones become dead letters.
+func TestFullPageOfFailuresDoesNotStarve(t *testing.T) {
+	now := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	store := &pageStore{raceStore: raceStore{now: now}}
+	for i := range passLimit + 1 {
+		store.pending = append(store.pending, billing.StoredStatement{Tenant: fmt.Sprintf("t%04d", i), Period: "2026-11",
+			Hash: fmt.Sprintf("h%04d", i), Content: []byte("{"), ClosedAt: now.Add(-time.Hour)})
+	}
+	good, _ := json.Marshal(billing.Statement{Tenant: "good", Period: "2026-11", Zone: "UTC", Currency: "USD"})
+	store.pending = append(store.pending, billing.StoredStatement{Tenant: "good", Period: "2026-11", Hash: "good", Content: good, ClosedAt: now.Add(-time.Hour)})
+	sink := &sentSink{}
+	n, err := New(Config{DeadLetterAttempts: 1}, store, []Sink{sink}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Deliver(t.Context()); err == nil {
+		t.Error("a pass made events of corrupt statements")
+	}
+	if fmt.Sprint(sink.sent) != "[good]" || len(store.dead) != passLimit+1 {
+		t.Errorf("sent %v and %d dead letters, want [good] and %d", sink.sent, len(store.dead), passLimit+1)
+	}
+	if err := n.Deliver(t.Context()); err != nil || len(sink.sent) != 1 {
+		t.Errorf("a second pass: %v, sent %v; want nothing tried", err, sink.sent)
 	}
 }

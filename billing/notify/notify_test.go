@@ -394,7 +394,7 @@ func TestWebhookSignedAndRetriedAfter500s(t *testing.T) {
 	if f, d := metric(t, reg, "meter_billing_events_failures_total", sink.Name()), metric(t, reg, "meter_billing_events_delivered_total", sink.Name()); f != 3 || d != 1 {
 		t.Errorf("failures %v, delivered %v; want 3 and 1", f, d)
 	}
-	if left, err := store.UndeliveredStatements(t.Context(), sink.Name(), time.Time{}, 10); err != nil || len(left) != 0 {
+	if left, err := store.UndeliveredStatements(t.Context(), sink.Name(), time.Time{}, nil, 10); err != nil || len(left) != 0 {
 		t.Errorf("undelivered after the 200: %v, %v", left, err)
 	}
 }
@@ -492,7 +492,7 @@ func TestRestartDeliversWhatWasNotDelivered(t *testing.T) {
 	for i, st := range sts {
 		wantEvent(t, store, st, msgs[i].Value)
 	}
-	if left, err := store.UndeliveredStatements(t.Context(), sink.Name(), time.Time{}, 10); err != nil || len(left) != 1 || left[0].Tenant != "old" {
+	if left, err := store.UndeliveredStatements(t.Context(), sink.Name(), time.Time{}, nil, 10); err != nil || len(left) != 1 || left[0].Tenant != "old" {
 		t.Errorf("undelivered since ever: %v, %v; want the statement before the sink's start only", left, err)
 	}
 }

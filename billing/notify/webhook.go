@@ -37,7 +37,10 @@ type WebhookConfig struct {
 
 // WebhookSink POSTs each event, signed, to a URL. A 2xx answer delivers
 // it; any other answer, a redirect included, or no answer within the
-// timeout is a failure, retried by the Notifier.
+// timeout is a failure, retried by the Notifier: a 4xx other than 408 and
+// 429 for good (a PermanentError), no answer, a redirect, 429, 502, 503
+// and 504 as the endpoint's (an UnavailableError: the events after it are
+// not tried in that Send), any other as the event's.
 type WebhookSink struct {
 	cfg  WebhookConfig
 	name string
@@ -79,15 +82,25 @@ func CheckWebhookURL(raw string) error {
 // (another URL starts afresh).
 func (w *WebhookSink) Name() string { return w.name }
 
-// Send POSTs the events one after the other, returning how many were
-// delivered before the first failure.
-func (w *WebhookSink) Send(ctx context.Context, out []Outgoing) (int, error) {
+// Send POSTs the events one after the other, each whatever the answers
+// to the others, but none after the endpoint failed (UnavailableError).
+func (w *WebhookSink) Send(ctx context.Context, out []Outgoing) []error {
+	errs := make([]error, len(out))
 	for i, o := range out {
-		if err := w.post(ctx, o); err != nil {
-			return i, fmt.Errorf("billing webhook, %s of %s for %s: %w", o.Event.Type, o.Event.Tenant, o.Event.Period, err)
+		err := w.post(ctx, o)
+		if err == nil {
+			continue
+		}
+		errs[i] = fmt.Errorf("billing webhook, %s of %s for %s (%s): %w", o.Event.Type, o.Event.Tenant, o.Event.Period, o.Event.ID, err)
+		var unavail *UnavailableError
+		if errors.As(err, &unavail) {
+			for j := i + 1; j < len(out); j++ {
+				errs[j] = ErrNotTried
+			}
+			break
 		}
 	}
-	return len(out), nil
+	return errs
 }
 
 // post sends one event.
@@ -109,12 +122,28 @@ func (w *WebhookSink) post(ctx context.Context, o Outgoing) error {
 		if errors.As(err, &uerr) {
 			err = uerr.Err // the URL may hold a token: not in logs
 		}
-		return err
+		return &UnavailableError{err}
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // lets the connection be reused
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("answered %s", resp.Status)
+	return answerError(resp.StatusCode, resp.Status)
+}
+
+// answerError is the failure a webhook's answer of code means: nil for a
+// 2xx.
+func answerError(code int, status string) error {
+	err := fmt.Errorf("answered %s", status)
+	switch {
+	case code >= 200 && code <= 299:
+		return nil
+	case code == http.StatusRequestTimeout:
+		return err // the event's, again later
+	case code == http.StatusTooManyRequests, code == http.StatusBadGateway, code == http.StatusServiceUnavailable,
+		code == http.StatusGatewayTimeout, code >= 300 && code <= 399:
+		return &UnavailableError{err}
+	case code >= 400 && code <= 499:
+		return &PermanentError{err}
+	default:
+		return err
 	}
-	return nil
 }

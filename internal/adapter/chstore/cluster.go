@@ -79,8 +79,10 @@ var globalTables = map[string]bool{
 	// gap-free numbering reads and writes them on one server.
 	"statement_revisions": true,
 	"invoices":            true,
-	// Which sinks delivered which statements (billing/notify).
-	"statement_deliveries": true,
+	// Which sinks delivered which statements, and which they gave up on
+	// (billing/notify).
+	"statement_deliveries":   true,
+	"statement_dead_letters": true,
 }
 
 // eachShard starts a translated statement that runs on one server of
