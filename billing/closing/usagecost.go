@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/bits"
 	"slices"
 	"time"
 
@@ -39,6 +41,20 @@ type usageCostPricer struct {
 	// each book's price change instants by model.
 	periods map[string]billing.Period
 	changes map[*billing.PriceBook]map[string][]time.Time
+	// price's caches: each book's version and each model's prices in it.
+	versions map[*billing.PriceBook]string
+	prices   map[bookModel][]pricedAt
+}
+
+type bookModel struct {
+	book  *billing.PriceBook
+	model string
+}
+
+// pricedAt is a token price of a book and its id, from its EffectiveFrom.
+type pricedAt struct {
+	price billing.TokenPrice
+	id    string
 }
 
 type pieceKey struct {
@@ -49,6 +65,7 @@ type pieceKey struct {
 func newUsageCostPricer(s *Service, inForce *billing.PriceBook, cq query.CostQuery, width time.Duration) *usageCostPricer {
 	return &usageCostPricer{s: s, inForce: inForce, cq: cq, width: width, closed: map[string]map[string]string{}, books: map[string]*billing.PriceBook{},
 		periods: map[string]billing.Period{}, changes: map[*billing.PriceBook]map[string][]time.Time{},
+		versions: map[*billing.PriceBook]string{}, prices: map[bookModel][]pricedAt{},
 		usage: map[pieceKey]map[[2]string]query.UsageRow{}, cost: map[pieceKey]map[[2]string]int64{}}
 }
 
@@ -223,17 +240,80 @@ func (x *usageCostPricer) emit(ctx context.Context, r *query.UsageCostRow, out *
 	return nil
 }
 
-// price prices row's tokens with pc's book at pc's start.
+// price prices row's tokens with pc's book at pc's start, as
+// PriceBook.TokenPrice and ListCharge do (listCharge), with the book's
+// version and prices cached: a closed month priced with another book than
+// the one in force reprices every row.
 func (x *usageCostPricer) price(row *export.UsageCostRow, pc piece) {
 	row.InputPer1M, row.CachedInputPer1M, row.OutputPer1M, row.PriceID, row.ListCharge = 0, 0, 0, "", 0
-	row.PriceBook = pc.book.Version()
-	if p, ok := pc.book.TokenPrice(row.Model, pc.start); ok {
-		row.InputPer1M, row.CachedInputPer1M, row.OutputPer1M = p.InputPer1M, p.CachedInputPer1M, p.OutputPer1M
-		row.PriceID = p.ID()
+	v, ok := x.versions[pc.book]
+	if !ok {
+		v = pc.book.Version()
+		x.versions[pc.book] = v
 	}
-	if m, _, ok := pc.book.ListCharge(row.Model, pc.start, int64(row.InputTokens), int64(row.CachedInputTokens), int64(row.OutputTokens)); ok {
+	row.PriceBook = v
+	k := bookModel{pc.book, row.Model}
+	ps, ok := x.prices[k]
+	if !ok {
+		for _, tp := range pc.book.TokenPrices {
+			if tp.Model == row.Model {
+				ps = append(ps, pricedAt{price: tp, id: tp.ID()})
+			}
+		}
+		x.prices[k] = ps
+	}
+	best := -1
+	for i := range ps {
+		if !ps[i].price.EffectiveFrom.After(pc.start) && (best < 0 || ps[i].price.EffectiveFrom.After(ps[best].price.EffectiveFrom)) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return
+	}
+	p := ps[best].price
+	row.InputPer1M, row.CachedInputPer1M, row.OutputPer1M, row.PriceID = p.InputPer1M, p.CachedInputPer1M, p.OutputPer1M, ps[best].id
+	if row.CachedInputTokens > row.InputTokens {
+		return // not a charge (ListCharge refuses it too)
+	}
+	if m, ok := listCharge(p, row.InputTokens-row.CachedInputTokens, row.CachedInputTokens, row.OutputTokens); ok {
 		row.ListCharge = m
+		return
 	}
+	m, _, _ := pc.book.ListCharge(row.Model, pc.start, int64(row.InputTokens), int64(row.CachedInputTokens), int64(row.OutputTokens))
+	row.ListCharge = m
+}
+
+// listCharge is PriceBook.ListCharge's charge in 128-bit integers: the
+// tokens of each kind × its price per 1M, summed, ÷ 10^6 rounded half to
+// even to a nano-unit. ok is false when a price is negative or a sum does
+// not fit (the caller then asks the book).
+func listCharge(p billing.TokenPrice, uncached, cached, output uint64) (billing.Money, bool) {
+	var hi, lo uint64
+	for _, t := range [3][2]uint64{{uncached, uint64(p.InputPer1M)}, {cached, uint64(p.CachedInputPer1M)}, {output, uint64(p.OutputPer1M)}} {
+		if int64(t[1]) < 0 {
+			return 0, false
+		}
+		h, l := bits.Mul64(t[0], t[1])
+		var c uint64
+		lo, c = bits.Add64(lo, l, 0)
+		hi, c = bits.Add64(hi, h, c)
+		if c != 0 {
+			return 0, false
+		}
+	}
+	const million = 1_000_000
+	if hi >= million {
+		return 0, false
+	}
+	q, r := bits.Div64(hi, lo, million)
+	if 2*r > million || (2*r == million && q&1 == 1) {
+		q++
+	}
+	if q > math.MaxInt64 {
+		return 0, false
+	}
+	return billing.Money(q), true
 }
 
 // usageOf is tenant's usage of [start, end) by model and deployment.

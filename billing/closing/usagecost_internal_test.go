@@ -2,6 +2,7 @@ package closing
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -28,8 +29,24 @@ func BenchmarkUsageCostPricer(b *testing.B) {
 		b.Fatal(err)
 	}
 	s := &Service{cfg: Config{DefaultZone: time.UTC, Zones: map[string]*time.Location{"t0": plus0530}}}
+	for _, closed := range []bool{false, true} {
+		b.Run(fmt.Sprintf("closed=%v", closed), func(b *testing.B) { benchPricer(b, s, book, closed) })
+	}
+}
+
+// benchPricer runs the benchmark; closed: the month is closed with another
+// book than the one in force, so that every row is priced again.
+func benchPricer(b *testing.B, s *Service, book *billing.PriceBook, closed bool) {
 	x := newUsageCostPricer(s, book, query.CostQuery{}, time.Hour)
 	x.closed["2026-11"] = map[string]string{} // none closed: no store read
+	if closed {
+		old := *book
+		old.TokenPrices = old.TokenPrices[2:] // m0 unpriced, m1 and m2 as in force
+		x.books["old"] = &old
+		for t := range 100 {
+			x.closed["2026-11"][fmt.Sprintf("t%d", t)] = "old"
+		}
+	}
 	var rows []query.UsageCostRow
 	for h := range 24 {
 		for t := range 100 {
@@ -49,6 +66,33 @@ func BenchmarkUsageCostPricer(b *testing.B) {
 		out = export.UsageCostRow{Tenant: r.Tenant, Model: r.Model, ChargePeriodStart: r.Start}
 		if err := x.emit(b.Context(), r, &out, fn); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestListChargeMatchesPriceBook checks the pricer's 128-bit list charge
+// against PriceBook.ListCharge (big.Rat) on random prices of up to nine
+// decimals and token counts up to 10^12, and on ties of the half-even
+// rounding.
+func TestListChargeMatchesPriceBook(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 20000 {
+		p := billing.TokenPrice{Model: "m", EffectiveFrom: at,
+			InputPer1M: billing.Money(rng.Int64N(100_000_000_000)), CachedInputPer1M: billing.Money(rng.Int64N(10_000_000_000)),
+			OutputPer1M: billing.Money(rng.Int64N(1_000_000_000_000))}
+		scale := []uint64{10, 1_000_000, 1_000_000_000_000}[i%3]
+		input, output := rng.Uint64N(scale), rng.Uint64N(scale)
+		cached := rng.Uint64N(input + 1)
+		if i%7 == 0 { // a tie: a charge of exactly k + 0.5 nano-units
+			p = billing.TokenPrice{Model: "m", EffectiveFrom: at, InputPer1M: 1, CachedInputPer1M: 1, OutputPer1M: 1}
+			input, cached, output = 500_000+uint64(i)*1_000_000, 0, 0
+		}
+		book := &billing.PriceBook{Currency: "USD", TokenPrices: []billing.TokenPrice{p}}
+		want, _, wok := book.ListCharge("m", at, int64(input), int64(cached), int64(output))
+		got, ok := listCharge(p, input-cached, cached, output)
+		if ok != wok || got != want {
+			t.Fatalf("%+v × %d/%d/%d: listCharge %s (%v), PriceBook.ListCharge %s (%v)", p, input, cached, output, got, ok, want, wok)
 		}
 	}
 }
