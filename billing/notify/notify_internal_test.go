@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -157,5 +158,32 @@ func TestFullPageOfFailuresDoesNotStarve(t *testing.T) {
 	}
 	if err := n.Deliver(t.Context()); err != nil || len(sink.sent) != 1 {
 		t.Errorf("a second pass: %v, sent %v; want nothing tried", err, sink.sent)
+	}
+}
+
+// TestAnswerError: which webhook answers fail for good (a 4xx other than
+// 408 and 429), which are the endpoint's (no more POSTs in that pass) and
+// which the event's.
+func TestAnswerError(t *testing.T) {
+	for code, want := range map[int]string{200: "delivered", 204: "delivered", 302: "unavailable", 400: "permanent", 401: "permanent",
+		404: "permanent", 408: "transient", 409: "permanent", 422: "permanent", 429: "unavailable", 500: "transient",
+		501: "transient", 502: "unavailable", 503: "unavailable", 504: "unavailable"} {
+		err := answerError(code, fmt.Sprint(code))
+		var (
+			perm    *PermanentError
+			unavail *UnavailableError
+			got     = "transient"
+		)
+		switch {
+		case err == nil:
+			got = "delivered"
+		case errors.As(err, &perm):
+			got = "permanent"
+		case errors.As(err, &unavail):
+			got = "unavailable"
+		}
+		if got != want {
+			t.Errorf("answer %d: %s (%v), want %s", code, got, err, want)
+		}
 	}
 }
