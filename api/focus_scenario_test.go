@@ -37,11 +37,12 @@ const closeBookV1 = `{"currency":"USD",
 
 // closeBookV2 adds, after September closed, m's price change at 12:30 UTC
 // on October 15 (five decimals per 1M) and a new m2 price from September 1
-// (the repricing of September).
+// (the repricing of September), and edits m's cached input price of
+// January 1 in place (0.30 to 0.3125: one SkuPriceId, one price).
 const closeBookV2 = `{"currency":"USD",
  "gpu_prices":[{"gpu_type":"H100","effective_from":"2026-01-01T00:00:00Z","per_hour":"3.60"}],
  "token_prices":[
-  {"model":"m","effective_from":"2026-01-01T00:00:00Z","input_per_1m":"0.60","cached_input_per_1m":"0.30","output_per_1m":"1.80"},
+  {"model":"m","effective_from":"2026-01-01T00:00:00Z","input_per_1m":"0.60","cached_input_per_1m":"0.3125","output_per_1m":"1.80"},
   {"model":"m","effective_from":"2026-10-15T12:30:00Z","input_per_1m":"0.61234","cached_input_per_1m":"0.30617","output_per_1m":"1.83703"},
   {"model":"m2","effective_from":"2026-01-01T00:00:00Z","input_per_1m":"2.00","cached_input_per_1m":"1.00","output_per_1m":"6.00"},
   {"model":"m2","effective_from":"2026-09-01T00:00:00Z","input_per_1m":"2.20","cached_input_per_1m":"1.10","output_per_1m":"6.60"}],
@@ -255,6 +256,8 @@ func TestFocusMonthEndClose(t *testing.T) {
 			}
 		}
 	}
+	skuPrices := map[string]string{} // SkuPriceId → ListUnitPrice, over every file
+	skuPriceFile := map[string]string{}
 	for _, f := range files {
 		t.Run(f.name, func(t *testing.T) {
 			var d *focuscheck.Dataset
@@ -288,6 +291,22 @@ func TestFocusMonthEndClose(t *testing.T) {
 				}
 			}
 			focuscheck.Run(t, d, p)
+			t.Run("Scenario/SkuPriceIdOnePriceAcrossFiles", func(t *testing.T) {
+				for i := range d.Rows {
+					id, price := d.Get(i, "SkuPriceId"), d.Get(i, "ListUnitPrice")
+					if id.Null || price.Null || d.Get(i, "ChargeClass").Text == "Correction" {
+						continue
+					}
+					r, ok := new(big.Rat).SetString(price.Text)
+					if !ok {
+						continue // TypeDecimal reports it
+					}
+					if was, ok := skuPrices[id.Text]; ok && was != r.RatString() {
+						t.Fatalf("SkuPriceId %s: ListUnitPrice %s here, %s in %s", id.Text, r.RatString(), was, skuPriceFile[id.Text])
+					}
+					skuPrices[id.Text], skuPriceFile[id.Text] = r.RatString(), f.name
+				}
+			})
 			t.Run("Scenario/NoIdleBillingAccount", func(t *testing.T) {
 				for i := range d.Rows {
 					if v := d.Get(i, "BillingAccountId"); v.Text == billing.IdleTenant || d.Get(i, "SubAccountId").Text == billing.IdleTenant {
