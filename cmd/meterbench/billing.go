@@ -341,7 +341,7 @@ func benchCredits(ctx context.Context, conn driver.Conn, store *chstore.Store, b
 		return fmt.Errorf("credits: %w", err)
 	}
 	rows, err := conn.Query(ctx, "SELECT DISTINCT tenant_id FROM cost_hour WHERE hour >= ? AND hour < ? ORDER BY tenant_id",
-		earliest(p.Start, zp.Start), latest(p.End, zp.End))
+		earliest(p.Start, zp.Start).UTC(), latest(p.End, zp.End).UTC())
 	if err != nil {
 		return fmt.Errorf("credits: %w", err)
 	}
@@ -415,7 +415,7 @@ func benchContracts(ctx context.Context, conn driver.Conn, store *chstore.Store,
 	} {
 		args := []any{}
 		if strings.Contains(q, "?") {
-			args = []any{earliest(p.Start, zp.Start), latest(p.End, zp.End)}
+			args = []any{earliest(p.Start, zp.Start).UTC(), latest(p.End, zp.End).UTC()}
 		}
 		rows, err := conn.Query(ctx, q, args...)
 		if err != nil {
