@@ -176,10 +176,54 @@ func ParseAccounts(data []byte) (*Accounts, error) {
 			}
 		}
 	}
+	for _, err := range dedicatedOverlaps(a.Tenants) {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidAccounts, err))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return &a, nil
+}
+
+// dedicatedOverlaps returns an error for each tenant's dedicated entry that
+// names a deployment another tenant's dedicated entry names while both are
+// in force: each would be billed all the deployment's GPU-hours. An entry
+// is in force from its effective_from on, with no end, so two tenants'
+// entries of one deployment always overlap (from the later one's start):
+// a deployment is dedicated to one tenant in the file. Handing it to
+// another tenant takes a new deployment name, or removing the old entry
+// once the old tenant's last period with it has closed (a void reissues
+// with the file in force).
+func dedicatedOverlaps(tenants []TenantAccount) []error {
+	type entry struct {
+		tenant, path string
+		from         time.Time
+	}
+	first := map[string]entry{}
+	var errs []error
+	for i, t := range tenants {
+		if t.Contract == nil {
+			continue
+		}
+		for j, d := range t.Contract.Dedicated {
+			path := fmt.Sprintf("tenants[%d].contract.dedicated[%d].deployment", i, j)
+			e, ok := first[d.Deployment]
+			if !ok {
+				first[d.Deployment] = entry{tenant: t.ID, path: path, from: d.EffectiveFrom}
+				continue
+			}
+			if e.tenant == t.ID {
+				continue
+			}
+			from := d.EffectiveFrom
+			if e.from.After(from) {
+				from = e.from
+			}
+			errs = append(errs, fmt.Errorf("%s: %w: deployment %q is dedicated to tenant %q too (%s) from %s on; a deployment is dedicated to one tenant",
+				path, ErrInvalidField, d.Deployment, e.tenant, e.path, from.UTC().Format(time.RFC3339)))
+		}
+	}
+	return errs
 }
 
 // Zones returns the zones the file sets, by tenant.
