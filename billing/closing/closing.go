@@ -282,7 +282,9 @@ func (c *Closer) closeOne(ctx context.Context, tenant string, p billing.Period, 
 	if err != nil {
 		return billing.StoredStatement{}, false, fmt.Errorf("close %s for %s: %w", p, tenant, err)
 	}
-	if len(st.Lines) == 0 && !closedBefore {
+	// A tenant without usage is closed when its contract charges it
+	// (a commitment's true-up, a dedicated deployment's GPU-hours).
+	if len(st.Lines) == 0 && len(st.Charges) == 0 && !closedBefore {
 		if req.SkipEmpty {
 			return billing.StoredStatement{}, false, nil
 		}

@@ -488,7 +488,10 @@ func (s *Service) notCosted(ctx context.Context, start, end time.Time, book *bil
 // 15 hours after it (every zone's month lies in it, and late usage of the
 // month before, of tenants that had none when it closed), and those with a
 // statement of the month before (late usage of it becomes adjustments of
-// this one).
+// this one), and the accounts file's tenants whose contract may charge
+// without usage: a commitment, or a dedicated deployment in force before
+// the period's end (its true-up or GPU-hours are billed though the tenant
+// sent no token).
 func (s *Service) candidates(ctx context.Context, period string) ([]string, error) {
 	p, err := billing.ParsePeriod(period, time.UTC)
 	if err != nil {
@@ -511,6 +514,14 @@ func (s *Service) candidates(ctx context.Context, period string) ([]string, erro
 	})
 	if err != nil {
 		return nil, err
+	}
+	if a := s.cfg.Accounts; a != nil {
+		for _, t := range a.Tenants {
+			if c := t.Contract; c != nil && t.ID != billing.IdleTenant && (c.Commitment != nil ||
+				slices.ContainsFunc(c.Dedicated, func(d billing.DedicatedDeployment) bool { return d.EffectiveFrom.Before(p.End.Add(15 * time.Hour)) })) {
+				out = append(out, t.ID)
+			}
+		}
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil
