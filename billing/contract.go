@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
 	"slices"
@@ -46,12 +47,12 @@ import (
 //     dedicated entry for (in force at the line's start) costs 0: the
 //     tenant pays that deployment's GPU-hours instead (ChargeDedicated).
 //     Such tokens count toward no allowance and no tier.
-//  2. Allowance (usage lines only): the first `tokens` tokens of the
-//     period of the model (and token kind; an allowance without a kind
-//     takes every kind, after the kind's own allowance) cost 0.
+//  2. Allowance: the first `tokens` tokens of the period of the model
+//     (and token kind; an allowance without a kind takes every kind, after
+//     the kind's own allowance) cost 0.
 //  3. Otherwise the base price is the tier's price for the token kind
-//     (usage lines of a model with tiers; the token's position among the
-//     model's tokens of the period picks the tier), else the rate card's
+//     (a model with tiers; the token's position among the model's tokens
+//     of the period picks the tier), else the rate card's
 //     (the entry in force at the line's start for its model and
 //     deployment, an entry naming the deployment before one that does not,
 //     then the latest), else the list price. Then the percentage discounts
@@ -66,11 +67,33 @@ import (
 // included: a tier with up_to 100000000 covers the first 100M tokens of the
 // period, whatever part of them an allowance made free. Tokens beyond the
 // last tier's up_to (when it has one) are priced as without tiers.
-// Adjustment lines (late usage of a closed period) take the dedicated rule
-// and the rate card and discounts in force at the line's start, never an
-// allowance or tier: the period they belong to settled those when it
-// closed. Repricing lines are list-price differences and stay as they are;
-// unpriced lines too.
+//
+// Late usage (adjustment lines) is priced as the rest of the period it
+// belongs to, by the same rules: its lines are cut where a rate-card or
+// dedicated entry took effect (each part under the entry in force at its
+// start; a late slice that spans one, from a period billed before the
+// entry was written, goes whole to the entry at its start), and its tokens
+// come after every token already billed for that period: the period's
+// usage lines, then the adjustment lines for it of later statements
+// (oldest first), then this statement's, each set in the order above
+// (LateBasis; ApplyLate). So they take what the period's allowances left
+// unused and the tier their position reaches. The allowances and tiers
+// are the contract's now (an edited contract re-counts the period under
+// its new terms), and a late token is last of its period, not at the
+// position its timestamp would have given it: the tier prices of tokens
+// billed before are not revisited (a limitation; the tokens of each tier
+// are still exact).
+//
+// A repricing line (an admin's repricing, package closing) keeps its list-price
+// difference as Charge; under a contract the caller also computes what the
+// contract changes in it (StatementUsage.RepricingDiscount: the contract's
+// discounts of the period's usage now, priced under the statement's book,
+// less those under the book that billed it, per token kind), which become
+// the line's discount charges (rule contract_repricing; Amount may be
+// positive): its ContractedCharge is the contracted difference, 0 for
+// tokens at a fixed rate-card price, dedicated or free, half the list
+// difference under a 50% discount. Repricings are not set against a
+// commitment (a limitation). Unpriced lines stay as they are.
 //
 // Charges and rounding (all amounts in nano-units):
 //
@@ -93,6 +116,13 @@ import (
 //     (adjustments belong to earlier periods) plus the dedicated charges;
 //     when it is below monthly_spend, a ChargeCommitment bills the
 //     difference (exact: both are nano-units).
+//   - Late usage of a period that closed with a true-up is not billed
+//     twice: the sum of its lines' contracted charges absorbs what is left
+//     of that period's true-up (LateBasis.TrueUp: its statement's
+//     commitment charge less what late usage of it absorbed since), as a
+//     negative ChargeCommitment with OriginalPeriod the period, of
+//     min(late charges, true-up left). Over all its statements the tenant
+//     pays max(commitment, spend) for the period.
 //
 // The statement's Charge is then Σ lines' Charge + Σ charges' Amount,
 // exactly; Total is Charge rounded once to the minor unit (Settle).
@@ -451,14 +481,159 @@ type piece struct {
 	rule   string
 }
 
-// Apply prices st under c (see Contract): it adds the discount, dedicated
-// and commitment charges, sets the priced usage and adjustment lines'
-// ContractedCharge and Discount, and settles st (Settle). hours are the
-// dedicated deployments' GPU time per UTC hour; those of hours that do not
-// start in the period, or of deployments without an entry in force, are
-// left out. A nil c leaves st as it is. st's usage lines must not span an
-// entry's effective_from (ComputeContractStatement cuts them there).
+// LateBasis is what was billed for a closed period whose late usage a
+// statement carries (its adjustment lines): ApplyLate prices the late
+// usage as the rest of that period.
+type LateBasis struct {
+	// Period is the period's key (the adjustment lines' OriginalPeriod).
+	Period string
+	// Usage are the usage lines of the period's statement (none when the
+	// period was never closed for the tenant).
+	Usage []StatementLine
+	// Adjustments are the adjustment lines for the period of the later
+	// statements, one slice per statement, oldest first.
+	Adjustments [][]StatementLine
+	// TrueUp is what is left of the period's commitment true-up: its
+	// statement's commitment charge less what late usage of it absorbed
+	// since (the later statements' commitment charges for it).
+	TrueUp Money
+}
+
+// periodTokens is what a period's allowances and tiers have counted.
+type periodTokens struct {
+	allowanceLeft map[[2]string]uint64
+	tierPos       map[string]uint64
+}
+
+func (c *Contract) newPeriodTokens() *periodTokens {
+	s := &periodTokens{allowanceLeft: map[[2]string]uint64{}, tierPos: map[string]uint64{}}
+	for _, a := range c.Allowances {
+		s.allowanceLeft[[2]string{a.Model, a.TokenKind}] = a.Tokens
+	}
+	return s
+}
+
+// contractOrder sorts line indexes in the order of a period's tokens: by
+// ChargeStart, then deployment, then index.
+func contractOrder(lines []StatementLine, idx []int) {
+	slices.SortStableFunc(idx, func(a, b int) int {
+		la, lb := lines[a], lines[b]
+		return cmp.Or(la.ChargeStart.Compare(lb.ChargeStart), strings.Compare(la.Deployment, lb.Deployment), cmp.Compare(a, b))
+	})
+}
+
+// kindPieces are a line's tokens of one kind, by contracted price.
+type kindPieces struct {
+	kind   string
+	list   Money
+	pieces []piece
+}
+
+// linePieces prices l's tokens by kind (rules 1 to 3), counting them in
+// s's allowances and tier positions.
+func (c *Contract) linePieces(l StatementLine, s *periodTokens) []kindPieces {
+	entry, hasEntry := c.rateCardEntry(l.Model, l.Deployment, l.ChargeStart)
+	ded, isDedicated := c.dedicated(l.Deployment, l.ChargeStart)
+	var sched *TierSchedule
+	for j := range c.Tiers {
+		if c.Tiers[j].Model == l.Model {
+			sched = &c.Tiers[j]
+		}
+	}
+	// price is rule 3 for tier t (nil: none).
+	price := func(kind string, list Money, t *Tier, tierNo int) (Money, string) {
+		base := list
+		var rules []string
+		var pcts []Weight
+		if t != nil {
+			rules = append(rules, fmt.Sprintf("tier:%s#%d", l.Model, tierNo+1))
+		}
+		if hasEntry {
+			rules = append(rules, entry.ID())
+			if p := kindPrice(kind, entry.InputPer1M, entry.CachedInputPer1M, entry.OutputPer1M); p != nil {
+				base = *p
+			}
+		}
+		if t != nil {
+			if p := kindPrice(kind, t.InputPer1M, t.CachedInputPer1M, t.OutputPer1M); p != nil {
+				base = *p
+			}
+			pcts = append(pcts, t.DiscountPercent)
+		}
+		if hasEntry {
+			pcts = append(pcts, entry.DiscountPercent)
+		}
+		if c.DiscountPercent != 0 {
+			pcts = append(pcts, c.DiscountPercent)
+			rules = append(rules, "contract_discount")
+		}
+		return contractPrice(base, pcts...), strings.Join(rules, "+")
+	}
+	var perKind []kindPieces
+	for _, kind := range tokenKinds {
+		n, list := lineTokens(l, kind)
+		var ps []piece
+		switch {
+		case n == 0:
+		case isDedicated:
+			ps = append(ps, piece{n, 0, ded.ID()})
+		default:
+			rest := n
+			for _, k := range [2][2]string{{l.Model, kind}, {l.Model, ""}} {
+				if left := s.allowanceLeft[k]; left > 0 && rest > 0 {
+					take := min(left, rest)
+					s.allowanceLeft[k] -= take
+					rest -= take
+					rule := "allowance:" + l.Model
+					if k[1] != "" {
+						rule += "/" + k[1]
+					}
+					ps = append(ps, piece{take, 0, rule})
+					s.tierPos[l.Model] += take
+				}
+			}
+			for rest > 0 {
+				var t *Tier
+				tierNo, take := -1, rest
+				if sched != nil {
+					pos := s.tierPos[l.Model]
+					for j, tr := range sched.Tiers {
+						if tr.UpTo == 0 || pos < tr.UpTo {
+							t, tierNo = &sched.Tiers[j], j
+							if tr.UpTo != 0 {
+								take = min(rest, tr.UpTo-pos)
+							}
+							break
+						}
+					}
+				}
+				p, rule := price(kind, list, t, tierNo)
+				ps = append(ps, piece{take, p, rule})
+				rest -= take
+				s.tierPos[l.Model] += take
+			}
+		}
+		perKind = append(perKind, kindPieces{kind, list, ps})
+	}
+	return perKind
+}
+
+// Apply is ApplyLate with nothing billed before for the periods of st's
+// late usage.
 func (c *Contract) Apply(st *Statement, hours []DedicatedHour) error {
+	return c.ApplyLate(st, hours, nil)
+}
+
+// ApplyLate prices st under c (see Contract): it adds the discount,
+// dedicated and commitment charges, sets the priced usage, adjustment and
+// repricing lines' ContractedCharge and Discount, and settles st (Settle).
+// hours are the dedicated deployments' GPU time per UTC hour; those of
+// hours that do not start in the period, or of deployments without an
+// entry in force, are left out. billed says what was billed for the
+// periods of st's late usage (a period it does not name: nothing). A nil c
+// leaves st as it is. st's usage lines must not span an entry's
+// effective_from (ComputeContractStatement cuts them there).
+func (c *Contract) ApplyLate(st *Statement, hours []DedicatedHour, billed []LateBasis) error {
 	if c == nil {
 		return nil
 	}
@@ -472,133 +647,75 @@ func (c *Contract) Apply(st *Statement, hours []DedicatedHour) error {
 			}
 		}
 	}
-	// The usage lines in the order of the period's tokens.
+	// The usage lines in the order of the period's tokens, then the
+	// adjustment lines by period, each period's in the same order.
 	order := make([]int, 0, len(st.Lines))
 	for i, l := range st.Lines {
 		if l.Kind == LineUsage && l.Priced {
 			order = append(order, i)
 		}
 	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		la, lb := st.Lines[a], st.Lines[b]
-		return cmp.Or(la.ChargeStart.Compare(lb.ChargeStart), strings.Compare(la.Deployment, lb.Deployment), cmp.Compare(a, b))
-	})
+	contractOrder(st.Lines, order)
+	var late []int
 	for i, l := range st.Lines {
 		if l.Kind == LineAdjustment && l.Priced {
-			order = append(order, i)
+			late = append(late, i)
 		}
 	}
-	allowanceLeft := map[[2]string]uint64{}
-	for _, a := range c.Allowances {
-		allowanceLeft[[2]string{a.Model, a.TokenKind}] = a.Tokens
+	contractOrder(st.Lines, late)
+	slices.SortStableFunc(late, func(a, b int) int { return strings.Compare(st.Lines[a].OriginalPeriod, st.Lines[b].OriginalPeriod) })
+	order = append(order, late...)
+	// Each period's allowances and tiers: st's own, and those of the
+	// periods of its late usage after what was billed for them.
+	periods := map[string]*periodTokens{"": c.newPeriodTokens()}
+	trueUp := map[string]Money{}
+	for _, b := range billed {
+		s := c.newPeriodTokens()
+		var idx []int
+		for i, l := range b.Usage {
+			if l.Kind == LineUsage && l.Priced {
+				idx = append(idx, i)
+			}
+		}
+		contractOrder(b.Usage, idx)
+		for _, i := range idx {
+			c.linePieces(b.Usage[i], s)
+		}
+		for _, adj := range b.Adjustments {
+			idx = idx[:0]
+			for i, l := range adj {
+				if l.Kind == LineAdjustment && l.Priced && l.OriginalPeriod == b.Period {
+					idx = append(idx, i)
+				}
+			}
+			contractOrder(adj, idx)
+			for _, i := range idx {
+				c.linePieces(adj[i], s)
+			}
+		}
+		periods[b.Period] = s
+		trueUp[b.Period] = b.TrueUp
 	}
-	tierPos := map[string]uint64{}
 	var charges []Charge
 	var errs []error
 	contracted := map[int]Money{} // line index → contracted charge
 	for _, i := range order {
 		l := &st.Lines[i]
-		usage := l.Kind == LineUsage
-		entry, hasEntry := c.rateCardEntry(l.Model, l.Deployment, l.ChargeStart)
-		ded, isDedicated := c.dedicated(l.Deployment, l.ChargeStart)
-		var sched *TierSchedule
-		if usage {
-			for j := range c.Tiers {
-				if c.Tiers[j].Model == l.Model {
-					sched = &c.Tiers[j]
-				}
-			}
-		}
-		// price is rule 3 for tier t (nil: none).
-		price := func(kind string, list Money, t *Tier, tierNo int) (Money, string) {
-			base := list
-			var rules []string
-			var pcts []Weight
-			if t != nil {
-				rules = append(rules, fmt.Sprintf("tier:%s#%d", l.Model, tierNo+1))
-			}
-			if hasEntry {
-				rules = append(rules, entry.ID())
-				if p := kindPrice(kind, entry.InputPer1M, entry.CachedInputPer1M, entry.OutputPer1M); p != nil {
-					base = *p
-				}
-			}
-			if t != nil {
-				if p := kindPrice(kind, t.InputPer1M, t.CachedInputPer1M, t.OutputPer1M); p != nil {
-					base = *p
-				}
-				pcts = append(pcts, t.DiscountPercent)
-			}
-			if hasEntry {
-				pcts = append(pcts, entry.DiscountPercent)
-			}
-			if c.DiscountPercent != 0 {
-				pcts = append(pcts, c.DiscountPercent)
-				rules = append(rules, "contract_discount")
-			}
-			return contractPrice(base, pcts...), strings.Join(rules, "+")
+		pt := periods[l.OriginalPeriod]
+		if pt == nil {
+			pt = c.newPeriodTokens()
+			periods[l.OriginalPeriod] = pt
 		}
 		exact := new(big.Int) // the line's contracted cost × 1M, in nano-units
-		type kindPieces struct {
-			kind   string
-			list   Money
-			pieces []piece
-		}
-		var perKind []kindPieces
-		for _, kind := range tokenKinds {
-			n, list := lineTokens(*l, kind)
-			var ps []piece
-			switch {
-			case n == 0:
-			case isDedicated:
-				ps = append(ps, piece{n, 0, ded.ID()})
-			default:
-				rest := n
-				if usage {
-					for _, k := range [2][2]string{{l.Model, kind}, {l.Model, ""}} {
-						if left := allowanceLeft[k]; left > 0 && rest > 0 {
-							take := min(left, rest)
-							allowanceLeft[k] -= take
-							rest -= take
-							rule := "allowance:" + l.Model
-							if k[1] != "" {
-								rule += "/" + k[1]
-							}
-							ps = append(ps, piece{take, 0, rule})
-							tierPos[l.Model] += take
-						}
-					}
-				}
-				for rest > 0 {
-					var t *Tier
-					tierNo, take := -1, rest
-					if sched != nil {
-						pos := tierPos[l.Model]
-						for j, tr := range sched.Tiers {
-							if tr.UpTo == 0 || pos < tr.UpTo {
-								t, tierNo = &sched.Tiers[j], j
-								if tr.UpTo != 0 {
-									take = min(rest, tr.UpTo-pos)
-								}
-								break
-							}
-						}
-					}
-					p, rule := price(kind, list, t, tierNo)
-					ps = append(ps, piece{take, p, rule})
-					rest -= take
-					if usage {
-						tierPos[l.Model] += take
-					}
-				}
-			}
-			for _, p := range ps {
+		perKind := c.linePieces(*l, pt)
+		for k, kp := range perKind {
+			for _, p := range kp.pieces {
 				exact.Add(exact, new(big.Int).Mul(new(big.Int).SetUint64(p.tokens), big.NewInt(int64(p.price))))
 			}
 			// Tokens at list price need no charge; pieces of one rule merge.
 			var kept []piece
-			for _, p := range ps {
-				if p.price == list {
+			for _, p := range kp.pieces {
+				if p.price == kp.list {
 					continue
 				}
 				if j := slices.IndexFunc(kept, func(q piece) bool { return q.rule == p.rule && q.price == p.price }); j >= 0 {
@@ -607,7 +724,7 @@ func (c *Contract) Apply(st *Statement, hours []DedicatedHour) error {
 				}
 				kept = append(kept, p)
 			}
-			perKind = append(perKind, kindPieces{kind, list, kept})
+			perKind[k].pieces = kept
 		}
 		cc, err := moneyFromRat(new(big.Rat).SetFrac(exact, big.NewInt(1_000_000)))
 		if err != nil {
@@ -645,6 +762,42 @@ func (c *Contract) Apply(st *Statement, hours []DedicatedHour) error {
 			errs = append(errs, fmt.Errorf("%w: %s's %s line: contracted and list charges differ without a discount", ErrInvalidStatement, st.Tenant, l.Model))
 		}
 		charges = append(charges, lineCharges...)
+	}
+	// Repricings: the difference the contract's discounts make (computed
+	// by the caller: StatementUsage.RepricingDiscount), a charge per kind.
+	for i := range st.Lines {
+		l := &st.Lines[i]
+		d := l.repricingDiscount
+		l.repricingDiscount = nil
+		if l.Kind != LineRepricing || d == nil {
+			continue
+		}
+		cc := l.Charge
+		for _, ka := range [3]struct {
+			kind   string
+			amount Money
+			tokens uint64
+		}{{TokenInput, d.Input, 0}, {TokenCachedInput, d.CachedInput, 0}, {TokenOutput, d.Output, 0}} {
+			if ka.amount == 0 {
+				continue
+			}
+			var ok bool
+			if cc, ok = addMoney(cc, ka.amount); !ok {
+				errs = append(errs, fmt.Errorf("%w: the contracted repricing of %s's %s line is out of range", ErrInvalidStatement, st.Tenant, l.Model))
+			}
+			ch := Charge{
+				Kind: ChargeDiscount, Line: i, Model: l.Model, Deployment: l.Deployment, TokenKind: ka.kind,
+				Description: fmt.Sprintf("repricing of %s under the contract: %s %s tokens' contracted difference, not the list difference", l.OriginalPeriod, l.Model, strings.ReplaceAll(ka.kind, "_", " ")),
+				Rule:        "contract_repricing", OriginalPeriod: l.OriginalPeriod,
+				ChargeStart: l.ChargeStart, ChargeEnd: l.ChargeEnd, Amount: ka.amount,
+			}
+			if r := l.Repriced; r != nil {
+				n, _ := lineTokens(StatementLine{InputTokens: r.InputTokens, CachedInputTokens: r.CachedInputTokens, OutputTokens: r.OutputTokens}, ka.kind)
+				ch.Quantity, ch.Unit = fmt.Sprint(n), "tokens"
+			}
+			charges = append(charges, ch)
+		}
+		contracted[i] = cc
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -728,6 +881,36 @@ func (c *Contract) Apply(st *Statement, hours []DedicatedHour) error {
 			Description: fmt.Sprintf("committed spend of %s a month, %s spent: true-up of the shortfall", c.Commitment.MonthlySpend, spend),
 			Quantity:    "1", Unit: "commitment", UnitPrice: (c.Commitment.MonthlySpend - spend).String(), Rule: "commitment",
 			ChargeStart: st.PeriodStart, ChargeEnd: st.PeriodEnd, Amount: c.Commitment.MonthlySpend - spend,
+		})
+	}
+	// Late usage of a period that closed with a true-up counts toward that
+	// period's commitment: its contracted charges absorb what is left of
+	// the true-up (a negative commitment charge for the period).
+	for _, q := range slices.Sorted(maps.Keys(trueUp)) {
+		left := trueUp[q]
+		if left <= 0 {
+			continue
+		}
+		var lateSpend Money
+		var start, end time.Time
+		for _, i := range late {
+			if l := st.Lines[i]; l.OriginalPeriod == q {
+				lateSpend += contracted[i]
+				if start.IsZero() || l.ChargeStart.Before(start) {
+					start = l.ChargeStart
+				}
+				end = maxTime(end, l.ChargeEnd)
+			}
+		}
+		if lateSpend <= 0 {
+			continue
+		}
+		a := min(lateSpend, left)
+		charges = append(charges, Charge{
+			Kind: ChargeCommitment, Line: -1, OriginalPeriod: q,
+			Description: fmt.Sprintf("late usage of %s (%s) counts toward its committed spend: %s of the %s left of its true-up", q, lateSpend, a, left),
+			Quantity:    "1", Unit: "commitment", UnitPrice: (-a).String(), Rule: "commitment",
+			ChargeStart: start, ChargeEnd: end, Amount: -a,
 		})
 	}
 	st.Charges = append(st.Charges, charges...)

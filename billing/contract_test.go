@@ -317,17 +317,58 @@ func bruteForceMonth(t *testing.T, rng *rand.Rand) {
 			Requests: 1 + uint64(rng.IntN(5)), InputTokens: in, CachedInputTokens: uint64(rng.IntN(int(in) + 1)), OutputTokens: uint64(rng.IntN(6_000))}
 		usage = append(usage, u)
 	}
-	for range rng.IntN(4) { // late usage of October: adjustment lines
+	octUsage := func(late bool) StatementUsage {
 		h := -1 - rng.IntN(700)
 		in := uint64(rng.IntN(6_000))
-		usage = append(usage, StatementUsage{Start: hour(h), End: hour(h + 1), Model: models[rng.IntN(len(models))], Deployment: deps[rng.IntN(3)],
-			OriginalPeriod: "2026-10", Requests: 1, InputTokens: in, CachedInputTokens: uint64(rng.IntN(int(in) + 1)), OutputTokens: uint64(rng.IntN(6_000))})
+		u := StatementUsage{Start: hour(h), End: hour(h + 1), Model: models[rng.IntN(len(models))], Deployment: deps[rng.IntN(3)],
+			Requests: 1, InputTokens: in, CachedInputTokens: uint64(rng.IntN(int(in) + 1)), OutputTokens: uint64(rng.IntN(6_000))}
+		if late {
+			u.OriginalPeriod = "2026-10"
+		}
+		return u
 	}
-	st, err := ComputeContractStatement("t", p, book, usage, rng.IntN(2) == 0, c, hours)
+	for range rng.IntN(6) { // late usage of October: adjustment lines
+		usage = append(usage, octUsage(true))
+	}
+	// What October billed before: its statement's usage lines, the
+	// adjustment lines of a statement in between, what is left of its
+	// true-up (the test's input: the lines are at list, as computed).
+	var basis []LateBasis
+	if rng.IntN(4) != 0 {
+		oct, err := ParsePeriod("2026-10", time.UTC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var own, between []StatementUsage
+		for range rng.IntN(8) {
+			own = append(own, octUsage(false))
+		}
+		for range rng.IntN(3) {
+			between = append(between, octUsage(true))
+		}
+		b := LateBasis{Period: "2026-10"}
+		ost, err := ComputeStatementCut("t", oct, book, own, true, c.Cuts(oct.Start, oct.End))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Usage = ost.Lines
+		if len(between) > 0 {
+			bst, err := ComputeStatement("t", p, book, between, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Adjustments = [][]StatementLine{bst.Lines}
+		}
+		if rng.IntN(2) == 0 {
+			b.TrueUp = Money(rng.Int64N(60_000_000))
+		}
+		basis = append(basis, b)
+	}
+	st, err := ComputeContractStatementLate("t", p, book, usage, rng.IntN(2) == 0, c, hours, basis)
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkBruteForce(t, st, c, usage, hours)
+	checkBruteForce(t, st, c, usage, hours, basis)
 }
 
 // roundHalfEvenRat rounds r half to even to an integer (written apart from
@@ -346,7 +387,7 @@ func roundHalfEvenRat(r *big.Rat) int64 {
 	return fl.Int64()
 }
 
-func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementUsage, hours []DedicatedHour) {
+func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementUsage, hours []DedicatedHour, basis []LateBasis) {
 	t.Helper()
 	// The lines hold the usage: tokens per model add up.
 	type sums struct{ in, cached, out uint64 }
@@ -359,9 +400,8 @@ func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementU
 		s := byModel[l.Model]
 		byModel[l.Model] = sums{s.in - l.InputTokens, s.cached - l.CachedInputTokens, s.out - l.OutputTokens}
 		for _, cut := range c.Cuts(l.ChargeStart, l.ChargeEnd) {
-			if l.Kind == LineUsage { // late usage takes the entries in force at its line's start
-				t.Fatalf("line %+v spans %s", l, cut)
-			}
+			// Late usage is cut at the entries too (its hours lie under one).
+			t.Fatalf("line %+v spans %s", l, cut)
 		}
 		if l.Deployment == "" && c.NamesDeployments() {
 			t.Fatalf("line %+v has no deployment under a contract naming deployments", l)
@@ -381,11 +421,10 @@ func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementU
 		la, lb := st.Lines[a], st.Lines[b]
 		return cmp.Or(la.ChargeStart.Compare(lb.ChargeStart), strings.Compare(la.Deployment, lb.Deployment), a-b)
 	})
-	allowance := map[[2]string]uint64{}
-	for _, a := range c.Allowances {
-		allowance[[2]string{a.Model, a.TokenKind}] = a.Tokens
-	}
-	pos := map[string]uint64{}
+	// Each period's allowances and tier positions: November's, and
+	// October's, which its late usage continues.
+	allowances := map[string]map[[2]string]uint64{}
+	positions := map[string]map[string]uint64{}
 	type bucket struct {
 		line  int
 		kind  string
@@ -394,11 +433,18 @@ func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementU
 	want := map[bucket]uint64{} // tokens not at list price
 	exactLine := map[int]*big.Rat{}
 	spend := new(big.Rat)
-	for _, i := range order {
-		l := st.Lines[i]
-		if !l.Priced {
-			continue
+	// priceLine prices l token by token; it returns the exact contracted
+	// cost and the tokens off list by (kind, price).
+	priceLine := func(l StatementLine) (*big.Rat, map[[2]string]uint64) {
+		if allowances[l.OriginalPeriod] == nil {
+			allowances[l.OriginalPeriod] = map[[2]string]uint64{}
+			for _, a := range c.Allowances {
+				allowances[l.OriginalPeriod][[2]string{a.Model, a.TokenKind}] = a.Tokens
+			}
+			positions[l.OriginalPeriod] = map[string]uint64{}
 		}
+		allowance, pos := allowances[l.OriginalPeriod], positions[l.OriginalPeriod]
+		off := map[[2]string]uint64{}
 		// The rate-card entry and dedicated entry, by a plain scan.
 		var entry *RateCardEntry
 		for j := range c.RateCard {
@@ -441,29 +487,26 @@ func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementU
 			}
 			counts := map[int64]uint64{}
 			memo := map[*Tier]int64{}
-			usageLine := l.Kind == LineUsage
 			for range n {
 				var priceOf int64
 				switch {
 				case dedicated:
 					priceOf = 0
-				case usageLine && allowance[[2]string{l.Model, kind}] > 0:
+				case allowance[[2]string{l.Model, kind}] > 0:
 					allowance[[2]string{l.Model, kind}]--
 					pos[l.Model]++
-				case usageLine && allowance[[2]string{l.Model, ""}] > 0:
+				case allowance[[2]string{l.Model, ""}] > 0:
 					allowance[[2]string{l.Model, ""}]--
 					pos[l.Model]++
 				default:
 					var tier *Tier
 					for j := range sched {
-						if usageLine && (sched[j].UpTo == 0 || pos[l.Model] < sched[j].UpTo) {
+						if sched[j].UpTo == 0 || pos[l.Model] < sched[j].UpTo {
 							tier = &sched[j]
 							break
 						}
 					}
-					if usageLine {
-						pos[l.Model]++
-					}
+					pos[l.Model]++
 					if p, ok := memo[tier]; ok {
 						priceOf = p
 						break
@@ -493,9 +536,46 @@ func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementU
 			for priceOf, k := range counts {
 				exact.Add(exact, new(big.Rat).Mul(new(big.Rat).SetInt64(priceOf), big.NewRat(int64(k), 1_000_000)))
 				if priceOf != int64(list) {
-					want[bucket{i, kind, priceOf}] += k
+					off[[2]string{kind, fmt.Sprint(priceOf)}] += k
 				}
 			}
+		}
+		return exact, off
+	}
+	// October's lines billed before, in the order they were billed.
+	for _, b := range basis {
+		billedOrder := func(ls []StatementLine) {
+			idx := make([]int, len(ls))
+			for i := range idx {
+				idx[i] = i
+			}
+			slices.SortStableFunc(idx, func(a, b int) int {
+				return cmp.Or(ls[a].ChargeStart.Compare(ls[b].ChargeStart), strings.Compare(ls[a].Deployment, ls[b].Deployment), a-b)
+			})
+			for _, i := range idx {
+				l := ls[i]
+				if !l.Priced {
+					continue
+				}
+				l.OriginalPeriod = b.Period // counted in October's allowances and tiers
+				priceLine(l)
+			}
+		}
+		billedOrder(b.Usage)
+		for _, adj := range b.Adjustments {
+			billedOrder(adj)
+		}
+	}
+	for _, i := range order {
+		l := st.Lines[i]
+		if !l.Priced {
+			continue
+		}
+		exact, off := priceLine(l)
+		for k, n := range off {
+			var pr int64
+			fmt.Sscan(k[1], &pr)
+			want[bucket{i, k[0], pr}] += n
 		}
 		exactLine[i] = exact
 		if l.Kind == LineUsage {
@@ -603,14 +683,37 @@ func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementU
 			commitment = Money(short.Num().Int64())
 		}
 	}
-	var gotCommitment Money
+	var gotCommitment, gotAbsorbed Money
 	for _, ch := range st.Charges {
-		if ch.Kind == ChargeCommitment {
+		switch {
+		case ch.Kind == ChargeCommitment && ch.OriginalPeriod == "":
 			gotCommitment += ch.Amount
+		case ch.Kind == ChargeCommitment:
+			if ch.OriginalPeriod != "2026-10" {
+				t.Errorf("a true-up absorbed for %q", ch.OriginalPeriod)
+			}
+			gotAbsorbed += ch.Amount
 		}
 	}
 	if gotCommitment != commitment {
 		t.Errorf("commitment %s, want %s", gotCommitment, commitment)
+	}
+	// Late usage of October absorbs what is left of October's true-up:
+	// October is billed max(commitment, usage) in all.
+	var absorbed Money
+	for _, b := range basis {
+		lateSpend := new(big.Rat)
+		for i, l := range st.Lines {
+			if l.Kind == LineAdjustment && l.Priced && l.OriginalPeriod == b.Period {
+				lateSpend.Add(lateSpend, new(big.Rat).SetInt64(roundHalfEvenRat(exactLine[i])))
+			}
+		}
+		if b.TrueUp > 0 && lateSpend.Sign() > 0 {
+			absorbed = -min(Money(lateSpend.Num().Int64()), b.TrueUp)
+		}
+	}
+	if gotAbsorbed != absorbed {
+		t.Errorf("October's true-up absorbed %s, want %s", gotAbsorbed, absorbed)
 	}
 	// The statement: Σ list + Σ (contracted − list) + dedicated + commitment.
 	total := new(big.Rat)
@@ -620,7 +723,7 @@ func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementU
 		}
 	}
 	total.Add(total, spend.Sub(spend, usageContracted(st, exactLine)))
-	total.Add(total, new(big.Rat).SetInt64(int64(commitment)))
+	total.Add(total, new(big.Rat).SetInt64(int64(commitment+absorbed)))
 	if !total.IsInt() || Money(total.Num().Int64()) != st.Charge {
 		t.Fatalf("statement charge %s, want %s", st.Charge, total.FloatString(9))
 	}

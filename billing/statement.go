@@ -48,6 +48,17 @@ type StatementUsage struct {
 	// Repriced, with Repricing, breaks it down by token kind (nil: not
 	// broken down).
 	Repriced *Repriced
+	// RepricingDiscount, with Repricing, is what the tenant's contract
+	// changes in it, by token kind: the contract's discounts of the
+	// period's usage under the statement's book less those under the book
+	// that billed it (Contract.Apply makes them the repricing line's
+	// discount charges). Nil: no contract, the line is at list.
+	RepricingDiscount *KindAmounts
+}
+
+// KindAmounts are amounts by token kind, in nano-units.
+type KindAmounts struct {
+	Input, CachedInput, Output Money
 }
 
 // LineKind says what a statement line bills.
@@ -101,6 +112,9 @@ type StatementLine struct {
 	// Repriced breaks a repricing line down by token kind (absent on
 	// other lines, and on repricings closed before it existed).
 	Repriced *Repriced `json:"repriced,omitempty"`
+	// repricingDiscount is the sum of the line's usages'
+	// RepricingDiscount, for Contract.Apply (not stored).
+	repricingDiscount *KindAmounts
 }
 
 // Repriced is a repricing line by token kind: the repriced period's tokens
@@ -168,7 +182,9 @@ type ChargeKind string
 const (
 	// ChargeDiscount lowers a usage line from list to contracted price
 	// (rate card override, percentage discount, free allowance, volume
-	// tier): Amount ≤ 0, Line names the usage line.
+	// tier): Amount ≤ 0, Line names the usage line (or adjustment line).
+	// On a repricing line (rule contract_repricing) it is what the
+	// contract changes in the list-price difference, of either sign.
 	ChargeDiscount ChargeKind = "discount"
 	// ChargeCommitment is the true-up of a committed spend not reached.
 	ChargeCommitment ChargeKind = "commitment"
@@ -202,6 +218,10 @@ type Charge struct {
 	Unit      string `json:"unit,omitempty"`
 	UnitPrice string `json:"unit_price,omitempty"`
 	Rule      string `json:"rule,omitempty"`
+	// OriginalPeriod is the earlier period a charge is about: on a
+	// commitment charge, the period whose true-up late usage of it
+	// absorbed (Contract.Apply). Absent otherwise.
+	OriginalPeriod string `json:"original_period,omitempty"`
 	// ChargeStart and ChargeEnd span what the charge is for.
 	ChargeStart time.Time `json:"charge_start"`
 	ChargeEnd   time.Time `json:"charge_end"`
@@ -388,32 +408,49 @@ func (b *PriceBook) TokenPriceChanges(model string, from, to time.Time) []time.T
 // must lie before p. Each usage slice must lie under one token price.
 // Errors wrap ErrInvalidStatement.
 func ComputeStatement(tenant string, p Period, book *PriceBook, usage []StatementUsage, byDeployment bool) (Statement, error) {
-	return computeStatement(tenant, p, book, usage, byDeployment, nil)
+	return computeStatement(tenant, p, book, usage, byDeployment, nil, nil)
+}
+
+// ComputeStatementCut is ComputeStatement with the lines of p's own usage
+// also cut at cuts (a contract's entries: Contract.Cuts), as a contract
+// statement's are; its usage slices must not span one.
+func ComputeStatementCut(tenant string, p Period, book *PriceBook, usage []StatementUsage, byDeployment bool, cuts []time.Time) (Statement, error) {
+	return computeStatement(tenant, p, book, usage, byDeployment, cuts, nil)
 }
 
 // ComputeContractStatement is ComputeStatement under contract c (nil: list
 // prices, the same statement): usage lines are also cut where a contract
-// entry takes effect in p (Contract.Cuts; usage must be cut there too; late
-// usage is priced by the entries in force at its lines' start), per deployment
-// when c names deployments, and priced by c.Apply with the dedicated
-// deployments' GPU hours.
+// entry takes effect in p (Contract.Cuts; usage must be cut there too),
+// adjustment lines where one took effect before p (each part of late usage
+// is priced by the entry in force at its line's start; a late usage slice
+// that spans one is not split), per deployment when c names deployments,
+// and priced by c.Apply with the dedicated deployments' GPU hours. Late
+// usage is priced as if its periods had nothing billed before
+// (ComputeContractStatementLate says what was).
 func ComputeContractStatement(tenant string, p Period, book *PriceBook, usage []StatementUsage, byDeployment bool, c *Contract, hours []DedicatedHour) (Statement, error) {
+	return ComputeContractStatementLate(tenant, p, book, usage, byDeployment, c, hours, nil)
+}
+
+// ComputeContractStatementLate is ComputeContractStatement with what was
+// billed for the periods of the late usage (Contract.ApplyLate).
+func ComputeContractStatementLate(tenant string, p Period, book *PriceBook, usage []StatementUsage, byDeployment bool, c *Contract, hours []DedicatedHour, billed []LateBasis) (Statement, error) {
 	if c == nil {
 		return ComputeStatement(tenant, p, book, usage, byDeployment)
 	}
-	st, err := computeStatement(tenant, p, book, usage, byDeployment || c.NamesDeployments(), c.Cuts(p.Start, p.End))
+	st, err := computeStatement(tenant, p, book, usage, byDeployment || c.NamesDeployments(), c.Cuts(p.Start, p.End), c.Cuts(time.Time{}, p.Start))
 	if err != nil {
 		return Statement{}, err
 	}
-	if err := c.Apply(&st, hours); err != nil {
+	if err := c.ApplyLate(&st, hours, billed); err != nil {
 		return Statement{}, err
 	}
 	return st, nil
 }
 
 // computeStatement is ComputeStatement with the lines of p's own usage
-// also cut at cuts (its usage slices must not span one).
-func computeStatement(tenant string, p Period, book *PriceBook, usage []StatementUsage, byDeployment bool, cuts []time.Time) (Statement, error) {
+// also cut at cuts (its usage slices must not span one) and adjustment
+// lines at lateCuts (a slice spanning one goes to the part of its start).
+func computeStatement(tenant string, p Period, book *PriceBook, usage []StatementUsage, byDeployment bool, cuts, lateCuts []time.Time) (Statement, error) {
 	type lineKey struct {
 		kind                              LineKind
 		original, model, dep, price, book string
@@ -474,6 +511,14 @@ func computeStatement(tenant string, p Period, book *PriceBook, usage []Statemen
 				l.Repriced.CachedInputCharge += r.CachedInputCharge
 				l.Repriced.OutputCharge += r.OutputCharge
 			}
+			if d := u.RepricingDiscount; d != nil {
+				if l.repricingDiscount == nil {
+					l.repricingDiscount = &KindAmounts{}
+				}
+				l.repricingDiscount.Input += d.Input
+				l.repricingDiscount.CachedInput += d.CachedInput
+				l.repricingDiscount.Output += d.Output
+			}
 			l.ChargeStart, l.ChargeEnd = minTime(l.ChargeStart, u.Start), maxTime(l.ChargeEnd, u.End)
 			sum, ok := addMoney(l.Charge, *u.Repricing)
 			if !ok {
@@ -503,6 +548,13 @@ func computeStatement(tenant string, p Period, book *PriceBook, usage []Statemen
 			continue
 		}
 		seg := 0
+		if kind != LineUsage {
+			for _, c := range lateCuts {
+				if !c.After(u.Start) {
+					seg++
+				}
+			}
+		}
 		for _, c := range cuts {
 			if kind != LineUsage {
 				break
