@@ -243,10 +243,19 @@ type StatementFinance struct {
 	BusyCost      Money `json:"busy_cost"`
 	IdleCost      Money `json:"idle_cost"`
 	// UsageCharge is the charge of the usage lines (adjustments left out:
-	// their cost belongs to the periods they were used in); Margin is
-	// UsageCharge − AllocatedCost.
-	UsageCharge Money `json:"usage_charge"`
-	Margin      Money `json:"margin"`
+	// their cost belongs to the periods they were used in), each at its
+	// contracted charge when the tenant has a contract (ContractedCharge),
+	// else at list. DedicatedCharge and CommitmentCharge are the contract's
+	// revenue that is on no line: its dedicated GPU-hours and commitment
+	// true-up (their charges' amounts; absent when none; a charge about an
+	// earlier period, OriginalPeriod, left out like adjustments). Margin is
+	// UsageCharge + DedicatedCharge + CommitmentCharge − AllocatedCost:
+	// what the tenant pays for the period's usage less its GPU cost.
+	// Credits drawn are not in it (a way of paying, not a price).
+	UsageCharge      Money `json:"usage_charge"`
+	DedicatedCharge  Money `json:"dedicated_charge,omitempty"`
+	CommitmentCharge Money `json:"commitment_charge,omitempty"`
+	Margin           Money `json:"margin"`
 	// CostPer1K is AllocatedCost per 1,000 tokens (input and output) of
 	// the usage lines; absent without tokens.
 	CostPer1K *Money `json:"cost_per_1k_tokens,omitempty"`
@@ -258,7 +267,11 @@ type StatementFinance struct {
 	Unassigned Money `json:"unassigned,omitempty"`
 }
 
-// LineCost is the GPU cost allocated to one usage line and its margin.
+// LineCost is the GPU cost allocated to one usage line and its margin:
+// the line's contracted charge (its list charge without a contract) less
+// its allocated cost. A dedicated deployment's lines have a contracted
+// charge of 0, so their margin is their cost's negative; the deployment's
+// GPU-hours charge is the statement's DedicatedCharge.
 type LineCost struct {
 	Line          int   `json:"line"`
 	AllocatedCost Money `json:"allocated_cost"`
@@ -300,8 +313,19 @@ func AttachFinance(st *Statement, busy, idle string, costs []HourCost) error {
 	}
 	for _, l := range st.Lines {
 		if l.Kind == LineUsage {
-			add(&f.UsageCharge, l.Charge)
+			add(&f.UsageCharge, l.contracted())
 			tokens += l.InputTokens + l.OutputTokens
+		}
+	}
+	for _, c := range st.Charges {
+		if c.OriginalPeriod != "" {
+			continue // an earlier period's, like adjustments
+		}
+		switch c.Kind {
+		case ChargeDedicated:
+			add(&f.DedicatedCharge, c.Amount)
+		case ChargeCommitment:
+			add(&f.CommitmentCharge, c.Amount)
 		}
 	}
 	for _, c := range costs {
@@ -334,7 +358,7 @@ func AttachFinance(st *Statement, busy, idle string, costs []HourCost) error {
 		if lc == nil {
 			lc = &LineCost{Line: i}
 		}
-		m, ok := addMoney(l.Charge, -lc.AllocatedCost)
+		m, ok := addMoney(l.contracted(), -lc.AllocatedCost)
 		if !ok {
 			errs = append(errs, fmt.Errorf("%w: margin of %s's %s line is out of range", ErrInvalidStatement, st.Tenant, l.Model))
 		}
@@ -342,6 +366,12 @@ func AttachFinance(st *Statement, busy, idle string, costs []HourCost) error {
 		f.Lines = append(f.Lines, *lc)
 	}
 	m, ok := addMoney(f.UsageCharge, -f.AllocatedCost)
+	if ok {
+		m, ok = addMoney(m, f.DedicatedCharge)
+	}
+	if ok {
+		m, ok = addMoney(m, f.CommitmentCharge)
+	}
 	if !ok {
 		errs = append(errs, fmt.Errorf("%w: %s's margin is out of range", ErrInvalidStatement, st.Tenant))
 	}
@@ -354,6 +384,15 @@ func AttachFinance(st *Statement, busy, idle string, costs []HourCost) error {
 	}
 	st.Finance = f
 	return nil
+}
+
+// contracted is what the line bills: its contracted charge under a
+// contract, else its list charge.
+func (l StatementLine) contracted() Money {
+	if l.ContractedCharge != nil {
+		return *l.ContractedCharge
+	}
+	return l.Charge
 }
 
 // lineOfHour is the index of the usage line c's cost goes to, or -1.

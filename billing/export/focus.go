@@ -366,14 +366,14 @@ func focusLines(src *focusSource, weights [3]uint64, out []focusLine) ([]focusLi
 		return out, nil
 	case sourceCommitment, sourceCredit:
 		c := costOfMoney(src.charge)
-		return append(out, focusLine{src: src, row: rowAmount, kind: -1, listCost: c, cost: c}), nil
+		return append(out, revenueMargin(focusLine{src: src, row: rowAmount, kind: -1, listCost: c, cost: c})), nil
 	case sourceDedicated:
 		c, err := costOfProduct(src.quantityMicro, src.unitPrice)
 		if err != nil {
 			return out, fmt.Errorf("%s's dedicated GPU-hours on %s: %w", src.tenant, src.deployment, err)
 		}
-		return append(out, focusLine{src: src, row: rowGPUHours, kind: -1, quantity: src.quantityMicro, rule: src.rule,
-			priced: true, listPrice: src.unitPrice, price: src.unitPrice, listCost: c, cost: c}), nil
+		return append(out, revenueMargin(focusLine{src: src, row: rowGPUHours, kind: -1, quantity: src.quantityMicro, rule: src.rule,
+			priced: true, listPrice: src.unitPrice, price: src.unitPrice, listCost: c, cost: c})), nil
 	}
 	var allocated [3]billing.Money
 	if src.hasCost {
@@ -425,6 +425,20 @@ func focusLines(src *focusSource, weights [3]uint64, out []focusLine) ([]focusLi
 		}
 	}
 	return out, nil
+}
+
+// revenueMargin gives a contract charge's row (dedicated GPU-hours, a
+// commitment's true-up) with finance's figures (hasCost) its margin: its
+// cost less its allocated cost (0: the GPU cost is on the usage rows), as
+// the statement's finance counts the charge as revenue
+// (billing.StatementFinance), so that a statement's x_Margin add up to its
+// margin.
+func revenueMargin(l focusLine) focusLine {
+	if l.src.hasCost {
+		l.allocated = l.src.allocated
+		l.margin = l.cost.sub(costOfMoney(l.allocated))
+	}
+	return l
 }
 
 // splitByWeights splits total over weights by largest remainder (the

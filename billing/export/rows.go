@@ -74,7 +74,11 @@ type StatementRow struct {
 }
 
 // LineFinance is what finance sees of a line beyond its charge: the GPU
-// cost allocated to it and the margin, charge − allocated cost.
+// cost allocated to it and the margin, contracted charge (list without a
+// contract) − allocated cost. A RowCharge row of a dedicated deployment's
+// GPU-hours or a commitment's true-up has one too: no allocated cost and
+// its amount as margin (billing.StatementFinance counts them as revenue).
+// Credits have none.
 type LineFinance struct {
 	AllocatedCost, Margin billing.Money
 }
@@ -83,7 +87,8 @@ type LineFinance struct {
 // with its discount charges; a RowCharge row per other charge (dedicated
 // GPU-hours, commitment true-up, credit); then its RowRounding row. With
 // st's finance part (finance's view), each usage line carries its
-// allocated cost and margin.
+// allocated cost and margin, and each dedicated or commitment charge its
+// margin (LineFinance).
 func StatementRows(st billing.Statement) []StatementRow {
 	rows := make([]StatementRow, 0, len(st.Lines)+1)
 	for _, l := range st.Lines {
@@ -111,9 +116,13 @@ func StatementRows(st billing.Statement) []StatementRow {
 			rows[c.Line].Discounts = append(rows[c.Line].Discounts, *c)
 			continue
 		}
-		rows = append(rows, StatementRow{Kind: RowCharge, Tenant: st.Tenant, Period: st.Period, Zone: st.Zone,
+		row := StatementRow{Kind: RowCharge, Tenant: st.Tenant, Period: st.Period, Zone: st.Zone,
 			PeriodStart: st.PeriodStart, PeriodEnd: st.PeriodEnd, Currency: st.Currency, PriceBook: st.PriceBook,
-			StatementHash: st.Hash, Total: st.Total, Charge: c})
+			StatementHash: st.Hash, Total: st.Total, Charge: c}
+		if st.Finance != nil && c.OriginalPeriod == "" && (c.Kind == billing.ChargeDedicated || c.Kind == billing.ChargeCommitment) {
+			row.Finance = &LineFinance{Margin: c.Amount}
+		}
+		rows = append(rows, row)
 	}
 	return append(rows, StatementRow{Kind: RowRounding, Tenant: st.Tenant, Period: st.Period, Zone: st.Zone,
 		PeriodStart: st.PeriodStart, PeriodEnd: st.PeriodEnd, Currency: st.Currency, PriceBook: st.PriceBook,

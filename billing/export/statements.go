@@ -220,7 +220,11 @@ func statementFocusLines(r *StatementRow) (focusSource, error) {
 		src.kind, src.total, src.chargeStart, src.chargeEnd = sourceRounding, r.Total, r.PeriodStart, r.PeriodEnd
 		return src, nil
 	case RowCharge:
-		return chargeFocusSource(src, r.Charge)
+		src, err := chargeFocusSource(src, r.Charge)
+		if err == nil && r.Finance != nil {
+			src.hasCost, src.allocated = true, r.Finance.AllocatedCost
+		}
+		return src, err
 	case RowTax:
 		if r.Tax == nil {
 			return focusSource{}, fmt.Errorf("tax row of %s without its tax", r.Tenant)
