@@ -319,6 +319,7 @@ func (c *Closer) compute(ctx context.Context, tenant string, p billing.Period, r
 func (c *Closer) statement(ctx context.Context, tenant string, p billing.Period, req Request, finance bool) (_ billing.Statement, closedBefore bool, _ error) {
 	var (
 		usage, late, rep []billing.StatementUsage
+		basis            []billing.LateBasis
 		costs            []billing.HourCost
 		costQ            query.CostQuery
 	)
@@ -339,7 +340,7 @@ func (c *Closer) statement(ctx context.Context, tenant string, p billing.Period,
 		})
 	}
 	g.Go(func() (err error) {
-		late, rep, closedBefore, err = c.earlier(gctx, tenant, p, req)
+		late, rep, basis, closedBefore, err = c.earlier(gctx, tenant, p, req)
 		return err
 	})
 	var credit creditReads
@@ -360,7 +361,7 @@ func (c *Closer) statement(ctx context.Context, tenant string, p billing.Period,
 	if err := g.Wait(); err != nil {
 		return billing.Statement{}, false, err
 	}
-	st, err := billing.ComputeContractStatement(tenant, p, req.Book, slices.Concat(usage, late, rep), req.ByDeployment, contract, hours)
+	st, err := billing.ComputeContractStatementLate(tenant, p, req.Book, slices.Concat(usage, late, rep), req.ByDeployment, contract, hours, basis)
 	if err == nil {
 		// Credits draw on what is left after the contract's charges.
 		err = c.applyCredits(ctx, &st, p, req, credit)
@@ -464,11 +465,20 @@ var ErrLaterClosed = errors.New("a later billing period is closed")
 // (events are deduplicated and never deleted), so a line billed more than
 // it now has is left as billed. A repricing of q prices that same read with
 // req.Book, so that late usage and repricing agree on what q holds.
-func (c *Closer) earlier(ctx context.Context, tenant string, p billing.Period, req Request) (late, rep []billing.StatementUsage, closedBefore bool, _ error) {
+//
+// Under a contract, q is also read and compared per part between its
+// contract entries (so that late usage is cut there, each part priced by
+// its entry), unless a line billed for q spans one (the entry was written
+// after q was billed: then whole lines, as before); and basis says, for
+// each q with late usage, what was billed for it (billing.LateBasis: its
+// usage lines, the later adjustments for it, what is left of its
+// commitment true-up), which the late usage's contract pricing continues.
+func (c *Closer) earlier(ctx context.Context, tenant string, p billing.Period, req Request) (late, rep []billing.StatementUsage, basis []billing.LateBasis, closedBefore bool, _ error) {
 	lookback := req.Lookback
 	if lookback <= 0 {
 		lookback = DefaultLookback
 	}
+	contract := req.contractOf(tenant)
 	reprice := map[string]bool{}
 	for _, r := range req.Reprice {
 		reprice[r] = true
@@ -476,17 +486,17 @@ func (c *Closer) earlier(ctx context.Context, tenant string, p billing.Period, r
 	// One read of the tenant's closed statements, not one per period.
 	all, err := req.tenantStatements(ctx, c.store, tenant)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, nil, false, err
 	}
 	byPeriod := make(map[string]billing.StoredStatement, len(all))
 	var lastClosedEnd time.Time // the end of the tenant's last closed period before p
 	for _, stored := range all {
 		var st billing.Statement
 		if err := json.Unmarshal(stored.Content, &st); err != nil {
-			return nil, nil, false, fmt.Errorf("statement of %s for %s: %w", tenant, stored.Period, err)
+			return nil, nil, nil, false, fmt.Errorf("statement of %s for %s: %w", tenant, stored.Period, err)
 		}
 		if !st.PeriodStart.Before(p.End) {
-			return nil, nil, false, fmt.Errorf("%w: %s of tenant %s is closed, so %s may not close: its usage is billed as late usage of the later closes",
+			return nil, nil, nil, false, fmt.Errorf("%w: %s of tenant %s is closed, so %s may not close: its usage is billed as late usage of the later closes",
 				ErrLaterClosed, stored.Period, tenant, p.Key)
 		}
 		byPeriod[stored.Period] = stored
@@ -513,10 +523,10 @@ func (c *Closer) earlier(ctx context.Context, tenant string, p billing.Period, r
 		)
 		if closed {
 			if err := json.Unmarshal(stored.Content, &own); err != nil {
-				return nil, nil, false, fmt.Errorf("statement of %s for %s: %w", tenant, q.Key, err)
+				return nil, nil, nil, false, fmt.Errorf("statement of %s for %s: %w", tenant, q.Key, err)
 			}
 			if !own.PeriodEnd.Equal(q.End) || !own.PeriodStart.Equal(q.Start) {
-				return nil, nil, false, fmt.Errorf("%w: %s's %s was closed in zone %s (%s to %s), its zone is now %s: periods would overlap or leave a gap; keep the zone, or change it only at a boundary the closed periods share",
+				return nil, nil, nil, false, fmt.Errorf("%w: %s's %s was closed in zone %s (%s to %s), its zone is now %s: periods would overlap or leave a gap; keep the zone, or change it only at a boundary the closed periods share",
 					ErrZoneChanged, tenant, q.Key, own.Zone, own.PeriodStart.Format(time.RFC3339), own.PeriodEnd.Format(time.RFC3339), p.Zone)
 			}
 			closedBefore = true
@@ -526,7 +536,7 @@ func (c *Closer) earlier(ctx context.Context, tenant string, p billing.Period, r
 				}
 			}
 			if book, err = c.bookOf(ctx, own.PriceBook, req.Book); err != nil {
-				return nil, nil, false, fmt.Errorf("statement of %s for %s: %w", tenant, q.Key, err)
+				return nil, nil, nil, false, fmt.Errorf("statement of %s for %s: %w", tenant, q.Key, err)
 			}
 			since = stored.ClosedAt
 		}
@@ -538,7 +548,7 @@ func (c *Closer) earlier(ctx context.Context, tenant string, p billing.Period, r
 					if !closed && since.IsZero() {
 						since = after[i].closedAt
 						if book, err = c.bookOf(ctx, cmp.Or(l.PriceBook, after[i].st.PriceBook), req.Book); err != nil {
-							return nil, nil, false, err
+							return nil, nil, nil, false, err
 						}
 					}
 					billed = append(billed, l)
@@ -551,7 +561,7 @@ func (c *Closer) earlier(ctx context.Context, tenant string, p billing.Period, r
 				if req.firstClosed != "" {
 					started = "billing started with " + req.firstClosed
 				}
-				return nil, nil, false, fmt.Errorf("%w: repricing %s in %s: %s was never closed (%s), so nothing was billed for it to reprice",
+				return nil, nil, nil, false, fmt.Errorf("%w: repricing %s in %s: %s was never closed (%s), so nothing was billed for it to reprice",
 					ErrNotClosed, q.Key, p.Key, q.Key, started)
 			}
 			continue // before billing started: not billed
@@ -569,13 +579,13 @@ func (c *Closer) earlier(ctx context.Context, tenant string, p billing.Period, r
 				// between its last close and p?
 				u, err := c.usage.StatementUsage(ctx, tenant, gapStart(p, lookback, lastClosedEnd), p.Start, nil)
 				if err != nil {
-					return nil, nil, false, err
+					return nil, nil, nil, false, err
 				}
 				gapChecked, gapUsage = true, len(u) > 0
 			}
 			read = gapUsage
 		} else if read, err = c.touchedSince(ctx, q, since); err != nil {
-			return nil, nil, false, err
+			return nil, nil, nil, false, err
 		}
 		if read || (reprice[q.Key] && len(billed) > 0) {
 			byDep := req.ByDeployment
@@ -586,23 +596,44 @@ func (c *Closer) earlier(ctx context.Context, tenant string, p billing.Period, r
 			if reprice[q.Key] {
 				cuts = append(cuts, priceCuts(req.Book, q)...)
 			}
+			// The contract's entries in q: late usage is cut there
+			// unless what was billed was not.
+			entryCuts := contract.Cuts(q.Start, q.End)
+			if slices.ContainsFunc(billed, func(l billing.StatementLine) bool {
+				return slices.ContainsFunc(entryCuts, func(t time.Time) bool { return t.After(l.ChargeStart) && t.Before(l.ChargeEnd) })
+			}) {
+				entryCuts = nil
+			}
+			cuts = append(cuts, contract.Cuts(q.Start, q.End)...)
 			now, err := c.usage.StatementUsage(ctx, tenant, q.Start, q.End, cuts)
 			if err != nil {
-				return nil, nil, false, err
+				return nil, nil, nil, false, err
 			}
-			current, err := billing.ComputeStatement(tenant, q, book, now, byDep)
+			current, err := billing.ComputeStatementCut(tenant, q, book, now, byDep, entryCuts)
 			if err != nil {
-				return nil, nil, false, err
+				return nil, nil, nil, false, err
 			}
-			lateQ := unbilled(q.Key, current, billed, byDep)
+			lateQ := unbilled(q.Key, current, billed, byDep, entryCuts)
 			for i := range lateQ {
 				lateQ[i].Book = book
 			}
 			late = append(late, lateQ...)
+			if len(lateQ) > 0 {
+				b := billing.LateBasis{Period: q.Key}
+				if closed {
+					b.Usage = own.Lines
+					b.TrueUp = trueUpOf(own, "")
+				}
+				for i := len(after) - 1; i >= 0; i-- {
+					b.Adjustments = append(b.Adjustments, after[i].st.Lines)
+					b.TrueUp += trueUpOf(after[i].st, q.Key)
+				}
+				basis = append(basis, b)
+			}
 			if reprice[q.Key] && len(billed) > 0 {
-				r, err := repricing(tenant, p, q, req, now, billed, lateQ, byDep)
+				r, err := repricing(tenant, p, q, req, book, now, billed, lateQ, byDep)
 				if err != nil {
-					return nil, nil, false, err
+					return nil, nil, nil, false, err
 				}
 				rep = append(rep, r...)
 			}
@@ -614,11 +645,11 @@ func (c *Closer) earlier(ctx context.Context, tenant string, p billing.Period, r
 	}
 	for r := range reprice {
 		if r < p.Key {
-			return nil, nil, false, fmt.Errorf("%w: repricing %s in %s: only the %d periods before it can be repriced", ErrInvalidRequest, r, p.Key, lookback)
+			return nil, nil, nil, false, fmt.Errorf("%w: repricing %s in %s: only the %d periods before it can be repriced", ErrInvalidRequest, r, p.Key, lookback)
 		}
-		return nil, nil, false, fmt.Errorf("%w: repricing %s in %s: only periods before it can be repriced", ErrInvalidRequest, r, p.Key)
+		return nil, nil, nil, false, fmt.Errorf("%w: repricing %s in %s: only periods before it can be repriced", ErrInvalidRequest, r, p.Key)
 	}
-	return late, rep, closedBefore, nil
+	return late, rep, basis, closedBefore, nil
 }
 
 // tenantStatements is tenant's closed statements: req.closed's read when
@@ -640,11 +671,27 @@ func gapStart(p billing.Period, lookback int, lastClosedEnd time.Time) time.Time
 	return maxTime(start.Start, lastClosedEnd)
 }
 
+// trueUpOf is st's commitment charges for period q (q empty: st's own
+// true-up; else what late usage of q absorbed of q's, negative).
+func trueUpOf(st billing.Statement, q string) billing.Money {
+	var m billing.Money
+	for _, ch := range st.Charges {
+		if ch.Kind == billing.ChargeCommitment && ch.OriginalPeriod == q {
+			m += ch.Amount
+		}
+	}
+	return m
+}
+
 // repricing is the repricing of q in p's statement: per model (and
 // deployment, when q was billed per deployment), the charge of q's usage
 // now under req.Book less everything billed for it (billed) and the late
 // usage of it this close adds (lateQ, priced as p's statement prices it).
-func repricing(tenant string, p, q billing.Period, req Request, now []billing.StatementUsage, billed []billing.StatementLine, lateQ []billing.StatementUsage, byDep bool) ([]billing.StatementUsage, error) {
+// Under a contract each also carries what the contract changes in it
+// (billing.StatementUsage.RepricingDiscount): the contract's discounts of
+// q's usage now under req.Book less those under book, the book that
+// billed q, per token kind.
+func repricing(tenant string, p, q billing.Period, req Request, book *billing.PriceBook, now []billing.StatementUsage, billed []billing.StatementLine, lateQ []billing.StatementUsage, byDep bool) ([]billing.StatementUsage, error) {
 	type key struct{ model, deployment string }
 	keyOf := func(model, dep string) key {
 		if !byDep {
@@ -696,10 +743,49 @@ func repricing(tenant string, p, q billing.Period, req Request, now []billing.St
 		}
 		return out
 	}
+	// The contract's discounts of q's usage under each book, per key.
+	var discounts map[key]*billing.KindAmounts
+	if contract := req.contractOf(tenant); contract != nil {
+		discounts = map[key]*billing.KindAmounts{}
+		for _, b := range []struct {
+			book *billing.PriceBook
+			sign billing.Money
+		}{{req.Book, 1}, {book, -1}} {
+			st, err := billing.ComputeContractStatement(tenant, q, b.book, now, byDep, contract, nil)
+			if err != nil {
+				return nil, fmt.Errorf("repricing of %s under the contract: %w", q.Key, err)
+			}
+			for _, ch := range st.Charges {
+				if ch.Kind != billing.ChargeDiscount || ch.Line < 0 {
+					continue
+				}
+				l := st.Lines[ch.Line]
+				k := keyOf(l.Model, l.Deployment)
+				if discounts[k] == nil {
+					discounts[k] = &billing.KindAmounts{}
+				}
+				switch a := b.sign * ch.Amount; ch.TokenKind {
+				case billing.TokenInput:
+					discounts[k].Input += a
+				case billing.TokenCachedInput:
+					discounts[k].CachedInput += a
+				default:
+					discounts[k].Output += a
+				}
+			}
+		}
+	}
 	for _, k := range keys {
 		if d := charges[k]; d != 0 {
-			out = append(out, billing.StatementUsage{Start: q.Start, End: q.End, Model: k.model, Deployment: k.deployment,
-				OriginalPeriod: q.Key, Repricing: &d, Repriced: repricedKinds(d, linesOf(underNew.Lines, k), linesOf(lines, k))})
+			u := billing.StatementUsage{Start: q.Start, End: q.End, Model: k.model, Deployment: k.deployment,
+				OriginalPeriod: q.Key, Repricing: &d, Repriced: repricedKinds(d, linesOf(underNew.Lines, k), linesOf(lines, k))}
+			if discounts != nil {
+				u.RepricingDiscount = &billing.KindAmounts{}
+				if dk := discounts[k]; dk != nil {
+					u.RepricingDiscount = dk
+				}
+			}
+			out = append(out, u)
 		}
 	}
 	return out, nil
@@ -742,17 +828,27 @@ func (c *Closer) touchedSince(ctx context.Context, q billing.Period, closedAt ti
 
 // unbilled is what current's usage lines hold beyond billed (everything
 // billed for q: its usage lines and the adjustment lines for it), as late
-// usage of q. Lines are matched by model, price and, with byDep, deployment.
-func unbilled(q string, current billing.Statement, billed []billing.StatementLine, byDep bool) []billing.StatementUsage {
+// usage of q. Lines are matched by model, price, the part between cuts
+// (a contract's entries) their start lies in and, with byDep, deployment.
+func unbilled(q string, current billing.Statement, billed []billing.StatementLine, byDep bool, cuts []time.Time) []billing.StatementUsage {
 	type sums struct{ requests, input, cached, output uint64 }
-	keyOf := func(l billing.StatementLine) lineKey {
-		k := lineKey{l.Model, l.Deployment, l.PriceID}
+	type partKey struct {
+		lineKey
+		part int
+	}
+	keyOf := func(l billing.StatementLine) partKey {
+		k := partKey{lineKey: lineKey{l.Model, l.Deployment, l.PriceID}}
 		if !byDep {
 			k.deployment = ""
 		}
+		for _, t := range cuts {
+			if !t.After(l.ChargeStart) {
+				k.part++
+			}
+		}
 		return k
 	}
-	was := map[lineKey]sums{}
+	was := map[partKey]sums{}
 	for _, l := range billed {
 		k := keyOf(l)
 		b := was[k]
