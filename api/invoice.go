@@ -16,6 +16,8 @@ import (
 // implements it. The service is offered when Services.Billing implements it.
 type Invoices interface {
 	Invoice(ctx context.Context, tenant, period string) (closing.InvoiceView, error)
+	// IssuedInvoice is Invoice without issuing: a tenant key's read.
+	IssuedInvoice(ctx context.Context, tenant, period string) (closing.InvoiceView, error)
 	Documents(ctx context.Context, period, tenant string) ([]billing.StoredInvoice, error)
 	StatementRevisions(ctx context.Context, tenant, period string, finance bool) ([]closing.StatementView, error)
 	Void(ctx context.Context, req closing.VoidRequest) (closing.VoidResult, error)
@@ -49,7 +51,15 @@ func (s *invoiceService) GetInvoice(ctx context.Context, req *meterv1.GetInvoice
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.inv.Invoice(ctx, tenant, req.GetPeriod())
+	// A tenant's read never issues: issuing takes the close lock (the
+	// Kafka lease across replicas) and a number, which a tenant's traffic
+	// must not contend for; it sees issued invoices only. Admin and
+	// finance reads issue an invoice a close left unissued.
+	read := s.inv.Invoice
+	if p, ok := principalFrom(ctx); ok && p.Role == RoleTenant {
+		read = s.inv.IssuedInvoice
+	}
+	v, err := read(ctx, tenant, req.GetPeriod())
 	if err != nil {
 		return nil, err
 	}

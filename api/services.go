@@ -205,7 +205,7 @@ func toStatus(ctx context.Context, logger *slog.Logger, err error) error {
 		code = codes.Unimplemented
 	case errors.Is(err, closing.ErrNotClosed), errors.Is(err, billing.ErrPeriodNotEnded), errors.Is(err, billing.ErrIngestBehind),
 		errors.Is(err, closing.ErrRollupBehind), errors.Is(err, closing.ErrZoneChanged), errors.Is(err, closing.ErrLaterClosed),
-		errors.Is(err, closing.ErrUnpricedUsage):
+		errors.Is(err, closing.ErrUnpricedUsage), errors.Is(err, closing.ErrInvoiceNotIssued):
 		// The request is well formed but the period's state does not
 		// allow it (yet): REST answers 409 Conflict (errorHandler).
 		code = codes.FailedPrecondition

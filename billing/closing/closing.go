@@ -115,6 +115,10 @@ type Request struct {
 	// ledger is the credit grants and ledger a close reads once and the
 	// ledger entries it writes once (credits.go); nil for a draft.
 	ledger *closeLedger
+	// voiding is, in a reissue, what voiding the revision in force gives
+	// back (its ledger where missing, and its returns): counted in the
+	// balances the new revision draws on, written once it is stored.
+	voiding []billing.CreditEntry
 	// closed, when set (by statement), reads the tenant's closed
 	// statements once for earlier and the credits.
 	closed func() ([]billing.StoredStatement, error)

@@ -40,6 +40,13 @@ type Credits interface {
 //     close writes every entry it recorded in one insert at its end.
 //   - A close of a closed period returns its statement and draws nothing;
 //     drafts draw on the balances as they are and write nothing.
+//   - A void (reissue) computes the new revision on the balances as they
+//     would be with the voided revision's draws and expiries given back,
+//     stores it, and only then writes those returns with the new
+//     revision's ledger, in one insert (RecordVoid): a void that fails
+//     before gives nothing back. A void whose ledger write failed is
+//     completed by its retry, or by the tenant's next close: a draw or
+//     expiry of a revision no longer in force without its return gets it.
 
 // UseCredits makes c draw credits from cr at every close and draft.
 func (c *Closer) UseCredits(cr Credits) { c.credits = cr }
@@ -168,6 +175,20 @@ func (c *Closer) applyCredits(ctx context.Context, st *billing.Statement, p bill
 		}
 		entries = append(entries, missing...)
 	}
+	// The returns of voided revisions that a void's ledger write lost.
+	if returns := missingReturns(r.closed, entries); len(returns) > 0 {
+		if err := c.record(ctx, req, returns); err != nil {
+			return err
+		}
+		entries = append(entries, returns...)
+	}
+	// A reissue counts what its void gives back, written once it is
+	// stored.
+	for _, e := range req.voiding {
+		if !slices.ContainsFunc(entries, func(x billing.CreditEntry) bool { return x.ID == e.ID }) {
+			entries = append(entries, e)
+		}
+	}
 	balances, err := billing.Balances(r.grants, entries)
 	if err != nil {
 		return err
@@ -228,6 +249,87 @@ func missingEntries(stored billing.StoredStatement, entries []billing.CreditEntr
 	return missing, nil
 }
 
+// missingReturns are the returns that entries lack of the draws and
+// expiries of voided revisions: revisions of a period of closed (the
+// statements in force) other than the one in force. Each is dated by the
+// close of the revision in force.
+func missingReturns(closed []billing.StoredStatement, entries []billing.CreditEntry) []billing.CreditEntry {
+	inForce := make(map[string]billing.StoredStatement, len(closed))
+	for _, st := range closed {
+		inForce[st.Period] = st
+	}
+	have := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		have[e.ID] = true
+	}
+	var out []billing.CreditEntry
+	for _, e := range entries {
+		cur, ok := inForce[e.Period]
+		if !ok || e.Statement == cur.Hash || e.Tenant != cur.Tenant {
+			continue
+		}
+		ret, ok := returnOf(e, cur.ClosedAt)
+		if ok && !have[ret.ID] {
+			have[ret.ID] = true
+			out = append(out, ret)
+		}
+	}
+	return out
+}
+
+// returnOf is the entry that gives back e, a draw or an expiry of a voided
+// revision, at at: the entry billing.ReturnEntriesOf makes of it.
+func returnOf(e billing.CreditEntry, at time.Time) (billing.CreditEntry, bool) {
+	var kind billing.LedgerKind
+	switch e.Kind {
+	case billing.LedgerDraw:
+		kind = billing.LedgerReturn
+	case billing.LedgerExpiry:
+		kind = billing.LedgerExpiryReversal
+	default:
+		return billing.CreditEntry{}, false
+	}
+	rest, ok := strings.CutPrefix(e.ID, string(e.Kind)+":")
+	if !ok {
+		return billing.CreditEntry{}, false
+	}
+	e.ID, e.Kind, e.At = string(kind)+":"+rest, kind, at.UTC()
+	return e, true
+}
+
+// voidEntries is what of voided's ledger and of its returns (at at)
+// entries lack: what a void of voided writes.
+func voidEntries(voided billing.StoredStatement, entries []billing.CreditEntry, at time.Time) ([]billing.CreditEntry, error) {
+	return missingEntries(voided, entries, true, at)
+}
+
+// RecordVoid writes the ledger of a void, once reissued (the revision
+// that replaces voided) is stored: where missing, voided's draws and
+// expiries, their returns (dated by reissued's close) and reissued's own
+// ledger, in one insert. A void calls it after storing its revision, and
+// its retry again.
+func RecordVoid(ctx context.Context, cr Credits, voided, reissued billing.StoredStatement) error {
+	entries, err := cr.CreditEntries(ctx, reissued.Tenant)
+	if err != nil {
+		return err
+	}
+	missing, err := voidEntries(voided, entries, reissued.ClosedAt)
+	if err != nil {
+		return err
+	}
+	own, err := missingEntries(reissued, entries, false, time.Time{})
+	if err != nil {
+		return err
+	}
+	if missing = append(missing, own...); len(missing) == 0 {
+		return nil
+	}
+	if err := cr.AddCreditEntries(ctx, missing); err != nil {
+		return fmt.Errorf("credit ledger of the void of %s's %s: %w", reissued.Tenant, reissued.Period, err)
+	}
+	return nil
+}
+
 // afterSave writes the ledger of a stored statement (a reissue's) where it
 // is missing, at once.
 func (c *Closer) afterSave(ctx context.Context, stored billing.StoredStatement) error {
@@ -256,8 +358,8 @@ func RecordCredits(ctx context.Context, cr Credits, stored billing.StoredStateme
 }
 
 // ReturnCredits gives back to their grants what the stored statement drew
-// and expired (a void: the reissued statement draws again, and its ledger
-// is RecordCredits'): it writes the statement's own ledger first, where it
+// and expired, at once. A void does not call it (it writes the returns
+// only once its new revision is stored, RecordVoid): it writes the statement's own ledger first, where it
 // is missing, then its returns (billing.ReturnEntriesOf), each once
 // whatever the retries.
 func ReturnCredits(ctx context.Context, cr Credits, stored billing.StoredStatement, at time.Time) error {

@@ -27,8 +27,11 @@ import (
 //     under its lock, once they are stored. A read of the invoice of a
 //     closed statement that has none (closed before invoices existed, or
 //     by a close that stopped between the two inserts) takes the close
-//     lock and issues it then. Either way the invoice is dated by the
-//     close of its statement revision.
+//     lock and issues it then (an admin's or finance reader's read; a
+//     tenant's read never issues, InvoiceIssued). Either way a document
+//     is dated when it is issued (ClickHouse's clock, read under the lock
+//     after the last number), never before its statement's close, so
+//     numbers and issue dates run in the same order.
 //   - A void (Service.Void, admin only) replaces a closed statement: it
 //     stores a new revision, computed as a close would compute it now, in
 //     statement_revisions (the stored bytes of every earlier revision are
@@ -83,6 +86,13 @@ func (s *Service) issueInvoices(ctx context.Context, stored []billing.StoredStat
 	if err != nil {
 		return err
 	}
+	// Dated when issued, by the clock that stamps closes, read under the
+	// lock after the last number: numbers and issue dates run in the same
+	// order (chronological numbering), however late an invoice is issued.
+	now, err := s.d.Store.ServerNow(ctx)
+	if err != nil {
+		return err
+	}
 	var out []billing.StoredInvoice
 	for _, st := range stored {
 		var mine []billing.StoredInvoice
@@ -91,7 +101,7 @@ func (s *Service) issueInvoices(ctx context.Context, stored []billing.StoredStat
 				mine = append(mine, d)
 			}
 		}
-		add, err := s.documentsFor(st, mine, issuer, &seq)
+		add, err := s.documentsFor(st, mine, issuer, &seq, maxTime(now, st.ClosedAt))
 		if err != nil {
 			return err
 		}
@@ -104,8 +114,8 @@ func (s *Service) issueInvoices(ctx context.Context, stored []billing.StoredStat
 }
 
 // documentsFor are the documents st lacks, given its tenant's documents of
-// its period, numbered after *seq.
-func (s *Service) documentsFor(st billing.StoredStatement, docs []billing.StoredInvoice, issuer string, seq *uint64) ([]billing.StoredInvoice, error) {
+// its period, numbered after *seq and issued at at.
+func (s *Service) documentsFor(st billing.StoredStatement, docs []billing.StoredInvoice, issuer string, seq *uint64, at time.Time) ([]billing.StoredInvoice, error) {
 	invoiceOf := func(revision int) (billing.StoredInvoice, bool) {
 		i := slices.IndexFunc(docs, func(d billing.StoredInvoice) bool { return d.Kind == billing.KindInvoice && d.Revision == revision })
 		if i < 0 {
@@ -133,7 +143,7 @@ func (s *Service) documentsFor(st billing.StoredStatement, docs []billing.Stored
 				return nil, err
 			}
 			*seq++
-			cn, err := billing.NewCreditNote(orig, *seq, st.ClosedAt, bill.VoidReason)
+			cn, err := billing.NewCreditNote(orig, *seq, at, bill.VoidReason)
 			if err != nil {
 				return nil, err
 			}
@@ -145,7 +155,7 @@ func (s *Service) documentsFor(st billing.StoredStatement, docs []billing.Stored
 		}
 	}
 	*seq++
-	inv, err := billing.NewInvoice(bill, st.ClosedAt, s.cfg.Accounts, *seq)
+	inv, err := billing.NewInvoice(bill, at, s.cfg.Accounts, *seq)
 	if err != nil {
 		return nil, err
 	}
@@ -165,10 +175,26 @@ type InvoiceView struct {
 	Stored  billing.StoredInvoice
 }
 
+// ErrInvoiceNotIssued marks a closed statement whose invoice is not issued
+// yet, read by a reader that may not issue it (IssuedInvoice).
+var ErrInvoiceNotIssued = errors.New("invoice not issued yet")
+
 // Invoice returns the invoice of tenant's statement of period in force,
-// issuing it (under the close lock) when it has none yet. An open period is
-// ErrNotClosed.
+// issuing it (under the close lock) when it has none yet: an admin's or
+// finance reader's read. An open period is ErrNotClosed.
 func (s *Service) Invoice(ctx context.Context, tenant, period string) (InvoiceView, error) {
+	return s.invoice(ctx, tenant, period, true)
+}
+
+// IssuedInvoice is Invoice for a reader that may not issue (a tenant's
+// key): it takes no lock and allocates no number, and a statement whose
+// invoice is not issued yet is ErrInvoiceNotIssued (a close, a void or an
+// admin's read issues it; the billing events sink waits for it).
+func (s *Service) IssuedInvoice(ctx context.Context, tenant, period string) (InvoiceView, error) {
+	return s.invoice(ctx, tenant, period, false)
+}
+
+func (s *Service) invoice(ctx context.Context, tenant, period string, issue bool) (InvoiceView, error) {
 	if err := checkTenant(tenant); err != nil {
 		return InvoiceView{}, err
 	}
@@ -192,6 +218,9 @@ func (s *Service) Invoice(ctx context.Context, tenant, period string) (InvoiceVi
 			inv, err := docs[i].Decode()
 			return InvoiceView{Invoice: inv, Stored: docs[i]}, err
 		}
+		if !issue {
+			return InvoiceView{}, fmt.Errorf("%w: %s's statement of %s (revision %d) is closed, its invoice is not issued yet: try again later", ErrInvoiceNotIssued, tenant, p.Key, st.Revision)
+		}
 		if attempt > 0 {
 			return InvoiceView{}, fmt.Errorf("invoice of %s for %s: not found after issuing it", tenant, p.Key)
 		}
@@ -199,6 +228,39 @@ func (s *Service) Invoice(ctx context.Context, tenant, period string) (InvoiceVi
 			return InvoiceView{}, err
 		}
 	}
+}
+
+// IssueInvoices issues, under the close lock, the invoices that the
+// statements in force of sts' tenants and periods lack (a close that
+// stored them and failed to issue, or stopped before): the billing events
+// notifier calls it before it sends a statement without its invoice
+// (notify.Notifier.IssueWith).
+func (s *Service) IssueInvoices(ctx context.Context, sts []billing.StoredStatement) error {
+	if len(sts) == 0 {
+		return nil
+	}
+	unlock, err := s.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	seen := map[[2]string]bool{}
+	var inForce []billing.StoredStatement
+	for _, st := range sts {
+		k := [2]string{st.Tenant, st.Period}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		cur, ok, err := s.d.Store.Statement(ctx, st.Tenant, st.Period)
+		if err != nil {
+			return err
+		}
+		if ok {
+			inForce = append(inForce, cur)
+		}
+	}
+	return s.issueInvoices(ctx, inForce)
 }
 
 // ensureInvoice issues, under the close lock, the invoice of tenant's
@@ -295,6 +357,11 @@ type VoidRequest struct {
 	Hash string
 	// Reason is printed on the credit note.
 	Reason string
+	// FlagUnpriced reissues a statement whose usage has a model without a
+	// list price, flagging the unpriced requests, as CloseRequest's does;
+	// without it such a void is refused (ErrUnpricedUsage) and changes
+	// nothing.
+	FlagUnpriced bool
 }
 
 // VoidResult is what a void issued.
@@ -308,10 +375,11 @@ type VoidResult struct {
 
 // Void voids tenant's statement of period (revision req.Hash, the one in
 // force) and reissues it: a new revision computed as a close would compute
-// it now (the price book, contract and credits in force; credits the
-// voided revision drew are given back first), a credit note negating the
-// voided revision's invoice and an invoice of the new revision, numbered
-// in that order. Only the tenant's latest closed period may be voided
+// it now (the price book, the tenant's zone and contract, and credits in
+// force, counting back what the voided revision drew; those returns are
+// written once the new revision is stored, RecordVoid), a credit note
+// negating the voided revision's invoice and an invoice of the new
+// revision, numbered in that order. Only the tenant's latest closed period may be voided
 // (ErrLaterClosed).
 func (s *Service) Void(ctx context.Context, req VoidRequest) (VoidResult, error) {
 	if err := checkTenant(req.Tenant); err != nil {
@@ -366,7 +434,10 @@ func (s *Service) Void(ctx context.Context, req VoidRequest) (VoidResult, error)
 	if err != nil {
 		return VoidResult{}, err
 	}
-	r := Request{Period: p.Key, Book: book, ByDeployment: s.cfg.ByDeployment, Lookback: s.cfg.Lookback}
+	// Priced as a close prices the tenant: its zone and its contract.
+	r := Request{Period: p.Key, Book: book, ByDeployment: s.cfg.ByDeployment, Lookback: s.cfg.Lookback,
+		Tenants:      []Tenant{{ID: req.Tenant, Zone: p.Zone, Contract: s.cfg.Accounts.Tenant(req.Tenant).Contract}},
+		FlagUnpriced: req.FlagUnpriced}
 	if _, err := s.closer.reissue(ctx, cur, p, r, req.Reason, s.d.Store.SaveRevision); err != nil {
 		return VoidResult{}, err
 	}
@@ -408,6 +479,13 @@ func (s *Service) voided(ctx context.Context, cur billing.StoredStatement, req V
 			out.Voided = r
 		}
 	}
+	// A void interrupted after its revision was stored, before its ledger
+	// was written.
+	if s.d.Credits != nil && out.Voided.Hash == req.Hash {
+		if err := RecordVoid(ctx, s.d.Credits, out.Voided, cur); err != nil {
+			return VoidResult{}, err
+		}
+	}
 	for _, d := range docs {
 		switch {
 		case d.Kind == billing.KindCreditNote && d.Revision == cur.Revision-1:
@@ -424,8 +502,11 @@ func (s *Service) voided(ctx context.Context, cur billing.StoredStatement, req V
 
 // reissue stores the next revision of cur, tenant's statement of p in
 // force, computed with req as a close would compute it now, with save
-// (InvoiceStore.SaveRevision): the credits cur drew are given back first,
-// and the new revision draws again.
+// (InvoiceStore.SaveRevision). The new revision draws on the balances as
+// they are once cur's draws and expiries are given back; those returns
+// are written only after the new revision is stored, with its own ledger
+// (RecordVoid), so a void that fails before leaves the ledger as it was:
+// cur stays in force with its draws, nothing is given back.
 func (c *Closer) reissue(ctx context.Context, cur billing.StoredStatement, p billing.Period, req Request, reason string,
 	save func(context.Context, billing.Statement, time.Time) (billing.StoredStatement, error)) (billing.StoredStatement, error) {
 	defer c.tenantLock(cur.Tenant)()
@@ -433,26 +514,32 @@ func (c *Closer) reissue(ctx context.Context, cur billing.StoredStatement, p bil
 	if err != nil {
 		return billing.StoredStatement{}, fmt.Errorf("reissue %s for %s: %w", p, cur.Tenant, err)
 	}
-	if c.credits != nil {
-		if err := ReturnCredits(ctx, c.credits, cur, at); err != nil {
-			return billing.StoredStatement{}, fmt.Errorf("reissue %s for %s: give back credits: %w", p, cur.Tenant, err)
-		}
-	}
 	if req.firstClosed, _, err = c.store.FirstClosedPeriod(ctx); err != nil {
 		return billing.StoredStatement{}, err
 	}
 	req.closing = true
+	if c.credits != nil {
+		if req.voiding, err = voidEntries(cur, nil, at); err != nil {
+			return billing.StoredStatement{}, err
+		}
+	}
 	st, _, err := c.statement(ctx, cur.Tenant, p, req, c.cost != nil)
 	if err != nil {
 		return billing.StoredStatement{}, fmt.Errorf("reissue %s for %s: %w", p, cur.Tenant, err)
+	}
+	if u := unpricedOf(&st); u != nil && !req.FlagUnpriced {
+		return billing.StoredStatement{}, u
 	}
 	st.Revision, st.Replaces, st.VoidReason = cur.Revision+1, cur.Hash, reason
 	if st.Hash, err = st.ContentHash(); err != nil {
 		return billing.StoredStatement{}, err
 	}
 	stored, err := save(ctx, st, at)
-	if err == nil {
-		err = c.afterSave(ctx, stored)
+	if err != nil {
+		return stored, err
+	}
+	if c.credits != nil {
+		err = RecordVoid(ctx, c.credits, cur, stored)
 	}
 	return stored, err
 }

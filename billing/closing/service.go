@@ -365,6 +365,9 @@ func (s *Service) Close(ctx context.Context, req CloseRequest) ([]billing.Stored
 	stored, err := s.closer.Close(ctx, r)
 	// The statements stored get their invoices, numbered under the lock.
 	if ierr := s.issueInvoices(ctx, stored); ierr != nil {
+		// Their events still go out, with their invoices: the notifier
+		// issues them first (IssueInvoices) or waits for them.
+		s.notify(stored)
 		return stored, errors.Join(err, ierr)
 	}
 	s.notify(stored)
