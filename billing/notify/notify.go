@@ -23,8 +23,17 @@
 // bring; an event's bytes depend only on what is stored, so copies are
 // identical.
 //
+// An event carries its statement's invoice (and, for a reissue, the credit
+// note): a statement whose invoice is not issued yet (a close that stored
+// it and failed to issue, or stopped between the two) is not sent. The
+// Notifier asks the issuer (IssueWith: closing.Service.IssueInvoices,
+// under the close lock) to issue it, and otherwise waits for it, as for a
+// failed send (its backoff, never a dead letter): its event goes out once,
+// with the invoice, since the event's ID (the statement's hash) makes
+// consumers drop any later copy.
+//
 // It does not close, compute or store statements (package closing) nor
-// issue invoices; it reads them.
+// number invoices itself; it reads them.
 package notify
 
 import (
@@ -35,6 +44,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -157,7 +167,23 @@ type Notifier struct {
 	failures     *prometheus.CounterVec
 	deadLettered *prometheus.CounterVec
 	undelivered  *prometheus.GaugeVec
+
+	issue atomic.Pointer[IssueFunc]
 }
+
+// IssueFunc issues the invoices that stored statements lack;
+// closing.Service.IssueInvoices is one.
+type IssueFunc func(ctx context.Context, sts []billing.StoredStatement) error
+
+// IssueWith makes n issue, with issue, the invoice of a statement it is to
+// send that has none; without it such a statement waits until a close, a
+// void or an admin's read issues its invoice.
+func (n *Notifier) IssueWith(issue IssueFunc) { n.issue.Store(&issue) }
+
+// ErrInvoiceNotIssued is the failure of an event whose statement's
+// invoice is not issued yet: tried again after its backoff, never a dead
+// letter.
+var ErrInvoiceNotIssued = errors.New("the statement's invoice is not issued yet")
 
 // New returns a Notifier sending to sinks (at least one), registering its
 // metrics on reg. Run delivers.
@@ -655,30 +681,71 @@ func (w *worker) recordDeadLetters(ctx context.Context, now time.Time) error {
 
 // outgoing makes the events of sts, with their invoice documents (one read
 // per period): out[i] is st[i]'s, unless failed[i] says why it could not
-// be made (a PermanentError). err is a failure to read the invoices.
+// be made (a PermanentError, or ErrInvoiceNotIssued for a statement whose
+// invoice is not issued, even by the issuer). err is a failure to read the
+// invoices.
 func (w *worker) outgoing(ctx context.Context, sts []billing.StoredStatement) (out []Outgoing, failed []error, err error) {
 	docs := map[string][]billing.StoredInvoice{}
+	events := func(only func(i int) bool) error {
+		for i, st := range sts {
+			if !only(i) {
+				continue
+			}
+			d, ok := docs[st.Period]
+			if !ok {
+				if d, err = w.n.store.Invoices(ctx, st.Period, ""); err != nil {
+					return err
+				}
+				docs[st.Period] = d
+			}
+			ev, err := NewEvent(st, d)
+			if err != nil {
+				failed[i] = &PermanentError{fmt.Errorf("make billing event: %w", err)}
+				continue
+			}
+			if ev.Invoice == nil {
+				failed[i] = fmt.Errorf("event of %s's %s (revision %d): %w", st.Tenant, st.Period, st.Revision, ErrInvoiceNotIssued)
+				continue
+			}
+			body, err := json.Marshal(ev)
+			if err != nil {
+				failed[i] = &PermanentError{fmt.Errorf("encode billing event of %s for %s: %w", st.Tenant, st.Period, err)}
+				continue
+			}
+			failed[i], out[i] = nil, Outgoing{Statement: st, Event: ev, Body: body}
+		}
+		return nil
+	}
 	out = make([]Outgoing, len(sts))
 	failed = make([]error, len(sts))
+	if err := events(func(int) bool { return true }); err != nil {
+		return nil, nil, err
+	}
+	// Statements without their invoice: issued first, where an issuer is
+	// set, then made again.
+	var lacking []billing.StoredStatement
 	for i, st := range sts {
-		d, ok := docs[st.Period]
-		if !ok {
-			if d, err = w.n.store.Invoices(ctx, st.Period, ""); err != nil {
-				return nil, nil, err
+		if errors.Is(failed[i], ErrInvoiceNotIssued) {
+			lacking = append(lacking, st)
+		}
+	}
+	issue := w.n.issue.Load()
+	if issue == nil || len(lacking) == 0 {
+		return out, failed, nil
+	}
+	if ierr := (*issue)(ctx, lacking); ierr != nil {
+		for i := range sts {
+			if errors.Is(failed[i], ErrInvoiceNotIssued) {
+				failed[i] = fmt.Errorf("%w (issuing it: %w)", failed[i], ierr)
 			}
-			docs[st.Period] = d
 		}
-		ev, err := NewEvent(st, d)
-		if err != nil {
-			failed[i] = &PermanentError{fmt.Errorf("make billing event: %w", err)}
-			continue
-		}
-		body, err := json.Marshal(ev)
-		if err != nil {
-			failed[i] = &PermanentError{fmt.Errorf("encode billing event of %s for %s: %w", st.Tenant, st.Period, err)}
-			continue
-		}
-		out[i] = Outgoing{Statement: st, Event: ev, Body: body}
+		return out, failed, nil
+	}
+	for _, st := range lacking {
+		delete(docs, st.Period) // read again
+	}
+	if err := events(func(i int) bool { return errors.Is(failed[i], ErrInvoiceNotIssued) }); err != nil {
+		return nil, nil, err
 	}
 	return out, failed, nil
 }

@@ -311,6 +311,22 @@ func saveStatement(t testing.TB, store *chstore.Store, tenant string, closedAt t
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its invoice, as a close issues it: an event waits for its invoice.
+	seq, err := store.LastInvoiceSeq(t.Context(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := billing.NewInvoice(st, closedAt, nil, seq+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := inv.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SaveInvoices(t.Context(), []billing.StoredInvoice{doc}); err != nil {
+		t.Fatal(err)
+	}
 	return stored
 }
 

@@ -295,8 +295,14 @@ func (p *process) newBilling(reads *query.Service) (*closing.Service, error) {
 	if p.events != nil {
 		deps.Notify = p.events
 	}
-	return closing.NewService(deps,
+	svc, err := closing.NewService(deps,
 		closing.Config{Zones: zones, Grace: cfg.BillingGrace, ByDeployment: cfg.BillingByDeployment, Now: p.now, Accounts: accounts})
+	if err == nil && p.events != nil {
+		// A statement whose invoice a close failed to issue goes out
+		// once issued, with it.
+		p.events.IssueWith(svc.IssueInvoices)
+	}
+	return svc, err
 }
 
 // newOTLP makes the OTLP receiver when it has an address; nil otherwise.
