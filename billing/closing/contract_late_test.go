@@ -1,14 +1,18 @@
 package closing_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/csv"
 	"math/big"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"tokenmeter/billing"
 	"tokenmeter/billing/closing"
+	"tokenmeter/billing/export"
 	"tokenmeter/internal/adapter/chstore/chstoretest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
@@ -141,6 +145,39 @@ func TestCloseContractLateUsageAndRepricing(t *testing.T) {
 		}
 		if sum != st.Charge {
 			t.Errorf("%s: Σ lines + Σ charges %s, charge %s", tenant, sum, st.Charge)
+		}
+		// The FOCUS statement file ties out: the repricing rows at the
+		// contracted difference, BilledCost adding up to the total.
+		rows, err := svc.StatementRows(ctx, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		w, err := export.NewStatementWriter(&buf, export.FocusCSV, svc.ExportOptions(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			if err := w.Write(r); err != nil {
+				t.Fatalf("%s: FOCUS row: %v", tenant, err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		recs, err := csv.NewReader(&buf).ReadAll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		col := slices.Index(recs[0], "BilledCost")
+		billed := new(big.Rat)
+		for _, rec := range recs[1:] {
+			if v, ok := new(big.Rat).SetString(rec[col]); ok {
+				billed.Add(billed, v)
+			}
+		}
+		if want := big.NewRat(int64(st.Total), 1_000_000_000); billed.Cmp(want) != 0 {
+			t.Errorf("%s: FOCUS BilledCost adds up to %s, total %s", tenant, billed.FloatString(9), st.Total)
 		}
 		wantAbsorbed := billing.Money(0)
 		if tenant == "acme" {

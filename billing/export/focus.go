@@ -78,6 +78,10 @@ type focusSource struct {
 	// repriced, on a repricing broken down by kind, is each kind's part of
 	// its charge (tokens holds the kinds' tokens).
 	repriced *[3]billing.Money
+	// repricedDiscount, on a repricing under a contract, is what the
+	// contract changes in each kind's part (discounts of rule
+	// contract_repricing): the kind's contracted cost is the sum.
+	repricedDiscount [3]billing.Money
 	// Of a charge (dedicated, commitment, credit): its quantity in
 	// millionths (GPU-hours), unit price, amount, rule and description.
 	quantityMicro uint64
@@ -352,16 +356,15 @@ func (e *focusEncoder[R]) priceOf(l *focusLine) *focusPrice {
 func focusLines(src *focusSource, weights [3]uint64, out []focusLine) ([]focusLine, error) {
 	switch src.kind {
 	case sourceRepricing:
+		d := src.repricedDiscount
 		if src.repriced == nil {
-			c := costOfMoney(src.charge)
-			return append(out, focusLine{src: src, row: rowAmount, kind: -1, listCost: c, cost: c}), nil
+			return append(out, focusLine{src: src, row: rowAmount, kind: -1, listCost: costOfMoney(src.charge), cost: costOfMoney(src.charge + d[0] + d[1] + d[2])}), nil
 		}
 		for k := range 3 {
-			if k > 0 && src.tokens[k] == 0 && src.repriced[k] == 0 {
+			if k > 0 && src.tokens[k] == 0 && src.repriced[k] == 0 && d[k] == 0 {
 				continue
 			}
-			c := costOfMoney(src.repriced[k])
-			out = append(out, focusLine{src: src, row: rowRepriced, kind: k, quantity: src.tokens[k], listCost: c, cost: c})
+			out = append(out, focusLine{src: src, row: rowRepriced, kind: k, quantity: src.tokens[k], listCost: costOfMoney(src.repriced[k]), cost: costOfMoney(src.repriced[k] + d[k])})
 		}
 		return out, nil
 	case sourceCommitment, sourceCredit:

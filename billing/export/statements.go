@@ -256,6 +256,10 @@ func statementFocusLines(r *StatementRow) (focusSource, error) {
 	}
 	for _, d := range r.Discounts {
 		k := slices.Index(tokenKinds[:], d.TokenKind)
+		if l.Kind == billing.LineRepricing && k >= 0 {
+			src.repricedDiscount[k] += d.Amount // the contract's part of the kind's difference
+			continue
+		}
 		tokens, err := strconv.ParseUint(d.Quantity, 10, 64)
 		if k < 0 || err != nil || d.Unit != "tokens" {
 			return focusSource{}, fmt.Errorf("%s line of %s: discount %q: want tokens of input, cached_input or output", l.Model, r.Tenant, d.Rule)
