@@ -84,9 +84,9 @@ import (
 // billed before are not revisited (a limitation; the tokens of each tier
 // are still exact).
 //
-// A repricing line (an admin's repricing, package closing) keeps its list-price
-// difference as Charge; under a contract the caller also computes what the
-// contract changes in it (StatementUsage.RepricingDiscount: the contract's
+// A repricing line (an admin's repricing, package closing) keeps its
+// list-price difference as Charge (its Repriced kinds add up to it); under
+// a contract the caller also computes what the contract changes in it (StatementUsage.RepricingDiscount: the contract's
 // discounts of the period's usage now, priced under the statement's book,
 // less those under the book that billed it, per token kind), which become
 // the line's discount charges (rule contract_repricing; Amount may be

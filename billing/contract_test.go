@@ -364,6 +364,15 @@ func bruteForceMonth(t *testing.T, rng *rand.Rand) {
 		}
 		basis = append(basis, b)
 	}
+	if rng.IntN(3) == 0 { // a repricing of October, with what the contract changes in it
+		in := uint64(rng.IntN(50_000))
+		r := Repriced{InputTokens: in, CachedInputTokens: uint64(rng.IntN(int(in) + 1)), OutputTokens: uint64(rng.IntN(50_000)),
+			InputCharge: Money(rng.Int64N(2_000_000)) - 1_000_000, CachedInputCharge: Money(rng.Int64N(2_000_000)) - 1_000_000, OutputCharge: Money(rng.Int64N(2_000_000)) - 1_000_000}
+		d := r.InputCharge + r.CachedInputCharge + r.OutputCharge
+		k := KindAmounts{Input: -r.InputCharge / 2, CachedInput: -r.CachedInputCharge, Output: Money(rng.Int64N(1_000_000))}
+		usage = append(usage, StatementUsage{Start: hour(-720), End: hour(0), Model: models[rng.IntN(len(models))], Deployment: deps[rng.IntN(3)],
+			OriginalPeriod: "2026-10", Repricing: &d, Repriced: &r, RepricingDiscount: &k})
+	}
 	st, err := ComputeContractStatementLate("t", p, book, usage, rng.IntN(2) == 0, c, hours, basis)
 	if err != nil {
 		t.Fatal(err)
@@ -400,8 +409,11 @@ func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementU
 		s := byModel[l.Model]
 		byModel[l.Model] = sums{s.in - l.InputTokens, s.cached - l.CachedInputTokens, s.out - l.OutputTokens}
 		for _, cut := range c.Cuts(l.ChargeStart, l.ChargeEnd) {
-			// Late usage is cut at the entries too (its hours lie under one).
-			t.Fatalf("line %+v spans %s", l, cut)
+			// Late usage is cut at the entries too (its hours lie under
+			// one); a repricing spans its period.
+			if l.Kind != LineRepricing {
+				t.Fatalf("line %+v spans %s", l, cut)
+			}
 		}
 		if l.Deployment == "" && c.NamesDeployments() {
 			t.Fatalf("line %+v has no deployment under a contract naming deployments", l)
@@ -566,9 +578,28 @@ func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementU
 			billedOrder(adj)
 		}
 	}
+	// A repricing's contracted difference: its list difference and what
+	// the contract changes in it (by kind, from the input).
+	repricingKinds := map[int]map[string]Money{}
+	for i, l := range st.Lines {
+		if l.Kind != LineRepricing {
+			continue
+		}
+		exactLine[i] = new(big.Rat).SetInt64(int64(l.Charge))
+		repricingKinds[i] = map[string]Money{}
+		for _, u := range usage {
+			if u.Repricing != nil && u.Model == l.Model && (l.Deployment == "" || l.Deployment == u.Deployment) {
+				k := u.RepricingDiscount
+				exactLine[i].Add(exactLine[i], new(big.Rat).SetInt64(int64(k.Input+k.CachedInput+k.Output)))
+				repricingKinds[i][TokenInput] += k.Input
+				repricingKinds[i][TokenCachedInput] += k.CachedInput
+				repricingKinds[i][TokenOutput] += k.Output
+			}
+		}
+	}
 	for _, i := range order {
 		l := st.Lines[i]
-		if !l.Priced {
+		if !l.Priced || l.Kind == LineRepricing {
 			continue
 		}
 		exact, off := priceLine(l)
@@ -591,6 +622,14 @@ func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementU
 		if ch.Kind != ChargeDiscount {
 			continue
 		}
+		if ch.Rule == "contract_repricing" {
+			if st.Lines[ch.Line].Kind != LineRepricing || repricingKinds[ch.Line][ch.TokenKind] != ch.Amount {
+				t.Errorf("repricing charge %d %+v, want %s", ci, ch, repricingKinds[ch.Line][ch.TokenKind])
+			}
+			delete(repricingKinds[ch.Line], ch.TokenKind)
+			discountOf[ch.Line] += ch.Amount
+			continue
+		}
 		up, err := ParseMoney(ch.UnitPrice)
 		if err != nil {
 			t.Fatal(err)
@@ -601,11 +640,18 @@ func checkBruteForce(t *testing.T, st Statement, c *Contract, usage []StatementU
 		discountOf[ch.Line] += ch.Amount
 		lastOf[ch.Line] = ci
 	}
+	for i, left := range repricingKinds {
+		for kind, a := range left {
+			if a != 0 {
+				t.Errorf("repricing line %d: no %s charge of %s", i, kind, a)
+			}
+		}
+	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("discounted tokens by (line, kind, price):\ngot  %v\nwant %v\ncontract %+v", got, want, c)
 	}
 	for ci, ch := range st.Charges {
-		if ch.Kind != ChargeDiscount || lastOf[ch.Line] == ci {
+		if ch.Kind != ChargeDiscount || lastOf[ch.Line] == ci || ch.Rule == "contract_repricing" {
 			continue
 		}
 		up, _ := ParseMoney(ch.UnitPrice)
