@@ -86,9 +86,10 @@ import (
 //
 // A repricing line (an admin's repricing, package closing) keeps its
 // list-price difference as Charge (its Repriced kinds add up to it); under
-// a contract the caller also computes what the contract changes in it (StatementUsage.RepricingDiscount: the contract's
-// discounts of the period's usage now, priced under the statement's book,
-// less those under the book that billed it, per token kind), which become
+// a contract the caller also computes what the contract changes in it
+// (StatementUsage.RepricingDiscount: the contract's discounts of the
+// period's usage now, priced under the statement's book, less those under
+// the book that billed it, per token kind), which become
 // the line's discount charges (rule contract_repricing; Amount may be
 // positive): its ContractedCharge is the contracted difference, 0 for
 // tokens at a fixed rate-card price, dedicated or free, half the list
