@@ -608,7 +608,12 @@ func (l *focusLine) category() (category, class string) {
 	switch l.src.kind {
 	case sourceLate, sourceRepricing:
 		return "Usage", "Correction"
-	case sourceRounding, sourceCommitment:
+	case sourceCommitment:
+		if l.src.originalPeriod != "" {
+			return "Adjustment", "Correction" // late usage absorbing an earlier period's true-up
+		}
+		return "Adjustment", ""
+	case sourceRounding:
 		return "Adjustment", ""
 	case sourceCredit:
 		return "Credit", ""

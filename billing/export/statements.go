@@ -284,6 +284,7 @@ func chargeFocusSource(src focusSource, c *billing.Charge) (focusSource, error) 
 	}
 	src.chargeStart, src.chargeEnd = c.ChargeStart, c.ChargeEnd
 	src.model, src.deployment, src.charge, src.rule, src.text = c.Model, c.Deployment, c.Amount, c.Rule, c.Description
+	src.originalPeriod = c.OriginalPeriod
 	switch c.Kind {
 	case billing.ChargeDedicated:
 		src.kind, src.priced = sourceDedicated, true // x_Priced: at the contract's rate
