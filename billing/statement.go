@@ -81,6 +81,12 @@ type StatementLine struct {
 	Kind       LineKind `json:"kind"`
 	Model      string   `json:"model"`
 	Deployment string   `json:"deployment,omitempty"`
+	// Region is the region of the line's usage as its close found it (FOCUS
+	// RegionId): its deployment's one region, or for a line not per
+	// deployment the one region of every deployment; empty when unknown or
+	// several, and on statements closed before regions were recorded (so
+	// outside their hash).
+	Region string `json:"region,omitempty"`
 	// OriginalPeriod is the period an adjustment's usage belongs to.
 	OriginalPeriod string `json:"original_period,omitempty"`
 	// ChargeStart and ChargeEnd span the line's usage.

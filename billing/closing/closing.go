@@ -139,6 +139,10 @@ type Closer struct {
 	credits     Credits
 	lockMu      sync.Mutex
 	tenantLocks map[string]*sync.Mutex
+	// regionsSeen keeps the deployments' regions of recent ranges: a
+	// close records each line's region (recordRegions) with one read per
+	// zone's month.
+	regionsSeen regionCache
 }
 
 // New returns a Closer reading usage from usage and storing statements in
@@ -366,6 +370,10 @@ func (c *Closer) statement(ctx context.Context, tenant string, p billing.Period,
 		return billing.Statement{}, false, err
 	}
 	st, err := billing.ComputeContractStatementLate(tenant, p, req.Book, slices.Concat(usage, late, rep), req.ByDeployment, contract, hours, basis)
+	if err == nil {
+		// The lines' regions are part of the statement (export.go).
+		err = c.recordRegions(ctx, &st)
+	}
 	if err == nil {
 		// Credits draw on what is left after the contract's charges.
 		err = c.applyCredits(ctx, &st, p, req, credit)

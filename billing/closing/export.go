@@ -2,6 +2,7 @@ package closing
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,16 +29,22 @@ func (s *Service) ExportOptions(finance bool) export.Options {
 }
 
 // StatementRows is the export rows of a statement as v shows it
-// (export.StatementRows): its lines with their regions, its charges, its
+// (export.StatementRows): its lines with their regions (those its close
+// recorded, billing.StatementLine.Region; read now for a statement closed
+// before regions were recorded, or when its close knew none), its charges, its
 // rounding row, every row with the number of the statement's invoice
 // (FOCUS InvoiceId) once it is issued; and, when the invoice has tax, a
 // tax row, so that the rows of an InvoiceId add up to the invoice's total.
 func (s *Service) StatementRows(ctx context.Context, v StatementView) ([]export.StatementRow, error) {
 	st := v.Statement
 	rows := export.StatementRows(st)
-	regions, err := s.regions(ctx, st.PeriodStart, st.PeriodEnd)
-	if err != nil {
-		return nil, err
+	recorded := slices.ContainsFunc(st.Lines, func(l billing.StatementLine) bool { return l.Region != "" })
+	var regions regionMap
+	if !recorded {
+		var err error
+		if regions, err = s.regions(ctx, st.PeriodStart, st.PeriodEnd); err != nil {
+			return nil, err
+		}
 	}
 	inv, issued, err := s.invoiceOf(ctx, st)
 	if err != nil {
@@ -45,7 +52,11 @@ func (s *Service) StatementRows(ctx context.Context, v StatementView) ([]export.
 	}
 	for i := range rows {
 		if rows[i].Kind == export.RowLine {
-			rows[i].Region = regions.of(rows[i].Line.Deployment)
+			if recorded {
+				rows[i].Region = rows[i].Line.Region
+			} else {
+				rows[i].Region = regions.of(rows[i].Line.Deployment)
+			}
 		}
 		rows[i].InvoiceID = inv.Number
 	}
@@ -100,12 +111,37 @@ func (m regionMap) of(deployment string) string {
 	return one
 }
 
+// recordRegions sets the region of each of st's lines from the regions of
+// the deployments over its period (as the export reads them), so that a
+// closed period's FOCUS regions never change: not when samples name
+// another region later, not when they are past retention. The statement's
+// hash is computed again.
+func (c *Closer) recordRegions(ctx context.Context, st *billing.Statement) error {
+	if len(st.Lines) == 0 {
+		return nil
+	}
+	regions, err := readRegions(ctx, c.store, &c.regionsSeen, time.Now(), st.PeriodStart, st.PeriodEnd)
+	if err != nil || regions == nil {
+		return err
+	}
+	for i := range st.Lines {
+		st.Lines[i].Region = regions.of(st.Lines[i].Deployment)
+	}
+	st.Hash, err = st.ContentHash()
+	return err
+}
+
 // regions reads the regions of the deployments over [start, end), whole
 // hours; none when the store cannot say. A range read in the last
 // regionsFresh is not read again: an export of a period's statements
 // reads each zone's month once, not once per statement.
 func (s *Service) regions(ctx context.Context, start, end time.Time) (regionMap, error) {
-	r, ok := s.d.Store.(Regions)
+	return readRegions(ctx, s.d.Store, &s.regionsSeen, s.cfg.Now(), start, end)
+}
+
+// readRegions is Service.regions from store with cache at now.
+func readRegions(ctx context.Context, store any, cache *regionCache, now time.Time, start, end time.Time) (regionMap, error) {
+	r, ok := store.(Regions)
 	if !ok {
 		return nil, nil
 	}
@@ -113,15 +149,14 @@ func (s *Service) regions(ctx context.Context, start, end time.Time) (regionMap,
 		end = h.Add(time.Hour) // the hour holding the end is in the range
 	}
 	key := [2]time.Time{start.UTC().Truncate(time.Hour), end.UTC()}
-	now := s.cfg.Now()
-	if m, ok := s.regionsSeen.get(key, now); ok {
+	if m, ok := cache.get(key, now); ok {
 		return m, nil
 	}
 	m, err := r.DeploymentRegions(ctx, key[0], key[1])
 	if err != nil {
 		return nil, err
 	}
-	s.regionsSeen.put(key, regionMap(m), now)
+	cache.put(key, regionMap(m), now)
 	return regionMap(m), nil
 }
 
