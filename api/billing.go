@@ -185,6 +185,12 @@ func statementProto(v closing.StatementView) *meterv1.Statement {
 		if f.CostPer1K != nil {
 			out.Finance.CostPer_1KTokens = m(*f.CostPer1K)
 		}
+		if f.DedicatedCharge != 0 {
+			out.Finance.DedicatedCharge = m(f.DedicatedCharge)
+		}
+		if f.CommitmentCharge != 0 {
+			out.Finance.CommitmentCharge = m(f.CommitmentCharge)
+		}
 		for _, lc := range f.Lines {
 			if lc.Line >= 0 && lc.Line < len(out.Lines) {
 				out.Lines[lc.Line].Finance = &meterv1.StatementLineFinance{AllocatedCost: m(lc.AllocatedCost),

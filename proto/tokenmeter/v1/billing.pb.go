@@ -1285,17 +1285,25 @@ type StatementFinance struct {
 	BusyCost *Money `protobuf:"bytes,5,opt,name=busy_cost,json=busyCost,proto3" json:"busy_cost,omitempty"`
 	// idle_cost is the idle share.
 	IdleCost *Money `protobuf:"bytes,6,opt,name=idle_cost,json=idleCost,proto3" json:"idle_cost,omitempty"`
-	// usage_charge is the charge of the usage lines (adjustments left out).
+	// usage_charge is the charge of the usage lines (adjustments left out),
+	// each at its contracted charge under a contract, else at list.
 	UsageCharge *Money `protobuf:"bytes,7,opt,name=usage_charge,json=usageCharge,proto3" json:"usage_charge,omitempty"`
-	// margin is usage_charge minus allocated_cost.
+	// margin is usage_charge plus dedicated_charge plus commitment_charge
+	// minus allocated_cost.
 	Margin *Money `protobuf:"bytes,8,opt,name=margin,proto3" json:"margin,omitempty"`
 	// cost_per_1k_tokens is allocated_cost per 1,000 tokens (input and
 	// output) of the usage lines; unset without tokens.
 	CostPer_1KTokens *Money `protobuf:"bytes,9,opt,name=cost_per_1k_tokens,json=costPer1kTokens,proto3" json:"cost_per_1k_tokens,omitempty"`
 	// unassigned is cost of hours whose model has no usage line in the period.
-	Unassigned    *Money `protobuf:"bytes,10,opt,name=unassigned,proto3" json:"unassigned,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Unassigned *Money `protobuf:"bytes,10,opt,name=unassigned,proto3" json:"unassigned,omitempty"`
+	// dedicated_charge is the contract's dedicated GPU-hours of the period
+	// (its dedicated charges); unset without.
+	DedicatedCharge *Money `protobuf:"bytes,11,opt,name=dedicated_charge,json=dedicatedCharge,proto3" json:"dedicated_charge,omitempty"`
+	// commitment_charge is the contract's commitment true-up of the period;
+	// unset without.
+	CommitmentCharge *Money `protobuf:"bytes,12,opt,name=commitment_charge,json=commitmentCharge,proto3" json:"commitment_charge,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StatementFinance) Reset() {
@@ -1394,6 +1402,20 @@ func (x *StatementFinance) GetCostPer_1KTokens() *Money {
 func (x *StatementFinance) GetUnassigned() *Money {
 	if x != nil {
 		return x.Unassigned
+	}
+	return nil
+}
+
+func (x *StatementFinance) GetDedicatedCharge() *Money {
+	if x != nil {
+		return x.DedicatedCharge
+	}
+	return nil
+}
+
+func (x *StatementFinance) GetCommitmentCharge() *Money {
+	if x != nil {
+		return x.CommitmentCharge
 	}
 	return nil
 }
@@ -1822,7 +1844,7 @@ const file_tokenmeter_v1_billing_proto_rawDesc = "" +
 	"\x0eallocated_cost\x18\x01 \x01(\v2\x14.tokenmeter.v1.MoneyR\rallocatedCost\x121\n" +
 	"\tbusy_cost\x18\x02 \x01(\v2\x14.tokenmeter.v1.MoneyR\bbusyCost\x121\n" +
 	"\tidle_cost\x18\x03 \x01(\v2\x14.tokenmeter.v1.MoneyR\bidleCost\x12,\n" +
-	"\x06margin\x18\x04 \x01(\v2\x14.tokenmeter.v1.MoneyR\x06margin\"\xf4\x03\n" +
+	"\x06margin\x18\x04 \x01(\v2\x14.tokenmeter.v1.MoneyR\x06margin\"\xf8\x04\n" +
 	"\x10StatementFinance\x12\x1f\n" +
 	"\vbusy_policy\x18\x01 \x01(\tR\n" +
 	"busyPolicy\x12\x1f\n" +
@@ -1838,7 +1860,9 @@ const file_tokenmeter_v1_billing_proto_rawDesc = "" +
 	"\n" +
 	"unassigned\x18\n" +
 	" \x01(\v2\x14.tokenmeter.v1.MoneyR\n" +
-	"unassigned\"f\n" +
+	"unassigned\x12?\n" +
+	"\x10dedicated_charge\x18\v \x01(\v2\x14.tokenmeter.v1.MoneyR\x0fdedicatedCharge\x12A\n" +
+	"\x11commitment_charge\x18\f \x01(\v2\x14.tokenmeter.v1.MoneyR\x10commitmentCharge\"f\n" +
 	"\x17ExportStatementsRequest\x12\x16\n" +
 	"\x06period\x18\x01 \x01(\tR\x06period\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x16\n" +
@@ -1949,23 +1973,25 @@ var file_tokenmeter_v1_billing_proto_depIdxs = []int32{
 	18, // 43: tokenmeter.v1.StatementFinance.margin:type_name -> tokenmeter.v1.Money
 	18, // 44: tokenmeter.v1.StatementFinance.cost_per_1k_tokens:type_name -> tokenmeter.v1.Money
 	18, // 45: tokenmeter.v1.StatementFinance.unassigned:type_name -> tokenmeter.v1.Money
-	17, // 46: tokenmeter.v1.ExportUsageCostRequest.start:type_name -> google.protobuf.Timestamp
-	17, // 47: tokenmeter.v1.ExportUsageCostRequest.end:type_name -> google.protobuf.Timestamp
-	0,  // 48: tokenmeter.v1.BillingService.ListBillingPeriods:input_type -> tokenmeter.v1.ListBillingPeriodsRequest
-	3,  // 49: tokenmeter.v1.BillingService.CloseBillingPeriod:input_type -> tokenmeter.v1.CloseBillingPeriodRequest
-	5,  // 50: tokenmeter.v1.BillingService.GetStatement:input_type -> tokenmeter.v1.GetStatementRequest
-	13, // 51: tokenmeter.v1.BillingService.ExportStatements:input_type -> tokenmeter.v1.ExportStatementsRequest
-	15, // 52: tokenmeter.v1.BillingService.ExportUsageCost:input_type -> tokenmeter.v1.ExportUsageCostRequest
-	1,  // 53: tokenmeter.v1.BillingService.ListBillingPeriods:output_type -> tokenmeter.v1.ListBillingPeriodsResponse
-	4,  // 54: tokenmeter.v1.BillingService.CloseBillingPeriod:output_type -> tokenmeter.v1.CloseBillingPeriodResponse
-	6,  // 55: tokenmeter.v1.BillingService.GetStatement:output_type -> tokenmeter.v1.GetStatementResponse
-	14, // 56: tokenmeter.v1.BillingService.ExportStatements:output_type -> tokenmeter.v1.ExportStatementsResponse
-	16, // 57: tokenmeter.v1.BillingService.ExportUsageCost:output_type -> tokenmeter.v1.ExportUsageCostResponse
-	53, // [53:58] is the sub-list for method output_type
-	48, // [48:53] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	18, // 46: tokenmeter.v1.StatementFinance.dedicated_charge:type_name -> tokenmeter.v1.Money
+	18, // 47: tokenmeter.v1.StatementFinance.commitment_charge:type_name -> tokenmeter.v1.Money
+	17, // 48: tokenmeter.v1.ExportUsageCostRequest.start:type_name -> google.protobuf.Timestamp
+	17, // 49: tokenmeter.v1.ExportUsageCostRequest.end:type_name -> google.protobuf.Timestamp
+	0,  // 50: tokenmeter.v1.BillingService.ListBillingPeriods:input_type -> tokenmeter.v1.ListBillingPeriodsRequest
+	3,  // 51: tokenmeter.v1.BillingService.CloseBillingPeriod:input_type -> tokenmeter.v1.CloseBillingPeriodRequest
+	5,  // 52: tokenmeter.v1.BillingService.GetStatement:input_type -> tokenmeter.v1.GetStatementRequest
+	13, // 53: tokenmeter.v1.BillingService.ExportStatements:input_type -> tokenmeter.v1.ExportStatementsRequest
+	15, // 54: tokenmeter.v1.BillingService.ExportUsageCost:input_type -> tokenmeter.v1.ExportUsageCostRequest
+	1,  // 55: tokenmeter.v1.BillingService.ListBillingPeriods:output_type -> tokenmeter.v1.ListBillingPeriodsResponse
+	4,  // 56: tokenmeter.v1.BillingService.CloseBillingPeriod:output_type -> tokenmeter.v1.CloseBillingPeriodResponse
+	6,  // 57: tokenmeter.v1.BillingService.GetStatement:output_type -> tokenmeter.v1.GetStatementResponse
+	14, // 58: tokenmeter.v1.BillingService.ExportStatements:output_type -> tokenmeter.v1.ExportStatementsResponse
+	16, // 59: tokenmeter.v1.BillingService.ExportUsageCost:output_type -> tokenmeter.v1.ExportUsageCostResponse
+	55, // [55:60] is the sub-list for method output_type
+	50, // [50:55] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_tokenmeter_v1_billing_proto_init() }
