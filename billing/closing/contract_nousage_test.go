@@ -14,8 +14,9 @@ import (
 // and have no earlier statement: gamma, with a 50 commitment, and delta,
 // with d1 dedicated at 2 per GPU-hour (9 sampled hours start in its UTC
 // September). Each gets a statement without lines whose charges are what
-// its contract owes: the whole commitment, the GPU-hours. A tenant of the
-// file with neither (epsilon) gets none.
+// its contract owes: the whole commitment, the GPU-hours (and gamma's
+// draft showed it before the close). A tenant of the file with neither
+// (epsilon) gets none.
 func TestCloseContractWithoutUsage(t *testing.T) {
 	f := newServiceFixture(t)
 	ctx := t.Context()
@@ -30,6 +31,14 @@ func TestCloseContractWithoutUsage(t *testing.T) {
 		closing.Config{Zones: map[string]*time.Location{"beta": f.zone}, Accounts: accounts})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Before the close, gamma's draft shows what it will owe.
+	draft, err := svc.Statement(ctx, "gamma", "2026-09", false)
+	if err != nil {
+		t.Fatalf("gamma's draft: %v", err)
+	}
+	if draft.Closed || len(draft.Statement.Charges) != 1 || draft.Statement.Total != 50_000_000_000 {
+		t.Fatalf("gamma's draft: closed %v, charges %+v, total %s; want an open draft of the 50 commitment", draft.Closed, draft.Statement.Charges, draft.Statement.Total)
 	}
 	stored, err := svc.Close(ctx, closing.CloseRequest{Period: "2026-09"})
 	if err != nil {

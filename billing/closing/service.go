@@ -570,7 +570,7 @@ func (s *Service) Statement(ctx context.Context, tenant, period string, finance 
 	if err != nil {
 		return StatementView{}, err
 	}
-	if len(st.Lines) == 0 {
+	if len(st.Lines) == 0 && len(st.Charges) == 0 { // a contract may charge without usage
 		closed, err := s.d.Store.TenantStatements(ctx, tenant)
 		if err != nil {
 			return StatementView{}, err
