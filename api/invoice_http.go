@@ -1,13 +1,11 @@
 package api
 
 import (
-	"errors"
+	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -36,16 +34,9 @@ func (h *invoiceHandler) register(gw *runtime.ServeMux) error {
 }
 
 func (h *invoiceHandler) invoice(w http.ResponseWriter, r *http.Request, pathParams map[string]string) {
-	_, out := runtime.MarshalerForRequest(h.mux, r)
-	ctx, err := runtime.AnnotateContext(r.Context(), h.mux, r, meterv1.InvoiceService_GetInvoice_FullMethodName,
-		runtime.WithHTTPPathPattern(invoicePath))
-	if err != nil {
-		runtime.HTTPError(r.Context(), h.mux, out, w, r, err)
-		return
-	}
 	req := &meterv1.GetInvoiceRequest{Period: pathParams["period"]}
-	if err := populate(req, r, utilities.NewDoubleArray([][]string{{"period"}})); err != nil {
-		runtime.HTTPError(ctx, h.mux, out, w, r, err)
+	ctx, out, ok := gatewayRequest(h.mux, w, r, meterv1.InvoiceService_GetInvoice_FullMethodName, invoicePath, req, [][]string{{"period"}})
+	if !ok {
 		return
 	}
 	html := req.GetFormat() == "" || req.GetFormat() == "html"
@@ -64,21 +55,11 @@ func (h *invoiceHandler) invoice(w http.ResponseWriter, r *http.Request, pathPar
 		runtime.ForwardResponseMessage(ctx, h.mux, out, w, r, resp, h.mux.GetForwardResponseOptions()...)
 		return
 	}
-	hdr := w.Header()
-	hdr.Set("Content-Type", "text/html; charset=utf-8")
-	hdr.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": invoicehtml.FileName(resp.GetInvoice())}))
-	hdr.Set("X-Content-Type-Options", "nosniff")
-	hdr.Set("Content-Security-Policy", invoicehtml.Policy)
-	sw := &startedWriter{w: w}
-	if err := invoicehtml.HTML(sw, resp.GetInvoice()); err != nil {
-		if errors.Is(err, errClientWrite) {
-			return
-		}
-		h.logger.ErrorContext(ctx, "render invoice", "error", err)
-		if !sw.started {
-			runtime.HTTPError(ctx, h.mux, out, w, r, status.Error(codes.Internal, "internal error"))
-			return
-		}
-		panic(http.ErrAbortHandler)
-	}
+	serveRendered(ctx, h.mux, out, w, r, h.logger, renderedFile{
+		contentType: "text/html; charset=utf-8",
+		disposition: "inline",
+		name:        invoicehtml.FileName(resp.GetInvoice()),
+		policy:      invoicehtml.Policy,
+		render:      func(w io.Writer) error { return invoicehtml.HTML(w, resp.GetInvoice()) },
+	}, "render invoice")
 }

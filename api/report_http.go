@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query/capacity/render"
@@ -55,16 +57,9 @@ func (h *reportHandler) register(gw *runtime.ServeMux) error {
 }
 
 func (h *reportHandler) capacity(w http.ResponseWriter, r *http.Request, _ map[string]string) {
-	_, out := runtime.MarshalerForRequest(h.mux, r)
-	ctx, err := runtime.AnnotateContext(r.Context(), h.mux, r, meterv1.ReportService_GetCapacityReport_FullMethodName,
-		runtime.WithHTTPPathPattern(capacityReportPath))
-	if err != nil {
-		runtime.HTTPError(r.Context(), h.mux, out, w, r, err)
-		return
-	}
 	req := &meterv1.GetCapacityReportRequest{}
-	if err := populate(req, r, utilities.NewDoubleArray(nil)); err != nil {
-		runtime.HTTPError(ctx, h.mux, out, w, r, err)
+	ctx, out, ok := gatewayRequest(h.mux, w, r, meterv1.ReportService_GetCapacityReport_FullMethodName, capacityReportPath, req, nil)
+	if !ok {
 		return
 	}
 	format := req.GetFormat()
@@ -87,26 +82,75 @@ func (h *reportHandler) capacity(w http.ResponseWriter, r *http.Request, _ map[s
 		runtime.ForwardResponseMessage(ctx, h.mux, out, w, r, resp, h.mux.GetForwardResponseOptions()...)
 		return
 	}
-	// The file is written as it is rendered (the renderers write one
-	// unit at a time), never held whole: no Content-Length. A render error
-	// after the first bytes can no longer be an error answer: the
-	// connection is cut, so that the client sees a failed download, not a
-	// short file.
-	hdr := w.Header()
-	hdr.Set("Content-Type", file.contentType)
-	hdr.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": render.FileName(resp.GetReport(), file.ext)}))
-	hdr.Set("X-Content-Type-Options", "nosniff")
+	policy := ""
 	if format == "html" {
-		hdr.Set("Content-Security-Policy", reportHTMLPolicy)
+		policy = reportHTMLPolicy
+	}
+	serveRendered(ctx, h.mux, out, w, r, h.logger, renderedFile{
+		contentType: file.contentType,
+		disposition: "attachment",
+		name:        render.FileName(resp.GetReport(), file.ext),
+		policy:      policy,
+		render:      func(w io.Writer) error { return file.render(w, resp.GetReport()) },
+	}, "render capacity report", "format", format)
+}
+
+// gatewayRequest begins a handler that stands in for a generated gateway
+// handler: the context annotated as the gateway does for method and the
+// route pattern, and req filled from the query string, leaving out the
+// path parameters named in pathParams. On an error it has answered it in
+// the gateway's JSON form and ok is false.
+func gatewayRequest(mux *runtime.ServeMux, w http.ResponseWriter, r *http.Request, method, pattern string,
+	req proto.Message, pathParams [][]string,
+) (ctx context.Context, out runtime.Marshaler, ok bool) {
+	_, out = runtime.MarshalerForRequest(mux, r)
+	ctx, err := runtime.AnnotateContext(r.Context(), mux, r, method, runtime.WithHTTPPathPattern(pattern))
+	if err != nil {
+		runtime.HTTPError(r.Context(), mux, out, w, r, err)
+		return nil, nil, false
+	}
+	if err := populate(req, r, utilities.NewDoubleArray(pathParams)); err != nil {
+		runtime.HTTPError(ctx, mux, out, w, r, err)
+		return nil, nil, false
+	}
+	return ctx, out, true
+}
+
+// renderedFile is a self-contained file answered by rendering it straight
+// into the response.
+type renderedFile struct {
+	contentType string
+	disposition string // "inline" or "attachment"
+	name        string // the Content-Disposition file name
+	policy      string // the Content-Security-Policy, if any
+	render      func(io.Writer) error
+}
+
+// serveRendered answers f. The file is written as it is rendered (the
+// renderers write one unit at a time), never held whole: no
+// Content-Length. A render error before the first byte is an Internal
+// error answer in the gateway's form; after it, it can no longer be an
+// error answer: the connection is cut, so that the client sees a failed
+// download, not a short file. A client gone away is no error of ours and
+// is not logged; other render errors are logged as msg with args.
+func serveRendered(ctx context.Context, mux *runtime.ServeMux, out runtime.Marshaler, w http.ResponseWriter, r *http.Request,
+	logger *slog.Logger, f renderedFile, msg string, args ...any,
+) {
+	hdr := w.Header()
+	hdr.Set("Content-Type", f.contentType)
+	hdr.Set("Content-Disposition", mime.FormatMediaType(f.disposition, map[string]string{"filename": f.name}))
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	if f.policy != "" {
+		hdr.Set("Content-Security-Policy", f.policy)
 	}
 	sw := &startedWriter{w: w}
-	if err := file.render(sw, resp.GetReport()); err != nil {
+	if err := f.render(sw); err != nil {
 		if errors.Is(err, errClientWrite) {
-			return // a client gone away is no error of ours
+			return
 		}
-		h.logger.ErrorContext(ctx, "render capacity report", "format", format, "error", err)
+		logger.ErrorContext(ctx, msg, append(args, "error", err)...)
 		if !sw.started {
-			runtime.HTTPError(ctx, h.mux, out, w, r, status.Error(codes.Internal, "internal error"))
+			runtime.HTTPError(ctx, mux, out, w, r, status.Error(codes.Internal, "internal error"))
 			return
 		}
 		panic(http.ErrAbortHandler)
