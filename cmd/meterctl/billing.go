@@ -132,6 +132,23 @@ func checkOutput(out string, want ...string) error {
 	return nil
 }
 
+// resolveConn resolves conn from the environment and returns what is wrong
+// with it and with -o (out not one of want), for the command to report
+// with its own checks at once.
+func resolveConn(conn *connConfig, getenv func(string) string, out string, want ...string) []error {
+	conn.resolve(getenv)
+	return append(conn.validate(), checkOutput(out, want...))
+}
+
+// withTenant adds tenant_id to q when a tenant is given (none reads a
+// tenant key's own tenant, or every tenant for finance and admin keys).
+func withTenant(q url.Values, tenant string) url.Values {
+	if tenant != "" {
+		q.Set("tenant_id", tenant)
+	}
+	return q
+}
+
 // getJSON sends one request and decodes its JSON answer into m.
 func getJSON(ctx context.Context, c connConfig, method, path string, q url.Values, body []byte, m proto.Message) error {
 	data, err := newClient(c, 1).do(ctx, method, path, q, body)
@@ -157,14 +174,10 @@ func runBillingPeriods(ctx context.Context, args []string, getenv func(string) s
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	conn.resolve(getenv)
-	if err := errors.Join(append(conn.validate(), checkOutput(out, "table", "json"))...); err != nil {
+	if err := errors.Join(resolveConn(&conn, getenv, out, "table", "json")...); err != nil {
 		return err
 	}
-	q := url.Values{}
-	if tenant != "" {
-		q.Set("tenant_id", tenant)
-	}
+	q := withTenant(url.Values{}, tenant)
 	resp := &meterv1.ListBillingPeriodsResponse{}
 	if err := getJSON(ctx, conn, http.MethodGet, "/v1/billing/periods", q, nil, resp); err != nil {
 		return err
@@ -238,8 +251,7 @@ func runBillingClose(ctx context.Context, args []string, getenv func(string) str
 	if err != nil {
 		return err
 	}
-	conn.resolve(getenv)
-	if err := errors.Join(append(conn.validate(), checkOutput(out, "table", "json"))...); err != nil {
+	if err := errors.Join(resolveConn(&conn, getenv, out, "table", "json")...); err != nil {
 		return err
 	}
 	body := map[string]any{}
@@ -287,14 +299,10 @@ func runBillingStatement(ctx context.Context, args []string, getenv func(string)
 	if err != nil {
 		return err
 	}
-	conn.resolve(getenv)
-	if err := errors.Join(append(conn.validate(), checkOutput(out, "table", "json"))...); err != nil {
+	if err := errors.Join(resolveConn(&conn, getenv, out, "table", "json")...); err != nil {
 		return err
 	}
-	q := url.Values{}
-	if tenant != "" {
-		q.Set("tenant_id", tenant)
-	}
+	q := withTenant(url.Values{}, tenant)
 	resp := &meterv1.GetStatementResponse{}
 	if err := getJSON(ctx, conn, http.MethodGet, "/v1/billing/statements/"+url.PathEscape(period), q, nil, resp); err != nil {
 		return err
@@ -393,11 +401,7 @@ func (e *exportFlags) validate(getenv func(string) string) []error {
 }
 
 func (e *exportFlags) query() url.Values {
-	q := url.Values{"format": {e.format}}
-	if e.tenant != "" {
-		q.Set("tenant_id", e.tenant)
-	}
-	return q
+	return withTenant(url.Values{"format": {e.format}}, e.tenant)
 }
 
 func runExportStatements(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

@@ -35,14 +35,10 @@ func runBillingCredits(ctx context.Context, args []string, getenv func(string) s
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	conn.resolve(getenv)
-	if err := errors.Join(append(conn.validate(), checkOutput(out, "table", "json"))...); err != nil {
+	if err := errors.Join(resolveConn(&conn, getenv, out, "table", "json")...); err != nil {
 		return err
 	}
-	q := url.Values{}
-	if tenant != "" {
-		q.Set("tenant_id", tenant)
-	}
+	q := withTenant(url.Values{}, tenant)
 	ts := func(p interface{ AsTime() time.Time }) string { return p.AsTime().UTC().Format(time.RFC3339) }
 	if ledger {
 		resp := &meterv1.ListCreditLedgerResponse{}
@@ -109,8 +105,7 @@ func runBillingGrant(ctx context.Context, args []string, getenv func(string) str
 	if err != nil {
 		return err
 	}
-	conn.resolve(getenv)
-	errs := append(conn.validate(), checkOutput(out, "table", "json"))
+	errs := resolveConn(&conn, getenv, out, "table", "json")
 	req := &meterv1.CreateCreditGrantRequest{GrantId: id, TenantId: tenant, Kind: kind, Amount: amount, Currency: currency,
 		Priority: int32(priority), Description: description}
 	for _, f := range []struct {

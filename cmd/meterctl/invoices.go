@@ -31,14 +31,10 @@ func runBillingInvoice(ctx context.Context, args []string, getenv func(string) s
 	if err != nil {
 		return err
 	}
-	conn.resolve(getenv)
-	if err := errors.Join(append(conn.validate(), checkOutput(out, "table", "json", "html"))...); err != nil {
+	if err := errors.Join(resolveConn(&conn, getenv, out, "table", "json", "html")...); err != nil {
 		return err
 	}
-	q := url.Values{"format": {"json"}}
-	if tenant != "" {
-		q.Set("tenant_id", tenant)
-	}
+	q := withTenant(url.Values{"format": {"json"}}, tenant)
 	resp := &meterv1.GetInvoiceResponse{}
 	if err := getJSON(ctx, conn, http.MethodGet, "/v1/billing/statements/"+url.PathEscape(period)+"/invoice", q, nil, resp); err != nil {
 		return err
@@ -107,8 +103,7 @@ func runBillingVoid(ctx context.Context, args []string, getenv func(string) stri
 	if err != nil {
 		return err
 	}
-	conn.resolve(getenv)
-	errs := append(conn.validate(), checkOutput(out, "table", "json"))
+	errs := resolveConn(&conn, getenv, out, "table", "json")
 	for name, v := range map[string]string{"--tenant": tenant, "--hash": hash, "--reason": reason} {
 		if v == "" {
 			errs = append(errs, fmt.Errorf("%s is required", name))
