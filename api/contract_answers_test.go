@@ -1,20 +1,15 @@
 package api_test
 
 import (
-	"context"
 	"net/http"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"tokenmeter/api"
 	"tokenmeter/billing"
-	"tokenmeter/billing/closing"
 	"tokenmeter/internal/adapter/chstore/chstoretest"
-	"tokenmeter/internal/testkit/billingtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
-	"tokenmeter/query"
 )
 
 // TestContractAndCreditAnswers reads, over REST, what a contract and credit
@@ -28,31 +23,7 @@ import (
 func TestContractAndCreditAnswers(t *testing.T) {
 	ctx := t.Context()
 	store := chstoretest.OpenMigrated(t)
-	book, err := billing.ParsePriceBook([]byte(closeBookV1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := billing.EnsurePriceBook(ctx, store, book, "answers", time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	accounts, err := billing.ParseAccounts([]byte(closeAccounts))
-	if err != nil {
-		t.Fatal(err)
-	}
-	zones, err := accounts.Zones()
-	if err != nil {
-		t.Fatal(err)
-	}
-	hours := closeScenarioHours()
-	chstoretest.Insert(t, store, closeScenarioEvents("e", hours))
-	closeScenarioGPUs(t, store, hours)
-	billingtest.RollUp(t, store)
-	svc, err := closing.NewService(closing.Deps{Reads: query.New(store, query.Config{}), Store: store, Credits: store,
-		Prices: func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, store) }},
-		closing.Config{Zones: zones, ByDeployment: true, Accounts: accounts})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc, _ := closeScenarioService(t, store)
 	s := startBillingAPI(t, store, svc, api.Config{})
 	for _, g := range []string{
 		`{"grant_id":"promo-sep","tenant_id":"initech","kind":"promotional","amount":"1000.123456789",

@@ -114,6 +114,47 @@ func closeScenarioGPUs(t *testing.T, store *chstore.Store, hours []time.Time) {
 	}
 }
 
+// closeScenarioService sets up the month-end close scenario in store: the
+// price book closeBookV1 in force, the scenario's usage and GPU samples of
+// closeScenarioHours rolled up, and a closing service over them under the
+// accounts file closeAccounts (its zones, lines by deployment), which it
+// returns with the accounts.
+func closeScenarioService(t *testing.T, store *chstore.Store) (*closing.Service, *billing.Accounts) {
+	t.Helper()
+	putPriceBook(t, store, closeBookV1)
+	accounts, err := billing.ParseAccounts([]byte(closeAccounts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zones, err := accounts.Zones()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hours := closeScenarioHours()
+	chstoretest.Insert(t, store, closeScenarioEvents("e", hours))
+	closeScenarioGPUs(t, store, hours)
+	billingtest.RollUp(t, store)
+	svc, err := closing.NewService(closing.Deps{Reads: query.New(store, query.Config{}), Store: store, Credits: store,
+		Prices: func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, store) }},
+		closing.Config{Zones: zones, ByDeployment: true, Accounts: accounts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc, accounts
+}
+
+// putPriceBook records the price book doc in store, in force from now.
+func putPriceBook(t *testing.T, store *chstore.Store, doc string) {
+	t.Helper()
+	book, err := billing.ParsePriceBook([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := billing.EnsurePriceBook(t.Context(), store, book, "scenario", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // scenarioFile is one exported FOCUS file.
 type scenarioFile struct {
 	name    string
@@ -150,36 +191,7 @@ type scenarioFile struct {
 func TestFocusMonthEndClose(t *testing.T) {
 	ctx := t.Context()
 	store := chstoretest.OpenMigrated(t)
-	putBook := func(doc string) {
-		t.Helper()
-		book, err := billing.ParsePriceBook([]byte(doc))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := billing.EnsurePriceBook(ctx, store, book, "scenario", time.Now()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	putBook(closeBookV1)
-	accounts, err := billing.ParseAccounts([]byte(closeAccounts))
-	if err != nil {
-		t.Fatal(err)
-	}
-	zones, err := accounts.Zones()
-	if err != nil {
-		t.Fatal(err)
-	}
-	hours := closeScenarioHours()
-	chstoretest.Insert(t, store, closeScenarioEvents("e", hours))
-	closeScenarioGPUs(t, store, hours)
-	billingtest.RollUp(t, store)
-	reads := query.New(store, query.Config{})
-	svc, err := closing.NewService(closing.Deps{Reads: reads, Store: store, Credits: store,
-		Prices: func(ctx context.Context) (*billing.PriceBook, error) { return billing.BookInForce(ctx, store) }},
-		closing.Config{Zones: zones, ByDeployment: true, Accounts: accounts})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc, accounts := closeScenarioService(t, store)
 	s := startBillingAPI(t, store, svc, api.Config{})
 	// initech's promotional credit, drawn by September's close.
 	if _, _, err := svc.CreateGrant(ctx, billing.CreditGrant{ID: "promo-1", Tenant: "initech", Kind: billing.CreditPromotional,
@@ -196,7 +208,7 @@ func TestFocusMonthEndClose(t *testing.T) {
 	late := []time.Time{time.Date(2026, 9, 20, 10, 0, 0, 0, time.UTC)}
 	chstoretest.Insert(t, store, closeScenarioEvents("late", late))
 	closeScenarioGPUs(t, store, late)
-	putBook(closeBookV2)
+	putPriceBook(t, store, closeBookV2)
 	billingtest.RollUp(t, store)
 	if _, err := s.client.CloseBillingPeriod(admin, &meterv1.CloseBillingPeriodRequest{Period: "2026-10", RepricePeriods: []string{"2026-09"}}); err != nil {
 		t.Fatalf("close 2026-10: %v", err)
