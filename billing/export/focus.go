@@ -452,39 +452,11 @@ func splitByWeights(total billing.Money, weights []uint64) []billing.Money {
 		parts[0] = total
 		return parts
 	}
-	sum := new(big.Int)
-	for _, w := range weights {
-		sum.Add(sum, new(big.Int).SetUint64(w))
-	}
-	if sum.Sign() == 0 {
-		parts[0] = total
-		return parts
-	}
-	t := big.NewInt(int64(total))
-	neg := t.Sign() < 0
-	t.Abs(t)
-	rems := make([]*big.Int, len(weights))
-	var given int64
+	bw := make([]*big.Int, len(weights))
 	for k, w := range weights {
-		q, r := new(big.Int).QuoRem(new(big.Int).Mul(t, new(big.Int).SetUint64(w)), sum, new(big.Int))
-		parts[k], rems[k] = billing.Money(q.Int64()), r
-		given += q.Int64()
+		bw[k] = new(big.Int).SetUint64(w)
 	}
-	for left := t.Int64() - given; left > 0; left-- {
-		best := -1
-		for k := range rems {
-			if rems[k].Sign() > 0 && (best < 0 || rems[k].Cmp(rems[best]) > 0) {
-				best = k
-			}
-		}
-		parts[best]++
-		rems[best].SetInt64(0)
-	}
-	if neg {
-		for k := range parts {
-			parts[k] = -parts[k]
-		}
-	}
+	splitLargestRemainder(parts, total, bw)
 	return parts
 }
 
@@ -558,24 +530,30 @@ func splitMoney64(total billing.Money, weights [3]uint64) [3]billing.Money {
 	return parts
 }
 
-// splitMoney splits total over weights (non-negative) by largest
-// remainder: the parts add up to total exactly, each within one nano-unit
-// of total × weight / Σ weights; ties go to the earlier part. With no
-// weight, the first part takes all.
+// splitMoney splits total over three weights: splitLargestRemainder.
 func splitMoney(total billing.Money, weights [3]*big.Int) [3]billing.Money {
 	var parts [3]billing.Money
+	splitLargestRemainder(parts[:], total, weights[:])
+	return parts
+}
+
+// splitLargestRemainder splits total over weights (non-negative) into
+// parts (as many as weights) by largest remainder: the parts add up to
+// total exactly, each within one nano-unit of total × weight / Σ weights;
+// ties go to the earlier part. With no weight, the first part takes all.
+func splitLargestRemainder(parts []billing.Money, total billing.Money, weights []*big.Int) {
 	sum := new(big.Int)
 	for _, w := range weights {
 		sum.Add(sum, w)
 	}
 	if sum.Sign() == 0 {
 		parts[0] = total
-		return parts
+		return
 	}
 	t := big.NewInt(int64(total))
 	neg := t.Sign() < 0
 	t.Abs(t)
-	var rems [3]*big.Int
+	rems := make([]*big.Int, len(weights))
 	var given int64
 	for k, w := range weights {
 		q, r := new(big.Int).QuoRem(new(big.Int).Mul(t, w), sum, new(big.Int))
@@ -583,9 +561,9 @@ func splitMoney(total billing.Money, weights [3]*big.Int) [3]billing.Money {
 		rems[k] = r
 		given += q.Int64()
 	}
-	for left := t.Int64() - given; left > 0; left-- { // left < 3
+	for left := t.Int64() - given; left > 0; left-- { // left < len(weights)
 		best := -1
-		for k := range 3 {
+		for k := range rems {
 			if rems[k].Sign() > 0 && (best < 0 || rems[k].Cmp(rems[best]) > 0) {
 				best = k
 			}
@@ -598,7 +576,6 @@ func splitMoney(total billing.Money, weights [3]*big.Int) [3]billing.Money {
 			parts[k] = -parts[k]
 		}
 	}
-	return parts
 }
 
 func focusTimeText() timeText { return timeText{layout: focusTime} }
