@@ -195,10 +195,7 @@ func (s *Service) IssuedInvoice(ctx context.Context, tenant, period string) (Inv
 }
 
 func (s *Service) invoice(ctx context.Context, tenant, period string, issue bool) (InvoiceView, error) {
-	if err := checkTenant(tenant); err != nil {
-		return InvoiceView{}, err
-	}
-	p, err := billing.ParsePeriod(period, s.Zone(tenant))
+	p, err := s.tenantPeriod(tenant, period)
 	if err != nil {
 		return InvoiceView{}, err
 	}

@@ -547,10 +547,7 @@ type StatementView struct {
 // finance part. A tenant with neither usage nor statements in the period
 // is ErrNotFound.
 func (s *Service) Statement(ctx context.Context, tenant, period string, finance bool) (StatementView, error) {
-	if err := checkTenant(tenant); err != nil {
-		return StatementView{}, err
-	}
-	p, err := billing.ParsePeriod(period, s.Zone(tenant))
+	p, err := s.tenantPeriod(tenant, period)
 	if err != nil {
 		return StatementView{}, err
 	}
@@ -705,6 +702,14 @@ func (s *Service) EachUsageCost(ctx context.Context, q UsageCostQuery, fn func(*
 		}
 		return pricer.emit(ctx, r, &out, fn)
 	})
+}
+
+// tenantPeriod checks tenant and parses period in the tenant's zone.
+func (s *Service) tenantPeriod(tenant, period string) (billing.Period, error) {
+	if err := checkTenant(tenant); err != nil {
+		return billing.Period{}, err
+	}
+	return billing.ParsePeriod(period, s.Zone(tenant))
 }
 
 // checkTenant refuses a malformed or reserved tenant id.
