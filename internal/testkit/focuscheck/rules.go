@@ -339,11 +339,7 @@ func Rules() []Rule {
 					if k := d.Kind(col.name); k != KindText && k != KindDecimal && k != KindFloat && k != KindInteger {
 						r.add("column %s is stored as %s, not a decimal", col.name, k)
 					}
-					for i := range d.Rows {
-						if v := d.Get(i, col.name); !v.Null && !numericFormat.MatchString(v.Text) {
-							r.row(i, "%s %q is not in NumericFormat", col.name, v.Text)
-						}
-					}
+					valuesAre(d, r, col.name, numericFormat.MatchString, "is not in NumericFormat")
 				})
 		case typeDateTime:
 			add(col.name+"/TypeDateTime", col.name+" MUST be of type Date/Time in DateTimeFormat (UTC, YYYY-MM-DDTHH:mm:ssZ)",
@@ -357,11 +353,7 @@ func Rules() []Rule {
 					default:
 						r.add("column %s is stored as %s, not a UTC timestamp", col.name, k)
 					}
-					for i := range d.Rows {
-						if v := d.Get(i, col.name); !v.Null && !dateTimeFormat.MatchString(v.Text) {
-							r.row(i, "%s %q is not YYYY-MM-DDTHH:mm:ssZ", col.name, v.Text)
-						}
-					}
+					valuesAre(d, r, col.name, dateTimeFormat.MatchString, "is not YYYY-MM-DDTHH:mm:ssZ")
 				})
 		case typeString:
 			add(col.name+"/TypeString", col.name+" MUST be of type String",
@@ -444,11 +436,7 @@ func Rules() []Rule {
 		})
 	add("BillingCurrency/NationalCurrency", "BillingCurrency MUST be an ISO 4217 national currency code",
 		func(d *Dataset, _ *Profile, r *report) {
-			for i := range d.Rows {
-				if v := d.Get(i, "BillingCurrency"); !v.Null && !nationalCurrencies[v.Text] {
-					r.row(i, "BillingCurrency %q is not an ISO 4217 code", v.Text)
-				}
-			}
+			valuesAre(d, r, "BillingCurrency", func(v string) bool { return nationalCurrencies[v] }, "is not an ISO 4217 code")
 		})
 	add("BillingCurrency/OnePerInvoice", "BillingCurrency MUST match the currency of the invoice: one per billing account and period",
 		func(d *Dataset, _ *Profile, r *report) {
@@ -763,9 +751,15 @@ func checkKeyValue(s string) error {
 }
 
 func allowed(d *Dataset, r *report, col string, values map[string]bool) {
+	valuesAre(d, r, col, func(v string) bool { return values[v] }, "is not an allowed value")
+}
+
+// valuesAre reports each non-null value of col that good refuses, as
+// `col "value" isNot`.
+func valuesAre(d *Dataset, r *report, col string, good func(string) bool, isNot string) {
 	for i := range d.Rows {
-		if v := d.Get(i, col); !v.Null && !values[v.Text] {
-			r.row(i, "%s %q is not an allowed value", col, v.Text)
+		if v := d.Get(i, col); !v.Null && !good(v.Text) {
+			r.row(i, "%s %q %s", col, v.Text, isNot)
 		}
 	}
 }
@@ -908,9 +902,5 @@ func startBeforeEnd(d *Dataset, r *report, start, end string) {
 }
 
 func unitFormatted(d *Dataset, r *report, col string) {
-	for i := range d.Rows {
-		if v := d.Get(i, col); !v.Null && !unitFormat.MatchString(v.Text) {
-			r.row(i, "%s %q is not in UnitFormat", col, v.Text)
-		}
-	}
+	valuesAre(d, r, col, unitFormat.MatchString, "is not in UnitFormat")
 }
