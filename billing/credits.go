@@ -311,29 +311,26 @@ func creditDescription(g CreditGrant) string {
 // close's time. Entry ids name the statement's hash, so the entries of one
 // statement are the same whenever they are written.
 func CreditEntriesOf(st Statement, at time.Time) []CreditEntry {
-	var out []CreditEntry
-	for _, u := range st.Credits {
-		if u.Drawn > 0 {
-			out = append(out, creditEntry(st, u.Grant, LedgerDraw, u.Drawn, at))
-		}
-		if u.Expired > 0 {
-			out = append(out, creditEntry(st, u.Grant, LedgerExpiry, u.Expired, at))
-		}
-	}
-	return out
+	return creditEntries(st, LedgerDraw, LedgerExpiry, at)
 }
 
 // ReturnEntriesOf is what voiding the stored statement st gives back: a
 // return per draw and a reversal per expiry it booked (a reissued
 // statement draws and expires again, under its own hash).
 func ReturnEntriesOf(st Statement, at time.Time) []CreditEntry {
+	return creditEntries(st, LedgerReturn, LedgerExpiryReversal, at)
+}
+
+// creditEntries is an entry of kind draw per grant st drew on and of kind
+// expiry per grant its close expired, in the order of st.Credits.
+func creditEntries(st Statement, draw, expiry LedgerKind, at time.Time) []CreditEntry {
 	var out []CreditEntry
 	for _, u := range st.Credits {
 		if u.Drawn > 0 {
-			out = append(out, creditEntry(st, u.Grant, LedgerReturn, u.Drawn, at))
+			out = append(out, creditEntry(st, u.Grant, draw, u.Drawn, at))
 		}
 		if u.Expired > 0 {
-			out = append(out, creditEntry(st, u.Grant, LedgerExpiryReversal, u.Expired, at))
+			out = append(out, creditEntry(st, u.Grant, expiry, u.Expired, at))
 		}
 	}
 	return out
