@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -18,12 +19,20 @@ import (
 // the model, deployment, tokens and contracted price; each line's
 // contracted charge and discount) and initech's September drawing a
 // promotional grant that expires with the month (the rest expires) and
-// leaving a prepaid grant of priority 2 untouched (3.5 left). Each figure
-// must equal the stored statement's.
+// leaving a prepaid grant of priority 2 untouched (3.5 left), and acme's
+// September on a dedicated deployment (the finance part's dedicated
+// charge). Each figure must equal the stored statement's.
 func TestContractAndCreditAnswers(t *testing.T) {
 	ctx := t.Context()
 	store := chstoretest.OpenMigrated(t)
-	svc, _ := closeScenarioService(t, store)
+	// acme's contract makes d1 its dedicated deployment: its September is
+	// billed d1's GPU-hours (the finance part's dedicated charge).
+	accounts := strings.Replace(closeAccounts, `{"id":"acme","name":"Acme Corp","zone":"+05:30"}`,
+		`{"id":"acme","name":"Acme Corp","zone":"+05:30","contract":{"dedicated":[{"deployment":"d1","effective_from":"2026-01-01T00:00:00Z","per_gpu_hour":"2.5"}]}}`, 1)
+	if accounts == closeAccounts {
+		t.Fatal("the scenario's accounts changed: acme's entry not found")
+	}
+	svc, _ := closeScenarioService(t, store, accounts)
 	s := startBillingAPI(t, store, svc, api.Config{})
 	for _, g := range []string{
 		`{"grant_id":"promo-sep","tenant_id":"initech","kind":"promotional","amount":"1000.123456789",
@@ -37,7 +46,7 @@ func TestContractAndCreditAnswers(t *testing.T) {
 			t.Fatalf("grant: %d %s", r.code, r.body)
 		}
 	}
-	if r := s.get(t, "POST", "/v1/billing/periods/2026-09:close", testKeys["admin"], `{"tenant_ids":["globex","initech"]}`); r.code != http.StatusOK {
+	if r := s.get(t, "POST", "/v1/billing/periods/2026-09:close", testKeys["admin"], `{"tenant_ids":["acme","globex","initech"]}`); r.code != http.StatusOK {
 		t.Fatalf("close 2026-09: %d %s", r.code, r.body)
 	}
 	stored := func(tenant string) billing.Statement {
@@ -108,6 +117,17 @@ func TestContractAndCreditAnswers(t *testing.T) {
 				t.Errorf("prepaid-1: %+v", c)
 			}
 		}
+	}
+
+	acme, wire := stored("acme"), read("acme")
+	var dedicated billing.Money
+	for _, c := range acme.Charges {
+		if c.Kind == billing.ChargeDedicated {
+			dedicated += c.Amount
+		}
+	}
+	if dedicated <= 0 || wire.GetFinance().GetDedicatedCharge().GetAmount() != dedicated.StringFixed(9) {
+		t.Errorf("acme's dedicated charges %s, the API's finance part %v", dedicated, wire.GetFinance())
 	}
 
 	r := s.get(t, "GET", "/v1/billing/credits/balance?tenant_id=initech", testKeys["finance"], "")

@@ -119,10 +119,10 @@ func closeScenarioGPUs(t *testing.T, store *chstore.Store, hours []time.Time) {
 // closeScenarioHours rolled up, and a closing service over them under the
 // accounts file closeAccounts (its zones, lines by deployment), which it
 // returns with the accounts.
-func closeScenarioService(t *testing.T, store *chstore.Store) (*closing.Service, *billing.Accounts) {
+func closeScenarioService(t *testing.T, store *chstore.Store, accountsDoc string) (*closing.Service, *billing.Accounts) {
 	t.Helper()
 	putPriceBook(t, store, closeBookV1)
-	accounts, err := billing.ParseAccounts([]byte(closeAccounts))
+	accounts, err := billing.ParseAccounts([]byte(accountsDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ type scenarioFile struct {
 func TestFocusMonthEndClose(t *testing.T) {
 	ctx := t.Context()
 	store := chstoretest.OpenMigrated(t)
-	svc, accounts := closeScenarioService(t, store)
+	svc, accounts := closeScenarioService(t, store, closeAccounts)
 	s := startBillingAPI(t, store, svc, api.Config{})
 	// initech's promotional credit, drawn by September's close.
 	if _, _, err := svc.CreateGrant(ctx, billing.CreditGrant{ID: "promo-1", Tenant: "initech", Kind: billing.CreditPromotional,
