@@ -10,10 +10,11 @@ import (
 	"math/big"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/text/currency"
+
+	"tokenmeter/internal/numtext"
 )
 
 // An invoice is the printable document of one closed statement revision:
@@ -229,7 +230,7 @@ func invoiceLines(st Statement) []InvoiceLine {
 			il.Description = what + ": repricing of " + l.OriginalPeriod
 		}
 		if l.Kind != LineRepricing {
-			il.Quantity = fmt.Sprintf("%s input (%s cached), %s output", groupDigits(l.InputTokens), groupDigits(l.CachedInputTokens), groupDigits(l.OutputTokens))
+			il.Quantity = fmt.Sprintf("%s input (%s cached), %s output", numtext.Group(strconv.FormatUint(l.InputTokens, 10)), numtext.Group(strconv.FormatUint(l.CachedInputTokens, 10)), numtext.Group(strconv.FormatUint(l.OutputTokens, 10)))
 			il.Unit = "tokens"
 			if l.Priced {
 				il.UnitPrice = fmt.Sprintf("%s / %s / %s per 1M", l.InputPer1M, l.CachedInputPer1M, l.OutputPer1M)
@@ -244,19 +245,6 @@ func invoiceLines(st Statement) []InvoiceLine {
 			Quantity: c.Quantity, Unit: c.Unit, UnitPrice: c.UnitPrice, Exact: c.Amount})
 	}
 	return out
-}
-
-// groupDigits writes n with thousands separators: 1234567 is "1,234,567".
-func groupDigits(n uint64) string {
-	s := strconv.FormatUint(n, 10)
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // SplitToMinorUnit cuts exact amounts (nano-units) to whole minor units

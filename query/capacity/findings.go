@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"tokenmeter/billing"
+	"tokenmeter/internal/numtext"
 )
 
 // Finding kinds.
@@ -114,28 +115,7 @@ func number(v float64, decimals int) string {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return strconv.FormatFloat(v, 'f', -1, 64)
 	}
-	return grouped(strconv.FormatFloat(v, 'f', decimals, 64))
-}
-
-// grouped puts thousands separators into a decimal string.
-func grouped(s string) string {
-	sign := ""
-	if strings.HasPrefix(s, "-") {
-		sign, s = "-", s[1:]
-	}
-	intPart, frac, hasFrac := strings.Cut(s, ".")
-	var b strings.Builder
-	b.WriteString(sign)
-	for i, c := range intPart {
-		if i > 0 && (len(intPart)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if hasFrac {
-		b.WriteString("." + frac)
-	}
-	return b.String()
+	return numtext.Group(strconv.FormatFloat(v, 'f', decimals, 64))
 }
 
 // percent writes a share as a percentage with one decimal.
@@ -143,5 +123,5 @@ func percent(v float64) string { return number(v*100, 1) + "%" }
 
 // money writes an amount rounded to cents, with its currency.
 func money(nanos int64, currency string) string {
-	return strings.TrimSpace(currency + " " + grouped(billing.Money(nanos).StringFixed(2)))
+	return strings.TrimSpace(currency + " " + numtext.Group(billing.Money(nanos).StringFixed(2)))
 }

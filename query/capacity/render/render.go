@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"tokenmeter/internal/numtext"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -119,27 +120,10 @@ func num(v float64) string { return strconv.FormatFloat(finite(v), 'f', -1, 64) 
 // "12,345.6"; a value that rounds to zero has no minus sign.
 func grouped(v float64, decimals int) string {
 	s := strconv.FormatFloat(finite(v), 'f', decimals, 64)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	if neg && strings.Trim(s, "0.") == "" {
-		neg = false
+	if strings.Trim(s, "-0.") == "" {
+		s = strings.TrimPrefix(s, "-")
 	}
-	whole, frac, hasFrac := strings.Cut(s, ".")
-	var b strings.Builder
-	if neg {
-		b.WriteByte('-')
-	}
-	for i, c := range whole {
-		if i > 0 && (len(whole)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if hasFrac {
-		b.WriteByte('.')
-		b.WriteString(frac)
-	}
-	return b.String()
+	return numtext.Group(s)
 }
 
 // human is v with as many decimals as its size calls for: none from 100
@@ -156,35 +140,10 @@ func human(v float64) string {
 }
 
 // countInt is n with thousands separators, exact for every int64.
-func countInt(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	if neg {
-		b.WriteByte('-')
-	}
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
+func countInt(n int64) string { return numtext.Group(strconv.FormatInt(n, 10)) }
 
 // countU is n with thousands separators, exact for every uint64.
-func countU(n uint64) string {
-	s := strconv.FormatUint(n, 10)
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
+func countU(n uint64) string { return numtext.Group(strconv.FormatUint(n, 10)) }
 
 // percent is a share as a percentage with one decimal, "73.4%".
 func percent(v float64) string { return grouped(v*100, 1) + "%" }
