@@ -23,7 +23,7 @@ const (
 )
 
 // EngineSample covers interval_s seconds of one replica of an inference
-// engine (vLLM, SGLang, TGI), read from the engine's Prometheus endpoint.
+// engine (vLLM, SGLang, TGI, NVIDIA NIM for LLMs, NVIDIA Dynamo), read from the engine's Prometheus endpoint.
 // Gauges are the values at sampled_at; counters are deltas over the
 // interval (a counter that went down restarted from zero: the delta is its
 // new value). A field the engine does not publish, or a counter delta not
@@ -35,7 +35,8 @@ type EngineSample struct {
 	// deployment is the serving deployment the replica belongs to; it joins
 	// events and GPU samples.
 	Deployment string `protobuf:"bytes,2,opt,name=deployment,proto3" json:"deployment,omitempty"`
-	// engine names the engine: "vllm", "sglang" or "tgi".
+	// engine names the engine: "vllm", "sglang", "tgi", "nim" (NVIDIA NIM for
+	// LLMs) or "dynamo" (NVIDIA Dynamo).
 	Engine string `protobuf:"bytes,3,opt,name=engine,proto3" json:"engine,omitempty"`
 	// replica names the replica within the deployment: the pod, else host:port.
 	Replica string `protobuf:"bytes,4,opt,name=replica,proto3" json:"replica,omitempty"`
@@ -66,7 +67,12 @@ type EngineSample struct {
 	// interval (vLLM's iteration_tokens_total histogram).
 	BatchTokens *float64 `protobuf:"fixed64,16,opt,name=batch_tokens,json=batchTokens,proto3,oneof" json:"batch_tokens,omitempty"`
 	// source names where the sample came from: "scrape" or "replay".
-	Source        string `protobuf:"bytes,17,opt,name=source,proto3" json:"source,omitempty"`
+	Source string `protobuf:"bytes,17,opt,name=source,proto3" json:"source,omitempty"`
+	// restarts is 1 when the replica's engine restarted since its previous
+	// scrape (a counter went down, its process start time moved on, or its
+	// uptime went down), else 0; unset at a replica's first scrape. Restarts
+	// closer together than one scrape count once.
+	Restarts      *uint32 `protobuf:"varint,18,opt,name=restarts,proto3,oneof" json:"restarts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -220,6 +226,13 @@ func (x *EngineSample) GetSource() string {
 	return ""
 }
 
+func (x *EngineSample) GetRestarts() uint32 {
+	if x != nil && x.Restarts != nil {
+		return *x.Restarts
+	}
+	return 0
+}
+
 // GetEngineStatsRequest selects the range, step and grouping of engine stats.
 type GetEngineStatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -238,7 +251,10 @@ type GetEngineStatsRequest struct {
 	// page_size bounds the series of one answer (default 100, at most 1000).
 	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// page_token continues a previous answer (its next_page_token).
-	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// deployment keeps only these deployments (repeat the parameter or
+	// separate by commas); default: every deployment.
+	Deployment    []string `protobuf:"bytes,7,rep,name=deployment,proto3" json:"deployment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -315,6 +331,13 @@ func (x *GetEngineStatsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *GetEngineStatsRequest) GetDeployment() []string {
+	if x != nil {
+		return x.Deployment
+	}
+	return nil
+}
+
 // EngineStatsPoint is the engine statistics of one group in one step. The
 // queue and running statistics are over replica samples: a mean weights
 // each sample by its interval_s.
@@ -358,8 +381,13 @@ type EngineStatsPoint struct {
 	// kv_cache_samples is the number of samples that carried a KV-cache usage;
 	// kv_cache_usage_* are 0 and meaningless when it is 0.
 	KvCacheSamples uint64 `protobuf:"varint,17,opt,name=kv_cache_samples,json=kvCacheSamples,proto3" json:"kv_cache_samples,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// kv_cache_usage_min is the smallest KV-cache usage sampled.
+	KvCacheUsageMin float64 `protobuf:"fixed64,18,opt,name=kv_cache_usage_min,json=kvCacheUsageMin,proto3" json:"kv_cache_usage_min,omitempty"`
+	// restarts is the engine restarts detected in the step, summed over the
+	// group's replicas (group by replica for each replica's count).
+	Restarts      uint64 `protobuf:"varint,19,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EngineStatsPoint) Reset() {
@@ -511,6 +539,20 @@ func (x *EngineStatsPoint) GetKvCacheSamples() uint64 {
 	return 0
 }
 
+func (x *EngineStatsPoint) GetKvCacheUsageMin() float64 {
+	if x != nil {
+		return x.KvCacheUsageMin
+	}
+	return 0
+}
+
+func (x *EngineStatsPoint) GetRestarts() uint64 {
+	if x != nil {
+		return x.Restarts
+	}
+	return 0
+}
+
 // EngineStatsSeries is the engine statistics of one group.
 type EngineStatsSeries struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -634,7 +676,7 @@ var File_tokenmeter_v1_engine_proto protoreflect.FileDescriptor
 
 const file_tokenmeter_v1_engine_proto_rawDesc = "" +
 	"\n" +
-	"\x1atokenmeter/v1/engine.proto\x12\rtokenmeter.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x86\x06\n" +
+	"\x1atokenmeter/v1/engine.proto\x12\rtokenmeter.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\x06\n" +
 	"\fEngineSample\x12\x1b\n" +
 	"\tsample_id\x18\x01 \x01(\tR\bsampleId\x12\x1e\n" +
 	"\n" +
@@ -657,7 +699,8 @@ const file_tokenmeter_v1_engine_proto_rawDesc = "" +
 	"\x15prefix_cache_hit_rate\x18\x0e \x01(\x01H\x05R\x12prefixCacheHitRate\x88\x01\x01\x12%\n" +
 	"\vpreemptions\x18\x0f \x01(\x04H\x06R\vpreemptions\x88\x01\x01\x12&\n" +
 	"\fbatch_tokens\x18\x10 \x01(\x01H\aR\vbatchTokens\x88\x01\x01\x12\x16\n" +
-	"\x06source\x18\x11 \x01(\tR\x06sourceB\n" +
+	"\x06source\x18\x11 \x01(\tR\x06source\x12\x1f\n" +
+	"\brestarts\x18\x12 \x01(\rH\bR\brestarts\x88\x01\x01B\n" +
 	"\n" +
 	"\b_runningB\n" +
 	"\n" +
@@ -667,7 +710,8 @@ const file_tokenmeter_v1_engine_proto_rawDesc = "" +
 	"\x12_prefix_cache_hitsB\x18\n" +
 	"\x16_prefix_cache_hit_rateB\x0e\n" +
 	"\f_preemptionsB\x0f\n" +
-	"\r_batch_tokens\"\xe2\x01\n" +
+	"\r_batch_tokensB\v\n" +
+	"\t_restarts\"\x82\x02\n" +
 	"\x15GetEngineStatsRequest\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x12\n" +
@@ -675,7 +719,10 @@ const file_tokenmeter_v1_engine_proto_rawDesc = "" +
 	"\bgroup_by\x18\x04 \x03(\tR\agroupBy\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"\xeb\x05\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x1e\n" +
+	"\n" +
+	"deployment\x18\a \x03(\tR\n" +
+	"deployment\"\xb4\x06\n" +
 	"\x10EngineStatsPoint\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12\x18\n" +
 	"\asamples\x18\x02 \x01(\x04R\asamples\x12\x1a\n" +
@@ -697,7 +744,9 @@ const file_tokenmeter_v1_engine_proto_rawDesc = "" +
 	"\x15prefix_cache_hit_rate\x18\x0e \x01(\x01H\x00R\x12prefixCacheHitRate\x88\x01\x01\x12 \n" +
 	"\vpreemptions\x18\x0f \x01(\x04R\vpreemptions\x12/\n" +
 	"\x11batch_tokens_mean\x18\x10 \x01(\x01H\x01R\x0fbatchTokensMean\x88\x01\x01\x12(\n" +
-	"\x10kv_cache_samples\x18\x11 \x01(\x04R\x0ekvCacheSamplesB\x18\n" +
+	"\x10kv_cache_samples\x18\x11 \x01(\x04R\x0ekvCacheSamples\x12+\n" +
+	"\x12kv_cache_usage_min\x18\x12 \x01(\x01R\x0fkvCacheUsageMin\x12\x1a\n" +
+	"\brestarts\x18\x13 \x01(\x04R\brestartsB\x18\n" +
 	"\x16_prefix_cache_hit_rateB\x14\n" +
 	"\x12_batch_tokens_mean\"\x84\x02\n" +
 	"\x11EngineStatsSeries\x12A\n" +
