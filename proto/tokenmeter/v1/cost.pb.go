@@ -589,7 +589,10 @@ type GetGpuUsageRequest struct {
 	End *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=end,proto3" json:"end,omitempty"`
 	// step is "hour", "day", "month" (UTC calendar months) or "total" (default: one step).
 	Step string `protobuf:"bytes,3,opt,name=step,proto3" json:"step,omitempty"`
-	// group_by lists any of deployment, gpu_type, pool, region, mig_profile.
+	// group_by lists any of deployment, gpu_type, pool, region, mig_profile,
+	// node and gpu (the GPU's UUID, "/<mig_instance_id>" for a MIG instance).
+	// node and gpu read the per-GPU rollup (gpu_device_hour): there, each
+	// GPU's cost is its own, rounded once per GPU-hour.
 	GroupBy []string `protobuf:"bytes,4,rep,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`
 	// page_size bounds the series of one answer (default 100, at most 1000).
 	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
@@ -706,8 +709,11 @@ type GpuUsagePoint struct {
 	TotalTokens uint64 `protobuf:"varint,14,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
 	// tokens_per_gpu_hour is total_tokens / gpu_hours (same condition).
 	TokensPerGpuHour float64 `protobuf:"fixed64,15,opt,name=tokens_per_gpu_hour,json=tokensPerGpuHour,proto3" json:"tokens_per_gpu_hour,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// telemetry is the GPUs' memory, power, temperature, clocks and SM
+	// activity over the step.
+	Telemetry     *GpuTelemetry `protobuf:"bytes,16,opt,name=telemetry,proto3" json:"telemetry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GpuUsagePoint) Reset() {
@@ -845,6 +851,205 @@ func (x *GpuUsagePoint) GetTokensPerGpuHour() float64 {
 	return 0
 }
 
+func (x *GpuUsagePoint) GetTelemetry() *GpuTelemetry {
+	if x != nil {
+		return x.Telemetry
+	}
+	return nil
+}
+
+// GpuTelemetry summarizes the GPU samples of a group and range
+// (docs/architecture.md "GPU telemetry"). Means are time-weighted over the
+// samples that carried the reading (by interval_s, per GPU or MIG
+// instance: not summed over GPUs); maxima are of single samples. A value
+// the samples never carried is 0, with its *_hours at 0.
+type GpuTelemetry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// memory_used_mean_bytes is the mean framebuffer memory in use of one GPU
+	// (or MIG instance).
+	MemoryUsedMeanBytes float64 `protobuf:"fixed64,1,opt,name=memory_used_mean_bytes,json=memoryUsedMeanBytes,proto3" json:"memory_used_mean_bytes,omitempty"`
+	// memory_used_max_bytes is the most framebuffer memory in use in one sample.
+	MemoryUsedMaxBytes uint64 `protobuf:"varint,2,opt,name=memory_used_max_bytes,json=memoryUsedMaxBytes,proto3" json:"memory_used_max_bytes,omitempty"`
+	// memory_used_ratio is the memory in use over the memory there was:
+	// sum(used * interval) / sum(total * interval).
+	MemoryUsedRatio float64 `protobuf:"fixed64,3,opt,name=memory_used_ratio,json=memoryUsedRatio,proto3" json:"memory_used_ratio,omitempty"`
+	// memory_used_max_ratio is the largest used / total of one sample.
+	MemoryUsedMaxRatio float64 `protobuf:"fixed64,4,opt,name=memory_used_max_ratio,json=memoryUsedMaxRatio,proto3" json:"memory_used_max_ratio,omitempty"`
+	// memory_hours is the sample time that reported the memory total.
+	MemoryHours float64 `protobuf:"fixed64,5,opt,name=memory_hours,json=memoryHours,proto3" json:"memory_hours,omitempty"`
+	// power_mean_watts is the mean power draw of one GPU (a MIG instance
+	// carries its share of the card's).
+	PowerMeanWatts float64 `protobuf:"fixed64,6,opt,name=power_mean_watts,json=powerMeanWatts,proto3" json:"power_mean_watts,omitempty"`
+	// power_max_watts is the highest power draw of one sample.
+	PowerMaxWatts float64 `protobuf:"fixed64,7,opt,name=power_max_watts,json=powerMaxWatts,proto3" json:"power_max_watts,omitempty"`
+	// power_hours is the sample time that reported power.
+	PowerHours float64 `protobuf:"fixed64,8,opt,name=power_hours,json=powerHours,proto3" json:"power_hours,omitempty"`
+	// temperature_mean_c is the mean GPU temperature in degrees Celsius.
+	TemperatureMeanC float64 `protobuf:"fixed64,9,opt,name=temperature_mean_c,json=temperatureMeanC,proto3" json:"temperature_mean_c,omitempty"`
+	// temperature_max_c is the highest GPU temperature of one sample.
+	TemperatureMaxC float64 `protobuf:"fixed64,10,opt,name=temperature_max_c,json=temperatureMaxC,proto3" json:"temperature_max_c,omitempty"`
+	// temperature_hours is the sample time that reported temperature.
+	TemperatureHours float64 `protobuf:"fixed64,11,opt,name=temperature_hours,json=temperatureHours,proto3" json:"temperature_hours,omitempty"`
+	// clock_throttle_seconds is the busy sample time (utilization > 0) whose
+	// SM clock was below 90% of the GPU's normal clock: its sm_clock_max_mhz,
+	// else the highest SM clock any sample of its GPU type reached in the hour.
+	ClockThrottleSeconds float64 `protobuf:"fixed64,12,opt,name=clock_throttle_seconds,json=clockThrottleSeconds,proto3" json:"clock_throttle_seconds,omitempty"`
+	// clock_hours is the busy sample time with an SM clock and a normal clock:
+	// the denominator of clock_throttle_share.
+	ClockHours float64 `protobuf:"fixed64,13,opt,name=clock_hours,json=clockHours,proto3" json:"clock_hours,omitempty"`
+	// clock_throttle_share is clock_throttle_seconds / (clock_hours * 3600).
+	ClockThrottleShare float64 `protobuf:"fixed64,14,opt,name=clock_throttle_share,json=clockThrottleShare,proto3" json:"clock_throttle_share,omitempty"`
+	// sm_active is the mean DCGM_FI_PROF_SM_ACTIVE of the samples that carried it.
+	SmActive float64 `protobuf:"fixed64,15,opt,name=sm_active,json=smActive,proto3" json:"sm_active,omitempty"`
+	// sm_active_hours is the sample time that carried SM activity (0: the
+	// source offers none, e.g. NVML or DCGM without profiling metrics).
+	SmActiveHours float64 `protobuf:"fixed64,16,opt,name=sm_active_hours,json=smActiveHours,proto3" json:"sm_active_hours,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GpuTelemetry) Reset() {
+	*x = GpuTelemetry{}
+	mi := &file_tokenmeter_v1_cost_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GpuTelemetry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GpuTelemetry) ProtoMessage() {}
+
+func (x *GpuTelemetry) ProtoReflect() protoreflect.Message {
+	mi := &file_tokenmeter_v1_cost_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GpuTelemetry.ProtoReflect.Descriptor instead.
+func (*GpuTelemetry) Descriptor() ([]byte, []int) {
+	return file_tokenmeter_v1_cost_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GpuTelemetry) GetMemoryUsedMeanBytes() float64 {
+	if x != nil {
+		return x.MemoryUsedMeanBytes
+	}
+	return 0
+}
+
+func (x *GpuTelemetry) GetMemoryUsedMaxBytes() uint64 {
+	if x != nil {
+		return x.MemoryUsedMaxBytes
+	}
+	return 0
+}
+
+func (x *GpuTelemetry) GetMemoryUsedRatio() float64 {
+	if x != nil {
+		return x.MemoryUsedRatio
+	}
+	return 0
+}
+
+func (x *GpuTelemetry) GetMemoryUsedMaxRatio() float64 {
+	if x != nil {
+		return x.MemoryUsedMaxRatio
+	}
+	return 0
+}
+
+func (x *GpuTelemetry) GetMemoryHours() float64 {
+	if x != nil {
+		return x.MemoryHours
+	}
+	return 0
+}
+
+func (x *GpuTelemetry) GetPowerMeanWatts() float64 {
+	if x != nil {
+		return x.PowerMeanWatts
+	}
+	return 0
+}
+
+func (x *GpuTelemetry) GetPowerMaxWatts() float64 {
+	if x != nil {
+		return x.PowerMaxWatts
+	}
+	return 0
+}
+
+func (x *GpuTelemetry) GetPowerHours() float64 {
+	if x != nil {
+		return x.PowerHours
+	}
+	return 0
+}
+
+func (x *GpuTelemetry) GetTemperatureMeanC() float64 {
+	if x != nil {
+		return x.TemperatureMeanC
+	}
+	return 0
+}
+
+func (x *GpuTelemetry) GetTemperatureMaxC() float64 {
+	if x != nil {
+		return x.TemperatureMaxC
+	}
+	return 0
+}
+
+func (x *GpuTelemetry) GetTemperatureHours() float64 {
+	if x != nil {
+		return x.TemperatureHours
+	}
+	return 0
+}
+
+func (x *GpuTelemetry) GetClockThrottleSeconds() float64 {
+	if x != nil {
+		return x.ClockThrottleSeconds
+	}
+	return 0
+}
+
+func (x *GpuTelemetry) GetClockHours() float64 {
+	if x != nil {
+		return x.ClockHours
+	}
+	return 0
+}
+
+func (x *GpuTelemetry) GetClockThrottleShare() float64 {
+	if x != nil {
+		return x.ClockThrottleShare
+	}
+	return 0
+}
+
+func (x *GpuTelemetry) GetSmActive() float64 {
+	if x != nil {
+		return x.SmActive
+	}
+	return 0
+}
+
+func (x *GpuTelemetry) GetSmActiveHours() float64 {
+	if x != nil {
+		return x.SmActiveHours
+	}
+	return 0
+}
+
 // GpuUsageSeries is the GPU usage of one group.
 type GpuUsageSeries struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -860,7 +1065,7 @@ type GpuUsageSeries struct {
 
 func (x *GpuUsageSeries) Reset() {
 	*x = GpuUsageSeries{}
-	mi := &file_tokenmeter_v1_cost_proto_msgTypes[7]
+	mi := &file_tokenmeter_v1_cost_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +1077,7 @@ func (x *GpuUsageSeries) String() string {
 func (*GpuUsageSeries) ProtoMessage() {}
 
 func (x *GpuUsageSeries) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_cost_proto_msgTypes[7]
+	mi := &file_tokenmeter_v1_cost_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +1090,7 @@ func (x *GpuUsageSeries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuUsageSeries.ProtoReflect.Descriptor instead.
 func (*GpuUsageSeries) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_cost_proto_rawDescGZIP(), []int{7}
+	return file_tokenmeter_v1_cost_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GpuUsageSeries) GetGroup() map[string]string {
@@ -926,7 +1131,7 @@ type GetGpuUsageResponse struct {
 
 func (x *GetGpuUsageResponse) Reset() {
 	*x = GetGpuUsageResponse{}
-	mi := &file_tokenmeter_v1_cost_proto_msgTypes[8]
+	mi := &file_tokenmeter_v1_cost_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1143,7 @@ func (x *GetGpuUsageResponse) String() string {
 func (*GetGpuUsageResponse) ProtoMessage() {}
 
 func (x *GetGpuUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_cost_proto_msgTypes[8]
+	mi := &file_tokenmeter_v1_cost_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1156,7 @@ func (x *GetGpuUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGpuUsageResponse.ProtoReflect.Descriptor instead.
 func (*GetGpuUsageResponse) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_cost_proto_rawDescGZIP(), []int{8}
+	return file_tokenmeter_v1_cost_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetGpuUsageResponse) GetSeries() []*GpuUsageSeries {
@@ -1051,7 +1256,7 @@ const file_tokenmeter_v1_cost_proto_rawDesc = "" +
 	"\bgroup_by\x18\x04 \x03(\tR\agroupBy\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"\xd7\x04\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\"\x92\x05\n" +
 	"\rGpuUsagePoint\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12\x1b\n" +
 	"\tgpu_hours\x18\x02 \x01(\x01R\bgpuHours\x12$\n" +
@@ -1069,7 +1274,28 @@ const file_tokenmeter_v1_cost_proto_rawDesc = "" +
 	"\x12unpriced_gpu_hours\x18\f \x01(\x01R\x10unpricedGpuHours\x12#\n" +
 	"\routput_tokens\x18\r \x01(\x04R\foutputTokens\x12!\n" +
 	"\ftotal_tokens\x18\x0e \x01(\x04R\vtotalTokens\x12-\n" +
-	"\x13tokens_per_gpu_hour\x18\x0f \x01(\x01R\x10tokensPerGpuHour\"\xf8\x01\n" +
+	"\x13tokens_per_gpu_hour\x18\x0f \x01(\x01R\x10tokensPerGpuHour\x129\n" +
+	"\ttelemetry\x18\x10 \x01(\v2\x1b.tokenmeter.v1.GpuTelemetryR\ttelemetry\"\xc0\x05\n" +
+	"\fGpuTelemetry\x123\n" +
+	"\x16memory_used_mean_bytes\x18\x01 \x01(\x01R\x13memoryUsedMeanBytes\x121\n" +
+	"\x15memory_used_max_bytes\x18\x02 \x01(\x04R\x12memoryUsedMaxBytes\x12*\n" +
+	"\x11memory_used_ratio\x18\x03 \x01(\x01R\x0fmemoryUsedRatio\x121\n" +
+	"\x15memory_used_max_ratio\x18\x04 \x01(\x01R\x12memoryUsedMaxRatio\x12!\n" +
+	"\fmemory_hours\x18\x05 \x01(\x01R\vmemoryHours\x12(\n" +
+	"\x10power_mean_watts\x18\x06 \x01(\x01R\x0epowerMeanWatts\x12&\n" +
+	"\x0fpower_max_watts\x18\a \x01(\x01R\rpowerMaxWatts\x12\x1f\n" +
+	"\vpower_hours\x18\b \x01(\x01R\n" +
+	"powerHours\x12,\n" +
+	"\x12temperature_mean_c\x18\t \x01(\x01R\x10temperatureMeanC\x12*\n" +
+	"\x11temperature_max_c\x18\n" +
+	" \x01(\x01R\x0ftemperatureMaxC\x12+\n" +
+	"\x11temperature_hours\x18\v \x01(\x01R\x10temperatureHours\x124\n" +
+	"\x16clock_throttle_seconds\x18\f \x01(\x01R\x14clockThrottleSeconds\x12\x1f\n" +
+	"\vclock_hours\x18\r \x01(\x01R\n" +
+	"clockHours\x120\n" +
+	"\x14clock_throttle_share\x18\x0e \x01(\x01R\x12clockThrottleShare\x12\x1b\n" +
+	"\tsm_active\x18\x0f \x01(\x01R\bsmActive\x12&\n" +
+	"\x0fsm_active_hours\x18\x10 \x01(\x01R\rsmActiveHours\"\xf8\x01\n" +
 	"\x0eGpuUsageSeries\x12>\n" +
 	"\x05group\x18\x01 \x03(\v2(.tokenmeter.v1.GpuUsageSeries.GroupEntryR\x05group\x124\n" +
 	"\x06points\x18\x02 \x03(\v2\x1c.tokenmeter.v1.GpuUsagePointR\x06points\x126\n" +
@@ -1099,7 +1325,7 @@ func file_tokenmeter_v1_cost_proto_rawDescGZIP() []byte {
 	return file_tokenmeter_v1_cost_proto_rawDescData
 }
 
-var file_tokenmeter_v1_cost_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_tokenmeter_v1_cost_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_tokenmeter_v1_cost_proto_goTypes = []any{
 	(*Money)(nil),                 // 0: tokenmeter.v1.Money
 	(*GetCostRequest)(nil),        // 1: tokenmeter.v1.GetCostRequest
@@ -1108,43 +1334,45 @@ var file_tokenmeter_v1_cost_proto_goTypes = []any{
 	(*GetCostResponse)(nil),       // 4: tokenmeter.v1.GetCostResponse
 	(*GetGpuUsageRequest)(nil),    // 5: tokenmeter.v1.GetGpuUsageRequest
 	(*GpuUsagePoint)(nil),         // 6: tokenmeter.v1.GpuUsagePoint
-	(*GpuUsageSeries)(nil),        // 7: tokenmeter.v1.GpuUsageSeries
-	(*GetGpuUsageResponse)(nil),   // 8: tokenmeter.v1.GetGpuUsageResponse
-	nil,                           // 9: tokenmeter.v1.CostSeries.GroupEntry
-	nil,                           // 10: tokenmeter.v1.GpuUsageSeries.GroupEntry
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*GpuTelemetry)(nil),          // 7: tokenmeter.v1.GpuTelemetry
+	(*GpuUsageSeries)(nil),        // 8: tokenmeter.v1.GpuUsageSeries
+	(*GetGpuUsageResponse)(nil),   // 9: tokenmeter.v1.GetGpuUsageResponse
+	nil,                           // 10: tokenmeter.v1.CostSeries.GroupEntry
+	nil,                           // 11: tokenmeter.v1.GpuUsageSeries.GroupEntry
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
 }
 var file_tokenmeter_v1_cost_proto_depIdxs = []int32{
-	11, // 0: tokenmeter.v1.GetCostRequest.start:type_name -> google.protobuf.Timestamp
-	11, // 1: tokenmeter.v1.GetCostRequest.end:type_name -> google.protobuf.Timestamp
-	11, // 2: tokenmeter.v1.CostPoint.start:type_name -> google.protobuf.Timestamp
+	12, // 0: tokenmeter.v1.GetCostRequest.start:type_name -> google.protobuf.Timestamp
+	12, // 1: tokenmeter.v1.GetCostRequest.end:type_name -> google.protobuf.Timestamp
+	12, // 2: tokenmeter.v1.CostPoint.start:type_name -> google.protobuf.Timestamp
 	0,  // 3: tokenmeter.v1.CostPoint.cost:type_name -> tokenmeter.v1.Money
 	0,  // 4: tokenmeter.v1.CostPoint.busy_cost:type_name -> tokenmeter.v1.Money
 	0,  // 5: tokenmeter.v1.CostPoint.idle_cost:type_name -> tokenmeter.v1.Money
 	0,  // 6: tokenmeter.v1.CostPoint.list_charge:type_name -> tokenmeter.v1.Money
-	9,  // 7: tokenmeter.v1.CostSeries.group:type_name -> tokenmeter.v1.CostSeries.GroupEntry
+	10, // 7: tokenmeter.v1.CostSeries.group:type_name -> tokenmeter.v1.CostSeries.GroupEntry
 	2,  // 8: tokenmeter.v1.CostSeries.points:type_name -> tokenmeter.v1.CostPoint
 	2,  // 9: tokenmeter.v1.CostSeries.summary:type_name -> tokenmeter.v1.CostPoint
 	3,  // 10: tokenmeter.v1.GetCostResponse.series:type_name -> tokenmeter.v1.CostSeries
-	11, // 11: tokenmeter.v1.GetGpuUsageRequest.start:type_name -> google.protobuf.Timestamp
-	11, // 12: tokenmeter.v1.GetGpuUsageRequest.end:type_name -> google.protobuf.Timestamp
-	11, // 13: tokenmeter.v1.GpuUsagePoint.start:type_name -> google.protobuf.Timestamp
+	12, // 11: tokenmeter.v1.GetGpuUsageRequest.start:type_name -> google.protobuf.Timestamp
+	12, // 12: tokenmeter.v1.GetGpuUsageRequest.end:type_name -> google.protobuf.Timestamp
+	12, // 13: tokenmeter.v1.GpuUsagePoint.start:type_name -> google.protobuf.Timestamp
 	0,  // 14: tokenmeter.v1.GpuUsagePoint.cost:type_name -> tokenmeter.v1.Money
 	0,  // 15: tokenmeter.v1.GpuUsagePoint.busy_cost:type_name -> tokenmeter.v1.Money
 	0,  // 16: tokenmeter.v1.GpuUsagePoint.idle_cost:type_name -> tokenmeter.v1.Money
-	10, // 17: tokenmeter.v1.GpuUsageSeries.group:type_name -> tokenmeter.v1.GpuUsageSeries.GroupEntry
-	6,  // 18: tokenmeter.v1.GpuUsageSeries.points:type_name -> tokenmeter.v1.GpuUsagePoint
-	6,  // 19: tokenmeter.v1.GpuUsageSeries.summary:type_name -> tokenmeter.v1.GpuUsagePoint
-	7,  // 20: tokenmeter.v1.GetGpuUsageResponse.series:type_name -> tokenmeter.v1.GpuUsageSeries
-	1,  // 21: tokenmeter.v1.CostService.GetCost:input_type -> tokenmeter.v1.GetCostRequest
-	5,  // 22: tokenmeter.v1.CostService.GetGpuUsage:input_type -> tokenmeter.v1.GetGpuUsageRequest
-	4,  // 23: tokenmeter.v1.CostService.GetCost:output_type -> tokenmeter.v1.GetCostResponse
-	8,  // 24: tokenmeter.v1.CostService.GetGpuUsage:output_type -> tokenmeter.v1.GetGpuUsageResponse
-	23, // [23:25] is the sub-list for method output_type
-	21, // [21:23] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	7,  // 17: tokenmeter.v1.GpuUsagePoint.telemetry:type_name -> tokenmeter.v1.GpuTelemetry
+	11, // 18: tokenmeter.v1.GpuUsageSeries.group:type_name -> tokenmeter.v1.GpuUsageSeries.GroupEntry
+	6,  // 19: tokenmeter.v1.GpuUsageSeries.points:type_name -> tokenmeter.v1.GpuUsagePoint
+	6,  // 20: tokenmeter.v1.GpuUsageSeries.summary:type_name -> tokenmeter.v1.GpuUsagePoint
+	8,  // 21: tokenmeter.v1.GetGpuUsageResponse.series:type_name -> tokenmeter.v1.GpuUsageSeries
+	1,  // 22: tokenmeter.v1.CostService.GetCost:input_type -> tokenmeter.v1.GetCostRequest
+	5,  // 23: tokenmeter.v1.CostService.GetGpuUsage:input_type -> tokenmeter.v1.GetGpuUsageRequest
+	4,  // 24: tokenmeter.v1.CostService.GetCost:output_type -> tokenmeter.v1.GetCostResponse
+	9,  // 25: tokenmeter.v1.CostService.GetGpuUsage:output_type -> tokenmeter.v1.GetGpuUsageResponse
+	24, // [24:26] is the sub-list for method output_type
+	22, // [22:24] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_tokenmeter_v1_cost_proto_init() }
@@ -1158,7 +1386,7 @@ func file_tokenmeter_v1_cost_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tokenmeter_v1_cost_proto_rawDesc), len(file_tokenmeter_v1_cost_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

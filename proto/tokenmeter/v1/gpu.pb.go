@@ -74,7 +74,15 @@ type GpuSample struct {
 	// sm_clock_mhz is the SM clock in MHz.
 	SmClockMhz float64 `protobuf:"fixed64,22,opt,name=sm_clock_mhz,json=smClockMhz,proto3" json:"sm_clock_mhz,omitempty"`
 	// source names where the sample came from: "dcgm", "nvml", "dcgm-exporter" or "replay".
-	Source        string `protobuf:"bytes,23,opt,name=source,proto3" json:"source,omitempty"`
+	Source string `protobuf:"bytes,23,opt,name=source,proto3" json:"source,omitempty"`
+	// sm_active is the ratio in [0, 1] of time at least one warp was resident
+	// on an SM, averaged over the SMs (DCGM_FI_PROF_SM_ACTIVE); absent where
+	// the source does not offer it (NVML, DCGM without profiling metrics).
+	SmActive *float64 `protobuf:"fixed64,24,opt,name=sm_active,json=smActive,proto3,oneof" json:"sm_active,omitempty"`
+	// sm_clock_max_mhz is the GPU's maximum SM clock in MHz
+	// (DCGM_FI_DEV_MAX_SM_CLOCK, NVML's max clock info): the "normal" clock
+	// that clock throttling is measured against; 0 when not reported.
+	SmClockMaxMhz float64 `protobuf:"fixed64,25,opt,name=sm_clock_max_mhz,json=smClockMaxMhz,proto3" json:"sm_clock_max_mhz,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -270,11 +278,25 @@ func (x *GpuSample) GetSource() string {
 	return ""
 }
 
+func (x *GpuSample) GetSmActive() float64 {
+	if x != nil && x.SmActive != nil {
+		return *x.SmActive
+	}
+	return 0
+}
+
+func (x *GpuSample) GetSmClockMaxMhz() float64 {
+	if x != nil {
+		return x.SmClockMaxMhz
+	}
+	return 0
+}
+
 var File_tokenmeter_v1_gpu_proto protoreflect.FileDescriptor
 
 const file_tokenmeter_v1_gpu_proto_rawDesc = "" +
 	"\n" +
-	"\x17tokenmeter/v1/gpu.proto\x12\rtokenmeter.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe2\x05\n" +
+	"\x17tokenmeter/v1/gpu.proto\x12\rtokenmeter.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbb\x06\n" +
 	"\tGpuSample\x12\x1b\n" +
 	"\tsample_id\x18\x01 \x01(\tR\bsampleId\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x19\n" +
@@ -306,7 +328,11 @@ const file_tokenmeter_v1_gpu_proto_rawDesc = "" +
 	"\rtemperature_c\x18\x15 \x01(\x01R\ftemperatureC\x12 \n" +
 	"\fsm_clock_mhz\x18\x16 \x01(\x01R\n" +
 	"smClockMhz\x12\x16\n" +
-	"\x06source\x18\x17 \x01(\tR\x06sourceB(Z&tokenmeter/proto/tokenmeter/v1;meterv1b\x06proto3"
+	"\x06source\x18\x17 \x01(\tR\x06source\x12 \n" +
+	"\tsm_active\x18\x18 \x01(\x01H\x00R\bsmActive\x88\x01\x01\x12'\n" +
+	"\x10sm_clock_max_mhz\x18\x19 \x01(\x01R\rsmClockMaxMhzB\f\n" +
+	"\n" +
+	"_sm_activeB(Z&tokenmeter/proto/tokenmeter/v1;meterv1b\x06proto3"
 
 var (
 	file_tokenmeter_v1_gpu_proto_rawDescOnce sync.Once
@@ -339,6 +365,7 @@ func file_tokenmeter_v1_gpu_proto_init() {
 	if File_tokenmeter_v1_gpu_proto != nil {
 		return
 	}
+	file_tokenmeter_v1_gpu_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

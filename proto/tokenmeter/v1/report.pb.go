@@ -553,7 +553,10 @@ type CapacityUnit struct {
 	ModelCount int32 `protobuf:"varint,36,opt,name=model_count,json=modelCount,proto3" json:"model_count,omitempty"`
 	// gpu_type_count is the number of GPU types of the unit (gpu_types lists
 	// at most 100 of them).
-	GpuTypeCount  int32 `protobuf:"varint,37,opt,name=gpu_type_count,json=gpuTypeCount,proto3" json:"gpu_type_count,omitempty"`
+	GpuTypeCount int32 `protobuf:"varint,37,opt,name=gpu_type_count,json=gpuTypeCount,proto3" json:"gpu_type_count,omitempty"`
+	// gpu_telemetry is the unit's GPU memory, power, temperature, clock
+	// throttling and SM activity over the range.
+	GpuTelemetry  *GpuTelemetry `protobuf:"bytes,40,opt,name=gpu_telemetry,json=gpuTelemetry,proto3" json:"gpu_telemetry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -845,6 +848,13 @@ func (x *CapacityUnit) GetGpuTypeCount() int32 {
 		return x.GpuTypeCount
 	}
 	return 0
+}
+
+func (x *CapacityUnit) GetGpuTelemetry() *GpuTelemetry {
+	if x != nil {
+		return x.GpuTelemetry
+	}
+	return nil
 }
 
 // CapacityPeakHour is the busiest hour of a unit.
@@ -1494,7 +1504,10 @@ type CapacityHour struct {
 	// attainment is good_requests / requests.
 	Attainment float64 `protobuf:"fixed64,8,opt,name=attainment,proto3" json:"attainment,omitempty"`
 	// qualifies tells whether the hour counts toward the sustainable load.
-	Qualifies     bool `protobuf:"varint,9,opt,name=qualifies,proto3" json:"qualifies,omitempty"`
+	Qualifies bool `protobuf:"varint,9,opt,name=qualifies,proto3" json:"qualifies,omitempty"`
+	// gpu_telemetry is the hour's GPU memory, power, temperature, clock
+	// throttling and SM activity.
+	GpuTelemetry  *GpuTelemetry `protobuf:"bytes,20,opt,name=gpu_telemetry,json=gpuTelemetry,proto3" json:"gpu_telemetry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1590,6 +1603,13 @@ func (x *CapacityHour) GetQualifies() bool {
 		return x.Qualifies
 	}
 	return false
+}
+
+func (x *CapacityHour) GetGpuTelemetry() *GpuTelemetry {
+	if x != nil {
+		return x.GpuTelemetry
+	}
+	return nil
 }
 
 // CapacityDay is one UTC day of a unit.
@@ -1802,7 +1822,7 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\x0fnot_enough_data\x18\x10 \x01(\tR\rnotEnoughData\x123\n" +
 	"\x06others\x18\x11 \x01(\v2\x1b.tokenmeter.v1.CapacityUnitR\x06others\x12&\n" +
 	"\x0funits_in_others\x18\x12 \x01(\x05R\runitsInOthers\x12\x1b\n" +
-	"\tmax_units\x18\x13 \x01(\x05R\bmaxUnits\"\xe1\v\n" +
+	"\tmax_units\x18\x13 \x01(\x05R\bmaxUnits\"\xa3\f\n" +
 	"\fCapacityUnit\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdeployments\x18\x02 \x03(\tR\vdeployments\x12\x16\n" +
@@ -1846,7 +1866,8 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\x10deployment_count\x18# \x01(\x05R\x0fdeploymentCount\x12\x1f\n" +
 	"\vmodel_count\x18$ \x01(\x05R\n" +
 	"modelCount\x12$\n" +
-	"\x0egpu_type_count\x18% \x01(\x05R\fgpuTypeCount\"\xbb\x02\n" +
+	"\x0egpu_type_count\x18% \x01(\x05R\fgpuTypeCount\x12@\n" +
+	"\rgpu_telemetry\x18( \x01(\v2\x1b.tokenmeter.v1.GpuTelemetryR\fgpuTelemetry\"\xbb\x02\n" +
 	"\x10CapacityPeakHour\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12*\n" +
 	"\x11tokens_per_second\x18\x02 \x01(\x01R\x0ftokensPerSecond\x12\x12\n" +
@@ -1902,7 +1923,7 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\x05slope\x18\x03 \x01(\x01R\x05slope\x12\x1c\n" +
 	"\tintercept\x18\x04 \x01(\x01R\tintercept\x12\x0e\n" +
 	"\x02r2\x18\x05 \x01(\x01R\x02r2\x12\x14\n" +
-	"\x05weeks\x18\x06 \x01(\x05R\x05weeks\"\xdb\x02\n" +
+	"\x05weeks\x18\x06 \x01(\x05R\x05weeks\"\x9d\x03\n" +
 	"\fCapacityHour\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12\x12\n" +
 	"\x04gpus\x18\x02 \x01(\x01R\x04gpus\x12 \n" +
@@ -1914,7 +1935,8 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\n" +
 	"attainment\x18\b \x01(\x01R\n" +
 	"attainment\x12\x1c\n" +
-	"\tqualifies\x18\t \x01(\bR\tqualifies\"\x80\x02\n" +
+	"\tqualifies\x18\t \x01(\bR\tqualifies\x12@\n" +
+	"\rgpu_telemetry\x18\x14 \x01(\v2\x1b.tokenmeter.v1.GpuTelemetryR\fgpuTelemetry\"\x80\x02\n" +
 	"\vCapacityDay\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x121\n" +
 	"\tbusy_cost\x18\x02 \x01(\v2\x14.tokenmeter.v1.MoneyR\bbusyCost\x121\n" +
@@ -1960,7 +1982,8 @@ var file_tokenmeter_v1_report_proto_goTypes = []any{
 	(*CapacityFinding)(nil),           // 13: tokenmeter.v1.CapacityFinding
 	(*timestamppb.Timestamp)(nil),     // 14: google.protobuf.Timestamp
 	(*Money)(nil),                     // 15: tokenmeter.v1.Money
-	(*EngineStatsPoint)(nil),          // 16: tokenmeter.v1.EngineStatsPoint
+	(*GpuTelemetry)(nil),              // 16: tokenmeter.v1.GpuTelemetry
+	(*EngineStatsPoint)(nil),          // 17: tokenmeter.v1.EngineStatsPoint
 }
 var file_tokenmeter_v1_report_proto_depIdxs = []int32{
 	14, // 0: tokenmeter.v1.GetCapacityReportRequest.start:type_name -> google.protobuf.Timestamp
@@ -1982,25 +2005,27 @@ var file_tokenmeter_v1_report_proto_depIdxs = []int32{
 	8,  // 16: tokenmeter.v1.CapacityUnit.trend:type_name -> tokenmeter.v1.CapacityTrend
 	11, // 17: tokenmeter.v1.CapacityUnit.hours_detail:type_name -> tokenmeter.v1.CapacityHour
 	12, // 18: tokenmeter.v1.CapacityUnit.days:type_name -> tokenmeter.v1.CapacityDay
-	14, // 19: tokenmeter.v1.CapacityPeakHour.start:type_name -> google.protobuf.Timestamp
-	16, // 20: tokenmeter.v1.CapacityPeakHour.saturation:type_name -> tokenmeter.v1.EngineStatsPoint
-	14, // 21: tokenmeter.v1.SustainableLoad.hour:type_name -> google.protobuf.Timestamp
-	9,  // 22: tokenmeter.v1.CapacityTrend.weeks:type_name -> tokenmeter.v1.CapacityWeek
-	10, // 23: tokenmeter.v1.CapacityTrend.forecast:type_name -> tokenmeter.v1.PeakForecast
-	14, // 24: tokenmeter.v1.CapacityWeek.start:type_name -> google.protobuf.Timestamp
-	14, // 25: tokenmeter.v1.CapacityWeek.peak_hour:type_name -> google.protobuf.Timestamp
-	14, // 26: tokenmeter.v1.PeakForecast.at:type_name -> google.protobuf.Timestamp
-	14, // 27: tokenmeter.v1.CapacityHour.start:type_name -> google.protobuf.Timestamp
-	14, // 28: tokenmeter.v1.CapacityDay.start:type_name -> google.protobuf.Timestamp
-	15, // 29: tokenmeter.v1.CapacityDay.busy_cost:type_name -> tokenmeter.v1.Money
-	15, // 30: tokenmeter.v1.CapacityDay.idle_cost:type_name -> tokenmeter.v1.Money
-	0,  // 31: tokenmeter.v1.ReportService.GetCapacityReport:input_type -> tokenmeter.v1.GetCapacityReportRequest
-	1,  // 32: tokenmeter.v1.ReportService.GetCapacityReport:output_type -> tokenmeter.v1.GetCapacityReportResponse
-	32, // [32:33] is the sub-list for method output_type
-	31, // [31:32] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	16, // 19: tokenmeter.v1.CapacityUnit.gpu_telemetry:type_name -> tokenmeter.v1.GpuTelemetry
+	14, // 20: tokenmeter.v1.CapacityPeakHour.start:type_name -> google.protobuf.Timestamp
+	17, // 21: tokenmeter.v1.CapacityPeakHour.saturation:type_name -> tokenmeter.v1.EngineStatsPoint
+	14, // 22: tokenmeter.v1.SustainableLoad.hour:type_name -> google.protobuf.Timestamp
+	9,  // 23: tokenmeter.v1.CapacityTrend.weeks:type_name -> tokenmeter.v1.CapacityWeek
+	10, // 24: tokenmeter.v1.CapacityTrend.forecast:type_name -> tokenmeter.v1.PeakForecast
+	14, // 25: tokenmeter.v1.CapacityWeek.start:type_name -> google.protobuf.Timestamp
+	14, // 26: tokenmeter.v1.CapacityWeek.peak_hour:type_name -> google.protobuf.Timestamp
+	14, // 27: tokenmeter.v1.PeakForecast.at:type_name -> google.protobuf.Timestamp
+	14, // 28: tokenmeter.v1.CapacityHour.start:type_name -> google.protobuf.Timestamp
+	16, // 29: tokenmeter.v1.CapacityHour.gpu_telemetry:type_name -> tokenmeter.v1.GpuTelemetry
+	14, // 30: tokenmeter.v1.CapacityDay.start:type_name -> google.protobuf.Timestamp
+	15, // 31: tokenmeter.v1.CapacityDay.busy_cost:type_name -> tokenmeter.v1.Money
+	15, // 32: tokenmeter.v1.CapacityDay.idle_cost:type_name -> tokenmeter.v1.Money
+	0,  // 33: tokenmeter.v1.ReportService.GetCapacityReport:input_type -> tokenmeter.v1.GetCapacityReportRequest
+	1,  // 34: tokenmeter.v1.ReportService.GetCapacityReport:output_type -> tokenmeter.v1.GetCapacityReportResponse
+	34, // [34:35] is the sub-list for method output_type
+	33, // [33:34] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_tokenmeter_v1_report_proto_init() }
