@@ -301,7 +301,23 @@ type LatencyPoint struct {
 	// e2e is the end-to-end latency.
 	E2E *LatencyStats `protobuf:"bytes,4,opt,name=e2e,proto3" json:"e2e,omitempty"`
 	// queue is the queue time (requests that reported it).
-	Queue         *LatencyStats `protobuf:"bytes,5,opt,name=queue,proto3" json:"queue,omitempty"`
+	Queue *LatencyStats `protobuf:"bytes,5,opt,name=queue,proto3" json:"queue,omitempty"`
+	// prefill is the prefill time (requests that reported it). Kept at hour
+	// and coarser steps only: absent for minute steps (exact answers have it
+	// at every step). Its mean is read from the histogram, within
+	// relative_accuracy (exact answers: exact).
+	Prefill *LatencyStats `protobuf:"bytes,6,opt,name=prefill,proto3" json:"prefill,omitempty"`
+	// decode is e2e − ttft, the time from the first to the last token
+	// (requests with both, and a measured ttft). Steps and mean as prefill.
+	Decode *LatencyStats `protobuf:"bytes,7,opt,name=decode,proto3" json:"decode,omitempty"`
+	// e2e_short_output is the e2e of requests with fewer than 256 output
+	// tokens (failed ones with none included). Steps and mean as prefill; the
+	// three classes' counts add up to e2e's count.
+	E2EShortOutput *LatencyStats `protobuf:"bytes,8,opt,name=e2e_short_output,json=e2eShortOutput,proto3" json:"e2e_short_output,omitempty"`
+	// e2e_medium_output is the e2e of requests with 256 to 1023 output tokens.
+	E2EMediumOutput *LatencyStats `protobuf:"bytes,9,opt,name=e2e_medium_output,json=e2eMediumOutput,proto3" json:"e2e_medium_output,omitempty"`
+	// e2e_long_output is the e2e of requests with 1024 or more output tokens.
+	E2ELongOutput *LatencyStats `protobuf:"bytes,10,opt,name=e2e_long_output,json=e2eLongOutput,proto3" json:"e2e_long_output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -367,6 +383,41 @@ func (x *LatencyPoint) GetE2E() *LatencyStats {
 func (x *LatencyPoint) GetQueue() *LatencyStats {
 	if x != nil {
 		return x.Queue
+	}
+	return nil
+}
+
+func (x *LatencyPoint) GetPrefill() *LatencyStats {
+	if x != nil {
+		return x.Prefill
+	}
+	return nil
+}
+
+func (x *LatencyPoint) GetDecode() *LatencyStats {
+	if x != nil {
+		return x.Decode
+	}
+	return nil
+}
+
+func (x *LatencyPoint) GetE2EShortOutput() *LatencyStats {
+	if x != nil {
+		return x.E2EShortOutput
+	}
+	return nil
+}
+
+func (x *LatencyPoint) GetE2EMediumOutput() *LatencyStats {
+	if x != nil {
+		return x.E2EMediumOutput
+	}
+	return nil
+}
+
+func (x *LatencyPoint) GetE2ELongOutput() *LatencyStats {
+	if x != nil {
+		return x.E2ELongOutput
 	}
 	return nil
 }
@@ -868,8 +919,14 @@ type TrafficPoint struct {
 	ErrorRate float64 `protobuf:"fixed64,8,opt,name=error_rate,json=errorRate,proto3" json:"error_rate,omitempty"`
 	// errors_by_class counts failed requests per error class.
 	ErrorsByClass map[string]uint64 `protobuf:"bytes,9,rep,name=errors_by_class,json=errorsByClass,proto3" json:"errors_by_class,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// prompt_tokens_per_request is the distribution of prompt tokens per
+	// request (hour and coarser steps only: absent for minute steps).
+	PromptTokensPerRequest *TokenStats `protobuf:"bytes,10,opt,name=prompt_tokens_per_request,json=promptTokensPerRequest,proto3" json:"prompt_tokens_per_request,omitempty"`
+	// output_tokens_per_request is the distribution of output tokens per
+	// request (hour and coarser steps only).
+	OutputTokensPerRequest *TokenStats `protobuf:"bytes,11,opt,name=output_tokens_per_request,json=outputTokensPerRequest,proto3" json:"output_tokens_per_request,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *TrafficPoint) Reset() {
@@ -961,6 +1018,20 @@ func (x *TrafficPoint) GetErrorRate() float64 {
 func (x *TrafficPoint) GetErrorsByClass() map[string]uint64 {
 	if x != nil {
 		return x.ErrorsByClass
+	}
+	return nil
+}
+
+func (x *TrafficPoint) GetPromptTokensPerRequest() *TokenStats {
+	if x != nil {
+		return x.PromptTokensPerRequest
+	}
+	return nil
+}
+
+func (x *TrafficPoint) GetOutputTokensPerRequest() *TokenStats {
+	if x != nil {
+		return x.OutputTokensPerRequest
 	}
 	return nil
 }
@@ -1088,7 +1159,7 @@ var File_tokenmeter_v1_metrics_proto protoreflect.FileDescriptor
 
 const file_tokenmeter_v1_metrics_proto_rawDesc = "" +
 	"\n" +
-	"\x1btokenmeter/v1/metrics.proto\x12\rtokenmeter.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf8\x01\n" +
+	"\x1btokenmeter/v1/metrics.proto\x12\rtokenmeter.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19tokenmeter/v1/usage.proto\"\xf8\x01\n" +
 	"\x0eSeriesSelector\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x120\n" +
 	"\x05start\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
@@ -1110,13 +1181,19 @@ const file_tokenmeter_v1_metrics_proto_rawDesc = "" +
 	"\x03p99\x18\x06 \x01(\x01R\x03p99\x12\x1d\n" +
 	"\n" +
 	"tail_ratio\x18\a \x01(\x01R\ttailRatio\x12\x17\n" +
-	"\amax_p99\x18\b \x01(\x01R\x06maxP99\"\x82\x02\n" +
+	"\amax_p99\x18\b \x01(\x01R\x06maxP99\"\xc3\x04\n" +
 	"\fLatencyPoint\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12/\n" +
 	"\x04ttft\x18\x02 \x01(\v2\x1b.tokenmeter.v1.LatencyStatsR\x04ttft\x12-\n" +
 	"\x03itl\x18\x03 \x01(\v2\x1b.tokenmeter.v1.LatencyStatsR\x03itl\x12-\n" +
 	"\x03e2e\x18\x04 \x01(\v2\x1b.tokenmeter.v1.LatencyStatsR\x03e2e\x121\n" +
-	"\x05queue\x18\x05 \x01(\v2\x1b.tokenmeter.v1.LatencyStatsR\x05queue\"\xf4\x01\n" +
+	"\x05queue\x18\x05 \x01(\v2\x1b.tokenmeter.v1.LatencyStatsR\x05queue\x125\n" +
+	"\aprefill\x18\x06 \x01(\v2\x1b.tokenmeter.v1.LatencyStatsR\aprefill\x123\n" +
+	"\x06decode\x18\a \x01(\v2\x1b.tokenmeter.v1.LatencyStatsR\x06decode\x12E\n" +
+	"\x10e2e_short_output\x18\b \x01(\v2\x1b.tokenmeter.v1.LatencyStatsR\x0ee2eShortOutput\x12G\n" +
+	"\x11e2e_medium_output\x18\t \x01(\v2\x1b.tokenmeter.v1.LatencyStatsR\x0fe2eMediumOutput\x12C\n" +
+	"\x0fe2e_long_output\x18\n" +
+	" \x01(\v2\x1b.tokenmeter.v1.LatencyStatsR\re2eLongOutput\"\xf4\x01\n" +
 	"\rLatencySeries\x12=\n" +
 	"\x05group\x18\x01 \x03(\v2'.tokenmeter.v1.LatencySeries.GroupEntryR\x05group\x123\n" +
 	"\x06points\x18\x02 \x03(\v2\x1b.tokenmeter.v1.LatencyPointR\x06points\x125\n" +
@@ -1158,7 +1235,7 @@ const file_tokenmeter_v1_metrics_proto_rawDesc = "" +
 	"\x06series\x18\x01 \x03(\v2\x1c.tokenmeter.v1.GoodputSeriesR\x06series\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"N\n" +
 	"\x11GetTrafficRequest\x129\n" +
-	"\bselector\x18\x01 \x01(\v2\x1d.tokenmeter.v1.SeriesSelectorR\bselector\"\xb0\x04\n" +
+	"\bselector\x18\x01 \x01(\v2\x1d.tokenmeter.v1.SeriesSelectorR\bselector\"\xdc\x05\n" +
 	"\fTrafficPoint\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12\x1a\n" +
 	"\brequests\x18\x02 \x01(\x04R\brequests\x12.\n" +
@@ -1169,7 +1246,10 @@ const file_tokenmeter_v1_metrics_proto_rawDesc = "" +
 	"\x1dpeak_output_tokens_per_second\x18\a \x01(\x01R\x19peakOutputTokensPerSecond\x12\x1d\n" +
 	"\n" +
 	"error_rate\x18\b \x01(\x01R\terrorRate\x12V\n" +
-	"\x0ferrors_by_class\x18\t \x03(\v2..tokenmeter.v1.TrafficPoint.ErrorsByClassEntryR\rerrorsByClass\x1a@\n" +
+	"\x0ferrors_by_class\x18\t \x03(\v2..tokenmeter.v1.TrafficPoint.ErrorsByClassEntryR\rerrorsByClass\x12T\n" +
+	"\x19prompt_tokens_per_request\x18\n" +
+	" \x01(\v2\x19.tokenmeter.v1.TokenStatsR\x16promptTokensPerRequest\x12T\n" +
+	"\x19output_tokens_per_request\x18\v \x01(\v2\x19.tokenmeter.v1.TokenStatsR\x16outputTokensPerRequest\x1a@\n" +
 	"\x12ErrorsByClassEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xf4\x01\n" +
@@ -1225,6 +1305,7 @@ var file_tokenmeter_v1_metrics_proto_goTypes = []any{
 	nil,                           // 16: tokenmeter.v1.TrafficPoint.ErrorsByClassEntry
 	nil,                           // 17: tokenmeter.v1.TrafficSeries.GroupEntry
 	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*TokenStats)(nil),            // 19: tokenmeter.v1.TokenStats
 }
 var file_tokenmeter_v1_metrics_proto_depIdxs = []int32{
 	18, // 0: tokenmeter.v1.SeriesSelector.start:type_name -> google.protobuf.Timestamp
@@ -1235,34 +1316,41 @@ var file_tokenmeter_v1_metrics_proto_depIdxs = []int32{
 	2,  // 5: tokenmeter.v1.LatencyPoint.itl:type_name -> tokenmeter.v1.LatencyStats
 	2,  // 6: tokenmeter.v1.LatencyPoint.e2e:type_name -> tokenmeter.v1.LatencyStats
 	2,  // 7: tokenmeter.v1.LatencyPoint.queue:type_name -> tokenmeter.v1.LatencyStats
-	14, // 8: tokenmeter.v1.LatencySeries.group:type_name -> tokenmeter.v1.LatencySeries.GroupEntry
-	3,  // 9: tokenmeter.v1.LatencySeries.points:type_name -> tokenmeter.v1.LatencyPoint
-	3,  // 10: tokenmeter.v1.LatencySeries.summary:type_name -> tokenmeter.v1.LatencyPoint
-	4,  // 11: tokenmeter.v1.GetLatencyResponse.series:type_name -> tokenmeter.v1.LatencySeries
-	0,  // 12: tokenmeter.v1.GetGoodputRequest.selector:type_name -> tokenmeter.v1.SeriesSelector
-	18, // 13: tokenmeter.v1.GoodputPoint.start:type_name -> google.protobuf.Timestamp
-	15, // 14: tokenmeter.v1.GoodputSeries.group:type_name -> tokenmeter.v1.GoodputSeries.GroupEntry
-	7,  // 15: tokenmeter.v1.GoodputSeries.points:type_name -> tokenmeter.v1.GoodputPoint
-	7,  // 16: tokenmeter.v1.GoodputSeries.summary:type_name -> tokenmeter.v1.GoodputPoint
-	8,  // 17: tokenmeter.v1.GetGoodputResponse.series:type_name -> tokenmeter.v1.GoodputSeries
-	0,  // 18: tokenmeter.v1.GetTrafficRequest.selector:type_name -> tokenmeter.v1.SeriesSelector
-	18, // 19: tokenmeter.v1.TrafficPoint.start:type_name -> google.protobuf.Timestamp
-	16, // 20: tokenmeter.v1.TrafficPoint.errors_by_class:type_name -> tokenmeter.v1.TrafficPoint.ErrorsByClassEntry
-	17, // 21: tokenmeter.v1.TrafficSeries.group:type_name -> tokenmeter.v1.TrafficSeries.GroupEntry
-	11, // 22: tokenmeter.v1.TrafficSeries.points:type_name -> tokenmeter.v1.TrafficPoint
-	11, // 23: tokenmeter.v1.TrafficSeries.summary:type_name -> tokenmeter.v1.TrafficPoint
-	12, // 24: tokenmeter.v1.GetTrafficResponse.series:type_name -> tokenmeter.v1.TrafficSeries
-	1,  // 25: tokenmeter.v1.MetricsService.GetLatency:input_type -> tokenmeter.v1.GetLatencyRequest
-	6,  // 26: tokenmeter.v1.MetricsService.GetGoodput:input_type -> tokenmeter.v1.GetGoodputRequest
-	10, // 27: tokenmeter.v1.MetricsService.GetTraffic:input_type -> tokenmeter.v1.GetTrafficRequest
-	5,  // 28: tokenmeter.v1.MetricsService.GetLatency:output_type -> tokenmeter.v1.GetLatencyResponse
-	9,  // 29: tokenmeter.v1.MetricsService.GetGoodput:output_type -> tokenmeter.v1.GetGoodputResponse
-	13, // 30: tokenmeter.v1.MetricsService.GetTraffic:output_type -> tokenmeter.v1.GetTrafficResponse
-	28, // [28:31] is the sub-list for method output_type
-	25, // [25:28] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	2,  // 8: tokenmeter.v1.LatencyPoint.prefill:type_name -> tokenmeter.v1.LatencyStats
+	2,  // 9: tokenmeter.v1.LatencyPoint.decode:type_name -> tokenmeter.v1.LatencyStats
+	2,  // 10: tokenmeter.v1.LatencyPoint.e2e_short_output:type_name -> tokenmeter.v1.LatencyStats
+	2,  // 11: tokenmeter.v1.LatencyPoint.e2e_medium_output:type_name -> tokenmeter.v1.LatencyStats
+	2,  // 12: tokenmeter.v1.LatencyPoint.e2e_long_output:type_name -> tokenmeter.v1.LatencyStats
+	14, // 13: tokenmeter.v1.LatencySeries.group:type_name -> tokenmeter.v1.LatencySeries.GroupEntry
+	3,  // 14: tokenmeter.v1.LatencySeries.points:type_name -> tokenmeter.v1.LatencyPoint
+	3,  // 15: tokenmeter.v1.LatencySeries.summary:type_name -> tokenmeter.v1.LatencyPoint
+	4,  // 16: tokenmeter.v1.GetLatencyResponse.series:type_name -> tokenmeter.v1.LatencySeries
+	0,  // 17: tokenmeter.v1.GetGoodputRequest.selector:type_name -> tokenmeter.v1.SeriesSelector
+	18, // 18: tokenmeter.v1.GoodputPoint.start:type_name -> google.protobuf.Timestamp
+	15, // 19: tokenmeter.v1.GoodputSeries.group:type_name -> tokenmeter.v1.GoodputSeries.GroupEntry
+	7,  // 20: tokenmeter.v1.GoodputSeries.points:type_name -> tokenmeter.v1.GoodputPoint
+	7,  // 21: tokenmeter.v1.GoodputSeries.summary:type_name -> tokenmeter.v1.GoodputPoint
+	8,  // 22: tokenmeter.v1.GetGoodputResponse.series:type_name -> tokenmeter.v1.GoodputSeries
+	0,  // 23: tokenmeter.v1.GetTrafficRequest.selector:type_name -> tokenmeter.v1.SeriesSelector
+	18, // 24: tokenmeter.v1.TrafficPoint.start:type_name -> google.protobuf.Timestamp
+	16, // 25: tokenmeter.v1.TrafficPoint.errors_by_class:type_name -> tokenmeter.v1.TrafficPoint.ErrorsByClassEntry
+	19, // 26: tokenmeter.v1.TrafficPoint.prompt_tokens_per_request:type_name -> tokenmeter.v1.TokenStats
+	19, // 27: tokenmeter.v1.TrafficPoint.output_tokens_per_request:type_name -> tokenmeter.v1.TokenStats
+	17, // 28: tokenmeter.v1.TrafficSeries.group:type_name -> tokenmeter.v1.TrafficSeries.GroupEntry
+	11, // 29: tokenmeter.v1.TrafficSeries.points:type_name -> tokenmeter.v1.TrafficPoint
+	11, // 30: tokenmeter.v1.TrafficSeries.summary:type_name -> tokenmeter.v1.TrafficPoint
+	12, // 31: tokenmeter.v1.GetTrafficResponse.series:type_name -> tokenmeter.v1.TrafficSeries
+	1,  // 32: tokenmeter.v1.MetricsService.GetLatency:input_type -> tokenmeter.v1.GetLatencyRequest
+	6,  // 33: tokenmeter.v1.MetricsService.GetGoodput:input_type -> tokenmeter.v1.GetGoodputRequest
+	10, // 34: tokenmeter.v1.MetricsService.GetTraffic:input_type -> tokenmeter.v1.GetTrafficRequest
+	5,  // 35: tokenmeter.v1.MetricsService.GetLatency:output_type -> tokenmeter.v1.GetLatencyResponse
+	9,  // 36: tokenmeter.v1.MetricsService.GetGoodput:output_type -> tokenmeter.v1.GetGoodputResponse
+	13, // 37: tokenmeter.v1.MetricsService.GetTraffic:output_type -> tokenmeter.v1.GetTrafficResponse
+	35, // [35:38] is the sub-list for method output_type
+	32, // [32:35] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_tokenmeter_v1_metrics_proto_init() }
@@ -1270,6 +1358,7 @@ func file_tokenmeter_v1_metrics_proto_init() {
 	if File_tokenmeter_v1_metrics_proto != nil {
 		return
 	}
+	file_tokenmeter_v1_usage_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -32,8 +32,8 @@ const (
 // rollups (docs/architecture.md "Latency definitions", "Goodput"). A tenant key only
 // ever sees its own tenant.
 type MetricsServiceClient interface {
-	// GetLatency returns TTFT, ITL, E2E and queue-time percentiles per step and
-	// for the whole range.
+	// GetLatency returns TTFT, ITL, E2E, queue, prefill and decode percentiles
+	// per step and for the whole range, and E2E per output-length class.
 	//
 	// Roles: tenant, finance, admin.
 	GetLatency(ctx context.Context, in *GetLatencyRequest, opts ...grpc.CallOption) (*GetLatencyResponse, error)
@@ -93,8 +93,8 @@ func (c *metricsServiceClient) GetTraffic(ctx context.Context, in *GetTrafficReq
 // rollups (docs/architecture.md "Latency definitions", "Goodput"). A tenant key only
 // ever sees its own tenant.
 type MetricsServiceServer interface {
-	// GetLatency returns TTFT, ITL, E2E and queue-time percentiles per step and
-	// for the whole range.
+	// GetLatency returns TTFT, ITL, E2E, queue, prefill and decode percentiles
+	// per step and for the whole range, and E2E per output-length class.
 	//
 	// Roles: tenant, finance, admin.
 	GetLatency(context.Context, *GetLatencyRequest) (*GetLatencyResponse, error)

@@ -175,9 +175,16 @@ type UsageBucket struct {
 	// cached_prompt_tokens is the part of prompt_tokens served from the prefix cache.
 	CachedPromptTokens int64 `protobuf:"varint,8,opt,name=cached_prompt_tokens,json=cachedPromptTokens,proto3" json:"cached_prompt_tokens,omitempty"`
 	// output_tokens is the sum of generated tokens.
-	OutputTokens  int64 `protobuf:"varint,9,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OutputTokens int64 `protobuf:"varint,9,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// prompt_tokens_per_request is the distribution of prompt tokens per
+	// request. Set for hour, day, month and total buckets of ranges on whole
+	// hours; absent for minute buckets and other ranges.
+	PromptTokensPerRequest *TokenStats `protobuf:"bytes,10,opt,name=prompt_tokens_per_request,json=promptTokensPerRequest,proto3" json:"prompt_tokens_per_request,omitempty"`
+	// output_tokens_per_request is the distribution of output tokens per
+	// request, set as prompt_tokens_per_request.
+	OutputTokensPerRequest *TokenStats `protobuf:"bytes,11,opt,name=output_tokens_per_request,json=outputTokensPerRequest,proto3" json:"output_tokens_per_request,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *UsageBucket) Reset() {
@@ -273,6 +280,105 @@ func (x *UsageBucket) GetOutputTokens() int64 {
 	return 0
 }
 
+func (x *UsageBucket) GetPromptTokensPerRequest() *TokenStats {
+	if x != nil {
+		return x.PromptTokensPerRequest
+	}
+	return nil
+}
+
+func (x *UsageBucket) GetOutputTokensPerRequest() *TokenStats {
+	if x != nil {
+		return x.OutputTokensPerRequest
+	}
+	return nil
+}
+
+// TokenStats summarizes the tokens per request of a set of requests, every
+// request counted (failed ones too, as requests are). Percentiles come from
+// the rollups' 1% histograms: each is within 1% of the exact nearest-rank
+// percentile, rounded to a whole token (0 stays 0). The mean is exact.
+type TokenStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// requests is the number of requests.
+	Requests uint64 `protobuf:"varint,1,opt,name=requests,proto3" json:"requests,omitempty"`
+	// mean is the tokens divided by the requests.
+	Mean float64 `protobuf:"fixed64,2,opt,name=mean,proto3" json:"mean,omitempty"`
+	// p50 is the median.
+	P50 float64 `protobuf:"fixed64,3,opt,name=p50,proto3" json:"p50,omitempty"`
+	// p95 is the 95th percentile.
+	P95 float64 `protobuf:"fixed64,4,opt,name=p95,proto3" json:"p95,omitempty"`
+	// p99 is the 99th percentile.
+	P99           float64 `protobuf:"fixed64,5,opt,name=p99,proto3" json:"p99,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenStats) Reset() {
+	*x = TokenStats{}
+	mi := &file_tokenmeter_v1_usage_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenStats) ProtoMessage() {}
+
+func (x *TokenStats) ProtoReflect() protoreflect.Message {
+	mi := &file_tokenmeter_v1_usage_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenStats.ProtoReflect.Descriptor instead.
+func (*TokenStats) Descriptor() ([]byte, []int) {
+	return file_tokenmeter_v1_usage_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TokenStats) GetRequests() uint64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *TokenStats) GetMean() float64 {
+	if x != nil {
+		return x.Mean
+	}
+	return 0
+}
+
+func (x *TokenStats) GetP50() float64 {
+	if x != nil {
+		return x.P50
+	}
+	return 0
+}
+
+func (x *TokenStats) GetP95() float64 {
+	if x != nil {
+		return x.P95
+	}
+	return 0
+}
+
+func (x *TokenStats) GetP99() float64 {
+	if x != nil {
+		return x.P99
+	}
+	return 0
+}
+
 var File_tokenmeter_v1_usage_proto protoreflect.FileDescriptor
 
 const file_tokenmeter_v1_usage_proto_rawDesc = "" +
@@ -285,7 +391,7 @@ const file_tokenmeter_v1_usage_proto_rawDesc = "" +
 	"\vgranularity\x18\x04 \x01(\tR\vgranularity\x12\x19\n" +
 	"\bgroup_by\x18\x05 \x03(\tR\agroupBy\"H\n" +
 	"\x10GetUsageResponse\x124\n" +
-	"\abuckets\x18\x01 \x03(\v2\x1a.tokenmeter.v1.UsageBucketR\abuckets\"\xc2\x02\n" +
+	"\abuckets\x18\x01 \x03(\v2\x1a.tokenmeter.v1.UsageBucketR\abuckets\"\xee\x03\n" +
 	"\vUsageBucket\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x14\n" +
@@ -297,7 +403,17 @@ const file_tokenmeter_v1_usage_proto_rawDesc = "" +
 	"\x06errors\x18\x06 \x01(\x03R\x06errors\x12#\n" +
 	"\rprompt_tokens\x18\a \x01(\x03R\fpromptTokens\x120\n" +
 	"\x14cached_prompt_tokens\x18\b \x01(\x03R\x12cachedPromptTokens\x12#\n" +
-	"\routput_tokens\x18\t \x01(\x03R\foutputTokens2[\n" +
+	"\routput_tokens\x18\t \x01(\x03R\foutputTokens\x12T\n" +
+	"\x19prompt_tokens_per_request\x18\n" +
+	" \x01(\v2\x19.tokenmeter.v1.TokenStatsR\x16promptTokensPerRequest\x12T\n" +
+	"\x19output_tokens_per_request\x18\v \x01(\v2\x19.tokenmeter.v1.TokenStatsR\x16outputTokensPerRequest\"r\n" +
+	"\n" +
+	"TokenStats\x12\x1a\n" +
+	"\brequests\x18\x01 \x01(\x04R\brequests\x12\x12\n" +
+	"\x04mean\x18\x02 \x01(\x01R\x04mean\x12\x10\n" +
+	"\x03p50\x18\x03 \x01(\x01R\x03p50\x12\x10\n" +
+	"\x03p95\x18\x04 \x01(\x01R\x03p95\x12\x10\n" +
+	"\x03p99\x18\x05 \x01(\x01R\x03p992[\n" +
 	"\fUsageService\x12K\n" +
 	"\bGetUsage\x12\x1e.tokenmeter.v1.GetUsageRequest\x1a\x1f.tokenmeter.v1.GetUsageResponseB(Z&tokenmeter/proto/tokenmeter/v1;meterv1b\x06proto3"
 
@@ -313,25 +429,28 @@ func file_tokenmeter_v1_usage_proto_rawDescGZIP() []byte {
 	return file_tokenmeter_v1_usage_proto_rawDescData
 }
 
-var file_tokenmeter_v1_usage_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_tokenmeter_v1_usage_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_tokenmeter_v1_usage_proto_goTypes = []any{
 	(*GetUsageRequest)(nil),       // 0: tokenmeter.v1.GetUsageRequest
 	(*GetUsageResponse)(nil),      // 1: tokenmeter.v1.GetUsageResponse
 	(*UsageBucket)(nil),           // 2: tokenmeter.v1.UsageBucket
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
+	(*TokenStats)(nil),            // 3: tokenmeter.v1.TokenStats
+	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
 }
 var file_tokenmeter_v1_usage_proto_depIdxs = []int32{
-	3, // 0: tokenmeter.v1.GetUsageRequest.start:type_name -> google.protobuf.Timestamp
-	3, // 1: tokenmeter.v1.GetUsageRequest.end:type_name -> google.protobuf.Timestamp
+	4, // 0: tokenmeter.v1.GetUsageRequest.start:type_name -> google.protobuf.Timestamp
+	4, // 1: tokenmeter.v1.GetUsageRequest.end:type_name -> google.protobuf.Timestamp
 	2, // 2: tokenmeter.v1.GetUsageResponse.buckets:type_name -> tokenmeter.v1.UsageBucket
-	3, // 3: tokenmeter.v1.UsageBucket.start:type_name -> google.protobuf.Timestamp
-	0, // 4: tokenmeter.v1.UsageService.GetUsage:input_type -> tokenmeter.v1.GetUsageRequest
-	1, // 5: tokenmeter.v1.UsageService.GetUsage:output_type -> tokenmeter.v1.GetUsageResponse
-	5, // [5:6] is the sub-list for method output_type
-	4, // [4:5] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	4, // 3: tokenmeter.v1.UsageBucket.start:type_name -> google.protobuf.Timestamp
+	3, // 4: tokenmeter.v1.UsageBucket.prompt_tokens_per_request:type_name -> tokenmeter.v1.TokenStats
+	3, // 5: tokenmeter.v1.UsageBucket.output_tokens_per_request:type_name -> tokenmeter.v1.TokenStats
+	0, // 6: tokenmeter.v1.UsageService.GetUsage:input_type -> tokenmeter.v1.GetUsageRequest
+	1, // 7: tokenmeter.v1.UsageService.GetUsage:output_type -> tokenmeter.v1.GetUsageResponse
+	7, // [7:8] is the sub-list for method output_type
+	6, // [6:7] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_tokenmeter_v1_usage_proto_init() }
@@ -345,7 +464,7 @@ func file_tokenmeter_v1_usage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tokenmeter_v1_usage_proto_rawDesc), len(file_tokenmeter_v1_usage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
