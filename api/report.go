@@ -46,7 +46,7 @@ func (s *reportService) GetCapacityReport(ctx context.Context, req *meterv1.GetC
 		Target: req.GetTarget(), Growth: req.GetGrowth(), TargetTokensPerSecond: req.GetTargetTokensPerSecond(),
 		HorizonWeeks: int(req.GetHorizonWeeks()), MinHourRequests: req.GetMinHourRequests(),
 		MissTolerance: req.MissTolerance, LowUtilization: req.GetLowUtilization(), HeadroomRisk: req.GetHeadroomRisk(),
-		Currency: book.Currency, MaxUnits: int(req.GetMaxUnits()),
+		Currency: book.Currency, MaxUnits: int(req.GetMaxUnits()), Prices: book,
 	}
 	r, err := capacity.Build(ctx, s.store, q)
 	if err != nil {
@@ -80,7 +80,64 @@ func capacityReport(r *capacity.Report) *meterv1.CapacityReport {
 	for _, f := range r.Findings {
 		out.Findings = append(out.Findings, &meterv1.CapacityFinding{Unit: f.Unit, Kind: f.Kind, Severity: int32(f.Severity), Text: f.Text})
 	}
+	for i := range r.Plans {
+		out.Plans = append(out.Plans, capacityPlan(r.Currency, &r.Plans[i]))
+	}
+	fp := r.FleetPlan
+	out.FleetPlan = &meterv1.CapacityFleetPlan{Parts: mixParts(r.Currency, fp.Parts), Gpus: fp.GPUs, TokensPerSecond: fp.TokensPerSecond,
+		CostPerHour: money(r.Currency, fp.CostPerHourNanos), Deployments: int32(fp.Deployments), Missing: fp.Missing, AtMost: fp.AtMost}
 	return out
+}
+
+func capacityPlan(cur string, p *capacity.Plan) *meterv1.CapacityPlan {
+	out := &meterv1.CapacityPlan{Deployment: p.Deployment, LoadFor: p.LoadFor, LoadTokensPerSecond: p.LoadTokensPerSecond,
+		LoadKnown: p.LoadKnown, LoadReason: p.LoadReason, Mix: mixParts(cur, p.Mix), MixKnown: p.MixKnown, MixReason: p.MixReason,
+		MixGpus: p.MixGPUs, MixTokensPerSecond: p.MixTokensPerSecond, MixAtMost: p.MixAtMost, MixArithmetic: p.MixArithmetic}
+	if p.MixKnown {
+		out.MixCostPerHour = money(cur, p.MixCostPerHourNanos)
+	}
+	for _, o := range p.Options {
+		g := &meterv1.CapacityGpuOption{GpuType: o.GPUType, Measured: o.Measured, Sustainable: sustainableLoad(o.Sustainable),
+			MixedHours: int32(o.MixedHours), Priced: o.Priced, PriceId: o.PriceID, CostKnown: o.CostKnown,
+			CostArithmetic: o.CostArithmetic, NotEnoughData: o.NotEnoughData, Gpus: o.GPUs, Arithmetic: o.Arithmetic}
+		if o.Priced {
+			g.PricePerHour = money(cur, o.PricePerHourNanos)
+		}
+		if o.CostKnown {
+			g.CostPer_1MTokens = money(cur, o.CostPer1MNanos)
+		}
+		if o.Arithmetic != "" {
+			g.CostPerHour = money(cur, o.CostPerHourNanos)
+		}
+		out.Options = append(out.Options, g)
+	}
+	return out
+}
+
+func mixParts(cur string, parts []capacity.MixPart) []*meterv1.CapacityMixPart {
+	var out []*meterv1.CapacityMixPart
+	for _, m := range parts {
+		out = append(out, &meterv1.CapacityMixPart{GpuType: m.GPUType, Gpus: m.GPUs, TokensPerSecond: m.TokensPerSecond, CostPerHour: money(cur, m.CostPerHourNanos)})
+	}
+	return out
+}
+
+func sustainableLoad(s capacity.Sustainable) *meterv1.SustainableLoad {
+	out := &meterv1.SustainableLoad{Known: s.Known, Reason: s.Reason, TokensPerSecondPerGpu: s.TokensPerSecondPerGPU,
+		SupportingHours: int32(s.SupportingHours), MissedHours: int32(s.MissedHours), QualifyingHours: int32(s.QualifyingHours),
+		LowerBound: s.LowerBound, Saturated: s.Saturated}
+	if s.Known {
+		out.Hour = timestamppb.New(s.Hour)
+	}
+	return out
+}
+
+// share is part / whole, 0 when whole is 0.
+func share(part, whole uint64) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return float64(part) / float64(whole)
 }
 
 func capacityUnit(cur string, u *capacity.Unit) *meterv1.CapacityUnit {
@@ -103,13 +160,10 @@ func capacityUnit(cur string, u *capacity.Unit) *meterv1.CapacityUnit {
 			out.Peak.Saturation = enginePoint(*p.Saturation)
 		}
 	}
-	s := u.Sustainable
-	out.Sustainable = &meterv1.SustainableLoad{Known: s.Known, Reason: s.Reason, TokensPerSecondPerGpu: s.TokensPerSecondPerGPU,
-		SupportingHours: int32(s.SupportingHours), MissedHours: int32(s.MissedHours), QualifyingHours: int32(s.QualifyingHours),
-		LowerBound: s.LowerBound, Saturated: s.Saturated}
-	if s.Known {
-		out.Sustainable.Hour = timestamppb.New(s.Hour)
-	}
+	out.Sustainable = sustainableLoad(u.Sustainable)
+	h := u.Hot
+	out.HotBand = &meterv1.CapacityHotBand{Hours: int32(h.Hours), Requests: h.Requests, GoodRequests: h.GoodRequests, Attainment: share(h.GoodRequests, h.Requests),
+		OtherHours: int32(h.OtherHours), OtherRequests: h.OtherRequests, OtherGoodRequests: h.OtherGoodRequests, OtherAttainment: share(h.OtherGoodRequests, h.OtherRequests)}
 	for _, n := range u.Needed {
 		out.GpusNeeded = append(out.GpusNeeded, &meterv1.GpusNeeded{For: n.For, TokensPerSecond: n.TokensPerSecond, Gpus: n.GPUs, Arithmetic: n.Arithmetic, Change: n.Change})
 	}

@@ -172,6 +172,9 @@ type deployment struct {
 	hours  map[int]*depHour // hour index from the range start
 	models map[string]uint64
 	types  map[string]float64 // GPU seconds per GPU type
+	// hourTypes are the GPU types with GPU time in each hour, in the
+	// order read.
+	hourTypes map[int][]string
 	// gpuSec and tokens are the range's totals, which rank the units.
 	gpuSec float64
 	tokens uint64
@@ -225,7 +228,7 @@ func Build(ctx context.Context, src Source, q Query) (*Report, error) {
 	dep := func(name string) *deployment {
 		d := deps[name]
 		if d == nil {
-			d = &deployment{name: name, hours: map[int]*depHour{}, models: map[string]uint64{}, types: map[string]float64{}}
+			d = &deployment{name: name, hours: map[int]*depHour{}, models: map[string]uint64{}, types: map[string]float64{}, hourTypes: map[int][]string{}}
 			deps[name] = d
 		}
 		return d
@@ -243,6 +246,9 @@ func Build(ctx context.Context, src Source, q Query) (*Report, error) {
 		h.busyCost += r.BusyCostNanos
 		h.idleCost += r.IdleCostNanos
 		d.types[r.Group["gpu_type"]] += r.GPUSeconds
+		if t := r.Group["gpu_type"]; r.GPUSeconds > 0 && !slices.Contains(d.hourTypes[index(r.Start)], t) {
+			d.hourTypes[index(r.Start)] = append(d.hourTypes[index(r.Start)], t)
+		}
 		d.gpuSec += r.GPUSeconds
 	}
 	for i := range useRows {
@@ -307,6 +313,15 @@ func Build(ctx context.Context, src Source, q Query) (*Report, error) {
 		rep.Others, rep.UnitsInOthers = &o, len(folded)
 	}
 	rep.Findings = findings(q, rep.Units)
+	var planned []*deployment
+	for _, u := range rep.Units {
+		for _, name := range u.Deployments {
+			planned = append(planned, deps[name])
+		}
+	}
+	slices.SortFunc(planned, func(a, b *deployment) int { return cmp.Compare(a.name, b.name) })
+	rep.Plans = plans(q, planned)
+	rep.FleetPlan = fleetPlan(rep.Plans)
 	return rep, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,7 +19,12 @@ const (
 	KindOverProvisioned = "over_provisioned"
 	KindSaturated       = "saturated"
 	KindNotEnoughData   = "not_enough_data"
+	KindHot             = "hot"
 )
+
+// HotUtilization is the utilization above which an hour is in the hot
+// band: its GPUs were busy nearly all the time, so queues build.
+const HotUtilization = 0.9
 
 // findings states in plain words what a planner acts on: units at risk
 // (little headroom, attainment falling at high load), units that miss the
@@ -83,11 +89,37 @@ func findings(q Query, units []Unit) []Finding {
 				percent(float64(good)/float64(all)), hours, percent(q.Target))
 		}
 	}
+	for i := range units {
+		u := &units[i]
+		if h := u.Hot; h.Hours > 0 && h.Requests > 0 && hotDrops(q, h) {
+			text := fmt.Sprintf("runs hot: in its %d qualifying hours with utilization above %s, attainment was %s (%s of %s requests), below the %s target",
+				h.Hours, percent(HotUtilization), percent(float64(h.GoodRequests)/float64(h.Requests)), countU(h.GoodRequests), countU(h.Requests), percent(q.Target))
+			if h.OtherRequests > 0 {
+				text += fmt.Sprintf(" and below the %s of its %d other qualifying hours", percent(float64(h.OtherGoodRequests)/float64(h.OtherRequests)), h.OtherHours)
+			}
+			add(u, KindHot, 2, "%s: add GPUs or shed load before the busy hours.", text)
+		}
+	}
 	slices.SortStableFunc(out, func(a, b Finding) int {
 		return cmp.Or(cmp.Compare(b.Severity, a.Severity), cmp.Compare(a.Unit, b.Unit), cmp.Compare(a.Kind, b.Kind))
 	})
 	return out
 }
+
+// hotDrops tells whether attainment drops in the hot band: the hot hours'
+// pooled attainment is below the target and below the other qualifying
+// hours' (compared exactly, in integers).
+func hotDrops(q Query, h HotBand) bool {
+	if float64(h.GoodRequests) >= q.Target*float64(h.Requests) {
+		return false
+	}
+	// good/requests < otherGood/otherRequests
+	return h.OtherRequests == 0 || new(big.Int).Mul(new(big.Int).SetUint64(h.GoodRequests), new(big.Int).SetUint64(h.OtherRequests)).Cmp(
+		new(big.Int).Mul(new(big.Int).SetUint64(h.OtherGoodRequests), new(big.Int).SetUint64(h.Requests))) < 0
+}
+
+// countU is n with thousands separators.
+func countU(n uint64) string { return numtext.Group(strconv.FormatUint(n, 10)) }
 
 // highLoadAttainment pools the requests of the highest-load tenth (at
 // least one) of the qualifying hours.

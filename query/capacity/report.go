@@ -10,6 +10,7 @@ package capacity
 import (
 	"time"
 
+	"tokenmeter/billing"
 	"tokenmeter/query"
 )
 
@@ -55,6 +56,9 @@ type Query struct {
 	LowUtilization, HeadroomRisk float64
 	// Currency labels the amounts (the price book's currency).
 	Currency string
+	// Prices is the price book whose GPU prices (an entry without pool or
+	// region, in force at End) price the plans; nil: no plan is priced.
+	Prices *billing.PriceBook
 	// MaxUnits is the most units listed one by one (default
 	// DefaultMaxUnits, at most MaxMaxUnits); the rest are summed into the
 	// report's Others.
@@ -79,6 +83,30 @@ type Report struct {
 	// NotEnoughData is set, with the reason, when the range has neither
 	// GPU samples nor traffic: the report then invents no figure.
 	NotEnoughData string
+	// Plans are the deployments of the listed units, in name order: the
+	// cost of 1M tokens at the sustainable load on each GPU type and the
+	// cheapest GPU mix for the forecast peak. FleetPlan sums their mixes.
+	Plans     []Plan
+	FleetPlan FleetPlan
+}
+
+// FleetPlan is the sum of the deployments' cheapest mixes: each deployment
+// carries its own forecast peak on its own GPUs, so the fleet needs their
+// sum (GPUs idle in one deployment's quiet hours do not serve another's
+// peak without moving them).
+type FleetPlan struct {
+	// Parts are the GPUs of each type over the mixes, in type order.
+	Parts []MixPart
+	// GPUs, TokensPerSecond and CostPerHourNanos add up the mixes.
+	GPUs             int64
+	TokensPerSecond  float64
+	CostPerHourNanos int64
+	// Deployments counts the plans with a mix; Missing names those
+	// without (their reasons are in their plans).
+	Deployments int
+	Missing     []string
+	// AtMost is set when a mix is an upper bound (a lower-bound load).
+	AtMost bool
 }
 
 // Unit is the capacity of one deployment, model or GPU type (or the fleet).
@@ -146,6 +174,17 @@ type Unit struct {
 	HourPoints []HourPoint
 	// Days are busy and idle cost and tokens per UTC day, in time order.
 	Days []DayPoint
+	// Hot is the hot band: the qualifying hours whose utilization was
+	// above HotUtilization, against the other qualifying hours.
+	Hot HotBand
+}
+
+// HotBand compares the attainment of a unit's qualifying hours above
+// HotUtilization with that of its other qualifying hours.
+type HotBand struct {
+	Hours, OtherHours                int
+	Requests, GoodRequests           uint64
+	OtherRequests, OtherGoodRequests uint64
 }
 
 // PeakHour is the busiest hour of a unit.

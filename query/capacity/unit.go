@@ -110,6 +110,19 @@ func computeUnit(q Query, name string, deps []*deployment, capacity bool) Unit {
 			TokensPerSecondPerGPU: p.TokensPerSecondPerGPU, Requests: p.Requests, Attainment: p.Attainment}
 	}
 	u.Trend = trend(q, hours)
+	for _, p := range u.HourPoints {
+		switch {
+		case !p.Qualifies:
+		case p.Utilization > HotUtilization:
+			u.Hot.Hours++
+			u.Hot.Requests += p.Requests
+			u.Hot.GoodRequests += p.GoodRequests
+		default:
+			u.Hot.OtherHours++
+			u.Hot.OtherRequests += p.Requests
+			u.Hot.OtherGoodRequests += p.GoodRequests
+		}
+	}
 	if !capacity {
 		u.Sustainable.Reason = "not estimated for the fleet: its per-GPU load mixes models and GPU types (see each unit)"
 		return u

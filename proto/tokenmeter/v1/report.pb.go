@@ -297,7 +297,15 @@ type CapacityReport struct {
 	// listed in units).
 	UnitsInOthers int32 `protobuf:"varint,18,opt,name=units_in_others,json=unitsInOthers,proto3" json:"units_in_others,omitempty"`
 	// max_units is the limit on listed units applied.
-	MaxUnits      int32 `protobuf:"varint,19,opt,name=max_units,json=maxUnits,proto3" json:"max_units,omitempty"`
+	MaxUnits int32 `protobuf:"varint,19,opt,name=max_units,json=maxUnits,proto3" json:"max_units,omitempty"`
+	// plans are the deployments of the listed units, in name order: the cost
+	// of 1M tokens at the sustainable load on each GPU type, and the cheapest
+	// whole-GPU mix of the types each was measured on that carries its
+	// forecast peak within the SLO (docs/architecture.md "Fleet plan").
+	Plans []*CapacityPlan `protobuf:"bytes,20,rep,name=plans,proto3" json:"plans,omitempty"`
+	// fleet_plan adds up the plans' mixes: each deployment carries its own
+	// forecast peak on its own GPUs.
+	FleetPlan     *CapacityFleetPlan `protobuf:"bytes,21,opt,name=fleet_plan,json=fleetPlan,proto3" json:"fleet_plan,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -465,6 +473,20 @@ func (x *CapacityReport) GetMaxUnits() int32 {
 	return 0
 }
 
+func (x *CapacityReport) GetPlans() []*CapacityPlan {
+	if x != nil {
+		return x.Plans
+	}
+	return nil
+}
+
+func (x *CapacityReport) GetFleetPlan() *CapacityFleetPlan {
+	if x != nil {
+		return x.FleetPlan
+	}
+	return nil
+}
+
 // CapacityUnit is the capacity of one deployment, model, GPU type or of the fleet.
 type CapacityUnit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -556,7 +578,10 @@ type CapacityUnit struct {
 	GpuTypeCount int32 `protobuf:"varint,37,opt,name=gpu_type_count,json=gpuTypeCount,proto3" json:"gpu_type_count,omitempty"`
 	// gpu_telemetry is the unit's GPU memory, power, temperature, clock
 	// throttling and SM activity over the range.
-	GpuTelemetry  *GpuTelemetry `protobuf:"bytes,40,opt,name=gpu_telemetry,json=gpuTelemetry,proto3" json:"gpu_telemetry,omitempty"`
+	GpuTelemetry *GpuTelemetry `protobuf:"bytes,40,opt,name=gpu_telemetry,json=gpuTelemetry,proto3" json:"gpu_telemetry,omitempty"`
+	// hot_band compares the attainment of the unit's qualifying hours whose
+	// utilization was above 90% with that of its other qualifying hours.
+	HotBand       *CapacityHotBand `protobuf:"bytes,38,opt,name=hot_band,json=hotBand,proto3" json:"hot_band,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -857,6 +882,635 @@ func (x *CapacityUnit) GetGpuTelemetry() *GpuTelemetry {
 	return nil
 }
 
+func (x *CapacityUnit) GetHotBand() *CapacityHotBand {
+	if x != nil {
+		return x.HotBand
+	}
+	return nil
+}
+
+// CapacityHotBand is the hot band of a unit: its qualifying hours (GPU
+// samples and at least min_hour_requests requests) with utilization above
+// 90%, against the other qualifying hours.
+type CapacityHotBand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// hours counts the qualifying hours with utilization above 90%.
+	Hours int32 `protobuf:"varint,1,opt,name=hours,proto3" json:"hours,omitempty"`
+	// requests counts their requests.
+	Requests uint64 `protobuf:"varint,2,opt,name=requests,proto3" json:"requests,omitempty"`
+	// good_requests counts those of them within SLO.
+	GoodRequests uint64 `protobuf:"varint,3,opt,name=good_requests,json=goodRequests,proto3" json:"good_requests,omitempty"`
+	// attainment is good_requests / requests (0 without requests).
+	Attainment float64 `protobuf:"fixed64,4,opt,name=attainment,proto3" json:"attainment,omitempty"`
+	// other_hours counts the other qualifying hours.
+	OtherHours int32 `protobuf:"varint,5,opt,name=other_hours,json=otherHours,proto3" json:"other_hours,omitempty"`
+	// other_requests counts their requests.
+	OtherRequests uint64 `protobuf:"varint,6,opt,name=other_requests,json=otherRequests,proto3" json:"other_requests,omitempty"`
+	// other_good_requests counts those of them within SLO.
+	OtherGoodRequests uint64 `protobuf:"varint,7,opt,name=other_good_requests,json=otherGoodRequests,proto3" json:"other_good_requests,omitempty"`
+	// other_attainment is other_good_requests / other_requests.
+	OtherAttainment float64 `protobuf:"fixed64,8,opt,name=other_attainment,json=otherAttainment,proto3" json:"other_attainment,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *CapacityHotBand) Reset() {
+	*x = CapacityHotBand{}
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CapacityHotBand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CapacityHotBand) ProtoMessage() {}
+
+func (x *CapacityHotBand) ProtoReflect() protoreflect.Message {
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CapacityHotBand.ProtoReflect.Descriptor instead.
+func (*CapacityHotBand) Descriptor() ([]byte, []int) {
+	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CapacityHotBand) GetHours() int32 {
+	if x != nil {
+		return x.Hours
+	}
+	return 0
+}
+
+func (x *CapacityHotBand) GetRequests() uint64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *CapacityHotBand) GetGoodRequests() uint64 {
+	if x != nil {
+		return x.GoodRequests
+	}
+	return 0
+}
+
+func (x *CapacityHotBand) GetAttainment() float64 {
+	if x != nil {
+		return x.Attainment
+	}
+	return 0
+}
+
+func (x *CapacityHotBand) GetOtherHours() int32 {
+	if x != nil {
+		return x.OtherHours
+	}
+	return 0
+}
+
+func (x *CapacityHotBand) GetOtherRequests() uint64 {
+	if x != nil {
+		return x.OtherRequests
+	}
+	return 0
+}
+
+func (x *CapacityHotBand) GetOtherGoodRequests() uint64 {
+	if x != nil {
+		return x.OtherGoodRequests
+	}
+	return 0
+}
+
+func (x *CapacityHotBand) GetOtherAttainment() float64 {
+	if x != nil {
+		return x.OtherAttainment
+	}
+	return 0
+}
+
+// CapacityPlan is one deployment's cost per 1M tokens on each GPU type and
+// the cheapest GPU mix for its forecast peak.
+type CapacityPlan struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// deployment is the deployment planned.
+	Deployment string `protobuf:"bytes,1,opt,name=deployment,proto3" json:"deployment,omitempty"`
+	// load_for names the load sized for ("forecast peak 2027-02-22").
+	LoadFor string `protobuf:"bytes,2,opt,name=load_for,json=loadFor,proto3" json:"load_for,omitempty"`
+	// load_tokens_per_second is that load.
+	LoadTokensPerSecond float64 `protobuf:"fixed64,3,opt,name=load_tokens_per_second,json=loadTokensPerSecond,proto3" json:"load_tokens_per_second,omitempty"`
+	// load_known is false without a forecast (load_reason says why).
+	LoadKnown bool `protobuf:"varint,4,opt,name=load_known,json=loadKnown,proto3" json:"load_known,omitempty"`
+	// load_reason says why there is no load to size for.
+	LoadReason string `protobuf:"bytes,5,opt,name=load_reason,json=loadReason,proto3" json:"load_reason,omitempty"`
+	// options are the GPU types: those the deployment ran on, then those the
+	// price book prices (without pool or region) that it never ran on.
+	Options []*CapacityGpuOption `protobuf:"bytes,6,rep,name=options,proto3" json:"options,omitempty"`
+	// mix is the cheapest mix, one entry per GPU type used, in type order.
+	Mix []*CapacityMixPart `protobuf:"bytes,7,rep,name=mix,proto3" json:"mix,omitempty"`
+	// mix_known is false without a mix (mix_reason says why).
+	MixKnown bool `protobuf:"varint,8,opt,name=mix_known,json=mixKnown,proto3" json:"mix_known,omitempty"`
+	// mix_reason says why there is no mix ("not enough data: ...").
+	MixReason string `protobuf:"bytes,9,opt,name=mix_reason,json=mixReason,proto3" json:"mix_reason,omitempty"`
+	// mix_gpus counts the mix's GPUs.
+	MixGpus int64 `protobuf:"varint,10,opt,name=mix_gpus,json=mixGpus,proto3" json:"mix_gpus,omitempty"`
+	// mix_tokens_per_second is the mix's sustainable load: the sum of each
+	// type's GPUs times its sustainable tokens/s per GPU.
+	MixTokensPerSecond float64 `protobuf:"fixed64,11,opt,name=mix_tokens_per_second,json=mixTokensPerSecond,proto3" json:"mix_tokens_per_second,omitempty"`
+	// mix_cost_per_hour is the mix's price per hour: the sum of each type's
+	// GPUs times its hourly price, exact.
+	MixCostPerHour *Money `protobuf:"bytes,12,opt,name=mix_cost_per_hour,json=mixCostPerHour,proto3" json:"mix_cost_per_hour,omitempty"`
+	// mix_at_most is set when a type of the mix has only a lower bound of its
+	// sustainable load: the forecast peak then needs at most these GPUs.
+	MixAtMost bool `protobuf:"varint,13,opt,name=mix_at_most,json=mixAtMost,proto3" json:"mix_at_most,omitempty"`
+	// mix_arithmetic shows the mix's sum and its cost in words.
+	MixArithmetic string `protobuf:"bytes,14,opt,name=mix_arithmetic,json=mixArithmetic,proto3" json:"mix_arithmetic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CapacityPlan) Reset() {
+	*x = CapacityPlan{}
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CapacityPlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CapacityPlan) ProtoMessage() {}
+
+func (x *CapacityPlan) ProtoReflect() protoreflect.Message {
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CapacityPlan.ProtoReflect.Descriptor instead.
+func (*CapacityPlan) Descriptor() ([]byte, []int) {
+	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CapacityPlan) GetDeployment() string {
+	if x != nil {
+		return x.Deployment
+	}
+	return ""
+}
+
+func (x *CapacityPlan) GetLoadFor() string {
+	if x != nil {
+		return x.LoadFor
+	}
+	return ""
+}
+
+func (x *CapacityPlan) GetLoadTokensPerSecond() float64 {
+	if x != nil {
+		return x.LoadTokensPerSecond
+	}
+	return 0
+}
+
+func (x *CapacityPlan) GetLoadKnown() bool {
+	if x != nil {
+		return x.LoadKnown
+	}
+	return false
+}
+
+func (x *CapacityPlan) GetLoadReason() string {
+	if x != nil {
+		return x.LoadReason
+	}
+	return ""
+}
+
+func (x *CapacityPlan) GetOptions() []*CapacityGpuOption {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *CapacityPlan) GetMix() []*CapacityMixPart {
+	if x != nil {
+		return x.Mix
+	}
+	return nil
+}
+
+func (x *CapacityPlan) GetMixKnown() bool {
+	if x != nil {
+		return x.MixKnown
+	}
+	return false
+}
+
+func (x *CapacityPlan) GetMixReason() string {
+	if x != nil {
+		return x.MixReason
+	}
+	return ""
+}
+
+func (x *CapacityPlan) GetMixGpus() int64 {
+	if x != nil {
+		return x.MixGpus
+	}
+	return 0
+}
+
+func (x *CapacityPlan) GetMixTokensPerSecond() float64 {
+	if x != nil {
+		return x.MixTokensPerSecond
+	}
+	return 0
+}
+
+func (x *CapacityPlan) GetMixCostPerHour() *Money {
+	if x != nil {
+		return x.MixCostPerHour
+	}
+	return nil
+}
+
+func (x *CapacityPlan) GetMixAtMost() bool {
+	if x != nil {
+		return x.MixAtMost
+	}
+	return false
+}
+
+func (x *CapacityPlan) GetMixArithmetic() string {
+	if x != nil {
+		return x.MixArithmetic
+	}
+	return ""
+}
+
+// CapacityGpuOption is one GPU type for a deployment.
+type CapacityGpuOption struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// gpu_type is the GPU type.
+	GpuType string `protobuf:"bytes,1,opt,name=gpu_type,json=gpuType,proto3" json:"gpu_type,omitempty"`
+	// measured is set when the deployment ran on the type in the range.
+	Measured bool `protobuf:"varint,2,opt,name=measured,proto3" json:"measured,omitempty"`
+	// sustainable is the SLO-bounded load over the hours the deployment ran
+	// on this type alone.
+	Sustainable *SustainableLoad `protobuf:"bytes,3,opt,name=sustainable,proto3" json:"sustainable,omitempty"`
+	// mixed_hours counts the hours the deployment ran on this type together
+	// with another, left out of the estimate (their tokens cannot be split).
+	MixedHours int32 `protobuf:"varint,4,opt,name=mixed_hours,json=mixedHours,proto3" json:"mixed_hours,omitempty"`
+	// priced is set when the price book lists the type without pool or
+	// region, in force at the range's end.
+	Priced bool `protobuf:"varint,5,opt,name=priced,proto3" json:"priced,omitempty"`
+	// price_per_hour is one GPU's hourly price.
+	PricePerHour *Money `protobuf:"bytes,6,opt,name=price_per_hour,json=pricePerHour,proto3" json:"price_per_hour,omitempty"`
+	// price_id is the price book entry.
+	PriceId string `protobuf:"bytes,7,opt,name=price_id,json=priceId,proto3" json:"price_id,omitempty"`
+	// cost_known is false without an estimate or a price (not_enough_data).
+	CostKnown bool `protobuf:"varint,8,opt,name=cost_known,json=costKnown,proto3" json:"cost_known,omitempty"`
+	// cost_per_1m_tokens is price_per_hour / (sustainable tokens/s per GPU ×
+	// 3600) × 1,000,000, rounded half to even to a nano-unit; an upper bound
+	// when the sustainable load is a lower bound.
+	CostPer_1MTokens *Money `protobuf:"bytes,9,opt,name=cost_per_1m_tokens,json=costPer1mTokens,proto3" json:"cost_per_1m_tokens,omitempty"`
+	// cost_arithmetic shows that computation.
+	CostArithmetic string `protobuf:"bytes,10,opt,name=cost_arithmetic,json=costArithmetic,proto3" json:"cost_arithmetic,omitempty"`
+	// not_enough_data says why there is no cost ("not enough data: ...",
+	// "no price: ...").
+	NotEnoughData string `protobuf:"bytes,11,opt,name=not_enough_data,json=notEnoughData,proto3" json:"not_enough_data,omitempty"`
+	// gpus is what the plan's load needs of this type alone: ceil(load /
+	// sustainable tokens/s per GPU), exact (0 without a load or a cost).
+	Gpus int64 `protobuf:"varint,12,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	// cost_per_hour is gpus × price_per_hour.
+	CostPerHour *Money `protobuf:"bytes,13,opt,name=cost_per_hour,json=costPerHour,proto3" json:"cost_per_hour,omitempty"`
+	// arithmetic shows gpus and cost_per_hour in words.
+	Arithmetic    string `protobuf:"bytes,14,opt,name=arithmetic,proto3" json:"arithmetic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CapacityGpuOption) Reset() {
+	*x = CapacityGpuOption{}
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CapacityGpuOption) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CapacityGpuOption) ProtoMessage() {}
+
+func (x *CapacityGpuOption) ProtoReflect() protoreflect.Message {
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CapacityGpuOption.ProtoReflect.Descriptor instead.
+func (*CapacityGpuOption) Descriptor() ([]byte, []int) {
+	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CapacityGpuOption) GetGpuType() string {
+	if x != nil {
+		return x.GpuType
+	}
+	return ""
+}
+
+func (x *CapacityGpuOption) GetMeasured() bool {
+	if x != nil {
+		return x.Measured
+	}
+	return false
+}
+
+func (x *CapacityGpuOption) GetSustainable() *SustainableLoad {
+	if x != nil {
+		return x.Sustainable
+	}
+	return nil
+}
+
+func (x *CapacityGpuOption) GetMixedHours() int32 {
+	if x != nil {
+		return x.MixedHours
+	}
+	return 0
+}
+
+func (x *CapacityGpuOption) GetPriced() bool {
+	if x != nil {
+		return x.Priced
+	}
+	return false
+}
+
+func (x *CapacityGpuOption) GetPricePerHour() *Money {
+	if x != nil {
+		return x.PricePerHour
+	}
+	return nil
+}
+
+func (x *CapacityGpuOption) GetPriceId() string {
+	if x != nil {
+		return x.PriceId
+	}
+	return ""
+}
+
+func (x *CapacityGpuOption) GetCostKnown() bool {
+	if x != nil {
+		return x.CostKnown
+	}
+	return false
+}
+
+func (x *CapacityGpuOption) GetCostPer_1MTokens() *Money {
+	if x != nil {
+		return x.CostPer_1MTokens
+	}
+	return nil
+}
+
+func (x *CapacityGpuOption) GetCostArithmetic() string {
+	if x != nil {
+		return x.CostArithmetic
+	}
+	return ""
+}
+
+func (x *CapacityGpuOption) GetNotEnoughData() string {
+	if x != nil {
+		return x.NotEnoughData
+	}
+	return ""
+}
+
+func (x *CapacityGpuOption) GetGpus() int64 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
+func (x *CapacityGpuOption) GetCostPerHour() *Money {
+	if x != nil {
+		return x.CostPerHour
+	}
+	return nil
+}
+
+func (x *CapacityGpuOption) GetArithmetic() string {
+	if x != nil {
+		return x.Arithmetic
+	}
+	return ""
+}
+
+// CapacityMixPart is one GPU type of a mix.
+type CapacityMixPart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// gpu_type is the GPU type.
+	GpuType string `protobuf:"bytes,1,opt,name=gpu_type,json=gpuType,proto3" json:"gpu_type,omitempty"`
+	// gpus counts its GPUs.
+	Gpus int64 `protobuf:"varint,2,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	// tokens_per_second is gpus × the type's sustainable tokens/s per GPU.
+	TokensPerSecond float64 `protobuf:"fixed64,3,opt,name=tokens_per_second,json=tokensPerSecond,proto3" json:"tokens_per_second,omitempty"`
+	// cost_per_hour is gpus × the type's hourly price.
+	CostPerHour   *Money `protobuf:"bytes,4,opt,name=cost_per_hour,json=costPerHour,proto3" json:"cost_per_hour,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CapacityMixPart) Reset() {
+	*x = CapacityMixPart{}
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CapacityMixPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CapacityMixPart) ProtoMessage() {}
+
+func (x *CapacityMixPart) ProtoReflect() protoreflect.Message {
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CapacityMixPart.ProtoReflect.Descriptor instead.
+func (*CapacityMixPart) Descriptor() ([]byte, []int) {
+	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CapacityMixPart) GetGpuType() string {
+	if x != nil {
+		return x.GpuType
+	}
+	return ""
+}
+
+func (x *CapacityMixPart) GetGpus() int64 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
+func (x *CapacityMixPart) GetTokensPerSecond() float64 {
+	if x != nil {
+		return x.TokensPerSecond
+	}
+	return 0
+}
+
+func (x *CapacityMixPart) GetCostPerHour() *Money {
+	if x != nil {
+		return x.CostPerHour
+	}
+	return nil
+}
+
+// CapacityFleetPlan adds up the deployments' cheapest mixes.
+type CapacityFleetPlan struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// parts are the GPUs of each type over the mixes, in type order.
+	Parts []*CapacityMixPart `protobuf:"bytes,1,rep,name=parts,proto3" json:"parts,omitempty"`
+	// gpus counts every mix's GPUs.
+	Gpus int64 `protobuf:"varint,2,opt,name=gpus,proto3" json:"gpus,omitempty"`
+	// tokens_per_second adds up the mixes' sustainable loads.
+	TokensPerSecond float64 `protobuf:"fixed64,3,opt,name=tokens_per_second,json=tokensPerSecond,proto3" json:"tokens_per_second,omitempty"`
+	// cost_per_hour adds up the mixes' hourly prices.
+	CostPerHour *Money `protobuf:"bytes,4,opt,name=cost_per_hour,json=costPerHour,proto3" json:"cost_per_hour,omitempty"`
+	// deployments counts the plans with a mix.
+	Deployments int32 `protobuf:"varint,5,opt,name=deployments,proto3" json:"deployments,omitempty"`
+	// missing names the planned deployments without a mix.
+	Missing []string `protobuf:"bytes,6,rep,name=missing,proto3" json:"missing,omitempty"`
+	// at_most is set when a mix is an upper bound (a lower-bound load).
+	AtMost        bool `protobuf:"varint,7,opt,name=at_most,json=atMost,proto3" json:"at_most,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CapacityFleetPlan) Reset() {
+	*x = CapacityFleetPlan{}
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CapacityFleetPlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CapacityFleetPlan) ProtoMessage() {}
+
+func (x *CapacityFleetPlan) ProtoReflect() protoreflect.Message {
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CapacityFleetPlan.ProtoReflect.Descriptor instead.
+func (*CapacityFleetPlan) Descriptor() ([]byte, []int) {
+	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CapacityFleetPlan) GetParts() []*CapacityMixPart {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+func (x *CapacityFleetPlan) GetGpus() int64 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
+func (x *CapacityFleetPlan) GetTokensPerSecond() float64 {
+	if x != nil {
+		return x.TokensPerSecond
+	}
+	return 0
+}
+
+func (x *CapacityFleetPlan) GetCostPerHour() *Money {
+	if x != nil {
+		return x.CostPerHour
+	}
+	return nil
+}
+
+func (x *CapacityFleetPlan) GetDeployments() int32 {
+	if x != nil {
+		return x.Deployments
+	}
+	return 0
+}
+
+func (x *CapacityFleetPlan) GetMissing() []string {
+	if x != nil {
+		return x.Missing
+	}
+	return nil
+}
+
+func (x *CapacityFleetPlan) GetAtMost() bool {
+	if x != nil {
+		return x.AtMost
+	}
+	return false
+}
+
 // CapacityPeakHour is the busiest hour of a unit.
 type CapacityPeakHour struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -882,7 +1536,7 @@ type CapacityPeakHour struct {
 
 func (x *CapacityPeakHour) Reset() {
 	*x = CapacityPeakHour{}
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[4]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +1548,7 @@ func (x *CapacityPeakHour) String() string {
 func (*CapacityPeakHour) ProtoMessage() {}
 
 func (x *CapacityPeakHour) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[4]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1561,7 @@ func (x *CapacityPeakHour) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityPeakHour.ProtoReflect.Descriptor instead.
 func (*CapacityPeakHour) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{4}
+	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CapacityPeakHour) GetStart() *timestamppb.Timestamp {
@@ -989,7 +1643,7 @@ type SustainableLoad struct {
 
 func (x *SustainableLoad) Reset() {
 	*x = SustainableLoad{}
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[5]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1655,7 @@ func (x *SustainableLoad) String() string {
 func (*SustainableLoad) ProtoMessage() {}
 
 func (x *SustainableLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[5]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1668,7 @@ func (x *SustainableLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SustainableLoad.ProtoReflect.Descriptor instead.
 func (*SustainableLoad) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{5}
+	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SustainableLoad) GetKnown() bool {
@@ -1099,7 +1753,7 @@ type GpusNeeded struct {
 
 func (x *GpusNeeded) Reset() {
 	*x = GpusNeeded{}
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[6]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1111,7 +1765,7 @@ func (x *GpusNeeded) String() string {
 func (*GpusNeeded) ProtoMessage() {}
 
 func (x *GpusNeeded) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[6]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1124,7 +1778,7 @@ func (x *GpusNeeded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpusNeeded.ProtoReflect.Descriptor instead.
 func (*GpusNeeded) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{6}
+	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GpusNeeded) GetFor() string {
@@ -1179,7 +1833,7 @@ type LoadProfileDay struct {
 
 func (x *LoadProfileDay) Reset() {
 	*x = LoadProfileDay{}
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[7]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1191,7 +1845,7 @@ func (x *LoadProfileDay) String() string {
 func (*LoadProfileDay) ProtoMessage() {}
 
 func (x *LoadProfileDay) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[7]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1204,7 +1858,7 @@ func (x *LoadProfileDay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadProfileDay.ProtoReflect.Descriptor instead.
 func (*LoadProfileDay) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{7}
+	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LoadProfileDay) GetWeekday() int32 {
@@ -1250,7 +1904,7 @@ type CapacityTrend struct {
 
 func (x *CapacityTrend) Reset() {
 	*x = CapacityTrend{}
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[8]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1916,7 @@ func (x *CapacityTrend) String() string {
 func (*CapacityTrend) ProtoMessage() {}
 
 func (x *CapacityTrend) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[8]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1929,7 @@ func (x *CapacityTrend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityTrend.ProtoReflect.Descriptor instead.
 func (*CapacityTrend) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{8}
+	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CapacityTrend) GetWeeks() []*CapacityWeek {
@@ -1337,7 +1991,7 @@ type CapacityWeek struct {
 
 func (x *CapacityWeek) Reset() {
 	*x = CapacityWeek{}
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[9]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +2003,7 @@ func (x *CapacityWeek) String() string {
 func (*CapacityWeek) ProtoMessage() {}
 
 func (x *CapacityWeek) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[9]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +2016,7 @@ func (x *CapacityWeek) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityWeek.ProtoReflect.Descriptor instead.
 func (*CapacityWeek) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{9}
+	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CapacityWeek) GetStart() *timestamppb.Timestamp {
@@ -1414,7 +2068,7 @@ type PeakForecast struct {
 
 func (x *PeakForecast) Reset() {
 	*x = PeakForecast{}
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[10]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1426,7 +2080,7 @@ func (x *PeakForecast) String() string {
 func (*PeakForecast) ProtoMessage() {}
 
 func (x *PeakForecast) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[10]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1439,7 +2093,7 @@ func (x *PeakForecast) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeakForecast.ProtoReflect.Descriptor instead.
 func (*PeakForecast) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{10}
+	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PeakForecast) GetAt() *timestamppb.Timestamp {
@@ -1514,7 +2168,7 @@ type CapacityHour struct {
 
 func (x *CapacityHour) Reset() {
 	*x = CapacityHour{}
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[11]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +2180,7 @@ func (x *CapacityHour) String() string {
 func (*CapacityHour) ProtoMessage() {}
 
 func (x *CapacityHour) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[11]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +2193,7 @@ func (x *CapacityHour) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityHour.ProtoReflect.Descriptor instead.
 func (*CapacityHour) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{11}
+	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CapacityHour) GetStart() *timestamppb.Timestamp {
@@ -1633,7 +2287,7 @@ type CapacityDay struct {
 
 func (x *CapacityDay) Reset() {
 	*x = CapacityDay{}
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[12]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +2299,7 @@ func (x *CapacityDay) String() string {
 func (*CapacityDay) ProtoMessage() {}
 
 func (x *CapacityDay) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[12]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +2312,7 @@ func (x *CapacityDay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityDay.ProtoReflect.Descriptor instead.
 func (*CapacityDay) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{12}
+	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CapacityDay) GetStart() *timestamppb.Timestamp {
@@ -1708,7 +2362,10 @@ type CapacityFinding struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// unit is the unit it is about.
 	Unit string `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
-	// kind is "at_risk", "over_provisioned", "saturated" or "not_enough_data".
+	// kind is "at_risk", "over_provisioned", "saturated", "not_enough_data",
+	// "hot" (utilization above 90% while attainment drops), "memory_pressure"
+	// (GPU memory above 95%) or "thermal_throttling" (GPU temperature above
+	// 83 °C or clocks throttled).
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// severity is 2 (act now), 1 (look at it) or 0 (information).
 	Severity int32 `protobuf:"varint,3,opt,name=severity,proto3" json:"severity,omitempty"`
@@ -1720,7 +2377,7 @@ type CapacityFinding struct {
 
 func (x *CapacityFinding) Reset() {
 	*x = CapacityFinding{}
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[13]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +2389,7 @@ func (x *CapacityFinding) String() string {
 func (*CapacityFinding) ProtoMessage() {}
 
 func (x *CapacityFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_tokenmeter_v1_report_proto_msgTypes[13]
+	mi := &file_tokenmeter_v1_report_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +2402,7 @@ func (x *CapacityFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityFinding.ProtoReflect.Descriptor instead.
 func (*CapacityFinding) Descriptor() ([]byte, []int) {
-	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{13}
+	return file_tokenmeter_v1_report_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CapacityFinding) GetUnit() string {
@@ -1801,7 +2458,7 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\tmax_units\x18\x0e \x01(\x05R\bmaxUnitsB\x11\n" +
 	"\x0f_miss_tolerance\"R\n" +
 	"\x19GetCapacityReportResponse\x125\n" +
-	"\x06report\x18\x01 \x01(\v2\x1d.tokenmeter.v1.CapacityReportR\x06report\"\x9a\x06\n" +
+	"\x06report\x18\x01 \x01(\v2\x1d.tokenmeter.v1.CapacityReportR\x06report\"\x8e\a\n" +
 	"\x0eCapacityReport\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x19\n" +
@@ -1822,7 +2479,10 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\x0fnot_enough_data\x18\x10 \x01(\tR\rnotEnoughData\x123\n" +
 	"\x06others\x18\x11 \x01(\v2\x1b.tokenmeter.v1.CapacityUnitR\x06others\x12&\n" +
 	"\x0funits_in_others\x18\x12 \x01(\x05R\runitsInOthers\x12\x1b\n" +
-	"\tmax_units\x18\x13 \x01(\x05R\bmaxUnits\"\xa3\f\n" +
+	"\tmax_units\x18\x13 \x01(\x05R\bmaxUnits\x121\n" +
+	"\x05plans\x18\x14 \x03(\v2\x1b.tokenmeter.v1.CapacityPlanR\x05plans\x12?\n" +
+	"\n" +
+	"fleet_plan\x18\x15 \x01(\v2 .tokenmeter.v1.CapacityFleetPlanR\tfleetPlan\"\xde\f\n" +
 	"\fCapacityUnit\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdeployments\x18\x02 \x03(\tR\vdeployments\x12\x16\n" +
@@ -1867,7 +2527,74 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\vmodel_count\x18$ \x01(\x05R\n" +
 	"modelCount\x12$\n" +
 	"\x0egpu_type_count\x18% \x01(\x05R\fgpuTypeCount\x12@\n" +
-	"\rgpu_telemetry\x18( \x01(\v2\x1b.tokenmeter.v1.GpuTelemetryR\fgpuTelemetry\"\xbb\x02\n" +
+	"\rgpu_telemetry\x18( \x01(\v2\x1b.tokenmeter.v1.GpuTelemetryR\fgpuTelemetry\x129\n" +
+	"\bhot_band\x18& \x01(\v2\x1e.tokenmeter.v1.CapacityHotBandR\ahotBand\"\xab\x02\n" +
+	"\x0fCapacityHotBand\x12\x14\n" +
+	"\x05hours\x18\x01 \x01(\x05R\x05hours\x12\x1a\n" +
+	"\brequests\x18\x02 \x01(\x04R\brequests\x12#\n" +
+	"\rgood_requests\x18\x03 \x01(\x04R\fgoodRequests\x12\x1e\n" +
+	"\n" +
+	"attainment\x18\x04 \x01(\x01R\n" +
+	"attainment\x12\x1f\n" +
+	"\vother_hours\x18\x05 \x01(\x05R\n" +
+	"otherHours\x12%\n" +
+	"\x0eother_requests\x18\x06 \x01(\x04R\rotherRequests\x12.\n" +
+	"\x13other_good_requests\x18\a \x01(\x04R\x11otherGoodRequests\x12)\n" +
+	"\x10other_attainment\x18\b \x01(\x01R\x0fotherAttainment\"\xbe\x04\n" +
+	"\fCapacityPlan\x12\x1e\n" +
+	"\n" +
+	"deployment\x18\x01 \x01(\tR\n" +
+	"deployment\x12\x19\n" +
+	"\bload_for\x18\x02 \x01(\tR\aloadFor\x123\n" +
+	"\x16load_tokens_per_second\x18\x03 \x01(\x01R\x13loadTokensPerSecond\x12\x1d\n" +
+	"\n" +
+	"load_known\x18\x04 \x01(\bR\tloadKnown\x12\x1f\n" +
+	"\vload_reason\x18\x05 \x01(\tR\n" +
+	"loadReason\x12:\n" +
+	"\aoptions\x18\x06 \x03(\v2 .tokenmeter.v1.CapacityGpuOptionR\aoptions\x120\n" +
+	"\x03mix\x18\a \x03(\v2\x1e.tokenmeter.v1.CapacityMixPartR\x03mix\x12\x1b\n" +
+	"\tmix_known\x18\b \x01(\bR\bmixKnown\x12\x1d\n" +
+	"\n" +
+	"mix_reason\x18\t \x01(\tR\tmixReason\x12\x19\n" +
+	"\bmix_gpus\x18\n" +
+	" \x01(\x03R\amixGpus\x121\n" +
+	"\x15mix_tokens_per_second\x18\v \x01(\x01R\x12mixTokensPerSecond\x12?\n" +
+	"\x11mix_cost_per_hour\x18\f \x01(\v2\x14.tokenmeter.v1.MoneyR\x0emixCostPerHour\x12\x1e\n" +
+	"\vmix_at_most\x18\r \x01(\bR\tmixAtMost\x12%\n" +
+	"\x0emix_arithmetic\x18\x0e \x01(\tR\rmixArithmetic\"\xbd\x04\n" +
+	"\x11CapacityGpuOption\x12\x19\n" +
+	"\bgpu_type\x18\x01 \x01(\tR\agpuType\x12\x1a\n" +
+	"\bmeasured\x18\x02 \x01(\bR\bmeasured\x12@\n" +
+	"\vsustainable\x18\x03 \x01(\v2\x1e.tokenmeter.v1.SustainableLoadR\vsustainable\x12\x1f\n" +
+	"\vmixed_hours\x18\x04 \x01(\x05R\n" +
+	"mixedHours\x12\x16\n" +
+	"\x06priced\x18\x05 \x01(\bR\x06priced\x12:\n" +
+	"\x0eprice_per_hour\x18\x06 \x01(\v2\x14.tokenmeter.v1.MoneyR\fpricePerHour\x12\x19\n" +
+	"\bprice_id\x18\a \x01(\tR\apriceId\x12\x1d\n" +
+	"\n" +
+	"cost_known\x18\b \x01(\bR\tcostKnown\x12A\n" +
+	"\x12cost_per_1m_tokens\x18\t \x01(\v2\x14.tokenmeter.v1.MoneyR\x0fcostPer1mTokens\x12'\n" +
+	"\x0fcost_arithmetic\x18\n" +
+	" \x01(\tR\x0ecostArithmetic\x12&\n" +
+	"\x0fnot_enough_data\x18\v \x01(\tR\rnotEnoughData\x12\x12\n" +
+	"\x04gpus\x18\f \x01(\x03R\x04gpus\x128\n" +
+	"\rcost_per_hour\x18\r \x01(\v2\x14.tokenmeter.v1.MoneyR\vcostPerHour\x12\x1e\n" +
+	"\n" +
+	"arithmetic\x18\x0e \x01(\tR\n" +
+	"arithmetic\"\xa6\x01\n" +
+	"\x0fCapacityMixPart\x12\x19\n" +
+	"\bgpu_type\x18\x01 \x01(\tR\agpuType\x12\x12\n" +
+	"\x04gpus\x18\x02 \x01(\x03R\x04gpus\x12*\n" +
+	"\x11tokens_per_second\x18\x03 \x01(\x01R\x0ftokensPerSecond\x128\n" +
+	"\rcost_per_hour\x18\x04 \x01(\v2\x14.tokenmeter.v1.MoneyR\vcostPerHour\"\x98\x02\n" +
+	"\x11CapacityFleetPlan\x124\n" +
+	"\x05parts\x18\x01 \x03(\v2\x1e.tokenmeter.v1.CapacityMixPartR\x05parts\x12\x12\n" +
+	"\x04gpus\x18\x02 \x01(\x03R\x04gpus\x12*\n" +
+	"\x11tokens_per_second\x18\x03 \x01(\x01R\x0ftokensPerSecond\x128\n" +
+	"\rcost_per_hour\x18\x04 \x01(\v2\x14.tokenmeter.v1.MoneyR\vcostPerHour\x12 \n" +
+	"\vdeployments\x18\x05 \x01(\x05R\vdeployments\x12\x18\n" +
+	"\amissing\x18\x06 \x03(\tR\amissing\x12\x17\n" +
+	"\aat_most\x18\a \x01(\bR\x06atMost\"\xbb\x02\n" +
 	"\x10CapacityPeakHour\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12*\n" +
 	"\x11tokens_per_second\x18\x02 \x01(\x01R\x0ftokensPerSecond\x12\x12\n" +
@@ -1964,68 +2691,86 @@ func file_tokenmeter_v1_report_proto_rawDescGZIP() []byte {
 	return file_tokenmeter_v1_report_proto_rawDescData
 }
 
-var file_tokenmeter_v1_report_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_tokenmeter_v1_report_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_tokenmeter_v1_report_proto_goTypes = []any{
 	(*GetCapacityReportRequest)(nil),  // 0: tokenmeter.v1.GetCapacityReportRequest
 	(*GetCapacityReportResponse)(nil), // 1: tokenmeter.v1.GetCapacityReportResponse
 	(*CapacityReport)(nil),            // 2: tokenmeter.v1.CapacityReport
 	(*CapacityUnit)(nil),              // 3: tokenmeter.v1.CapacityUnit
-	(*CapacityPeakHour)(nil),          // 4: tokenmeter.v1.CapacityPeakHour
-	(*SustainableLoad)(nil),           // 5: tokenmeter.v1.SustainableLoad
-	(*GpusNeeded)(nil),                // 6: tokenmeter.v1.GpusNeeded
-	(*LoadProfileDay)(nil),            // 7: tokenmeter.v1.LoadProfileDay
-	(*CapacityTrend)(nil),             // 8: tokenmeter.v1.CapacityTrend
-	(*CapacityWeek)(nil),              // 9: tokenmeter.v1.CapacityWeek
-	(*PeakForecast)(nil),              // 10: tokenmeter.v1.PeakForecast
-	(*CapacityHour)(nil),              // 11: tokenmeter.v1.CapacityHour
-	(*CapacityDay)(nil),               // 12: tokenmeter.v1.CapacityDay
-	(*CapacityFinding)(nil),           // 13: tokenmeter.v1.CapacityFinding
-	(*timestamppb.Timestamp)(nil),     // 14: google.protobuf.Timestamp
-	(*Money)(nil),                     // 15: tokenmeter.v1.Money
-	(*GpuTelemetry)(nil),              // 16: tokenmeter.v1.GpuTelemetry
-	(*EngineStatsPoint)(nil),          // 17: tokenmeter.v1.EngineStatsPoint
+	(*CapacityHotBand)(nil),           // 4: tokenmeter.v1.CapacityHotBand
+	(*CapacityPlan)(nil),              // 5: tokenmeter.v1.CapacityPlan
+	(*CapacityGpuOption)(nil),         // 6: tokenmeter.v1.CapacityGpuOption
+	(*CapacityMixPart)(nil),           // 7: tokenmeter.v1.CapacityMixPart
+	(*CapacityFleetPlan)(nil),         // 8: tokenmeter.v1.CapacityFleetPlan
+	(*CapacityPeakHour)(nil),          // 9: tokenmeter.v1.CapacityPeakHour
+	(*SustainableLoad)(nil),           // 10: tokenmeter.v1.SustainableLoad
+	(*GpusNeeded)(nil),                // 11: tokenmeter.v1.GpusNeeded
+	(*LoadProfileDay)(nil),            // 12: tokenmeter.v1.LoadProfileDay
+	(*CapacityTrend)(nil),             // 13: tokenmeter.v1.CapacityTrend
+	(*CapacityWeek)(nil),              // 14: tokenmeter.v1.CapacityWeek
+	(*PeakForecast)(nil),              // 15: tokenmeter.v1.PeakForecast
+	(*CapacityHour)(nil),              // 16: tokenmeter.v1.CapacityHour
+	(*CapacityDay)(nil),               // 17: tokenmeter.v1.CapacityDay
+	(*CapacityFinding)(nil),           // 18: tokenmeter.v1.CapacityFinding
+	(*timestamppb.Timestamp)(nil),     // 19: google.protobuf.Timestamp
+	(*Money)(nil),                     // 20: tokenmeter.v1.Money
+	(*GpuTelemetry)(nil),              // 21: tokenmeter.v1.GpuTelemetry
+	(*EngineStatsPoint)(nil),          // 22: tokenmeter.v1.EngineStatsPoint
 }
 var file_tokenmeter_v1_report_proto_depIdxs = []int32{
-	14, // 0: tokenmeter.v1.GetCapacityReportRequest.start:type_name -> google.protobuf.Timestamp
-	14, // 1: tokenmeter.v1.GetCapacityReportRequest.end:type_name -> google.protobuf.Timestamp
+	19, // 0: tokenmeter.v1.GetCapacityReportRequest.start:type_name -> google.protobuf.Timestamp
+	19, // 1: tokenmeter.v1.GetCapacityReportRequest.end:type_name -> google.protobuf.Timestamp
 	2,  // 2: tokenmeter.v1.GetCapacityReportResponse.report:type_name -> tokenmeter.v1.CapacityReport
-	14, // 3: tokenmeter.v1.CapacityReport.start:type_name -> google.protobuf.Timestamp
-	14, // 4: tokenmeter.v1.CapacityReport.end:type_name -> google.protobuf.Timestamp
+	19, // 3: tokenmeter.v1.CapacityReport.start:type_name -> google.protobuf.Timestamp
+	19, // 4: tokenmeter.v1.CapacityReport.end:type_name -> google.protobuf.Timestamp
 	3,  // 5: tokenmeter.v1.CapacityReport.fleet:type_name -> tokenmeter.v1.CapacityUnit
 	3,  // 6: tokenmeter.v1.CapacityReport.units:type_name -> tokenmeter.v1.CapacityUnit
-	13, // 7: tokenmeter.v1.CapacityReport.findings:type_name -> tokenmeter.v1.CapacityFinding
+	18, // 7: tokenmeter.v1.CapacityReport.findings:type_name -> tokenmeter.v1.CapacityFinding
 	3,  // 8: tokenmeter.v1.CapacityReport.others:type_name -> tokenmeter.v1.CapacityUnit
-	15, // 9: tokenmeter.v1.CapacityUnit.cost:type_name -> tokenmeter.v1.Money
-	15, // 10: tokenmeter.v1.CapacityUnit.busy_cost:type_name -> tokenmeter.v1.Money
-	15, // 11: tokenmeter.v1.CapacityUnit.idle_cost:type_name -> tokenmeter.v1.Money
-	4,  // 12: tokenmeter.v1.CapacityUnit.peak:type_name -> tokenmeter.v1.CapacityPeakHour
-	5,  // 13: tokenmeter.v1.CapacityUnit.sustainable:type_name -> tokenmeter.v1.SustainableLoad
-	6,  // 14: tokenmeter.v1.CapacityUnit.gpus_needed:type_name -> tokenmeter.v1.GpusNeeded
-	7,  // 15: tokenmeter.v1.CapacityUnit.load_profile:type_name -> tokenmeter.v1.LoadProfileDay
-	8,  // 16: tokenmeter.v1.CapacityUnit.trend:type_name -> tokenmeter.v1.CapacityTrend
-	11, // 17: tokenmeter.v1.CapacityUnit.hours_detail:type_name -> tokenmeter.v1.CapacityHour
-	12, // 18: tokenmeter.v1.CapacityUnit.days:type_name -> tokenmeter.v1.CapacityDay
-	16, // 19: tokenmeter.v1.CapacityUnit.gpu_telemetry:type_name -> tokenmeter.v1.GpuTelemetry
-	14, // 20: tokenmeter.v1.CapacityPeakHour.start:type_name -> google.protobuf.Timestamp
-	17, // 21: tokenmeter.v1.CapacityPeakHour.saturation:type_name -> tokenmeter.v1.EngineStatsPoint
-	14, // 22: tokenmeter.v1.SustainableLoad.hour:type_name -> google.protobuf.Timestamp
-	9,  // 23: tokenmeter.v1.CapacityTrend.weeks:type_name -> tokenmeter.v1.CapacityWeek
-	10, // 24: tokenmeter.v1.CapacityTrend.forecast:type_name -> tokenmeter.v1.PeakForecast
-	14, // 25: tokenmeter.v1.CapacityWeek.start:type_name -> google.protobuf.Timestamp
-	14, // 26: tokenmeter.v1.CapacityWeek.peak_hour:type_name -> google.protobuf.Timestamp
-	14, // 27: tokenmeter.v1.PeakForecast.at:type_name -> google.protobuf.Timestamp
-	14, // 28: tokenmeter.v1.CapacityHour.start:type_name -> google.protobuf.Timestamp
-	16, // 29: tokenmeter.v1.CapacityHour.gpu_telemetry:type_name -> tokenmeter.v1.GpuTelemetry
-	14, // 30: tokenmeter.v1.CapacityDay.start:type_name -> google.protobuf.Timestamp
-	15, // 31: tokenmeter.v1.CapacityDay.busy_cost:type_name -> tokenmeter.v1.Money
-	15, // 32: tokenmeter.v1.CapacityDay.idle_cost:type_name -> tokenmeter.v1.Money
-	0,  // 33: tokenmeter.v1.ReportService.GetCapacityReport:input_type -> tokenmeter.v1.GetCapacityReportRequest
-	1,  // 34: tokenmeter.v1.ReportService.GetCapacityReport:output_type -> tokenmeter.v1.GetCapacityReportResponse
-	34, // [34:35] is the sub-list for method output_type
-	33, // [33:34] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	5,  // 9: tokenmeter.v1.CapacityReport.plans:type_name -> tokenmeter.v1.CapacityPlan
+	8,  // 10: tokenmeter.v1.CapacityReport.fleet_plan:type_name -> tokenmeter.v1.CapacityFleetPlan
+	20, // 11: tokenmeter.v1.CapacityUnit.cost:type_name -> tokenmeter.v1.Money
+	20, // 12: tokenmeter.v1.CapacityUnit.busy_cost:type_name -> tokenmeter.v1.Money
+	20, // 13: tokenmeter.v1.CapacityUnit.idle_cost:type_name -> tokenmeter.v1.Money
+	9,  // 14: tokenmeter.v1.CapacityUnit.peak:type_name -> tokenmeter.v1.CapacityPeakHour
+	10, // 15: tokenmeter.v1.CapacityUnit.sustainable:type_name -> tokenmeter.v1.SustainableLoad
+	11, // 16: tokenmeter.v1.CapacityUnit.gpus_needed:type_name -> tokenmeter.v1.GpusNeeded
+	12, // 17: tokenmeter.v1.CapacityUnit.load_profile:type_name -> tokenmeter.v1.LoadProfileDay
+	13, // 18: tokenmeter.v1.CapacityUnit.trend:type_name -> tokenmeter.v1.CapacityTrend
+	16, // 19: tokenmeter.v1.CapacityUnit.hours_detail:type_name -> tokenmeter.v1.CapacityHour
+	17, // 20: tokenmeter.v1.CapacityUnit.days:type_name -> tokenmeter.v1.CapacityDay
+	21, // 21: tokenmeter.v1.CapacityUnit.gpu_telemetry:type_name -> tokenmeter.v1.GpuTelemetry
+	4,  // 22: tokenmeter.v1.CapacityUnit.hot_band:type_name -> tokenmeter.v1.CapacityHotBand
+	6,  // 23: tokenmeter.v1.CapacityPlan.options:type_name -> tokenmeter.v1.CapacityGpuOption
+	7,  // 24: tokenmeter.v1.CapacityPlan.mix:type_name -> tokenmeter.v1.CapacityMixPart
+	20, // 25: tokenmeter.v1.CapacityPlan.mix_cost_per_hour:type_name -> tokenmeter.v1.Money
+	10, // 26: tokenmeter.v1.CapacityGpuOption.sustainable:type_name -> tokenmeter.v1.SustainableLoad
+	20, // 27: tokenmeter.v1.CapacityGpuOption.price_per_hour:type_name -> tokenmeter.v1.Money
+	20, // 28: tokenmeter.v1.CapacityGpuOption.cost_per_1m_tokens:type_name -> tokenmeter.v1.Money
+	20, // 29: tokenmeter.v1.CapacityGpuOption.cost_per_hour:type_name -> tokenmeter.v1.Money
+	20, // 30: tokenmeter.v1.CapacityMixPart.cost_per_hour:type_name -> tokenmeter.v1.Money
+	7,  // 31: tokenmeter.v1.CapacityFleetPlan.parts:type_name -> tokenmeter.v1.CapacityMixPart
+	20, // 32: tokenmeter.v1.CapacityFleetPlan.cost_per_hour:type_name -> tokenmeter.v1.Money
+	19, // 33: tokenmeter.v1.CapacityPeakHour.start:type_name -> google.protobuf.Timestamp
+	22, // 34: tokenmeter.v1.CapacityPeakHour.saturation:type_name -> tokenmeter.v1.EngineStatsPoint
+	19, // 35: tokenmeter.v1.SustainableLoad.hour:type_name -> google.protobuf.Timestamp
+	14, // 36: tokenmeter.v1.CapacityTrend.weeks:type_name -> tokenmeter.v1.CapacityWeek
+	15, // 37: tokenmeter.v1.CapacityTrend.forecast:type_name -> tokenmeter.v1.PeakForecast
+	19, // 38: tokenmeter.v1.CapacityWeek.start:type_name -> google.protobuf.Timestamp
+	19, // 39: tokenmeter.v1.CapacityWeek.peak_hour:type_name -> google.protobuf.Timestamp
+	19, // 40: tokenmeter.v1.PeakForecast.at:type_name -> google.protobuf.Timestamp
+	19, // 41: tokenmeter.v1.CapacityHour.start:type_name -> google.protobuf.Timestamp
+	21, // 42: tokenmeter.v1.CapacityHour.gpu_telemetry:type_name -> tokenmeter.v1.GpuTelemetry
+	19, // 43: tokenmeter.v1.CapacityDay.start:type_name -> google.protobuf.Timestamp
+	20, // 44: tokenmeter.v1.CapacityDay.busy_cost:type_name -> tokenmeter.v1.Money
+	20, // 45: tokenmeter.v1.CapacityDay.idle_cost:type_name -> tokenmeter.v1.Money
+	0,  // 46: tokenmeter.v1.ReportService.GetCapacityReport:input_type -> tokenmeter.v1.GetCapacityReportRequest
+	1,  // 47: tokenmeter.v1.ReportService.GetCapacityReport:output_type -> tokenmeter.v1.GetCapacityReportResponse
+	47, // [47:48] is the sub-list for method output_type
+	46, // [46:47] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_tokenmeter_v1_report_proto_init() }
@@ -2042,7 +2787,7 @@ func file_tokenmeter_v1_report_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tokenmeter_v1_report_proto_rawDesc), len(file_tokenmeter_v1_report_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
