@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -20,7 +21,7 @@ const DefaultEngineTopic = "meter.engine.v1"
 const DefaultEngineGroupID = "tokenmeter-ingest-engine"
 
 // Engines are the engine names an EngineSample may carry.
-var Engines = []string{"vllm", "sglang", "tgi"}
+var Engines = []string{"vllm", "sglang", "tgi", "nim", "dynamo"}
 
 // EngineSampleWriter makes and stores batches of validated engine
 // samples, and stores the dead letters the DLQ topic refuses.
@@ -62,7 +63,7 @@ func (l Limits) ValidateEngineSample(s *meterv1.EngineSample, now time.Time) err
 		known = known || s.GetEngine() == e
 	}
 	if !known {
-		return invalid(ReasonInvalidValue, "engine %q: want one of vllm, sglang, tgi", s.GetEngine())
+		return invalid(ReasonInvalidValue, "engine %q: want one of %s", s.GetEngine(), strings.Join(Engines, ", "))
 	}
 	ts := s.GetSampledAt()
 	if ts == nil {
@@ -88,6 +89,9 @@ func (l Limits) ValidateEngineSample(s *meterv1.EngineSample, now time.Time) err
 	}
 	if b := s.BatchTokens; b != nil && (!(*b >= 0) || math.IsInf(*b, 0)) {
 		return invalid(ReasonOutOfRange, "batch_tokens %v must be a non-negative number", *b)
+	}
+	if r := s.Restarts; r != nil && *r > 1 {
+		return invalid(ReasonOutOfRange, "restarts %d: a scrape sees at most 1", *r)
 	}
 	if (s.PrefixCacheQueries == nil) != (s.PrefixCacheHits == nil) {
 		return invalid(ReasonMissingField, "prefix_cache_queries and prefix_cache_hits come together")

@@ -242,6 +242,8 @@ func (s *Scraper) fetch(ctx context.Context, t Target) (Reading, error) {
 // lower than before restarted (the engine restarted): its delta is its new
 // value, as Prometheus's increase() counts it. Counter deltas are unset at
 // a target's first reading, and for a counter the previous reading lacked.
+// Restarts is 1 when the engine restarted since the previous reading
+// (restarted), 0 when not, unset at the first reading.
 func (s *Scraper) Sample(t Target, r Reading, now time.Time) *meterv1.EngineSample {
 	now = now.UTC().Truncate(time.Millisecond)
 	t = t.withDefaults()
@@ -264,8 +266,22 @@ func (s *Scraper) Sample(t Target, r Reading, now time.Time) *meterv1.EngineSamp
 		Running: count(r.Running), Waiting: count(r.Waiting),
 		KvCacheUsage: clampRatio(r.KVCacheUsage), PrefixCacheHitRate: clampRatio(r.PrefixHitRate),
 	}
-	if p == nil || p.reading.Engine != r.Engine {
+	if p == nil {
 		return out
+	}
+	var restarts uint32
+	some, whole := restarted(p.reading, r)
+	if some {
+		restarts = 1
+	}
+	out.Restarts = &restarts
+	if p.reading.Engine != r.Engine {
+		return out
+	}
+	fdelta := func(prev, cur Counter) (float64, bool) { return fdelta(prev, cur, whole) }
+	delta := func(prev, cur Counter) (uint64, bool) {
+		d, ok := fdelta(prev, cur)
+		return uint64(math.Round(d)), ok
 	}
 	q, qok := delta(p.reading.PrefixQueries, r.PrefixQueries)
 	h, hok := delta(p.reading.PrefixHits, r.PrefixHits)
@@ -284,22 +300,48 @@ func (s *Scraper) Sample(t Target, r Reading, now time.Time) *meterv1.EngineSamp
 	return out
 }
 
-// delta is a counter's increase from prev to cur, as an integer; ok is
-// false when either is unknown (see fdelta).
-func delta(prev, cur Counter) (uint64, bool) {
-	d, ok := fdelta(prev, cur)
-	if !ok {
-		return 0, false
+// restarted tells whether the engine behind two successive readings of a
+// target restarted in between (some), and whether its whole process did
+// (whole: its counters all started again from zero). A process restart is
+// another engine answering, a later process start time, or a lower Dynamo
+// uptime; otherwise a series that only grows (a counter) going down is a
+// restart of its engine: one of several (vLLM's data-parallel engines)
+// restarting is a restart of the replica. Several restarts between two
+// scrapes count as one: a scrape cannot tell them apart.
+func restarted(prev, cur Reading) (some, whole bool) {
+	if prev.Engine != cur.Engine {
+		return true, true
 	}
-	return uint64(math.Round(d)), true
+	for k, v := range cur.StartTimes {
+		if p, ok := prev.StartTimes[k]; ok && v > p {
+			return true, true
+		}
+	}
+	for k, v := range cur.Uptime {
+		if p, ok := prev.Uptime[k]; ok && v < p {
+			return true, true
+		}
+	}
+	for _, c := range [][2]Counter{{prev.Monotonic, cur.Monotonic}, {prev.PrefixQueries, cur.PrefixQueries},
+		{prev.PrefixHits, cur.PrefixHits}, {prev.Preemptions, cur.Preemptions},
+		{prev.IterationTokensSum, cur.IterationTokensSum}, {prev.IterationTokensCount, cur.IterationTokensCount}} {
+		for k, v := range c[1] {
+			if p, ok := c[0][k]; ok && v < p {
+				return true, false
+			}
+		}
+	}
+	return false, false
 }
 
 // fdelta is a counter's increase from prev to cur, summed over its series:
 // a series lower than before restarted (its engine restarted) and adds its
 // new value, as Prometheus's increase() counts it; a series new since prev
-// adds nothing (its start is unknown: counted from its next scrape on). ok
-// is false when the counter is unknown in either reading.
-func fdelta(prev, cur Counter) (float64, bool) {
+// adds nothing (its start is unknown: counted from its next scrape on).
+// After a restart of the whole process (fromZero) every series started
+// again from zero and adds its new value. ok is false when the counter is
+// unknown in either reading.
+func fdelta(prev, cur Counter, fromZero bool) (float64, bool) {
 	if prev == nil || cur == nil {
 		return 0, false
 	}
@@ -307,6 +349,8 @@ func fdelta(prev, cur Counter) (float64, bool) {
 	for k, v := range cur {
 		p, seen := prev[k]
 		switch {
+		case fromZero:
+			d += v
 		case !seen:
 		case v < p:
 			d += v

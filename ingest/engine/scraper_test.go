@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -114,6 +115,7 @@ func TestScrapeGoldenFiles(t *testing.T) {
 	s = sample("llama-8b", "llama-8b-0", "vllm", llama, "gpu-node-1", t1, 10)
 	s.Running, s.Waiting, s.KvCacheUsage = u32(9), u32(0), f64(0.5)
 	s.PrefixCacheQueries, s.PrefixCacheHits, s.Preemptions, s.BatchTokens = u64(6400), u64(2400), u64(2), f64(240)
+	s.Restarts = u32(0)
 	if d := cmp.Diff([]*meterv1.EngineSample{s}, got, protocmp.Transform()); d != "" {
 		t.Fatalf("second scrape (-want +got):\n%s", d)
 	}
@@ -127,6 +129,7 @@ func TestScrapeGoldenFiles(t *testing.T) {
 	s = sample("llama-8b", "llama-8b-0", "vllm", llama, "gpu-node-1", t2, 10)
 	s.Running, s.Waiting, s.KvCacheUsage = u32(2), u32(1), f64(0.0625)
 	s.PrefixCacheQueries, s.PrefixCacheHits, s.Preemptions, s.BatchTokens = u64(800), u64(200), u64(0), f64(300)
+	s.Restarts = u32(1) // the counters went down: the restart is counted
 	if d := cmp.Diff([]*meterv1.EngineSample{s}, got, protocmp.Transform()); d != "" {
 		t.Fatalf("scrape after a restart (-want +got):\n%s", d)
 	}
@@ -158,11 +161,140 @@ func TestScrapeDataParallelRestart(t *testing.T) {
 	}
 	s := got[0]
 	// queries: (5600-5000) + 300; hits: (1100-1000) + 100; preemptions: (5-4) + 1.
-	want := map[string]float64{"running": 14, "waiting": 3, "kv": 0.5, "queries": 900, "hits": 200, "preemptions": 2}
+	// Engine 1's restart is a restart of the replica.
+	want := map[string]float64{"running": 14, "waiting": 3, "kv": 0.5, "queries": 900, "hits": 200, "preemptions": 2, "restarts": 1}
 	have := map[string]float64{"running": float64(s.GetRunning()), "waiting": float64(s.GetWaiting()), "kv": s.GetKvCacheUsage(),
-		"queries": float64(s.GetPrefixCacheQueries()), "hits": float64(s.GetPrefixCacheHits()), "preemptions": float64(s.GetPreemptions())}
+		"queries": float64(s.GetPrefixCacheQueries()), "hits": float64(s.GetPrefixCacheHits()), "preemptions": float64(s.GetPreemptions()),
+		"restarts": float64(s.GetRestarts())}
 	if d := cmp.Diff(want, have); d != "" || s.PrefixCacheQueries == nil {
 		t.Errorf("(-want +got):\n%s", d)
+	}
+}
+
+// TestScrapeNIMAndDynamo scrapes the golden files of NVIDIA NIM for LLMs
+// (its unprefixed vLLM-style names) and NVIDIA Dynamo (a vLLM worker with
+// Dynamo's kvstats and the backend's names passed through, and a
+// frontend), over HTTP, checking every field: restarts are 0 between
+// scrapes of a running engine and 1 after a restart that only the process
+// start time (NIM) or the uptime (Dynamo) shows, the counters having
+// already climbed past their old values; after such a restart every
+// counter delta is its new value.
+func TestScrapeNIMAndDynamo(t *testing.T) {
+	srv := &server{files: map[string][]string{
+		"/nim":      {"nim_a.prom", "nim_b.prom", "nim_c_restarted.prom"},
+		"/worker":   {"dynamo_worker_a.prom", "dynamo_worker_b_restarted.prom"},
+		"/frontend": {"dynamo_frontend.prom"},
+	}}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	targets := []engine.Target{
+		{Deployment: "llama-nim", URL: hs.URL + "/nim", Replica: "llama-nim-0"},
+		{Deployment: "qwen-dyn", URL: hs.URL + "/worker", Replica: "qwen-dyn-worker-0"},
+		{Deployment: "qwen-dyn", URL: hs.URL + "/frontend", Replica: "qwen-dyn-frontend"},
+	}
+	sc := engine.NewScraper(engine.ScraperConfig{Interval: 10 * time.Second})
+	t0 := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+	sample := func(tg engine.Target, eng, model string, at time.Time) *meterv1.EngineSample {
+		return &meterv1.EngineSample{SampleId: engine.SampleID(tg.Deployment, tg.Replica, at), Deployment: tg.Deployment, Engine: eng,
+			Replica: tg.Replica, Model: model, SampledAt: timestamppb.New(at), IntervalS: 10, Source: "scrape"}
+	}
+	const nimModel, qwen = "meta/llama-3.1-8b-instruct", "Qwen/Qwen3-0.6B"
+	nim := sample(targets[0], "nim", nimModel, t0)
+	nim.Running, nim.Waiting, nim.KvCacheUsage = u32(7), u32(2), f64(0.355)
+	worker := sample(targets[1], "dynamo", qwen, t0)
+	// Dynamo's own kvstats win over vLLM's passed-through kv_cache_usage_perc (0.99).
+	worker.Running, worker.Waiting, worker.KvCacheUsage, worker.PrefixCacheHitRate = u32(8), u32(1), f64(0.25), f64(0.4)
+	frontend := sample(targets[2], "dynamo", "qwen/qwen3-0.6b", t0)
+	// The HTTP queue is the queue; in flight less queued (10 - 7) are running.
+	frontend.Running, frontend.Waiting = u32(3), u32(7)
+	want := []*meterv1.EngineSample{nim, worker, frontend}
+	got, errs := sc.Scrape(t.Context(), targets, t0)
+	if len(errs) > 0 {
+		t.Fatalf("errors: %v", errs)
+	}
+	if d := cmp.Diff(want, got, protocmp.Transform()); d != "" {
+		t.Fatalf("first scrape (-want +got):\n%s", d)
+	}
+
+	t1 := t0.Add(10 * time.Second)
+	nim = sample(targets[0], "nim", nimModel, t1)
+	nim.Running, nim.Waiting, nim.KvCacheUsage, nim.Restarts = u32(5), u32(0), f64(0.3), u32(0)
+	// The worker restarted (uptime 3600.5 s, then 20 s) and its counters
+	// are above their old values: deltas are the new values, not the
+	// differences (12,000 queries, not 2,000).
+	worker = sample(targets[1], "dynamo", qwen, t1)
+	worker.Running, worker.Waiting, worker.KvCacheUsage, worker.PrefixCacheHitRate = u32(3), u32(0), f64(0.125), f64(0.5)
+	worker.PrefixCacheQueries, worker.PrefixCacheHits, worker.Preemptions, worker.Restarts = u64(12000), u64(6000), u64(5), u32(1)
+	frontend = sample(targets[2], "dynamo", "qwen/qwen3-0.6b", t1)
+	frontend.Running, frontend.Waiting, frontend.Restarts = u32(3), u32(7), u32(0)
+	got, errs = sc.Scrape(t.Context(), targets, t1)
+	if len(errs) > 0 {
+		t.Fatalf("errors: %v", errs)
+	}
+	if d := cmp.Diff([]*meterv1.EngineSample{nim, worker, frontend}, got, protocmp.Transform()); d != "" {
+		t.Fatalf("second scrape (-want +got):\n%s", d)
+	}
+
+	// NIM restarted: a later process start time, every counter higher.
+	t2 := t1.Add(10 * time.Second)
+	nim = sample(targets[0], "nim", nimModel, t2)
+	nim.Running, nim.Waiting, nim.KvCacheUsage, nim.Restarts = u32(3), u32(1), f64(0.125), u32(1)
+	got, errs = sc.Scrape(t.Context(), targets[:1], t2)
+	if len(errs) > 0 {
+		t.Fatalf("errors: %v", errs)
+	}
+	if d := cmp.Diff([]*meterv1.EngineSample{nim}, got, protocmp.Transform()); d != "" {
+		t.Fatalf("NIM after a restart (-want +got):\n%s", d)
+	}
+	limits := ingest.DefaultLimits()
+	for _, s := range append(want, got...) {
+		if err := limits.ValidateEngineSample(s, t2); err != nil {
+			t.Errorf("sample of %s/%s does not validate: %v", s.GetDeployment(), s.GetReplica(), err)
+		}
+	}
+}
+
+// TestParseEngineNames maps one page of each engine to its Reading's
+// gauges, and checks which engine a page is: NIM's or Dynamo's own names
+// decide over their vLLM backend's on the same page, vLLM and SGLang
+// together are refused.
+func TestParseEngineNames(t *testing.T) {
+	for _, tc := range []struct {
+		file, engine, model        string
+		running, waiting, kv, rate *float64
+	}{
+		{"vllm_v1_a.prom", "vllm", llama, f64(12), f64(3), f64(0.4375), nil},
+		{"sglang.prom", "sglang", "Qwen/Qwen2.5-7B-Instruct", f64(24), f64(5), f64(0.62), f64(0.31)},
+		{"tgi.prom", "tgi", "", f64(32), f64(6), nil, nil},
+		{"nim_a.prom", "nim", "meta/llama-3.1-8b-instruct", f64(7), f64(2), f64(0.355), nil},
+		// vllm:num_requests_running (99) is the backend's: NIM's 11 is read.
+		{"nim_with_vllm.prom", "nim", "meta/llama-3.1-70b-instruct", f64(11), f64(4), f64(0.81), nil},
+		{"dynamo_worker_a.prom", "dynamo", "Qwen/Qwen3-0.6B", f64(8), f64(1), f64(0.25), f64(0.4)},
+		{"dynamo_frontend.prom", "dynamo", "qwen/qwen3-0.6b", f64(3), f64(7), nil, nil},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			f, err := os.Open(filepath.Join("testdata", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			r, err := engine.Parse(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			type gauges struct {
+				Engine, Model              string
+				Running, Waiting, KV, Rate *float64
+			}
+			want := gauges{tc.engine, tc.model, tc.running, tc.waiting, tc.kv, tc.rate}
+			if d := cmp.Diff(want, gauges{r.Engine, r.Model, r.Running, r.Waiting, r.KVCacheUsage, r.PrefixHitRate}); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+	mixed := "vllm:num_requests_running 1\nsglang:num_running_reqs 2\n"
+	if _, err := engine.Parse(strings.NewReader(mixed)); err == nil || errors.Is(err, engine.ErrNoEngineMetrics) {
+		t.Errorf("vLLM and SGLang on one page: got %v, want the several-engines error", err)
 	}
 }
 
