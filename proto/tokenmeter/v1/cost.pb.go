@@ -97,7 +97,13 @@ type GetCostRequest struct {
 	End *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
 	// step is "hour", "day", "month" (UTC calendar months) or "total" (default: one step).
 	Step string `protobuf:"bytes,4,opt,name=step,proto3" json:"step,omitempty"`
-	// group_by lists any of tenant_id, model, deployment, gpu_type.
+	// group_by lists any of tenant_id, model, deployment, gpu_type, engine,
+	// tensor_parallelism, model_version. engine and tensor_parallelism are
+	// those the events of a line's deployment and model carried in its hour,
+	// model_version those of the line's own events; several in one hour are
+	// one value joined by "+" (e.g. "sglang+vllm" for the hour an engine
+	// changed); "" when none was reported. The "__idle__" line takes its
+	// deployment's engine and tensor_parallelism.
 	GroupBy []string `protobuf:"bytes,5,rep,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`
 	// busy_policy splits busy GPU cost: "tokens", "weighted_tokens" (input and
 	// output weights of the price book) or "request_time" (sum of E2E); default:
@@ -211,8 +217,8 @@ func (x *GetCostRequest) GetPageToken() string {
 
 // CostPoint is the cost and usage of one group in one step. For a tenant
 // key the provider's cost (cost, busy_cost, idle_cost, the cost per 1k
-// fields and the unattributed counts) is left out unless the operator opts
-// in (meterd --tenant-cost).
+// fields, cost_per_request, the GPU time fields and the unattributed
+// counts) is left out unless the operator opts in (meterd --tenant-cost).
 type CostPoint struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// start is the step's start.
@@ -258,8 +264,23 @@ type CostPoint struct {
 	// list_unpriced_requests counts requests of models without a list price
 	// (not in list_charge).
 	ListUnpricedRequests uint64 `protobuf:"varint,19,opt,name=list_unpriced_requests,json=listUnpricedRequests,proto3" json:"list_unpriced_requests,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// cost_per_request is cost / requests, nine decimals. Empty without
+	// requests.
+	CostPerRequest string `protobuf:"bytes,20,opt,name=cost_per_request,json=costPerRequest,proto3" json:"cost_per_request,omitempty"`
+	// gpu_seconds is the GPU time allocated to the group, exact to the
+	// millisecond ("5400.250"): each deployment-hour's GPU time (priced or
+	// not; a MIG slice counts its fraction) rounded once to the millisecond
+	// and split among its lines by the busy and idle policies exactly as its
+	// cost is, so the groups' GPU time adds up to the deployments'.
+	GpuSeconds string `protobuf:"bytes,21,opt,name=gpu_seconds,json=gpuSeconds,proto3" json:"gpu_seconds,omitempty"`
+	// gpu_hours is gpu_seconds / 3600.
+	GpuHours float64 `protobuf:"fixed64,22,opt,name=gpu_hours,json=gpuHours,proto3" json:"gpu_hours,omitempty"`
+	// busy_gpu_hours is the part of gpu_hours split by the busy basis (as busy_cost).
+	BusyGpuHours float64 `protobuf:"fixed64,23,opt,name=busy_gpu_hours,json=busyGpuHours,proto3" json:"busy_gpu_hours,omitempty"`
+	// idle_gpu_hours is gpu_hours - busy_gpu_hours (as idle_cost).
+	IdleGpuHours  float64 `protobuf:"fixed64,24,opt,name=idle_gpu_hours,json=idleGpuHours,proto3" json:"idle_gpu_hours,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CostPoint) Reset() {
@@ -421,6 +442,41 @@ func (x *CostPoint) GetListCharge() *Money {
 func (x *CostPoint) GetListUnpricedRequests() uint64 {
 	if x != nil {
 		return x.ListUnpricedRequests
+	}
+	return 0
+}
+
+func (x *CostPoint) GetCostPerRequest() string {
+	if x != nil {
+		return x.CostPerRequest
+	}
+	return ""
+}
+
+func (x *CostPoint) GetGpuSeconds() string {
+	if x != nil {
+		return x.GpuSeconds
+	}
+	return ""
+}
+
+func (x *CostPoint) GetGpuHours() float64 {
+	if x != nil {
+		return x.GpuHours
+	}
+	return 0
+}
+
+func (x *CostPoint) GetBusyGpuHours() float64 {
+	if x != nil {
+		return x.BusyGpuHours
+	}
+	return 0
+}
+
+func (x *CostPoint) GetIdleGpuHours() float64 {
+	if x != nil {
+		return x.IdleGpuHours
 	}
 	return 0
 }
@@ -1208,7 +1264,7 @@ const file_tokenmeter_v1_cost_proto_rawDesc = "" +
 	"idlePolicy\x12\x1b\n" +
 	"\tpage_size\x18\b \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\t \x01(\tR\tpageToken\"\xce\a\n" +
+	"page_token\x18\t \x01(\tR\tpageToken\"\x82\t\n" +
 	"\tCostPoint\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12(\n" +
 	"\x04cost\x18\x02 \x01(\v2\x14.tokenmeter.v1.MoneyR\x04cost\x121\n" +
@@ -1230,7 +1286,13 @@ const file_tokenmeter_v1_cost_proto_rawDesc = "" +
 	"\x19unattributed_input_tokens\x18\x11 \x01(\x04R\x17unattributedInputTokens\x125\n" +
 	"\vlist_charge\x18\x12 \x01(\v2\x14.tokenmeter.v1.MoneyR\n" +
 	"listCharge\x124\n" +
-	"\x16list_unpriced_requests\x18\x13 \x01(\x04R\x14listUnpricedRequests\"\xe8\x01\n" +
+	"\x16list_unpriced_requests\x18\x13 \x01(\x04R\x14listUnpricedRequests\x12(\n" +
+	"\x10cost_per_request\x18\x14 \x01(\tR\x0ecostPerRequest\x12\x1f\n" +
+	"\vgpu_seconds\x18\x15 \x01(\tR\n" +
+	"gpuSeconds\x12\x1b\n" +
+	"\tgpu_hours\x18\x16 \x01(\x01R\bgpuHours\x12$\n" +
+	"\x0ebusy_gpu_hours\x18\x17 \x01(\x01R\fbusyGpuHours\x12$\n" +
+	"\x0eidle_gpu_hours\x18\x18 \x01(\x01R\fidleGpuHours\"\xe8\x01\n" +
 	"\n" +
 	"CostSeries\x12:\n" +
 	"\x05group\x18\x01 \x03(\v2$.tokenmeter.v1.CostSeries.GroupEntryR\x05group\x120\n" +
