@@ -193,8 +193,8 @@ func plan(q Query, d *deployment) Plan {
 				o.CostPerHourNanos = mulNanos(gpus, o.PricePerHourNanos)
 				loadF, _ := load.Float64()
 				perGPUF, _ := o.perGPU.Float64()
-				o.Arithmetic = fmt.Sprintf("ceil(%s tokens/s ÷ %s%s tokens/s per GPU) = ceil(%s) = %d GPUs%s; %d × %s = %s per hour",
-					number(loadF, 1), atLeast(o), number(perGPUF, 1), new(big.Rat).Quo(load, o.perGPU).FloatString(4), gpus, atMostWord(o),
+				o.Arithmetic = fmt.Sprintf("ceil(%s tokens/s ÷ %s%s tokens/s per GPU) = ceil(%s) =%s %d GPUs; %d × %s = %s per hour",
+					number(loadF, 1), atLeast(o), number(perGPUF, 1), new(big.Rat).Quo(load, o.perGPU).FloatString(4), atMostWord(o), gpus,
 					gpus, money(o.PricePerHourNanos, q.Currency), money(o.CostPerHourNanos, q.Currency))
 			}
 		}
@@ -255,7 +255,7 @@ func costPer1M(q Query, o *option) {
 	c.Quo(c, o.perGPU)
 	o.CostKnown, o.CostPer1MNanos = true, roundHalfEven(c)
 	perGPUF, _ := o.perGPU.Float64()
-	o.CostArithmetic = fmt.Sprintf("%s per GPU-hour ÷ (%s%s tokens/s per GPU × 3,600 s) × 1,000,000 = %s%s per 1M tokens",
+	o.CostArithmetic = fmt.Sprintf("%s per GPU-hour ÷ (%s%s tokens/s per GPU × 3,600 s) × 1,000,000 =%s %s per 1M tokens",
 		money(o.PricePerHourNanos, q.Currency), atLeast(o), number(perGPUF, 1), atMostWord(o), exactMoney(o.CostPer1MNanos, q.Currency))
 }
 
@@ -384,11 +384,11 @@ func atLeast(o *option) string {
 	return ""
 }
 
-// atMostWord is "at most " for an option whose load is a lower bound: its
+// atMostWord is " at most" for an option whose load is a lower bound: its
 // GPUs and cost are upper bounds.
 func atMostWord(o *option) string {
 	if o.Sustainable.LowerBound {
-		return " (at most)"
+		return " at most"
 	}
 	return ""
 }
