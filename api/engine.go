@@ -23,7 +23,7 @@ type engineService struct {
 }
 
 func (s *engineService) GetEngineStats(ctx context.Context, req *meterv1.GetEngineStatsRequest) (*meterv1.GetEngineStatsResponse, error) {
-	q := query.EngineQuery{Step: req.GetStep(), GroupBy: req.GetGroupBy()}
+	q := query.EngineQuery{Step: req.GetStep(), GroupBy: req.GetGroupBy(), Deployments: req.GetDeployment()}
 	q.Start, q.End = timeOf(req.GetStart()), timeOf(req.GetEnd())
 	q, err := q.Normalize()
 	if err != nil {
@@ -56,6 +56,10 @@ func enginePoint(p query.EnginePoint) *meterv1.EngineStatsPoint {
 		RunningMean: p.RunningMean, RunningMax: float64(p.RunningMax),
 		KvCacheUsageMean: p.KVMean, KvCacheUsageMax: p.KVMax, KvCacheSamples: p.KVSamples,
 		PrefixCacheQueries: p.PrefixQueries, PrefixCacheHits: p.PrefixHits, Preemptions: p.Preemptions,
+		Restarts: p.Restarts,
+	}
+	if p.KVMinOK {
+		out.KvCacheUsageMin = p.KVMin
 	}
 	if p.HitRateOK {
 		out.PrefixCacheHitRate = &p.PrefixHitRate

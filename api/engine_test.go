@@ -54,6 +54,13 @@ func engineSamples(rng *rand.Rand, start time.Time, hours, n int) []*meterv1.Eng
 		if eng == "vllm" && rng.IntN(2) == 0 {
 			s.BatchTokens = proto.Float64(float64(rng.IntN(4000)))
 		}
+		if rng.IntN(8) > 0 { // unset: a replica's first scrape
+			restarted := uint32(0)
+			if rng.IntN(12) == 0 {
+				restarted = 1
+			}
+			s.Restarts = &restarted
+		}
 		out = append(out, s)
 	}
 	return out
@@ -86,8 +93,12 @@ func bruteEngine(samples []*meterv1.EngineSample, start time.Time) *meterv1.Engi
 			kW += iv * *s.KvCacheUsage
 			kS += iv
 			p.KvCacheUsageMax = max(p.KvCacheUsageMax, *s.KvCacheUsage)
+			if p.KvCacheSamples == 0 || *s.KvCacheUsage < p.KvCacheUsageMin {
+				p.KvCacheUsageMin = *s.KvCacheUsage
+			}
 			p.KvCacheSamples++
 		}
+		p.Restarts += uint64(s.GetRestarts())
 		if s.PrefixCacheQueries != nil {
 			p.PrefixCacheQueries += *s.PrefixCacheQueries
 			p.PrefixCacheHits += *s.PrefixCacheHits
@@ -154,15 +165,21 @@ func TestEngineStatsExact(t *testing.T) {
 
 	client := meterv1.NewEngineServiceClient(s.gconn)
 	cases := []struct {
-		name    string
-		req     *meterv1.GetEngineStatsRequest
-		step    time.Duration // 0: total
-		groupBy []string
+		name        string
+		req         *meterv1.GetEngineStatsRequest
+		step        time.Duration // 0: total
+		groupBy     []string
+		deployments []string // the deployments kept; none: all
 	}{
-		{"hour by deployment", &meterv1.GetEngineStatsRequest{Step: "hour", GroupBy: []string{"deployment"}}, time.Hour, []string{"deployment"}},
-		{"total by replica", &meterv1.GetEngineStatsRequest{GroupBy: []string{"replica", "engine"}}, 0, []string{"engine", "replica"}},
-		{"minute by model", &meterv1.GetEngineStatsRequest{Step: "minute", GroupBy: []string{"model"}}, time.Minute, []string{"model"}},
-		{"day", &meterv1.GetEngineStatsRequest{Step: "day"}, 24 * time.Hour, nil},
+		{"hour by deployment", &meterv1.GetEngineStatsRequest{Step: "hour", GroupBy: []string{"deployment"}}, time.Hour, []string{"deployment"}, nil},
+		{"total by replica", &meterv1.GetEngineStatsRequest{GroupBy: []string{"replica", "engine"}}, 0, []string{"engine", "replica"}, nil},
+		{"minute by model", &meterv1.GetEngineStatsRequest{Step: "minute", GroupBy: []string{"model"}}, time.Minute, []string{"model"}, nil},
+		{"day", &meterv1.GetEngineStatsRequest{Step: "day"}, 24 * time.Hour, nil, nil},
+		// The deployment picker: one deployment's replicas, minute by minute.
+		{"minute by replica of qwen", &meterv1.GetEngineStatsRequest{Step: "minute", GroupBy: []string{"replica"}, Deployment: []string{"qwen"}},
+			time.Minute, []string{"replica"}, []string{"qwen"}},
+		{"hour of qwen", &meterv1.GetEngineStatsRequest{Step: "hour", Deployment: []string{"qwen"}}, time.Hour, nil, []string{"qwen"}},
+		{"hour of llama and gone", &meterv1.GetEngineStatsRequest{Step: "hour", Deployment: []string{"llama,gone", "llama"}}, time.Hour, nil, []string{"llama"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -181,7 +198,7 @@ func TestEngineStatsExact(t *testing.T) {
 			var keys []string
 			for _, m := range samples {
 				at := m.GetSampledAt().AsTime()
-				if at.Before(start) || !at.Before(end) {
+				if at.Before(start) || !at.Before(end) || (tc.deployments != nil && !slices.Contains(tc.deployments, m.GetDeployment())) {
 					continue
 				}
 				g := map[string]string{}
@@ -237,6 +254,9 @@ func TestEngineStatsExact(t *testing.T) {
 			}
 			for _, g := range tc.req.GroupBy {
 				v.Add("group_by", g)
+			}
+			for _, d := range tc.req.Deployment {
+				v.Add("deployment", d)
 			}
 			code, body := s.rest(t, "GET", "/v1/engine-stats?"+v.Encode(), testKeys["admin"], nil)
 			var viaREST meterv1.GetEngineStatsResponse

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"tokenmeter/rollup"
@@ -18,6 +19,9 @@ type EngineSource interface {
 	EngineRows(ctx context.Context, q EngineQuery) ([]EngineRow, error)
 }
 
+// MaxEngineDeployments bounds the deployments an engine query may name.
+const MaxEngineDeployments = 100
+
 // EngineQuery selects engine stats per (step, group).
 type EngineQuery struct {
 	// Start (inclusive) and End (exclusive): whole minutes for a minute
@@ -27,6 +31,10 @@ type EngineQuery struct {
 	Step string
 	// GroupBy lists fields of EngineGroupFields.
 	GroupBy []string
+	// Deployments keeps only these deployments (entries may be
+	// comma-separated lists); none: every deployment. Normalize sorts them
+	// and drops duplicates.
+	Deployments []string
 	// Limit bounds the rows read (0: Service.EngineStats applies
 	// Config.MaxSeriesRows, and fails beyond it).
 	Limit int
@@ -60,6 +68,19 @@ func (q EngineQuery) Normalize() (EngineQuery, error) {
 	group, gerrs := parseGroupBy(q.GroupBy, EngineGroupFields)
 	q.GroupBy = group
 	errs = append(errs, gerrs...)
+	var deps []string
+	for _, d := range q.Deployments {
+		for _, f := range strings.Split(d, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				deps = append(deps, f)
+			}
+		}
+	}
+	slices.Sort(deps)
+	q.Deployments = slices.Compact(deps)
+	if len(q.Deployments) > MaxEngineDeployments {
+		errs = append(errs, fmt.Errorf("%w: %d deployments: at most %d", ErrInvalidQuery, len(q.Deployments), MaxEngineDeployments))
+	}
 	return q, errors.Join(errs...)
 }
 
@@ -109,9 +130,16 @@ type EnginePoint struct {
 	RunningMean            float64
 	RunningMax             uint32
 	KVMean, KVMax          float64
-	KVSamples              uint64
-	PrefixQueries          uint64
-	PrefixHits             uint64
+	// KVMin is the smallest KV-cache usage sampled (0 without KV samples);
+	// KVMinOK is false where a row rolled up before migration 0025 does
+	// not know its minimum.
+	KVMin     float64
+	KVMinOK   bool
+	KVSamples uint64
+	// Restarts is the engine restarts counted (summed over replicas).
+	Restarts      uint64
+	PrefixQueries uint64
+	PrefixHits    uint64
 	// PrefixHitRate is hits / queries, else the mean of the engines'
 	// hit-rate gauges; HitRateOK is false when neither is known.
 	PrefixHitRate float64
@@ -126,6 +154,8 @@ type engineSum struct {
 	sum      rollup.EngineRow
 	replicas uint64
 	waiting  map[uint32]uint64
+	// kvMin is the least KVMin of the rows added that had KV samples.
+	kvMin float64
 }
 
 // add adds r; its replicas add up (sumReplicas: rows of distinct groups in
@@ -143,7 +173,11 @@ func (a *engineSum) add(r EngineRow, sumReplicas bool) {
 	s.KVWeighted += r.KVWeighted
 	s.KVSeconds += r.KVSeconds
 	s.KVMax = max(s.KVMax, r.KVMax)
+	if r.KVSamples > 0 && (s.KVSamples == 0 || r.KVMin < a.kvMin) {
+		a.kvMin = r.KVMin
+	}
 	s.KVSamples += r.KVSamples
+	s.Restarts += r.Restarts
 	s.PrefixQueries += r.PrefixQueries
 	s.PrefixHits += r.PrefixHits
 	s.HitRateWeighted += r.HitRateWeighted
@@ -171,7 +205,10 @@ func (a *engineSum) point(start time.Time) EnginePoint {
 		WaitingMean: ratio(s.WaitingWeighted, s.WaitingSeconds), WaitingMax: s.WaitingMax,
 		RunningMean: ratio(s.RunningWeighted, s.RunningSeconds), RunningMax: s.RunningMax,
 		KVMean: ratio(s.KVWeighted, s.KVSeconds), KVMax: s.KVMax, KVSamples: s.KVSamples,
-		PrefixQueries: s.PrefixQueries, PrefixHits: s.PrefixHits, Preemptions: s.Preemptions}
+		PrefixQueries: s.PrefixQueries, PrefixHits: s.PrefixHits, Preemptions: s.Preemptions, Restarts: s.Restarts}
+	if s.KVSamples > 0 && a.kvMin >= 0 {
+		p.KVMin, p.KVMinOK = a.kvMin, true
+	}
 	values := make([]uint32, 0, len(a.waiting))
 	for v := range a.waiting {
 		values = append(values, v)

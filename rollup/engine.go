@@ -33,6 +33,9 @@ type EngineSampleRow struct {
 	PrefixHitRate                      *float64
 	Preemptions                        *uint64
 	BatchTokens                        *float64
+	// Restarts is 1 when the engine restarted since the replica's previous
+	// scrape (proto EngineSample.restarts).
+	Restarts *uint32
 }
 
 // EngineRow is the engine rollup of one bucket (a minute or an hour) and
@@ -53,11 +56,16 @@ type EngineRow struct {
 	WaitingValues                      []uint32
 	WaitingCounts                      []uint64
 	KVWeighted, KVSeconds, KVMax       float64
-	KVSamples                          uint64
-	PrefixQueries, PrefixHits          uint64
-	HitRateWeighted, HitRateSeconds    float64
-	Preemptions                        uint64
-	BatchWeighted, BatchSeconds        float64
+	// KVMin is the smallest KV-cache usage sampled; meaningful only when
+	// KVSamples > 0 (merges take the min over rows with samples).
+	KVMin                           float64
+	KVSamples                       uint64
+	PrefixQueries, PrefixHits       uint64
+	HitRateWeighted, HitRateSeconds float64
+	Preemptions                     uint64
+	BatchWeighted, BatchSeconds     float64
+	// Restarts is the engine restarts counted in the bucket.
+	Restarts uint64
 }
 
 // RollupEngine aggregates samples into one row per bucket of size step
@@ -98,6 +106,9 @@ func RollupEngine(samples []EngineSampleRow, step time.Duration) []EngineRow {
 			r.KVWeighted += iv * *s.KVCacheUsage
 			r.KVSeconds += iv
 			r.KVMax = max(r.KVMax, *s.KVCacheUsage)
+			if r.KVSamples == 0 || *s.KVCacheUsage < r.KVMin {
+				r.KVMin = *s.KVCacheUsage
+			}
 			r.KVSamples++
 		}
 		// Queries and hits come as a pair: a hit count without its
@@ -116,6 +127,9 @@ func RollupEngine(samples []EngineSampleRow, step time.Duration) []EngineRow {
 		if s.BatchTokens != nil {
 			r.BatchWeighted += iv * *s.BatchTokens
 			r.BatchSeconds += iv
+		}
+		if s.Restarts != nil {
+			r.Restarts += uint64(*s.Restarts)
 		}
 	}
 	out := make([]EngineRow, 0, len(rows))

@@ -18,7 +18,7 @@ var engineColumns = []string{
 	"sample_id", "deployment", "engine", "replica", "model", "node",
 	"sampled_at", "sampled_at_ms", "interval_s", "running", "waiting",
 	"kv_cache_usage", "prefix_cache_queries", "prefix_cache_hits",
-	"prefix_cache_hit_rate", "preemptions", "batch_tokens", "source", "ingested_at",
+	"prefix_cache_hit_rate", "preemptions", "batch_tokens", "source", "ingested_at", "restarts",
 }
 
 // InsertEngineSamplesSQL is the statement every engine sample batch is sent with.
@@ -40,6 +40,7 @@ type EngineBatch struct {
 	batchTokens                                        []*float64
 	source                                             []string
 	ingestedAt                                         []time.Time
+	restarts                                           []*uint32
 }
 
 // Len is the number of rows in the batch.
@@ -52,7 +53,7 @@ func (b *EngineBatch) Reset() {
 		model: b.model[:0], node: b.node[:0], sampledAt: b.sampledAt[:0], sampledMs: b.sampledMs[:0],
 		interval: b.interval[:0], running: b.running[:0], waiting: b.waiting[:0], kv: b.kv[:0],
 		queries: b.queries[:0], hits: b.hits[:0], hitRate: b.hitRate[:0], preemptions: b.preemptions[:0],
-		batchTokens: b.batchTokens[:0], source: b.source[:0], ingestedAt: b.ingestedAt[:0],
+		batchTokens: b.batchTokens[:0], source: b.source[:0], ingestedAt: b.ingestedAt[:0], restarts: b.restarts[:0],
 	}
 }
 
@@ -79,13 +80,14 @@ func (b *EngineBatch) Append(s *meterv1.EngineSample, ingestedAt time.Time) {
 	b.batchTokens = append(b.batchTokens, s.BatchTokens)
 	b.source = append(b.source, s.GetSource())
 	b.ingestedAt = append(b.ingestedAt, ingestedAt.Truncate(time.Second))
+	b.restarts = append(b.restarts, s.Restarts)
 }
 
 func (b *EngineBatch) columns() []any {
 	return []any{
 		b.sampleID, b.deployment, b.engine, b.replica, b.model, b.node,
 		b.sampledAt, b.sampledMs, b.interval, b.running, b.waiting,
-		b.kv, b.queries, b.hits, b.hitRate, b.preemptions, b.batchTokens, b.source, b.ingestedAt,
+		b.kv, b.queries, b.hits, b.hitRate, b.preemptions, b.batchTokens, b.source, b.ingestedAt, b.restarts,
 	}
 }
 
@@ -135,7 +137,8 @@ func (s *Store) EngineSamplesOfHours(ctx context.Context, from, to time.Time) ([
   argMax(replica, ingested_at), argMax(sampled_at, ingested_at), argMax(interval_s, ingested_at),
   argMax(running, ingested_at), argMax(waiting, ingested_at), argMax(kv_cache_usage, ingested_at),
   argMax(prefix_cache_queries, ingested_at), argMax(prefix_cache_hits, ingested_at),
-  argMax(prefix_cache_hit_rate, ingested_at), argMax(preemptions, ingested_at), argMax(batch_tokens, ingested_at)
+  argMax(prefix_cache_hit_rate, ingested_at), argMax(preemptions, ingested_at), argMax(batch_tokens, ingested_at),
+  argMax(restarts, ingested_at)
 FROM engine_samples
 WHERE sampled_at >= toDateTime(?) AND sampled_at < toDateTime(?)
 GROUP BY sample_id
@@ -150,7 +153,7 @@ ORDER BY sample_id`
 		var r rollup.EngineSampleRow
 		if err := rows.Scan(&r.Deployment, &r.Engine, &r.Model, &r.Replica, &r.SampledAt, &r.IntervalS,
 			&r.Running, &r.Waiting, &r.KVCacheUsage, &r.PrefixQueries, &r.PrefixHits,
-			&r.PrefixHitRate, &r.Preemptions, &r.BatchTokens); err != nil {
+			&r.PrefixHitRate, &r.Preemptions, &r.BatchTokens, &r.Restarts); err != nil {
 			return nil, fmt.Errorf("scan engine samples: %w", err)
 		}
 		r.SampledAt = r.SampledAt.UTC()
@@ -167,7 +170,7 @@ var engineRowColumns = []string{"bucket", "deployment", "engine", "model", "repl
 	"running_weighted", "running_seconds", "running_max", "waiting_weighted", "waiting_seconds", "waiting_max",
 	"waiting_values", "waiting_counts", "kv_weighted", "kv_seconds", "kv_max", "kv_samples",
 	"prefix_queries", "prefix_hits", "hit_rate_weighted", "hit_rate_seconds", "preemptions",
-	"batch_weighted", "batch_seconds", "version"}
+	"batch_weighted", "batch_seconds", "version", "kv_min", "restarts"}
 
 // WriteEngineRows implements rollup.EngineStore.
 func (s *Store) WriteEngineRows(ctx context.Context, minutes, hours []rollup.EngineRow, version uint64) error {
@@ -184,7 +187,7 @@ func (s *Store) WriteEngineRows(ctx context.Context, minutes, hours []rollup.Eng
 				r.RunningWeighted, r.RunningSeconds, r.RunningMax, r.WaitingWeighted, r.WaitingSeconds, r.WaitingMax,
 				nonNil(r.WaitingValues), nonNil(r.WaitingCounts), r.KVWeighted, r.KVSeconds, r.KVMax, r.KVSamples,
 				r.PrefixQueries, r.PrefixHits, r.HitRateWeighted, r.HitRateSeconds, r.Preemptions,
-				r.BatchWeighted, r.BatchSeconds, version}
+				r.BatchWeighted, r.BatchSeconds, version, r.KVMin, r.Restarts}
 		})
 		if err != nil {
 			return err
@@ -202,8 +205,11 @@ func nonNil[T any](s []T) []T {
 }
 
 // engineSQL builds the read of a normalized engine query: the newest
-// computation's rows of engine_minute (minute step) or engine_hour, summed
-// per step and group, queue depths merged per value with sumMap.
+// computation's rows of engine_minute (minute step) or engine_hour, of the
+// query's deployments if it names any, summed per step and group, queue
+// depths merged per value with sumMap. The KV-cache minimum is over the
+// rows that sampled a KV-cache usage (-1 where such a row was rolled up
+// before migration 0025 and does not know it).
 func engineSQL(q query.EngineQuery) (string, []any) {
 	table := "engine_hour"
 	if q.Step == "minute" {
@@ -211,6 +217,12 @@ func engineSQL(q query.EngineQuery) (string, []any) {
 	}
 	bucket, args := stepExpr("bucket", q.StepSeconds(), q.Start)
 	where, whereArgs := scope("bucket", q.Start, q.End, "")
+	if len(q.Deployments) > 0 {
+		where += " AND deployment IN (" + strings.TrimSuffix(strings.Repeat("?, ", len(q.Deployments)), ", ") + ")"
+		for _, d := range q.Deployments {
+			whereArgs = append(whereArgs, d)
+		}
+	}
 	from, fromArgs := newestRows(table, "bucket", where, whereArgs, "")
 	sel := append([]string{bucket + " AS b"}, q.GroupBy...)
 	// The Float64 columns are summed with floatSum: the same read gives
@@ -221,7 +233,8 @@ func engineSQL(q query.EngineQuery) (string, []any) {
 		"(sumMap(waiting_values, waiting_counts) AS w).1", "w.2",
 		floatSum("kv_weighted"), floatSum("kv_seconds"), "max(kv_max)", "sum(kv_samples)",
 		"sum(prefix_queries)", "sum(prefix_hits)", floatSum("hit_rate_weighted"), floatSum("hit_rate_seconds"),
-		"sum(preemptions)", floatSum("batch_weighted"), floatSum("batch_seconds"))
+		"sum(preemptions)", floatSum("batch_weighted"), floatSum("batch_seconds"),
+		"minIf(kv_min, kv_samples > 0)", "sum(restarts)")
 	groupBy := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
 	stmt := fmt.Sprintf("SELECT %s\nFROM %s\nGROUP BY %s\nORDER BY %s", strings.Join(sel, ", "), from, groupBy, groupBy)
 	if q.Limit > 0 {
@@ -244,7 +257,7 @@ func (s *Store) EngineRows(ctx context.Context, q query.EngineQuery) ([]query.En
 		&e.WaitingWeighted, &e.WaitingSeconds, &e.WaitingMax, &e.WaitingValues, &e.WaitingCounts,
 		&e.KVWeighted, &e.KVSeconds, &e.KVMax, &e.KVSamples,
 		&e.PrefixQueries, &e.PrefixHits, &e.HitRateWeighted, &e.HitRateSeconds,
-		&e.Preemptions, &e.BatchWeighted, &e.BatchSeconds)
+		&e.Preemptions, &e.BatchWeighted, &e.BatchSeconds, &e.KVMin, &e.Restarts)
 	err := s.each(ctx, "engine stats", stmt, args, dest, func() error {
 		r.Start = k.start(q.StepSeconds(), q.Start)
 		r.Group = groupMap(q.GroupBy, k.groups)
