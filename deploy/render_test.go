@@ -51,6 +51,7 @@ type manifests struct {
 	configMaps      map[string]*corev1.ConfigMap
 	pdbs            map[string]*policyv1.PodDisruptionBudget
 	serviceMonitors map[string]*monitoringv1.ServiceMonitor
+	prometheusRules map[string]*monitoringv1.PrometheusRule
 	serviceAccounts map[string]*corev1.ServiceAccount
 	roles           map[string]*rbacv1.Role
 	roleBindings    map[string]*rbacv1.RoleBinding
@@ -88,6 +89,7 @@ func render(t *testing.T, values string) (*manifests, error) {
 		deployments: map[string]*appsv1.Deployment{}, daemonSets: map[string]*appsv1.DaemonSet{},
 		services: map[string]*corev1.Service{}, configMaps: map[string]*corev1.ConfigMap{},
 		pdbs: map[string]*policyv1.PodDisruptionBudget{}, serviceMonitors: map[string]*monitoringv1.ServiceMonitor{},
+		prometheusRules: map[string]*monitoringv1.PrometheusRule{},
 		serviceAccounts: map[string]*corev1.ServiceAccount{}, roles: map[string]*rbacv1.Role{}, roleBindings: map[string]*rbacv1.RoleBinding{},
 	}
 	names := make([]string, 0, len(files))
@@ -179,6 +181,10 @@ func (m *manifests) add(doc string) error {
 		o := &monitoringv1.ServiceMonitor{}
 		obj, into = o, o
 		defer func() { m.serviceMonitors[o.Name] = o }()
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		o := &monitoringv1.PrometheusRule{}
+		obj, into = o, o
+		defer func() { m.prometheusRules[o.Name] = o }()
 	case "v1 ServiceAccount":
 		o := &corev1.ServiceAccount{}
 		obj, into = o, o
