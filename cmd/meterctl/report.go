@@ -228,7 +228,7 @@ func writeOutput(dest string, data []byte, stdout io.Writer) error {
 // as a text table, then the findings: "-" marks a figure the data does not
 // support (the HTML and JSON say why); "≥" a sustainable load (and the
 // headroom and GPUs from it) that is a lower bound, the unit never
-// saturated in the range.
+// saturated in the range. The fleet plan follows (render.PlanText).
 func capacityTable(w io.Writer, r *meterv1.CapacityReport) error {
 	if reason := r.GetNotEnoughData(); reason != "" {
 		_, err := fmt.Fprintf(w, "Not enough data: %s\n", reason)
@@ -284,7 +284,7 @@ func capacityTable(w io.Writer, r *meterv1.CapacityReport) error {
 	for _, f := range r.GetFindings() {
 		fmt.Fprintf(w, "  [%s] %s: %s\n", strings.ReplaceAll(f.GetKind(), "_", " "), f.GetUnit(), f.GetText())
 	}
-	return nil
+	return render.PlanText(w, r)
 }
 
 // moneyText is an amount rounded to cents, with its currency.

@@ -28,6 +28,10 @@ type page struct {
 	Findings   []finding
 	Overview   []overviewRow
 	GroupLabel string
+	// Plans and FleetPlan are the fleet plan: cost per 1M tokens per
+	// deployment and GPU type, the cheapest mixes and their sum.
+	Plans     []planView
+	FleetPlan *fleetPlanView
 }
 
 type param struct{ Label, Value string }
@@ -162,6 +166,7 @@ func buildPage(r *meterv1.CapacityReport) page {
 		return p // no figure at all
 	}
 	p.OthersNote = othersNote(r)
+	p.Plans, p.FleetPlan = plans(r), fleetPlan(r)
 	for _, s := range sections(r, p.GroupLabel) {
 		if s.anchor != "fleet" {
 			p.Overview = append(p.Overview, overview(r, s.unit, s.anchor))
