@@ -547,6 +547,7 @@ func compareReads(t *testing.T, e *eqStores) {
 		{Start: whole[0], End: whole[1], Step: "hour", GroupBy: []string{"deployment"}},
 		{Start: whole[0], End: whole[1], Step: "day", GroupBy: []string{"engine", "replica"}},
 		{Start: eqStart, End: eqStart.Add(time.Hour), Step: "minute", GroupBy: []string{"deployment", "model"}},
+		{Start: whole[0], End: whole[1], Step: "hour", GroupBy: []string{"replica"}, Deployments: []string{"e-1,e-3"}},
 	} {
 		ask(fmt.Sprintf("EngineStats %s", describe(q)), func(s *query.Service) (any, int, error) {
 			r, err := s.EngineStats(ctx, q)
@@ -569,6 +570,13 @@ func eqEngineSamples(deployments []string, d time.Duration) []*meterv1.EngineSam
 					Running: proto.Uint32(uint32((i + k) % 40)), Waiting: proto.Uint32(uint32((i*7 + r) % 13))}
 				if i%3 > 0 {
 					s.KvCacheUsage = proto.Float64(float64((i+r)%100) / 100)
+				}
+				if i > 0 { // a first scrape knows of no restart
+					var restarted uint32
+					if (i+r+k)%17 == 0 {
+						restarted = 1
+					}
+					s.Restarts = &restarted
 				}
 				if k%2 == 0 {
 					s.PrefixCacheQueries, s.PrefixCacheHits, s.Preemptions = proto.Uint64(uint64(100+i)), proto.Uint64(uint64(i%100)), proto.Uint64(uint64(i%2))
