@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"tokenmeter/query"
+	"tokenmeter/rollup"
 	"tokenmeter/rollup/sketch"
 )
 
@@ -23,6 +24,9 @@ import (
 type Reader interface {
 	Usage(ctx context.Context, q query.UsageQuery) ([]query.UsageRow, error)
 	Rollups(ctx context.Context, q query.RollupQuery) ([]query.RollupRow, error)
+	EngineStats(ctx context.Context, q query.EngineQuery) ([]query.EngineRow, error)
+	GPUUsage(ctx context.Context, q query.GPUUsageQuery) ([]query.GPUUsageRow, error)
+	Watermark(ctx context.Context, job string) (time.Time, bool, error)
 }
 
 var _ Reader = (*query.Service)(nil)
@@ -64,9 +68,10 @@ type Config struct {
 	Interval time.Duration
 	// Timeout bounds one recomputation (default 20s).
 	Timeout time.Duration
-	// TTFTBuckets and E2EBuckets are the histograms' upper bounds in
-	// seconds, ascending (defaults DefaultTTFTBuckets, DefaultE2EBuckets).
-	TTFTBuckets, E2EBuckets []float64
+	// TTFTBuckets, E2EBuckets and ITLBuckets are the histograms' upper
+	// bounds in seconds, ascending (defaults DefaultTTFTBuckets,
+	// DefaultE2EBuckets, DefaultITLBuckets).
+	TTFTBuckets, E2EBuckets, ITLBuckets []float64
 }
 
 // Defaults of Config.
@@ -88,6 +93,9 @@ func (c Config) withDefaults() Config {
 	if c.E2EBuckets == nil {
 		c.E2EBuckets = DefaultE2EBuckets
 	}
+	if c.ITLBuckets == nil {
+		c.ITLBuckets = DefaultITLBuckets
+	}
 	return c
 }
 
@@ -100,7 +108,7 @@ func (c Config) Validate() error {
 	if c.Interval < 0 || c.Timeout < 0 {
 		errs = append(errs, errors.New("usage metrics: the interval and the timeout must not be negative"))
 	}
-	for name, b := range map[string][]float64{"TTFT": c.TTFTBuckets, "E2E": c.E2EBuckets} {
+	for name, b := range map[string][]float64{"TTFT": c.TTFTBuckets, "E2E": c.E2EBuckets, "ITL": c.ITLBuckets} {
 		for i, v := range b {
 			if !(v > 0) || (i > 0 && v <= b[i-1]) {
 				errs = append(errs, fmt.Errorf("usage metrics: %s buckets %v must be positive and ascending", name, b))
@@ -173,7 +181,8 @@ type Exporter struct {
 	logger *slog.Logger
 	now    func() time.Time
 
-	descs descs
+	descs    descs
+	depDescs depDescs
 	opts  promhttp.HandlerOpts
 
 	// sem lets one scrape recompute at a time; the others wait for it (or
@@ -185,13 +194,17 @@ type Exporter struct {
 	families []*dto.MetricFamily
 	tried    time.Time
 	exposed  map[pair]bool
+	// exposedDeps and exposedGPUs are the deployment view's sticky
+	// choices, (deployment, model) keys and GPU deployments.
+	exposedDeps map[depKey]bool
+	exposedGPUs map[string]bool
 
 	refreshes *prometheus.CounterVec
 	duration  prometheus.Histogram
 }
 
 type descs struct {
-	requests, input, cached, output, ttft, e2e, folded, pairs, refreshed *prometheus.Desc
+	requests, input, cached, output, ttft, e2e, folded, pairs, refreshed, watermark *prometheus.Desc
 }
 
 // New returns an Exporter reading src; it registers its own metrics
@@ -205,7 +218,8 @@ func New(cfg Config, src Reader, reg prometheus.Registerer, logger *slog.Logger,
 	e := &Exporter{
 		cfg: cfg, src: src, logger: logger, now: now,
 		sem:     make(chan struct{}, 1),
-		exposed: map[pair]bool{},
+		exposed: map[pair]bool{}, exposedDeps: map[depKey]bool{}, exposedGPUs: map[string]bool{},
+		depDescs: newDepDescs(),
 		descs: descs{
 			requests: prometheus.NewDesc("llm_requests_total",
 				"Requests finished, by status: ok, or error (any error class; GetTraffic splits them), since the first event.",
@@ -226,6 +240,8 @@ func New(cfg Config, src Reader, reg prometheus.Registerer, logger *slog.Logger,
 				"(tenant, model) pairs with usage, folded ones included.", nil, nil),
 			refreshed: prometheus.NewDesc("llm_usage_metrics_computed_timestamp_seconds",
 				"When these metrics were read from the rollups (Unix seconds): they are served from a cache between reads.", nil, nil),
+			watermark: prometheus.NewDesc("llm_usage_metrics_rollup_watermark_timestamp_seconds",
+				"How far the rollup job has rolled up (Unix seconds; rollup_job=rollup: events and GPU samples, rollup-engine: engine samples), as read with these metrics: every insert stamped before it is in the rollups.", []string{"rollup_job"}, nil),
 		},
 		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meter_usage_metrics_refreshes_total",
@@ -346,6 +362,20 @@ func (e *Exporter) compute(ctx context.Context, now time.Time) ([]*dto.MetricFam
 			break
 		}
 	}
+	deps, gpus, err := e.readDeployments(ctx, now)
+	if err != nil {
+		return nil, err
+	}
+	var watermarks []prometheus.Metric
+	for _, job := range []string{rollup.JobName, rollup.EngineJobName} {
+		wm, ok, err := e.src.Watermark(ctx, job)
+		if err != nil {
+			return nil, fmt.Errorf("read the %s watermark: %w", job, err)
+		}
+		if ok {
+			watermarks = append(watermarks, prometheus.MustNewConstMetric(e.descs.watermark, prometheus.GaugeValue, float64(wm.UnixMilli())/1000, job))
+		}
+	}
 	shown, other, folded := e.choose(all)
 	var metrics []prometheus.Metric
 	for _, p := range shown {
@@ -354,6 +384,8 @@ func (e *Exporter) compute(ctx context.Context, now time.Time) ([]*dto.MetricFam
 	if folded > 0 {
 		metrics = e.appendSeries(metrics, pair{Other, Other}, other)
 	}
+	metrics = e.appendDeployments(metrics, deps, gpus)
+	metrics = append(metrics, watermarks...)
 	metrics = append(metrics,
 		prometheus.MustNewConstMetric(e.descs.folded, prometheus.GaugeValue, float64(folded)),
 		prometheus.MustNewConstMetric(e.descs.pairs, prometheus.GaugeValue, float64(len(all))),
@@ -430,13 +462,13 @@ func (e *Exporter) appendSeries(out []prometheus.Metric, p pair, s *series) []pr
 		counter(e.descs.input, s.inputTokens, p.tenant, p.model),
 		counter(e.descs.cached, s.cachedInputTokens, p.tenant, p.model),
 		counter(e.descs.output, s.outputTkns, p.tenant, p.model),
-		constHistogram(e.descs.ttft, s.ttft, e.cfg.TTFTBuckets, p),
-		constHistogram(e.descs.e2e, s.e2e, e.cfg.E2EBuckets, p),
+		constHistogram(e.descs.ttft, s.ttft, e.cfg.TTFTBuckets, p.tenant, p.model),
+		constHistogram(e.descs.e2e, s.e2e, e.cfg.E2EBuckets, p.tenant, p.model),
 	)
 	return out
 }
 
-func constHistogram(d *prometheus.Desc, h hist, bounds []float64, p pair) prometheus.Metric {
+func constHistogram(d *prometheus.Desc, h hist, bounds []float64, labels ...string) prometheus.Metric {
 	buckets := make(map[float64]uint64, len(bounds))
 	for i, b := range bounds {
 		if h.cumulative != nil {
@@ -445,7 +477,7 @@ func constHistogram(d *prometheus.Desc, h hist, bounds []float64, p pair) promet
 			buckets[b] = 0
 		}
 	}
-	return prometheus.MustNewConstHistogram(d, h.count, h.sum, buckets, p.tenant, p.model)
+	return prometheus.MustNewConstHistogram(d, h.count, h.sum, buckets, labels...)
 }
 
 // toHist turns a rollup distribution (milliseconds, log buckets of 1%

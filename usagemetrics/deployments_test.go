@@ -1,0 +1,225 @@
+package usagemetrics_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"tokenmeter/internal/adapter/chstore"
+	"tokenmeter/internal/adapter/chstore/chstoretest"
+	meterv1 "tokenmeter/proto/tokenmeter/v1"
+	"tokenmeter/query"
+	"tokenmeter/rollup"
+	"tokenmeter/usagemetrics"
+)
+
+// deploymentFamilies are the deployment view's metric names.
+var deploymentFamilies = []string{"llm_batch_size", "llm_queue_depth", "llm_kv_cache_usage_ratio", "llm_kv_cache_hit_ratio",
+	"llm_deployment_ttft_seconds", "llm_itl_seconds", "llm_slo_requests_total", "llm_slo_good_requests_total",
+	"llm_usage_metrics_folded_deployments", "llm_usage_metrics_deployments", "llm_usage_metrics_folded_gpu_deployments",
+	"gpu_utilization"}
+
+// deploymentView reports whether the series named k (name{labels}) belongs
+// to the deployment view.
+func deploymentView(k string) bool {
+	name, _, _ := strings.Cut(k, "{")
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		if base, ok := strings.CutSuffix(name, suffix); ok && slices.Contains(deploymentFamilies, base) {
+			return true
+		}
+	}
+	return slices.Contains(deploymentFamilies, name)
+}
+
+// onlyDeployments keeps the deployment view of e.
+func onlyDeployments(e expo) expo {
+	out := expo{}
+	for k, v := range e {
+		if deploymentView(k) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// Latencies (ms) away from every default bound by far more than 1%.
+var itlValues = []float64{7, 30, 120, 600}
+
+// depEvents returns events of deployments d1 (models m1, m2) and d2 (m1),
+// classes interactive, batch and none, with TTFT, ITL and E2E; some fail,
+// some miss their SLO.
+func depEvents(n int) []*meterv1.InferenceEvent {
+	var out []*meterv1.InferenceEvent
+	keys := [][2]string{{"d1", "m1"}, {"d1", "m2"}, {"d2", "m1"}}
+	for i := range n {
+		k := keys[i%3]
+		ev := &meterv1.InferenceEvent{
+			EventId: fmt.Sprint("e", i), TenantId: fmt.Sprint("t", i%5), Model: k[1], Deployment: k[0],
+			SloClass:    []string{"interactive", "batch", ""}[i/3%3],
+			CompletedAt: timestamppb.New(base.Add(time.Duration(i*61) * time.Second)),
+		}
+		if i%11 == 5 {
+			ev.Status = meterv1.Status_STATUS_TIMEOUT
+		} else {
+			ev.PromptTokens, ev.OutputTokens = proto.Int64(int64(50+i)), proto.Int64(int64(10+i%40))
+			ev.TtftMs = proto.Float64(ttftValues[i%4])
+			ev.ItlMs = proto.Float64(itlValues[i/2%4])
+			ev.E2EMs = proto.Float64(e2eValues[i%4])
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// wantDeployments is the deployment view's histograms and SLO counters
+// expected of events, brute force, with the built-in SLO set (interactive:
+// TTFT ≤ 500 ms and ITL ≤ 250 ms; batch: E2E ≤ 10 min; no class counts as
+// interactive).
+func wantDeployments(events []*meterv1.InferenceEvent) expo {
+	out := expo{}
+	hist := func(name string, l map[string]string, v *float64, bounds []float64) {
+		out[seriesName(name+"_count", l)] += 0
+		out[seriesName(name+"_sum", l)] += 0
+		for _, b := range append(slices.Clone(bounds), 0) {
+			bl := map[string]string{"le": "+Inf"}
+			if b != 0 {
+				bl["le"] = fmt.Sprint(b)
+			}
+			for k, x := range l {
+				bl[k] = x
+			}
+			out[seriesName(name+"_bucket", bl)] += 0
+			if v != nil && (b == 0 || *v/1000 <= b) {
+				out[seriesName(name+"_bucket", bl)]++
+			}
+		}
+		if v != nil {
+			out[seriesName(name+"_count", l)]++
+			out[seriesName(name+"_sum", l)] += *v / 1000
+		}
+	}
+	keys := map[[2]string]bool{}
+	for _, ev := range events {
+		keys[[2]string{ev.GetDeployment(), ev.GetModel()}] = true
+		l := map[string]string{"deployment": ev.GetDeployment(), "model": ev.GetModel(), "slo_class": ev.GetSloClass()}
+		out[seriesName("llm_slo_requests_total", l)]++
+		ok := ev.GetStatus() == meterv1.Status_STATUS_UNSPECIFIED
+		good := ok && ev.GetTtftMs() <= 500 && ev.GetItlMs() <= 250
+		if ev.GetSloClass() == "batch" {
+			good = ok && ev.GetE2EMs() <= 600_000
+		}
+		out[seriesName("llm_slo_good_requests_total", l)] += 0
+		if good {
+			out[seriesName("llm_slo_good_requests_total", l)]++
+		}
+		hist("llm_deployment_ttft_seconds", l, ev.TtftMs, usagemetrics.DefaultTTFTBuckets)
+		hist("llm_itl_seconds", l, ev.ItlMs, usagemetrics.DefaultITLBuckets)
+	}
+	out["llm_usage_metrics_folded_deployments{}"] = 0
+	out["llm_usage_metrics_deployments{}"] = float64(len(keys))
+	out["llm_usage_metrics_folded_gpu_deployments{}"] = 0
+	return out
+}
+
+// engineSample is one engine reading of a replica.
+func engineSample(id, dep, model, replica string, at time.Time, running, waiting uint32, kv float64, queries, hits uint64) *meterv1.EngineSample {
+	return &meterv1.EngineSample{SampleId: id, Deployment: dep, Engine: "vllm", Replica: replica, Model: model,
+		SampledAt: timestamppb.New(at), IntervalS: 15, Running: proto.Uint32(running), Waiting: proto.Uint32(waiting),
+		KvCacheUsage: proto.Float64(kv), PrefixCacheQueries: proto.Uint64(queries), PrefixCacheHits: proto.Uint64(hits)}
+}
+
+// TestDeploymentView loads events, engine samples and GPU samples, rolls
+// them up and checks the deployment view of a scrape against brute force:
+// the engine gauges are the time-weighted means of the newest minute of
+// each (deployment, model) within usagemetrics.EngineLookback (older
+// minutes and the minute in progress left out), gpu_utilization the busy
+// share of each deployment's newest hour, the latency histograms and SLO
+// counters those of the events by deployment, model and slo_class.
+func TestDeploymentView(t *testing.T) {
+	s := chstoretest.OpenMigrated(t)
+	events := depEvents(90)
+	chstoretest.Insert(t, s, events)
+
+	c := &clock{t: time.Now()}
+	minute := c.t.Truncate(time.Minute)
+	var engine chstore.EngineBatch
+	add := func(m *meterv1.EngineSample) { engine.Append(m, time.Now()) }
+	// d1/m1: two replicas in its newest minute (minute−2m), one in an older.
+	newest := minute.Add(-2 * time.Minute)
+	add(engineSample("a1", "d1", "m1", "r0", newest.Add(10*time.Second), 4, 12, 0.5, 100, 40))
+	add(engineSample("a2", "d1", "m1", "r0", newest.Add(25*time.Second), 6, 14, 0.7, 100, 60))
+	add(engineSample("a3", "d1", "m1", "r1", newest.Add(40*time.Second), 8, 9, 0.9, 200, 20))
+	add(engineSample("a4", "d1", "m1", "r0", minute.Add(-3*time.Minute), 50, 50, 0.1, 10, 10))
+	// d2/m1: only a minute before the lookback, and one in the minute in
+	// progress: no engine gauges.
+	add(engineSample("b1", "d2", "m1", "r0", minute.Add(-usagemetrics.EngineLookback-time.Second), 3, 3, 0.3, 1, 1))
+	add(engineSample("b2", "d2", "m1", "r0", minute, 3, 3, 0.3, 1, 1))
+	// d3/m3: engine stats without traffic.
+	add(engineSample("c1", "d3", "m3", "r0", minute.Add(-time.Minute), 1, 0, 0.25, 0, 0))
+	if err := s.InsertEngineSamples(t.Context(), &engine); err != nil {
+		t.Fatal(err)
+	}
+
+	// GPUs: d1 in the hour in progress (and the hour before), d2 in the
+	// hour before only.
+	hour := c.t.Truncate(time.Hour)
+	var gpus chstore.GPUBatch
+	gpu := func(id, dep, uuid string, at time.Time, util float64) {
+		gpus.Append(&meterv1.GpuSample{SampleId: id, GpuUuid: uuid, GpuType: "H100", Deployment: dep, Node: "n1",
+			SampledAt: timestamppb.New(at), IntervalS: 10, Utilization: util}, time.Now())
+	}
+	inHour := c.t.Sub(hour) / 4
+	gpu("g1", "d1", "GPU-0", hour.Add(inHour), 0.25)
+	gpu("g2", "d1", "GPU-1", hour.Add(2*inHour), 0.75)
+	gpu("g3", "d1", "GPU-0", hour.Add(3*inHour), 1)
+	gpu("g4", "d1", "GPU-0", hour.Add(-time.Minute), 0)
+	gpu("g5", "d2", "GPU-2", hour.Add(-30*time.Minute), 0.4)
+	gpu("g6", "d2", "GPU-2", hour.Add(-20*time.Minute), 0.6)
+	if err := s.InsertGPUSamples(t.Context(), &gpus); err != nil {
+		t.Fatal(err)
+	}
+	rollUp(t, s)
+
+	reads := query.New(s, query.Config{})
+	url := serve(t, reads, usagemetrics.Config{}, prometheus.NewRegistry(), c)
+	all := scrape(t, url)
+	got := onlyDeployments(all)
+
+	// The rollup watermarks, as the store holds them.
+	for _, job := range []string{rollup.JobName, rollup.EngineJobName} {
+		wm, ok, err := reads.Watermark(t.Context(), job)
+		if err != nil || !ok {
+			t.Fatalf("watermark %s: %v %v", job, ok, err)
+		}
+		name := seriesName("llm_usage_metrics_rollup_watermark_timestamp_seconds", map[string]string{"rollup_job": job})
+		if g := all[name]; g != float64(wm.UnixMilli())/1000 {
+			t.Errorf("%s = %v, want %v", name, g, wm)
+		}
+	}
+
+	want := wantDeployments(events)
+	dm := func(name, dep, model string, v float64) { want[seriesName(name, map[string]string{"deployment": dep, "model": model})] = v }
+	// Time-weighted means over d1/m1's newest minute (equal intervals):
+	// running (4+6+8)/3, waiting (12+14+9)/3, KV (0.5+0.7+0.9)/3, hits
+	// (40+60+20)/(100+100+200).
+	dm("llm_batch_size", "d1", "m1", 6)
+	dm("llm_queue_depth", "d1", "m1", 35.0/3)
+	dm("llm_kv_cache_usage_ratio", "d1", "m1", 0.7)
+	dm("llm_kv_cache_hit_ratio", "d1", "m1", 0.3)
+	dm("llm_batch_size", "d3", "m3", 1)
+	dm("llm_queue_depth", "d3", "m3", 0)
+	dm("llm_kv_cache_usage_ratio", "d3", "m3", 0.25)
+	want["llm_usage_metrics_deployments{}"]++ // d3/m3
+	want[seriesName("gpu_utilization", map[string]string{"deployment": "d1"})] = (0.25 + 0.75 + 1) / 3
+	want[seriesName("gpu_utilization", map[string]string{"deployment": "d2"})] = 0.5
+	if diff := cmp.Diff(want, got, approx); diff != "" {
+		t.Errorf("deployment view (-want +got):\n%s", diff)
+	}
+}
