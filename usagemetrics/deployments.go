@@ -194,7 +194,9 @@ func (e *Exporter) appendDeployments(out []prometheus.Metric, all map[depKey]*de
 	d := e.depDescs
 	shown, folded := chooseSticky(e.exposedDeps, all, depKey{Other, Other}, e.cfg.MaxSeries,
 		func(s *depSeries) int64 { return s.size },
-		func(a, b depKey) int { return cmp.Or(strings.Compare(a.deployment, b.deployment), strings.Compare(a.model, b.model)) })
+		func(a, b depKey) int {
+			return cmp.Or(strings.Compare(a.deployment, b.deployment), strings.Compare(a.model, b.model))
+		})
 	other := &depSeries{}
 	for _, k := range folded {
 		other.add(all[k])

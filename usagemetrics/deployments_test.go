@@ -205,7 +205,9 @@ func TestDeploymentView(t *testing.T) {
 	}
 
 	want := wantDeployments(events)
-	dm := func(name, dep, model string, v float64) { want[seriesName(name, map[string]string{"deployment": dep, "model": model})] = v }
+	dm := func(name, dep, model string, v float64) {
+		want[seriesName(name, map[string]string{"deployment": dep, "model": model})] = v
+	}
 	// Time-weighted means over d1/m1's newest minute (equal intervals):
 	// running (4+6+8)/3, waiting (12+14+9)/3, KV (0.5+0.7+0.9)/3, hits
 	// (40+60+20)/(100+100+200).

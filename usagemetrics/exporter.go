@@ -183,7 +183,7 @@ type Exporter struct {
 
 	descs    descs
 	depDescs depDescs
-	opts  promhttp.HandlerOpts
+	opts     promhttp.HandlerOpts
 
 	// sem lets one scrape recompute at a time; the others wait for it (or
 	// for their own context) and serve what it cached.
