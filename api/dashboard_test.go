@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -42,7 +43,11 @@ const dashboardDays = 22
 // on two models and two deployments ("busy" with a daily peak that
 // qualifies for the sustainable load and misses its SLO at the top of the
 // peak from the third week, "spare" nearly idle), growing week by week, with
-// failed requests outside the peaks; then it runs the rollups.
+// failed requests of every error class outside the peaks (and OOMs of
+// "spare" in them), engine samples of three replicas every minute (KV
+// cache, queue, batch, prefix cache, preemptions, a restart a day) and
+// GPU telemetry (memory, power, temperature, clocks); then it runs the
+// rollups.
 // It returns the first hour of the data and its end, now: the hour in
 // progress has data from its first instant, so that the page marks it as
 // partial.
@@ -56,6 +61,7 @@ func fillDashboard(t *testing.T, s *stack) (first, end time.Time) {
 	start := end.Truncate(time.Hour).Add(-dashboardDays * 24 * time.Hour)
 	var events chstore.EventBatch
 	var gpus chstore.GPUBatch
+	var engines chstore.EngineBatch
 	id := 0
 	full := end.Truncate(time.Hour).Add(-26 * time.Hour)
 	for at := start; at.Before(end); at = at.Add(time.Hour) {
@@ -86,13 +92,27 @@ func fillDashboard(t *testing.T, s *stack) (first, end time.Time) {
 				CompletedAt:  timestamppb.New(completed),
 				PromptTokens: proto.Int64(int64(200 + i%50)), CachedPromptTokens: proto.Int64(int64(i % 20)), OutputTokens: proto.Int64(int64(40 + i%30)),
 				TtftMs: proto.Float64(ttft), E2EMs: proto.Float64(ttft + 40*float64(40+i%30)),
+				QueueMs: proto.Float64(float64(5 + i%4*5)), PrefillMs: proto.Float64(ttft - 20),
 				Status: meterv1.Status_STATUS_OK,
 			}
 			if i%5 == 4 {
 				e.Deployment = "spare"
 			}
-			if !peak && i%7 == 3 {
-				e.Status = meterv1.Status_STATUS_TIMEOUT
+			if !peak {
+				switch {
+				case i%7 == 3:
+					e.Status = meterv1.Status_STATUS_TIMEOUT
+				case i%11 == 2:
+					e.Status = meterv1.Status_STATUS_OOM
+				case i%13 == 6:
+					e.Status = meterv1.Status_STATUS_CONTEXT_LENGTH
+				case i%17 == 9:
+					e.Status = meterv1.Status_STATUS_RATE_LIMITED
+				case i%19 == 11:
+					e.Status = meterv1.Status_STATUS_CUDA
+				}
+			} else if i%15 == 9 { // spare's: busy's peaks keep their attainment
+				e.Status = meterv1.Status_STATUS_OOM
 			}
 			events.Append(e, ingest.ITL(e), time.Now(), sink.Source{})
 		}
@@ -110,8 +130,17 @@ func fillDashboard(t *testing.T, s *stack) (first, end time.Time) {
 				if dep == "spare" {
 					u = 0.03
 				}
+				clock := 1980.0
+				if u > 0.8 {
+					clock = 1500 // throttled at the peak
+				}
 				gpus.Append(&meterv1.GpuSample{SampleId: fmt.Sprint(sampled.Unix(), "-", g), GpuUuid: fmt.Sprint("GPU-", g), GpuType: "H100", Deployment: dep,
-					SampledAt: timestamppb.New(sampled), IntervalS: 60, Utilization: u}, time.Now())
+					SampledAt: timestamppb.New(sampled), IntervalS: 60, Utilization: u,
+					FbTotalBytes: 80e9, FbUsedBytes: uint64((0.3 + 0.6*u + 0.001*float64(k%10)) * 80e9),
+					PowerWatts: 100 + 500*u + float64(k%7), TemperatureC: 40 + 40*u + float64(k%5), SmClockMhz: clock, SmClockMaxMhz: 1980}, time.Now())
+			}
+			for r, dep := range []string{"busy", "busy", "spare"} {
+				engines.Append(dashEngineSample(dep, r, sampled, k, peak), time.Now())
 			}
 		}
 	}
@@ -121,8 +150,42 @@ func fillDashboard(t *testing.T, s *stack) (first, end time.Time) {
 	if err := s.store.InsertGPUSamples(ctx, &gpus); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.store.InsertEngineSamples(ctx, &engines); err != nil {
+		t.Fatal(err)
+	}
 	billingtest.RollUp(t, s.store)
 	return start, end
+}
+
+// dashEngineSample is replica r's engine sample of minute k of an hour,
+// taken at sampled: the busy deployment's two replicas queue, batch and
+// fill their KV cache more at the peak, and preempt there; the second
+// restarts once a day at 16:30; spare idles.
+func dashEngineSample(dep string, r int, sampled time.Time, k int, peak bool) *meterv1.EngineSample {
+	m := &meterv1.EngineSample{SampleId: fmt.Sprint(sampled.Unix(), "-", r), Deployment: dep, Engine: "vllm", Replica: fmt.Sprint(dep, "-", r), Model: "m1",
+		SampledAt: timestamppb.New(sampled), IntervalS: 60, Source: "scrape"}
+	var running, waiting uint32
+	var kv float64
+	queries := uint64(1000 + 10*k)
+	hits := queries * 6 / 10
+	var preempted uint64
+	switch {
+	case dep == "spare":
+		running, kv, queries, hits = 1, 0.05+0.001*float64(k%10), 100, 50
+	case peak:
+		running, waiting, kv, hits = uint32(24+k%5+r), uint32((k*7+r)%13), 0.7+0.01*float64(k%20), queries*3/10
+		if k%10 == 0 {
+			preempted = 2
+		}
+	default:
+		running, waiting, kv = uint32(8+k%5+r), uint32(k%3/2), 0.3+0.01*float64(k%20)
+	}
+	m.Running, m.Waiting, m.KvCacheUsage = proto.Uint32(running), proto.Uint32(waiting), proto.Float64(kv)
+	m.PrefixCacheQueries, m.PrefixCacheHits, m.Preemptions = proto.Uint64(queries), proto.Uint64(hits), proto.Uint64(preempted)
+	if dep == "busy" && r == 1 && sampled.Hour() == 16 && k == 30 {
+		m.Restarts = proto.Uint32(1)
+	}
+	return m
 }
 
 // TestDashboard opens the dashboard in a real headless Chromium against
@@ -180,10 +243,9 @@ func TestDashboard(t *testing.T) {
 		waitReady(t, p)
 		rg := pageRange(t, p)
 		checkMetricCards(t, p, base, testKeys["admin"], rg, "", 0)
+		checkEngineCards(t, p, base, testKeys["admin"], rg, "")
+		checkMetricCharts(t, p, base, testKeys["admin"], rg, "")
 		counts := chartPoints(t, p, "#metric-charts")
-		want := []string{"latency-ttft", "latency-itl", "latency-e2e", "traffic-requests", "traffic-tokens", "traffic-errors",
-			"goodput-attainment", "goodput-tokens", "gpu-utilization", "cost-busy-idle"}
-		checkCharts(t, counts, want)
 		// Exact counts where the API says how many points there are.
 		var traffic meterv1.GetTrafficResponse
 		apiGet(t, base, testKeys["admin"], "/v1/traffic", rg.metrics(), &traffic)
@@ -207,6 +269,7 @@ func TestDashboard(t *testing.T) {
 		if !strings.Contains(tip, "all: ") || !strings.Contains(tip, "req/s") {
 			t.Errorf("tooltip over the requests chart = %q, want the step's rate", tip)
 		}
+		checkSharedHover(t, p, "#metric-charts", "traffic-requests")
 		noErrors(t, p)
 		p.Screenshot(t, "dashboard-metrics-admin")
 
@@ -268,6 +331,66 @@ func TestDashboard(t *testing.T) {
 		if !slices.Equal(got, wantMath) {
 			t.Errorf("page arithmetic = %q, want %q", got, wantMath)
 		}
+	})
+
+	t.Run("deployment", func(t *testing.T) {
+		// The picker narrows every panel to one deployment: each card and
+		// chart is the API's series of that deployment.
+		p := b.Open(t, base+"/ui/")
+		signIn(t, p, testKeys["admin"])
+		waitReady(t, p)
+		rg := pageRange(t, p)
+		all := dashCards(t, p, "#metric-cards")
+		choices := browsertest.Value(t, p, chromedp.Poll[[]string](
+			`(o => o.length > 1 ? o : false)([...document.querySelectorAll("#deployment option")].map(o => o.value))`,
+			chromedp.WithPollingTimeout(20*time.Second)))
+		if !slices.Equal(choices, []string{"", "busy", "spare"}) {
+			t.Errorf("deployment picker offers %q, want all, busy, spare", choices)
+		}
+		for _, dep := range []string{"busy", "spare"} {
+			selectValue(t, p, "#deployment", dep)
+			waitReady(t, p)
+			if h := browsertest.Value(t, p, chromedp.Evaluate[string](`location.hash`)); !strings.Contains(h, "deployment="+dep) {
+				t.Errorf("page fragment %q does not keep the deployment %s", h, dep)
+			}
+			checkMetricCards(t, p, base, testKeys["admin"], rg, dep, 0)
+			checkEngineCards(t, p, base, testKeys["admin"], rg, dep)
+			checkMetricCharts(t, p, base, testKeys["admin"], rg, dep)
+			cards := dashCards(t, p, "#metric-cards")
+			for _, name := range []string{"requests", "input_tokens", "kv_cache_mean", "running_mean"} {
+				if cards[name] == all[name] {
+					t.Errorf("deployment %s: card %s = %s, as for all deployments: the picker did not narrow it", dep, name, cards[name])
+				}
+			}
+			noErrors(t, p)
+			p.Screenshot(t, "dashboard-metrics-deployment-"+dep)
+		}
+		// Grouped by model within one deployment: one line per model, all
+		// of busy; the cards still the deployment's.
+		selectValue(t, p, "#deployment", "busy")
+		waitReady(t, p)
+		selectValue(t, p, "#group", "model")
+		waitReady(t, p)
+		checkMetricCards(t, p, base, testKeys["admin"], rg, "busy", 0)
+		checkEngineCards(t, p, base, testKeys["admin"], rg, "busy")
+		series := browsertest.Value(t, p, chromedp.Evaluate[[]string](
+			`[...new Set([...document.querySelectorAll('[data-chart="traffic-requests"] circle.pt')].map(c => c.dataset.series))].sort()`))
+		if !slices.Equal(series, []string{"m1", "m2"}) {
+			t.Errorf("busy grouped by model: traffic series %q, want [m1 m2]", series)
+		}
+		var traffic meterv1.GetTrafficResponse
+		apiGet(t, base, testKeys["admin"], "/v1/traffic", withParams(rg.metrics(), "group_by", "deployment,model"), &traffic)
+		var want int
+		for _, sr := range traffic.Series {
+			if sr.Group["deployment"] == "busy" {
+				want += len(sr.Points)
+			}
+		}
+		if got := chartPoints(t, p, "#metric-charts")["traffic-requests"]; got != want {
+			t.Errorf("busy grouped by model: traffic chart has %d points, want %d (busy's steps of m1 and m2)", got, want)
+		}
+		noErrors(t, p)
+		p.Screenshot(t, "dashboard-metrics-deployment-busy-by-model")
 	})
 
 	t.Run("finance", func(t *testing.T) {
@@ -337,8 +460,9 @@ func TestDashboard(t *testing.T) {
 		if fleet.GetTrend().GetForecast() == nil {
 			t.Fatalf("the fixture's fleet has no forecast: %s", fleet.GetTrend().GetReason())
 		}
+		checkCapacityTelemetry(t, p, fleet)
 		counts := chartPoints(t, p, "#capacity-charts")
-		checkCharts(t, counts, []string{"capacity-attainment", "capacity-utilization", "capacity-heatmap", "capacity-cost-days", "capacity-forecast"})
+		checkCharts(t, counts, capacityCharts)
 		if got := counts["capacity-heatmap"]; got != 7*24 {
 			t.Errorf("heat map has %d cells, want %d", got, 7*24)
 		}
@@ -367,8 +491,10 @@ func TestDashboard(t *testing.T) {
 		checkFloat(t, cards, "cap_utilization", busy.GetUtilization())
 		checkFloat(t, cards, "cap_sustainable", busy.GetSustainable().GetTokensPerSecondPerGpu())
 		checkFloat(t, cards, "cap_headroom", busy.GetHeadroom())
+		checkCapacityTelemetry(t, p, busy)
 		counts = chartPoints(t, p, "#capacity-charts")
-		checkCharts(t, counts, []string{"capacity-attainment", "capacity-utilization", "capacity-heatmap", "capacity-cost-days", "capacity-forecast"})
+		checkCharts(t, counts, capacityCharts)
+		checkSharedHover(t, p, "#capacity-charts", "capacity-gpu-memory")
 		rings := browsertest.Value(t, p, chromedp.Evaluate[int](`document.querySelectorAll('[data-chart="capacity-attainment"] circle.sustainable').length`))
 		if rings != 1 {
 			t.Errorf("attainment chart marks %d sustainable points, want 1", rings)
@@ -422,11 +548,12 @@ func TestDashboard(t *testing.T) {
 		if _, ok := counts["cost-busy-idle"]; ok {
 			t.Errorf("a tenant's page shows its allocated GPU cost")
 		}
-		// Grouped by tenant, the only group is the key's own.
+		// Grouped by tenant, the only group is the key's own (the phases
+		// of latency are drawn ungrouped).
 		selectValue(t, p, "#group", "tenant_id")
 		waitReady(t, p)
 		series := browsertest.Value(t, p, chromedp.Evaluate[[]string](
-			`[...new Set([...document.querySelectorAll('#metric-charts circle.pt')].map(c => c.dataset.series))].sort()`))
+			`[...new Set([...document.querySelectorAll('#metric-charts figure:not([data-chart="latency-breakdown"]) circle.pt')].map(c => c.dataset.series))].sort()`))
 		if !slices.Equal(series, []string{"acme"}) {
 			t.Errorf("a tenant's page grouped by tenant has series %q, want [acme]", series)
 		}
@@ -483,6 +610,51 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("after sign out the session holds key %q", key)
 		}
 	})
+}
+
+// capacityCharts are the charts of the capacity tab.
+var capacityCharts = []string{"capacity-attainment", "capacity-utilization", "capacity-heatmap", "capacity-cost-days", "capacity-forecast",
+	"capacity-gpu-utilization", "capacity-gpu-memory", "capacity-gpu-power", "capacity-gpu-temperature"}
+
+// checkCapacityTelemetry compares the capacity tab's GPU telemetry cards
+// and charts with unit u of the report: memory, power, temperature and
+// clock throttling over the range, and hour by hour beside utilization.
+func checkCapacityTelemetry(t *testing.T, p *browsertest.Page, u *meterv1.CapacityUnit) {
+	t.Helper()
+	g := u.GetGpuTelemetry()
+	if g.GetMemoryHours() == 0 || g.GetPowerHours() == 0 || g.GetTemperatureHours() == 0 || g.GetClockHours() == 0 {
+		t.Errorf("unit %s: GPU telemetry %v: the fixture's samples carry memory, power, temperature and clocks", u.GetName(), g)
+	}
+	cards := dashCards(t, p, "#capacity-cards")
+	checkFloat(t, cards, "cap_memory", g.GetMemoryUsedRatio())
+	checkFloat(t, cards, "cap_power", g.GetPowerMeanWatts())
+	checkFloat(t, cards, "cap_temperature", g.GetTemperatureMaxC())
+	checkFloat(t, cards, "cap_throttle", g.GetClockThrottleShare())
+	util := map[string]seriesOf{u.GetName(): {}}
+	mem := map[string]seriesOf{"mean": {}, "max": {}}
+	power := map[string]seriesOf{"mean": {}, "max": {}}
+	temp := map[string]seriesOf{"mean": {}, "max": {}}
+	for _, h := range u.GetHoursDetail() {
+		if h.GetGpus() <= 0 {
+			continue
+		}
+		at, tel := h.GetStart().AsTime().UnixMilli(), h.GetGpuTelemetry()
+		util[u.GetName()][at] = h.GetUtilization()
+		if tel.GetMemoryHours() > 0 {
+			mem["mean"][at], mem["max"][at] = tel.GetMemoryUsedRatio(), tel.GetMemoryUsedMaxRatio()
+		}
+		if tel.GetPowerHours() > 0 {
+			power["mean"][at], power["max"][at] = tel.GetPowerMeanWatts(), tel.GetPowerMaxWatts()
+		}
+		if tel.GetTemperatureHours() > 0 {
+			temp["mean"][at], temp["max"][at] = tel.GetTemperatureMeanC(), tel.GetTemperatureMaxC()
+		}
+	}
+	got := chartValues(t, p, "#capacity-charts")
+	checkChart(t, got, "capacity-gpu-utilization", util)
+	checkChart(t, got, "capacity-gpu-memory", mem)
+	checkChart(t, got, "capacity-gpu-power", power)
+	checkChart(t, got, "capacity-gpu-temperature", temp)
 }
 
 // waitFile waits for a download to be complete and returns its text.
@@ -613,17 +785,29 @@ func checkCharts(t *testing.T, counts map[string]int, want []string) {
 }
 
 // checkMetricCards compares the metrics tab's cards with the API's answers
-// for the page's range, read with key. more > 0 is the requests of every
-// tenant, which a tenant's page must show fewer of.
-func checkMetricCards(t *testing.T, p *browsertest.Page, base, key string, rg dashRange, tenant string, more int64) {
+// for the page's range, read with key: of deployment dep ("": all; the
+// API's series of dep grouped by deployment). more > 0 is the requests of
+// every tenant, which a tenant's page must show fewer of.
+func checkMetricCards(t *testing.T, p *browsertest.Page, base, key string, rg dashRange, dep string, more int64) {
 	t.Helper()
 	cards := dashCards(t, p, "#metric-cards")
-	var usage meterv1.GetUsageResponse
-	apiGet(t, base, key, "/v1/usage", withParams(rg.sel(), "granularity", "total", "tenant_id", tenant), &usage)
-	if len(usage.Buckets) != 1 {
-		t.Fatalf("usage has %d buckets, want 1", len(usage.Buckets))
+	byDep := func(q url.Values) url.Values {
+		if dep == "" {
+			return q
+		}
+		return withParams(q, "group_by", "deployment")
 	}
-	u := usage.Buckets[0]
+	var usage meterv1.GetUsageResponse
+	apiGet(t, base, key, "/v1/usage", byDep(withParams(rg.sel(), "granularity", "total")), &usage)
+	var u *meterv1.UsageBucket
+	for _, b := range usage.Buckets {
+		if b.GetDeployment() == dep {
+			u = b
+		}
+	}
+	if u == nil {
+		t.Fatalf("usage has no bucket of deployment %q (%d buckets)", dep, len(usage.Buckets))
+	}
 	for name, want := range map[string]int64{"requests": u.GetRequests(), "input_tokens": u.GetPromptTokens(), "output_tokens": u.GetOutputTokens()} {
 		if got := cards[name]; got != strconv.FormatInt(want, 10) {
 			t.Errorf("card %s = %q, want %d", name, got, want)
@@ -633,26 +817,44 @@ func checkMetricCards(t *testing.T, p *browsertest.Page, base, key string, rg da
 		t.Errorf("the page's key sees %d requests, as many as all tenants' %d", u.GetRequests(), more)
 	}
 	var lat meterv1.GetLatencyResponse
-	apiGet(t, base, key, "/v1/latency", rg.metrics(), &lat)
-	sum := lat.Series[0].Summary
+	apiGet(t, base, key, "/v1/latency", byDep(rg.metrics()), &lat)
+	sum := pick(t, lat.Series, dep).GetSummary()
 	for m, st := range map[string]*meterv1.LatencyStats{"ttft": sum.Ttft, "itl": sum.Itl, "e2e": sum.E2E} {
 		checkFloat(t, cards, m+"_p50", st.GetP50())
 		checkFloat(t, cards, m+"_p95", st.GetP95())
 		checkFloat(t, cards, m+"_p99", st.GetP99())
+		checkFloat(t, cards, m+"_tail_ratio", st.GetTailRatio())
+		checkFloat(t, cards, m+"_max_p99", st.GetMaxP99())
+		if m == "ttft" && (st.GetTailRatio() <= 1 || st.GetMaxP99() <= 0) {
+			t.Errorf("the API's %s tail ratio %v, max p99 %v: the fixture should have a tail", m, st.GetTailRatio(), st.GetMaxP99())
+		}
+	}
+	for m, st := range map[string]*meterv1.LatencyStats{"queue": sum.Queue, "prefill": sum.Prefill, "decode": sum.Decode} {
+		if st.GetCount() == 0 {
+			t.Errorf("the API's %s latency has no requests: the fixture's events carry it", m)
+		}
+		checkFloat(t, cards, m+"_p50", st.GetP50())
 	}
 	var traffic meterv1.GetTrafficResponse
-	apiGet(t, base, key, "/v1/traffic", rg.metrics(), &traffic)
-	checkFloat(t, cards, "error_rate", traffic.Series[0].Summary.GetErrorRate())
+	apiGet(t, base, key, "/v1/traffic", byDep(rg.metrics()), &traffic)
+	checkFloat(t, cards, "error_rate", pick(t, traffic.Series, dep).GetSummary().GetErrorRate())
 	var good meterv1.GetGoodputResponse
-	apiGet(t, base, key, "/v1/goodput", rg.metrics(), &good)
-	checkFloat(t, cards, "attainment", good.Series[0].Summary.GetAttainment())
-	checkFloat(t, cards, "goodput_tokens_per_second", good.Series[0].Summary.GetGoodputOutputTokensPerSecond())
+	apiGet(t, base, key, "/v1/goodput", byDep(rg.metrics()), &good)
+	gs := pick(t, good.Series, dep).GetSummary()
+	checkFloat(t, cards, "attainment", gs.GetAttainment())
+	checkFloat(t, cards, "goodput_tokens_per_second", gs.GetGoodputOutputTokensPerSecond())
 	var cost meterv1.GetCostResponse
-	apiGet(t, base, key, "/v1/cost", rg.hours(), &cost)
+	apiGet(t, base, key, "/v1/cost", byDep(rg.hours()), &cost)
 	var nanos int64
 	per1k := ""
 	users := 0
+	var costSeries []*meterv1.CostSeries
 	for _, sr := range cost.Series {
+		if dep == "" || sr.Group["deployment"] == dep {
+			costSeries = append(costSeries, sr)
+		}
+	}
+	for _, sr := range costSeries {
 		nanos += sr.Summary.GetCost().GetNanos()
 		if sr.Group["tenant_id"] != "__idle__" {
 			per1k = sr.Summary.GetCostPer_1KTokens()
@@ -660,9 +862,9 @@ func checkMetricCards(t *testing.T, p *browsertest.Page, base, key string, rg da
 		}
 	}
 	if users != 1 {
-		t.Fatalf("ungrouped cost has %d lines besides the idle one, want 1", users)
+		t.Fatalf("cost of deployment %q has %d lines besides the idle one, want 1", dep, users)
 	}
-	if cost.Series[0].Summary.GetCost() == nil {
+	if costSeries[0].Summary.GetCost() == nil {
 		// The provider's cost, hidden from this key: no cost cards.
 		for _, name := range []string{"cost", "cost_per_1k_tokens"} {
 			if v, ok := cards[name]; ok {
@@ -677,6 +879,279 @@ func checkMetricCards(t *testing.T, p *browsertest.Page, base, key string, rg da
 	if got := cards["cost_per_1k_tokens"]; got != per1k || per1k == "" {
 		t.Errorf("card cost_per_1k_tokens = %q, want %q (not empty)", got, per1k)
 	}
+}
+
+// checkEngineCards compares the metrics tab's engine cards (KV cache,
+// queue, batch, prefix cache, preemptions, restarts) with GetEngineStats
+// over the page's range and step, of deployment dep ("": all).
+func checkEngineCards(t *testing.T, p *browsertest.Page, base, key string, rg dashRange, dep string) {
+	t.Helper()
+	cards := dashCards(t, p, "#metric-cards")
+	q := rg.metrics()
+	if dep != "" {
+		q = withParams(q, "group_by", "deployment")
+	}
+	var eng meterv1.GetEngineStatsResponse
+	apiGet(t, base, key, "/v1/engine-stats", q, &eng)
+	e := pick(t, eng.Series, dep).GetSummary()
+	if e.GetKvCacheSamples() == 0 || dep != "spare" && (e.GetPreemptions() == 0 || e.GetWaitingMax() == 0) {
+		t.Errorf("engine stats of %q: %v: the fixture should fill the KV cache, queue and preempt", dep, e)
+	}
+	for name, want := range map[string]float64{
+		"kv_cache_mean": e.GetKvCacheUsageMean(), "kv_cache_max": e.GetKvCacheUsageMax(), "kv_cache_min": e.GetKvCacheUsageMin(),
+		"waiting_p95": e.GetWaitingP95(), "waiting_max": e.GetWaitingMax(), "waiting_mean": e.GetWaitingMean(),
+		"running_mean": e.GetRunningMean(), "running_max": e.GetRunningMax(), "prefix_cache_hit_rate": e.GetPrefixCacheHitRate(),
+	} {
+		checkFloat(t, cards, name, want)
+	}
+	for name, want := range map[string]uint64{"preemptions": e.GetPreemptions(), "restarts": e.GetRestarts()} {
+		if got := cards[name]; got != strconv.FormatUint(want, 10) {
+			t.Errorf("card %s = %q, want %d", name, got, want)
+		}
+	}
+}
+
+// metricCharts are the charts of the metrics tab for a finance or admin
+// key.
+var metricCharts = []string{"latency-ttft", "latency-itl", "latency-e2e", "latency-breakdown",
+	"engine-kv-cache", "engine-queue", "engine-running", "engine-preemptions", "engine-prefix-hit-rate", "engine-restarts",
+	"traffic-requests", "traffic-tokens", "traffic-errors", "errors-by-class", "goodput-attainment", "goodput-tokens",
+	"gpu-utilization", "gpu-memory", "gpu-power", "gpu-temperature", "cost-busy-idle"}
+
+// chartValues reads every drawn point and bar under sel: chart, series
+// (data-series), instant (data-t, ms) to value (data-v).
+func chartValues(t *testing.T, p *browsertest.Page, sel string) map[string]map[string]map[int64]float64 {
+	t.Helper()
+	raw := browsertest.Value(t, p, chromedp.Evaluate[map[string]map[string][][2]float64](fmt.Sprintf(`(() => {
+		const out = {};
+		for (const f of document.querySelectorAll(%q)) {
+			const m = out[f.dataset.chart] = {};
+			for (const e of f.querySelectorAll("circle.pt, rect.bar")) (m[e.dataset.series || ""] ||= []).push([Number(e.dataset.t), Number(e.dataset.v)]);
+		}
+		return out;
+	})()`, sel+" figure.chart")))
+	out := map[string]map[string]map[int64]float64{}
+	for chart, series := range raw {
+		out[chart] = map[string]map[int64]float64{}
+		for name, pts := range series {
+			m := map[int64]float64{}
+			for _, pt := range pts {
+				m[int64(pt[0])] = pt[1]
+			}
+			out[chart][name] = m
+		}
+	}
+	return out
+}
+
+// seriesOf is a chart series the test expects: instant (ms) to value.
+type seriesOf map[int64]float64
+
+// checkChart compares chart's series with want exactly: the same instants
+// and values, and no series the test does not expect.
+func checkChart(t *testing.T, got map[string]map[string]map[int64]float64, chart string, want map[string]seriesOf) {
+	t.Helper()
+	g, ok := got[chart]
+	if !ok {
+		t.Errorf("chart %s missing", chart)
+		return
+	}
+	for name := range g {
+		if _, ok := want[name]; !ok {
+			t.Errorf("chart %s: series %q not expected (want %v)", chart, name, slices.Collect(maps.Keys(want)))
+		}
+	}
+	for name, w := range want {
+		if len(w) == 0 {
+			t.Errorf("chart %s: the API has no points of series %q: the fixture should", chart, name)
+		}
+		gs := g[name]
+		if len(gs) != len(w) {
+			t.Errorf("chart %s: series %q has %d points, want %d", chart, name, len(gs), len(w))
+		}
+		for at, v := range w {
+			if gv, ok := gs[at]; !ok || gv != v {
+				t.Errorf("chart %s: series %q at %s = %v (drawn %v), want %v", chart, name, time.UnixMilli(at).UTC().Format(time.RFC3339), gv, ok, v)
+				break
+			}
+		}
+	}
+}
+
+// checkMetricCharts compares the metrics tab's charts (no grouping) with
+// the API's answers for the page's range and deployment dep ("": all):
+// the latency percentiles, engine series, error classes, traffic and GPU
+// telemetry, point by point; and that every chart has points.
+func checkMetricCharts(t *testing.T, p *browsertest.Page, base, key string, rg dashRange, dep string) {
+	t.Helper()
+	checkCharts(t, chartPoints(t, p, "#metric-charts"), metricCharts)
+	got := chartValues(t, p, "#metric-charts")
+	byDep := func(q url.Values) url.Values {
+		if dep == "" {
+			return q
+		}
+		return withParams(q, "group_by", "deployment")
+	}
+	ms := func(ts interface{ AsTime() time.Time }) int64 { return ts.AsTime().UnixMilli() }
+
+	var lat meterv1.GetLatencyResponse
+	apiGet(t, base, key, "/v1/latency", byDep(rg.metrics()), &lat)
+	for m, get := range map[string]func(*meterv1.LatencyPoint) *meterv1.LatencyStats{
+		"ttft": (*meterv1.LatencyPoint).GetTtft, "itl": (*meterv1.LatencyPoint).GetItl, "e2e": (*meterv1.LatencyPoint).GetE2E,
+	} {
+		want := map[string]seriesOf{"p50": {}, "p90": {}, "p95": {}, "p99": {}}
+		for _, pt := range pick(t, lat.Series, dep).GetPoints() {
+			st := get(pt)
+			if st.GetCount() == 0 {
+				continue
+			}
+			at := ms(pt.GetStart())
+			want["p50"][at], want["p90"][at], want["p95"][at], want["p99"][at] = st.GetP50(), st.GetP90(), st.GetP95(), st.GetP99()
+		}
+		checkChart(t, got, "latency-"+m, want)
+	}
+	phases := map[string]seriesOf{"queue": {}, "prefill": {}, "decode": {}}
+	for _, pt := range pick(t, lat.Series, dep).GetPoints() {
+		for name, st := range map[string]*meterv1.LatencyStats{"queue": pt.GetQueue(), "prefill": pt.GetPrefill(), "decode": pt.GetDecode()} {
+			if st.GetCount() > 0 {
+				phases[name][ms(pt.GetStart())] = st.GetP50()
+			}
+		}
+	}
+	checkChart(t, got, "latency-breakdown", phases)
+
+	var eng meterv1.GetEngineStatsResponse
+	apiGet(t, base, key, "/v1/engine-stats", byDep(rg.metrics()), &eng)
+	kv := map[string]seriesOf{"mean": {}, "max": {}, "min": {}}
+	queue := map[string]seriesOf{"p95": {}, "max": {}}
+	running := map[string]seriesOf{"mean": {}, "max": {}}
+	preempt := map[string]seriesOf{"": {}}
+	restarts := map[string]seriesOf{"": {}}
+	hit := map[string]seriesOf{"all": {}}
+	for _, pt := range pick(t, eng.Series, dep).GetPoints() {
+		at := ms(pt.GetStart())
+		if pt.GetKvCacheSamples() > 0 {
+			kv["mean"][at], kv["max"][at], kv["min"][at] = pt.GetKvCacheUsageMean(), pt.GetKvCacheUsageMax(), pt.GetKvCacheUsageMin()
+		}
+		queue["p95"][at], queue["max"][at] = pt.GetWaitingP95(), pt.GetWaitingMax()
+		running["mean"][at], running["max"][at] = pt.GetRunningMean(), pt.GetRunningMax()
+		preempt[""][at] = float64(pt.GetPreemptions())
+		restarts[""][at] = float64(pt.GetRestarts())
+		if pt.PrefixCacheHitRate != nil {
+			hit["all"][at] = pt.GetPrefixCacheHitRate()
+		}
+	}
+	checkChart(t, got, "engine-kv-cache", kv)
+	checkChart(t, got, "engine-queue", queue)
+	checkChart(t, got, "engine-running", running)
+	checkChart(t, got, "engine-preemptions", preempt)
+	checkChart(t, got, "engine-restarts", restarts)
+	checkChart(t, got, "engine-prefix-hit-rate", hit)
+
+	var traffic meterv1.GetTrafficResponse
+	apiGet(t, base, key, "/v1/traffic", byDep(rg.metrics()), &traffic)
+	rps := map[string]seriesOf{"all": {}}
+	classes := map[string]seriesOf{}
+	for _, pt := range pick(t, traffic.Series, dep).GetPoints() {
+		at := ms(pt.GetStart())
+		rps["all"][at] = pt.GetRequestsPerSecond()
+		if len(pt.GetErrorsByClass()) == 0 {
+			continue
+		}
+		for c := range pt.GetErrorsByClass() {
+			if classes[strings.ReplaceAll(c, "_", " ")] == nil {
+				classes[strings.ReplaceAll(c, "_", " ")] = seriesOf{}
+			}
+		}
+	}
+	// Each step with errors has a bar of every class (0 where none).
+	for _, pt := range pick(t, traffic.Series, dep).GetPoints() {
+		if len(pt.GetErrorsByClass()) == 0 {
+			continue
+		}
+		for c := range classes {
+			classes[c][ms(pt.GetStart())] = float64(pt.GetErrorsByClass()[strings.ReplaceAll(c, " ", "_")])
+		}
+	}
+	if want := map[string]int{"": 5, "busy": 4, "spare": 2}[dep]; len(classes) < want {
+		t.Errorf("the API's error classes of %q: %v, want the fixture's %d", dep, slices.Collect(maps.Keys(classes)), want)
+	}
+	checkChart(t, got, "traffic-requests", rps)
+	checkChart(t, got, "errors-by-class", classes)
+
+	var gpu meterv1.GetGpuUsageResponse
+	apiGet(t, base, key, "/v1/gpu-usage", byDep(rg.hours()), &gpu)
+	util := map[string]seriesOf{"all": {}}
+	mem := map[string]seriesOf{"mean": {}, "max": {}}
+	power := map[string]seriesOf{"mean": {}, "max": {}}
+	temp := map[string]seriesOf{"mean": {}, "max": {}}
+	// Every hour of the answer is drawn (those outside a range of minutes
+	// clipped).
+	for _, pt := range pick(t, gpu.Series, dep).GetPoints() {
+		at := pt.GetStart().AsTime()
+		tel := pt.GetTelemetry()
+		util["all"][at.UnixMilli()] = pt.GetUtilization()
+		if tel.GetMemoryHours() > 0 {
+			mem["mean"][at.UnixMilli()], mem["max"][at.UnixMilli()] = tel.GetMemoryUsedRatio(), tel.GetMemoryUsedMaxRatio()
+		}
+		if tel.GetPowerHours() > 0 {
+			power["mean"][at.UnixMilli()], power["max"][at.UnixMilli()] = tel.GetPowerMeanWatts(), tel.GetPowerMaxWatts()
+		}
+		if tel.GetTemperatureHours() > 0 {
+			temp["mean"][at.UnixMilli()], temp["max"][at.UnixMilli()] = tel.GetTemperatureMeanC(), tel.GetTemperatureMaxC()
+		}
+	}
+	checkChart(t, got, "gpu-utilization", util)
+	checkChart(t, got, "gpu-memory", mem)
+	checkChart(t, got, "gpu-power", power)
+	checkChart(t, got, "gpu-temperature", temp)
+}
+
+// checkSharedHover moves the pointer over chart's plot and checks that
+// every time chart under sel then marks the same instant (data-hover-t,
+// the guide shown), so that one moment reads across all of them.
+func checkSharedHover(t *testing.T, p *browsertest.Page, sel, chart string) {
+	t.Helper()
+	c := fmt.Sprintf(`[data-chart=%q]`, chart)
+	p.Run(t, chromedp.ScrollIntoView(chromedp.CSS(c)))
+	xy := browsertest.Value(t, p, chromedp.Evaluate[[2]float64](fmt.Sprintf(
+		`(() => { const r = document.querySelector('%s rect.overlay').getBoundingClientRect(); return [r.left + r.width * 0.8, r.top + r.height / 2]; })()`, c)))
+	p.Run(t, chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, xy[0], xy[1]))
+	// The charts on the hovered one's time axis (the capacity tab's
+	// forecast has one of its own).
+	marks := browsertest.Value(t, p, chromedp.Evaluate[map[string][]string](fmt.Sprintf(`(c => Object.fromEntries([...document.querySelectorAll(%q)]
+		.filter(f => f.dataset.t0 === c.dataset.t0 && f.dataset.t1 === c.dataset.t1).map(f => [f.dataset.chart, [f.dataset.hoverT || "", f.querySelector("line.hover-guide").getAttribute("visibility"),
+			String(f.querySelectorAll(".hot").length)]])))(document.querySelector('%s'))`, sel+" figure.chart", c)))
+	if len(marks) < 2 {
+		t.Errorf("hover over %s: %d charts on its time axis, want several", chart, len(marks))
+	}
+	at := marks[chart][0]
+	if at == "" {
+		t.Fatalf("hover over %s marks no instant: %v", chart, marks)
+	}
+	for name, m := range marks {
+		if m[0] != at || m[1] != "visible" {
+			t.Errorf("hover over %s at %s: chart %s marks %q (guide %s), want the same instant shown", chart, at, name, m[0], m[1])
+		}
+	}
+	if marks[chart][2] == "0" {
+		t.Errorf("hover over %s: none of its points highlighted", chart)
+	}
+	p.Run(t, chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, 2, 2))
+}
+
+// pick returns the series of deployment dep of an answer grouped by
+// deployment, or its only series when dep is "".
+func pick[S interface{ GetGroup() map[string]string }](t *testing.T, series []S, dep string) S {
+	t.Helper()
+	for _, s := range series {
+		if dep == "" || s.GetGroup()["deployment"] == dep {
+			return s
+		}
+	}
+	t.Fatalf("no series of deployment %q among %d", dep, len(series))
+	var zero S
+	return zero
 }
 
 // checkFloat compares a card's value with the API's number, exactly.

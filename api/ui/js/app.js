@@ -23,6 +23,8 @@ const state = {
   end: NaN,
   group: "",
   tenant: "",
+  deployment: "", // the metrics tab's deployment; "" is all
+  deployments: { key: "", names: [] }, // the picker's choices, for a range
   unit: "", // capacity unit; "" is the fleet
   report: null, // the capacity report drawn
   gen: 0, // the current load; older loads drop their results
@@ -45,13 +47,14 @@ function showMessage(text) {
   m.hidden = !text;
 }
 
-// Fragment: #tab=metrics&range=24h&group=model&tenant=acme&start=..&end=..
+// Fragment: #tab=metrics&range=24h&group=model&tenant=acme&deployment=d&start=..&end=..
 function readHash() {
   const h = new URLSearchParams(location.hash.slice(1));
   if (["metrics", "finance", "capacity"].includes(h.get("tab"))) state.tab = h.get("tab");
   if (["1h", "24h", "7d", "30d", "custom"].includes(h.get("range"))) state.range = h.get("range");
   if (["", "tenant_id", "model", "deployment"].includes(h.get("group") || "")) state.group = h.get("group") || "";
   state.tenant = h.get("tenant") || "";
+  state.deployment = h.get("deployment") || "";
   state.unit = h.get("unit") || "";
   state.start = api.ts(h.get("start"));
   state.end = api.ts(h.get("end"));
@@ -67,6 +70,7 @@ function writeHash() {
   }
   if (state.group) h.set("group", state.group);
   if (state.tenant) h.set("tenant", state.tenant);
+  if (state.deployment) h.set("deployment", state.deployment);
   if (state.unit) h.set("unit", state.unit);
   history.replaceState(null, "", "#" + h.toString());
 }
@@ -85,8 +89,10 @@ function syncControls() {
   }
   $("group").value = state.group;
   $("tenant").value = state.tenant;
+  fillDeployments();
   // Grouping is the metrics tab's; the capacity report covers every tenant.
   $("group-label").hidden = state.tab !== "metrics";
+  $("deployment-label").hidden = state.tab !== "metrics";
   $("tenant-label").hidden = !isFinance() || state.tab === "capacity";
   for (const b of document.querySelectorAll(".tabs [role=tab]")) {
     const on = b.dataset.tab === state.tab;
@@ -133,10 +139,11 @@ async function load() {
   document.body.dataset.hourEnd = api.iso(range.hourEnd);
   document.body.dataset.step = range.step;
   document.body.dataset.now = String(range.now); // ms: the partial step's clock
-  const ctx = { key: state.key, range, group: state.group, tenant: state.tenant, finance: isFinance() };
+  const ctx = { key: state.key, range, group: state.group, tenant: state.tenant, deployment: state.deployment, finance: isFinance() };
   try {
     if (state.tab === "metrics") {
       await metrics.load(ctx, $("metric-cards"), $("metric-charts"));
+      if (gen === state.gen) suggestDeployments(ctx);
     } else if (state.tab === "finance") {
       const tenants = await finance.load(ctx, $("finance-cards"), $("finance-charts"));
       if (gen === state.gen) fillTenants(tenants);
@@ -196,6 +203,34 @@ async function suggestTenants(range) {
   }
 }
 
+// fillDeployments sets the deployment picker's options: the range's
+// deployments, and the one picked even when the range has none of it.
+function fillDeployments() {
+  const names = [...state.deployments.names];
+  if (state.deployment && !names.includes(state.deployment)) names.push(state.deployment);
+  names.sort();
+  const sel = $("deployment");
+  sel.replaceChildren(new Option("all deployments", ""), ...names.map((d) => new Option(d, d)));
+  sel.value = state.deployment;
+}
+
+// suggestDeployments fills the deployment picker with the deployments
+// that served requests in the range (of the tenant, where one is chosen),
+// once per range and tenant, after the page is drawn: it is not one of
+// the first page's calls. A failure only leaves the list as it was.
+async function suggestDeployments(ctx) {
+  const q = { start: api.iso(ctx.range.hourStart), end: api.iso(ctx.range.hourEnd), tenant_id: ctx.tenant, step: "total", group_by: "deployment" };
+  const key = api.query(q);
+  if (state.deployments.key === key) return;
+  try {
+    const traffic = await api.series(state.key, "/v1/traffic", q);
+    state.deployments = { key, names: traffic.series.map((s) => (s.group || {}).deployment).filter(Boolean) };
+    fillDeployments();
+  } catch {
+    // Suggestions only.
+  }
+}
+
 async function signIn(key) {
   setState("loading");
   let session;
@@ -236,6 +271,7 @@ function signOut(message) {
   api.keyStore.clear();
   state.key = "";
   state.session = null;
+  state.deployments = { key: "", names: [] };
   state.gen++;
   for (const id of ["metric-cards", "metric-charts", "finance-cards", "finance-charts", "capacity-cards", "findings", "capacity-charts", "capacity-units"]) {
     $(id).replaceChildren();
@@ -266,10 +302,15 @@ function wire() {
     state.group = $("group").value;
     load();
   });
+  $("deployment").addEventListener("change", () => {
+    state.deployment = $("deployment").value;
+    load();
+  });
   $("controls").addEventListener("submit", (ev) => {
     ev.preventDefault();
     state.range = $("range").value;
     state.group = $("group").value;
+    state.deployment = $("deployment").value;
     state.tenant = isFinance() ? $("tenant").value.trim() : "";
     if (state.range === "custom") {
       state.start = Date.parse($("start").value + ":00Z");

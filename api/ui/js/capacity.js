@@ -9,6 +9,7 @@ import * as api from "./api.js";
 import * as f from "./format.js";
 import { card, panelError, table, fitValues } from "./cards.js";
 import { figure, lineChart, scatterChart, timeBars, heatMap, palette } from "./charts.js";
+import { telemetryCharts, gb } from "./gpu.js";
 
 const WEEK = 7 * 24 * 3600e3;
 
@@ -103,6 +104,28 @@ function drawCards(el, u, report, cur) {
     name: "cap_growth", title: "Weekly growth", raw: t.growth_known ? t.tokens_growth : "",
     text: t.growth_known ? f.pct(t.tokens_growth, 1) : "not enough data", sub: t.growth_known ? `peak ${f.pct(t.peak_growth, 1)} a week` : t.reason,
   });
+  // GPU telemetry: memory in use, power, temperature and clock throttling
+  // of the unit's GPUs over the range.
+  const g = u.gpu_telemetry || {};
+  const known = (h) => Number(g[h] || 0) > 0;
+  card(el, {
+    name: "cap_memory", title: "GPU memory in use", raw: known("memory_hours") ? g.memory_used_ratio || 0 : "",
+    text: known("memory_hours") ? f.pct(g.memory_used_ratio || 0, 1) : "–",
+    sub: known("memory_hours") ? `mean; fullest sample ${f.pct(g.memory_used_max_ratio || 0, 1)}, ${gb(Number(g.memory_used_max_bytes || 0))}` : "no GPU reported its memory",
+  });
+  card(el, {
+    name: "cap_power", title: "GPU power", raw: known("power_hours") ? g.power_mean_watts || 0 : "",
+    text: known("power_hours") ? `${f.num(g.power_mean_watts || 0)} W` : "–", sub: known("power_hours") ? `mean per GPU; max ${f.num(g.power_max_watts || 0)} W` : "no GPU reported its power",
+  });
+  card(el, {
+    name: "cap_temperature", title: "GPU temperature", raw: known("temperature_hours") ? g.temperature_max_c || 0 : "",
+    text: known("temperature_hours") ? `${f.num(g.temperature_max_c || 0)} °C` : "–", sub: known("temperature_hours") ? `hottest sample; mean ${f.num(g.temperature_mean_c || 0)} °C` : "no GPU reported its temperature",
+  });
+  card(el, {
+    name: "cap_throttle", title: "Clock throttled", raw: known("clock_hours") ? g.clock_throttle_share || 0 : "",
+    text: known("clock_hours") ? f.pct(g.clock_throttle_share || 0, 1) : "–",
+    sub: known("clock_hours") ? `of busy time: ${f.num((g.clock_throttle_seconds || 0) / 3600)} GPU-hours below 90 % of the normal clock` : "no SM clocks sampled",
+  });
   for (const n of u.gpus_needed || []) {
     const box = card(el, { name: "cap_gpus_needed", title: `GPUs for ${n.for}`, raw: n.gpus, text: f.count(n.gpus), sub: `${Number(n.change) >= 0 ? "+" : ""}${f.count(n.change)} against ${f.count(u.max_gpus)} now` });
     const a = document.createElement("div");
@@ -157,6 +180,10 @@ function drawCharts(el, u, report, cur) {
     yFormat: (v) => f.money(v, cur), yAxis: "money", currency: cur,
   });
   drawForecast(el, u);
+  // Utilization beside memory, power and temperature, hour by hour, on the
+  // report's time axis; a hover on one marks the same hour on all.
+  telemetryCharts(el, [{ name: u.name, points: withGPUs.map((h) => ({ t: api.ts(h.start), utilization: h.utilization, telemetry: h.gpu_telemetry })) }],
+    { t0: api.ts(report.start), t1: api.ts(report.end), step: "hour", partial: api.partial("hour") }, "capacity-gpu", "each hour with GPU samples");
 }
 
 function drawForecast(el, u) {

@@ -39,6 +39,26 @@ export function trio(parent, c) {
   return box;
 }
 
+// stat adds a card with one big value and smaller ones beneath it, such
+// as a p50 with its p95 and p99: {title, main: {name, label, raw, text},
+// more: [{name, label, raw, text}], sub?}. Each value carries data-card
+// and data-value as card's does.
+export function stat(parent, c) {
+  const box = el("div", "card stat-card", null, parent);
+  el("h3", null, c.title, box);
+  const big = el("div", "big-line", null, box);
+  valueEl("span", "big", c.main.name, c.main.raw, c.main.text, big);
+  if (c.main.label) el("span", "l", c.main.label, big);
+  const more = el("div", "more", null, box);
+  for (const it of c.more || []) {
+    const item = el("span", "item", null, more);
+    el("span", "l", it.label, item);
+    valueEl("span", "v", it.name, it.raw, it.text, item);
+  }
+  if (c.sub) el("div", "sub", c.sub, box);
+  return box;
+}
+
 // MIN_FONT is the smallest size (px) fitValues shrinks a value to; a value
 // still too wide then wraps.
 const MIN_FONT = 12;
@@ -49,7 +69,7 @@ const MIN_FONT = 12;
 // once the cards are on the page and the charts drawn (the page's scroll
 // bar takes width), and again when the window's width changes.
 export function fitValues(root) {
-  for (const e of root.querySelectorAll(".card .big, .card .trio .v")) {
+  for (const e of root.querySelectorAll(".card .big, .card .trio .v, .card .more .v")) {
     e.style.fontSize = "";
     e.classList.remove("wrap");
     if (!e.clientWidth) continue; // not shown

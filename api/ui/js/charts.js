@@ -255,6 +255,37 @@ function dataTable(fig, head, rows) {
   });
 }
 
+// Shared hover: the time charts of one panel (the figures under one
+// parent) show one instant together. A hover over any of them marks its
+// instant on all of them: a dashed guide at that time, the points of that
+// step enlarged, data-hover-t on each figure (empty when none), so that a
+// TTFT spike reads against the KV cache and the queue of the same moment.
+
+// hoverGuide adds the guide line of a time chart (root r, time scale xs
+// over [t0, t1]) and returns {share(t)}: share shows instant t (ms; null
+// hides it) on every time chart beside fig. mark(t) highlights the
+// chart's own elements at t (null: none).
+function hoverGuide(fig, r, xs, t0, t1, mark) {
+  const guide = svg("line", { class: "guide hover-guide", y1: M.top, y2: H - M.bottom, visibility: "hidden" }, r);
+  fig.dataset.hoverT = "";
+  fig.showInstant = (t) => {
+    const inside = t !== null && t >= t0 && t <= t1;
+    guide.setAttribute("visibility", inside ? "visible" : "hidden");
+    if (inside) {
+      guide.setAttribute("x1", xs(t));
+      guide.setAttribute("x2", xs(t));
+    }
+    fig.dataset.hoverT = inside ? String(t) : "";
+    mark(inside ? t : null);
+  };
+  return {
+    share(t) {
+      const peers = fig.parentElement ? fig.parentElement.querySelectorAll("figure.chart") : [fig];
+      for (const p of peers) if (p.showInstant) p.showInstant(t);
+    },
+  };
+}
+
 // MAX_SERIES bounds the series a line chart draws: with more (a grouping
 // by deployment over thousands of deployments), it draws the largest by
 // peak and its legend says how many more there are.
@@ -344,24 +375,26 @@ export function lineChart(fig, opts) {
     html("li", { class: "more" }, `and ${f.count(more)} more series, smaller at their peak, not drawn`, ul);
   }
 
-  // Hover: the values of every series at the nearest instant.
+  // Hover: the values of every series at the nearest instant, and the
+  // same instant marked on every time chart beside it (shareHover).
   const sorted = [...times].sort((a, b) => a - b);
   const timeText = (t) => f.time(t, opts.step) + (isPartial(t) ? ` · ${partial.label}, in progress` : "");
-  const guide = svg("line", { class: "guide", y1: M.top, y2: H - M.bottom, visibility: "hidden" }, r);
+  const guide = hoverGuide(fig, r, xs, t0, t1, (t) => {
+    for (const c of plot.querySelectorAll("circle.pt.hot")) c.classList.remove("hot");
+    if (t !== null) for (const c of plot.querySelectorAll(`circle.pt[data-t="${t}"]`)) c.classList.add("hot");
+  });
   const overlay = svg("rect", { class: "overlay", x: M.left, y: M.top, width: W - M.left - M.right, height: H - M.top - M.bottom }, r);
   overlay.addEventListener("pointermove", (ev) => {
     const { x } = pointer(r, ev);
     const t = t0 + ((x - M.left) / (W - M.left - M.right)) * (t1 - t0);
     let best = sorted[0];
     for (const c of sorted) if (Math.abs(c - t) < Math.abs(best - t)) best = c;
-    guide.setAttribute("x1", xs(best));
-    guide.setAttribute("x2", xs(best));
-    guide.setAttribute("visibility", "visible");
+    guide.share(best);
     const rows = series.filter((s) => s.byT.has(best)).map((s) => ({ color: s.color, text: `${s.name}: ${yFormat(s.byT.get(best))}` }));
     tip.show(ev, timeText(best), rows);
   });
   overlay.addEventListener("pointerleave", () => {
-    guide.setAttribute("visibility", "hidden");
+    guide.share(null);
     tip.hide();
   });
   dataTable(fig, ["Time (UTC)", ...series.map((s) => s.name)], () =>
@@ -401,6 +434,16 @@ export function timeBars(fig, opts) {
   const plot = svg("g", { "clip-path": clip(r, M.left, M.top, W - M.left - M.right, H - M.top - M.bottom, 0) }, r);
   stacks.forEach((s, i) => (s.color = s.color || palette[i % palette.length]));
   const width = stepMs(opts.step);
+  // The shared instant: a guide at the bucket's middle instant's start,
+  // its bars outlined.
+  const guide = hoverGuide(fig, r, xs, opts.t0, t1, (t) => {
+    for (const b of plot.querySelectorAll("rect.bar.hot")) b.classList.remove("hot");
+    if (t === null) return;
+    for (const b of plot.querySelectorAll("rect.bar")) {
+      const bt = Number(b.dataset.t);
+      if (t >= bt && t < bt + width) b.classList.add("hot");
+    }
+  });
   let n = 0;
   times.forEach((t, i) => {
     const x0 = xs(t);
@@ -422,10 +465,14 @@ export function timeBars(fig, opts) {
       n++;
     }
     const title = f.time(t, opts.step) + (isPartial(t) ? ` · ${partial.label}, in progress` : "");
-    g.addEventListener("pointermove", (ev) =>
-      tip.show(ev, title, [...stacks.map((s) => ({ color: s.color, text: `${s.name}: ${yFormat(s.values[i] || 0)}` })), ...(stacks.length > 1 ? [{ text: `total: ${yFormat(totals[i])}` }] : [])]),
-    );
-    g.addEventListener("pointerleave", () => tip.hide());
+    g.addEventListener("pointermove", (ev) => {
+      guide.share(t);
+      tip.show(ev, title, [...stacks.map((s) => ({ color: s.color, text: `${s.name}: ${yFormat(s.values[i] || 0)}` })), ...(stacks.length > 1 ? [{ text: `total: ${yFormat(totals[i])}` }] : [])]);
+    });
+    g.addEventListener("pointerleave", () => {
+      guide.share(null);
+      tip.hide();
+    });
   });
   fig.dataset.points = String(n);
   const items = stacks.map((s) => ({ name: s.name, color: s.color, shape: "box" }));
