@@ -92,10 +92,15 @@ func (s *metricsService) GetLatency(ctx context.Context, req *meterv1.GetLatency
 func latencyPoint(p query.LatencyPoint) *meterv1.LatencyPoint {
 	stats := func(m string) *meterv1.LatencyStats {
 		st := p.Metrics[m]
+		if st == nil {
+			return nil // prefill, decode and the output classes of a minute step
+		}
 		return &meterv1.LatencyStats{Count: st.Count, Mean: st.Mean, P50: st.P50, P90: st.P90, P95: st.P95, P99: st.P99,
 			TailRatio: st.TailRatio, MaxP99: st.MaxP99}
 	}
-	return &meterv1.LatencyPoint{Start: timestamppb.New(p.Start), Ttft: stats("ttft"), Itl: stats("itl"), E2E: stats("e2e"), Queue: stats("queue")}
+	return &meterv1.LatencyPoint{Start: timestamppb.New(p.Start), Ttft: stats("ttft"), Itl: stats("itl"), E2E: stats("e2e"), Queue: stats("queue"),
+		Prefill: stats("prefill"), Decode: stats("decode"),
+		E2EShortOutput: stats("e2e_short"), E2EMediumOutput: stats("e2e_medium"), E2ELongOutput: stats("e2e_long")}
 }
 
 func (s *metricsService) GetGoodput(ctx context.Context, req *meterv1.GetGoodputRequest) (*meterv1.GetGoodputResponse, error) {
@@ -142,7 +147,10 @@ func (s *metricsService) GetTraffic(ctx context.Context, req *meterv1.GetTraffic
 	if err != nil {
 		return nil, err
 	}
-	series, next := query.TrafficSeriesOf(sel.q, sel.page, rows)
+	series, next, err := query.TrafficSeriesOf(sel.q, sel.page, rows)
+	if err != nil {
+		return nil, err
+	}
 	resp := &meterv1.GetTrafficResponse{NextPageToken: next}
 	for _, sr := range series {
 		out := &meterv1.TrafficSeries{Group: sr.Group, Summary: trafficPoint(sr.Summary)}
@@ -160,5 +168,14 @@ func trafficPoint(p query.TrafficPoint) *meterv1.TrafficPoint {
 		RequestsPerSecond: p.RequestsPerSecond, PeakRequestsPerSecond: p.PeakRequestsPerSecond,
 		InputTokensPerSecond: p.InputTokensPerSecond, OutputTokensPerSecond: p.OutputTokensPerSecond,
 		PeakOutputTokensPerSecond: p.PeakOutputTokensPerSecond, ErrorRate: p.ErrorRate, ErrorsByClass: p.ErrorsByClass,
+		PromptTokensPerRequest: tokenStats(p.PromptTokensPerRequest), OutputTokensPerRequest: tokenStats(p.OutputTokensPerRequest),
 	}
+}
+
+// tokenStats maps tokens per request to the protocol (nil stays nil).
+func tokenStats(st *query.TokenStats) *meterv1.TokenStats {
+	if st == nil {
+		return nil
+	}
+	return &meterv1.TokenStats{Requests: st.Requests, Mean: st.Mean, P50: st.P50, P95: st.P95, P99: st.P99}
 }

@@ -330,16 +330,27 @@ func (s *usageService) GetUsage(ctx context.Context, req *meterv1.GetUsageReques
 	}
 	resp := &meterv1.GetUsageResponse{Buckets: make([]*meterv1.UsageBucket, 0, len(rows))}
 	for _, r := range rows {
+		var prompt, output *query.TokenStats
+		if r.Sizes != nil {
+			if prompt, err = query.TokenStatsOf(r.Sizes.Prompt, uint64(r.PromptTokens), uint64(r.Requests)); err != nil {
+				return nil, err
+			}
+			if output, err = query.TokenStatsOf(r.Sizes.Output, uint64(r.OutputTokens), uint64(r.Requests)); err != nil {
+				return nil, err
+			}
+		}
 		resp.Buckets = append(resp.Buckets, &meterv1.UsageBucket{
-			Start:              timestamppb.New(r.Start),
-			TenantId:           r.TenantID,
-			Model:              r.Model,
-			Deployment:         r.Deployment,
-			Requests:           r.Requests,
-			Errors:             r.Errors,
-			PromptTokens:       r.PromptTokens,
-			CachedPromptTokens: r.CachedPromptTokens,
-			OutputTokens:       r.OutputTokens,
+			Start:                  timestamppb.New(r.Start),
+			TenantId:               r.TenantID,
+			Model:                  r.Model,
+			Deployment:             r.Deployment,
+			Requests:               r.Requests,
+			Errors:                 r.Errors,
+			PromptTokens:           r.PromptTokens,
+			CachedPromptTokens:     r.CachedPromptTokens,
+			OutputTokens:           r.OutputTokens,
+			PromptTokensPerRequest: tokenStats(prompt),
+			OutputTokensPerRequest: tokenStats(output),
 		})
 	}
 	return resp, nil

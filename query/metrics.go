@@ -57,12 +57,32 @@ type distribution interface {
 }
 
 // histDist is a rollup histogram with its exact count and sum. Merged
-// into, it keeps the sum in a sketch.Merger until its stats are read.
+// into, it keeps the sum in a sketch.Merger until its stats are read. With
+// noSum (the distributions of rollup.HourDists keep no sum), the mean is
+// read from the histogram: each bucket's value is within α of every value
+// in it, so the mean of the values is within α too.
 type histDist struct {
 	count uint64
 	sum   float64
+	noSum bool
 	h     sketch.Histogram
 	acc   *sketch.Merger
+}
+
+// HourLatencyMetrics are the latency distributions of rollup.HourDists that
+// a latency answer gives beside rollup.LatencyMetrics, at hour and coarser
+// steps: prefill, decode and E2E per output-length class.
+var HourLatencyMetrics = []string{"prefill", "decode", "e2e_short", "e2e_medium", "e2e_long"}
+
+// histMean is the mean of the values of h read from its buckets' values.
+func histMean(h sketch.Histogram) float64 {
+	var sum float64
+	var n uint64
+	for i, k := range h.Keys {
+		sum += sketch.Value(k) * float64(h.Counts[i])
+		n += h.Counts[i]
+	}
+	return Ratio(sum, float64(n))
 }
 
 // mergers recycles the Mergers of histDist (about 12 KB each; a query with
@@ -82,13 +102,18 @@ func (d *histDist) stats() (*LatencyStats, error) {
 	if err != nil {
 		return nil, err
 	}
-	return statsOf(d.count, d.sum, q), nil
+	sum := d.sum
+	if d.noSum {
+		sum = histMean(d.h) * float64(d.count)
+	}
+	return statsOf(d.count, sum, q), nil
 }
 
 func (d *histDist) merge(o distribution) {
 	x := o.(*histDist)
 	d.count += x.count
 	d.sum += x.sum
+	d.noSum = d.noSum || x.noSum
 	if d.acc == nil {
 		d.acc = mergers.Get().(*sketch.Merger)
 		d.acc.Add(d.h)
@@ -132,12 +157,20 @@ type latencyStep struct {
 func latencySeries(group map[string]string, rangeStart time.Time, steps []latencyStep, empty func() distribution) (LatencySeries, error) {
 	out := LatencySeries{Group: group, Summary: LatencyPoint{Start: rangeStart, Metrics: map[string]*LatencyStats{}}}
 	total := map[string]distribution{}
-	for _, m := range rollup.LatencyMetrics {
+	// The metrics every step has: HourLatencyMetrics only where no step
+	// comes from minute rows.
+	metrics := slices.Clone(rollup.LatencyMetrics)
+	for _, m := range HourLatencyMetrics {
+		if !slices.ContainsFunc(steps, func(st latencyStep) bool { return st.dists[m] == nil }) {
+			metrics = append(metrics, m)
+		}
+	}
+	for _, m := range metrics {
 		total[m] = empty()
 	}
 	for _, st := range steps {
 		p := LatencyPoint{Start: st.start, Metrics: map[string]*LatencyStats{}}
-		for _, m := range rollup.LatencyMetrics {
+		for _, m := range metrics {
 			stats, err := st.dists[m].stats()
 			if err != nil {
 				return LatencySeries{}, err
@@ -147,7 +180,7 @@ func latencySeries(group map[string]string, rangeStart time.Time, steps []latenc
 		}
 		out.Points = append(out.Points, p)
 	}
-	for _, m := range rollup.LatencyMetrics {
+	for _, m := range metrics {
 		stats, err := total[m].stats()
 		if err != nil {
 			return LatencySeries{}, err
@@ -177,6 +210,17 @@ func LatencySeriesOf(q RollupQuery, p Page, rows []RollupRow) (series []LatencyS
 				}
 				st.dists[m] = &histDist{count: d.Count, sum: d.Sum, h: h}
 			}
+			for _, m := range HourLatencyMetrics {
+				d, ok := r.HourDists[m]
+				if !ok {
+					continue // a minute row
+				}
+				h, err := sketch.FromArrays(d.Keys, d.Counts)
+				if err != nil {
+					return nil, "", fmt.Errorf("histogram %s: %w", m, err)
+				}
+				st.dists[m] = &histDist{count: h.Count(), noSum: true, h: h}
+			}
 			steps = append(steps, st)
 		}
 		s, err := latencySeries(byKey[k][0].Group, q.Start, steps, func() distribution { return &histDist{} })
@@ -197,7 +241,7 @@ func ExactLatencySeriesOf(q RollupQuery, p Page, rows []RawLatencyRow) (series [
 		var steps []latencyStep
 		for _, r := range byKey[k] {
 			st := latencyStep{start: r.Start, dists: map[string]distribution{}}
-			for _, m := range rollup.LatencyMetrics {
+			for _, m := range slices.Concat(rollup.LatencyMetrics, HourLatencyMetrics) {
 				st.dists[m] = &exactDist{values: r.Values[m]}
 			}
 			steps = append(steps, st)
@@ -278,6 +322,8 @@ type TrafficPoint struct {
 	PeakOutputTokensPerSecond float64
 	ErrorRate                 float64
 	ErrorsByClass             map[string]uint64 // classes with errors only
+	// Tokens per request (nil where the rollups keep no token sizes).
+	PromptTokensPerRequest, OutputTokensPerRequest *TokenStats
 }
 
 // TrafficSeries is one group's traffic per step, and over the range.
@@ -289,14 +335,14 @@ type TrafficSeries struct {
 
 // trafficPoint is r as rates over seconds; its peaks are per second of its
 // busiest minute.
-func trafficPoint(r TrafficRow, seconds float64) TrafficPoint {
+func trafficPoint(r TrafficRow, seconds float64) (TrafficPoint, error) {
 	byClass := map[string]uint64{}
 	for c, n := range r.ErrorsBy {
 		if n > 0 {
 			byClass[c] = n
 		}
 	}
-	return TrafficPoint{
+	p := TrafficPoint{
 		Start: r.Start, Requests: r.Requests,
 		RequestsPerSecond:         Ratio(float64(r.Requests), seconds),
 		PeakRequestsPerSecond:     float64(r.PeakMinuteRequests) / 60,
@@ -306,21 +352,40 @@ func trafficPoint(r TrafficRow, seconds float64) TrafficPoint {
 		ErrorRate:                 Ratio(float64(r.Errors), float64(r.Requests)),
 		ErrorsByClass:             byClass,
 	}
+	if r.Sizes != nil {
+		var err error
+		if p.PromptTokensPerRequest, err = TokenStatsOf(r.Sizes.Prompt, r.PromptTokens, r.Requests); err != nil {
+			return TrafficPoint{}, err
+		}
+		if p.OutputTokensPerRequest, err = TokenStatsOf(r.Sizes.Output, r.OutputTokens, r.Requests); err != nil {
+			return TrafficPoint{}, err
+		}
+	}
+	return p, nil
 }
 
 // TrafficSeriesOf builds the page p of traffic series of the normalized
 // query q from its traffic rows (Service.Traffic).
-func TrafficSeriesOf(q RollupQuery, p Page, rows []TrafficRow) (series []TrafficSeries, next string) {
+func TrafficSeriesOf(q RollupQuery, p Page, rows []TrafficRow) (series []TrafficSeries, next string, err error) {
 	keys, byKey, next := Paginate(p, rows, func(r TrafficRow) map[string]string { return r.Group })
 	for _, k := range keys {
 		out := TrafficSeries{Group: byKey[k][0].Group}
 		total := TrafficRow{Start: q.Start}
+		if !slices.ContainsFunc(byKey[k], func(r TrafficRow) bool { return r.Sizes == nil }) {
+			total.Sizes = &TokenSizes{} // every step has them
+		}
 		for _, r := range byKey[k] {
-			out.Points = append(out.Points, trafficPoint(r, StepSecondsAt(q, r.Start)))
+			pt, err := trafficPoint(r, StepSecondsAt(q, r.Start))
+			if err != nil {
+				return nil, "", err
+			}
+			out.Points = append(out.Points, pt)
 			total.Add(r)
 		}
-		out.Summary = trafficPoint(total, q.End.Sub(q.Start).Seconds())
+		if out.Summary, err = trafficPoint(total, q.End.Sub(q.Start).Seconds()); err != nil {
+			return nil, "", err
+		}
 		series = append(series, out)
 	}
-	return series, next
+	return series, next, nil
 }

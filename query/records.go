@@ -36,6 +36,9 @@ type UsageRow struct {
 	PromptTokens       int64
 	CachedPromptTokens int64
 	OutputTokens       int64
+	// Sizes are the tokens per request, from the hour-level rollups (nil
+	// where they are not kept: Service.tokenSizes).
+	Sizes *TokenSizes
 }
 
 // RollupQuery selects rollup rows merged per (step, group).
@@ -69,14 +72,20 @@ const (
 	AllColumns RollupColumns = iota
 	// CounterColumns reads requests, errors, tokens and goodput: no latency.
 	CounterColumns
-	// LatencyColumns reads the latency distributions only.
+	// LatencyColumns reads the latency distributions only (with, at the
+	// hour levels, rollup.HourDists).
 	LatencyColumns
+	// SizeColumns reads rollup.HourDists only (hour levels; nothing at
+	// the minute level): the token sizes for usage and traffic.
+	SizeColumns
 )
 
-// Reads reports whether the query reads the counters and the latency
-// columns.
-func (q RollupQuery) Reads() (counters, latency bool) {
-	return q.Columns != LatencyColumns, q.Columns != CounterColumns
+// Reads reports whether the query reads the counters, the latency columns
+// and, at the hour levels, the histograms of rollup.HourDists.
+func (q RollupQuery) Reads() (counters, latency, hourDists bool) {
+	return q.Columns == AllColumns || q.Columns == CounterColumns,
+		q.Columns == AllColumns || q.Columns == LatencyColumns,
+		q.Columns != CounterColumns
 }
 
 // Dist is one latency distribution: count, sum and sparse histogram.
@@ -98,6 +107,10 @@ type RollupRow struct {
 	CachedTokens uint64
 	OutputTokens uint64
 	Latency      map[string]Dist // per rollup.LatencyMetrics entry
+	// HourDists holds the distributions of rollup.HourDists, read at the
+	// hour levels only (empty at the minute level): histograms, with Count
+	// their sum of counts and no Sum.
+	HourDists map[string]Dist
 	// Goodput, counted with SLO versions MinSLO..MaxSLO (equal unless a
 	// recomputation after an SLO change is still under way).
 	GoodRequests     uint64
@@ -119,6 +132,9 @@ type TrafficRow struct {
 	// come from different minutes).
 	PeakMinuteRequests     uint64
 	PeakMinuteOutputTokens uint64
+	// Sizes are the tokens per request, from the hour-level rollups (nil
+	// where they are not kept: Service.tokenSizes).
+	Sizes *TokenSizes
 }
 
 // Add merges o, another step of the same series, into r: the counters add
@@ -137,6 +153,9 @@ func (r *TrafficRow) Add(o TrafficRow) {
 	r.OutputTokens += o.OutputTokens
 	r.PeakMinuteRequests = max(r.PeakMinuteRequests, o.PeakMinuteRequests)
 	r.PeakMinuteOutputTokens = max(r.PeakMinuteOutputTokens, o.PeakMinuteOutputTokens)
+	if r.Sizes != nil && o.Sizes != nil {
+		r.Sizes.merge(o.Sizes)
+	}
 }
 
 // RawLatencyRow holds the exact latency values of one group in one step,

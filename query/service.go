@@ -137,6 +137,27 @@ func (s *Service) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 	if err != nil {
 		return nil, err
 	}
+	rows, err := s.usage(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	sizes, err := s.tokenSizes(ctx, RollupQuery{TenantID: q.TenantID, Start: q.Start, End: q.End, Step: q.Granularity, GroupBy: q.GroupBy})
+	if err != nil || sizes == nil {
+		return rows, err
+	}
+	group := make(map[string]string, len(q.GroupBy))
+	for i, r := range rows {
+		for _, f := range q.GroupBy {
+			group[f] = map[string]string{"tenant_id": r.TenantID, "model": r.Model, "deployment": r.Deployment}[f]
+		}
+		rows[i].Sizes = sizes[sizeKey(r.Start, group)]
+	}
+	return rows, nil
+}
+
+// usage answers the normalized usage query q (see Usage), without the
+// token sizes.
+func (s *Service) usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 	if q.Start.Truncate(time.Minute).Equal(q.Start) && q.End.Truncate(time.Minute).Equal(q.End) {
 		wm, ok, err := s.src.Watermark(ctx, rollup.JobName)
 		if err != nil {
@@ -341,6 +362,7 @@ func cloneRollupRow(r *RollupRow) RollupRow {
 	c.Group = cloneMap(r.Group)
 	c.ErrorsBy = cloneMap(r.ErrorsBy)
 	c.Latency = cloneMap(r.Latency)
+	c.HourDists = cloneMap(r.HourDists)
 	return c
 }
 
@@ -375,6 +397,19 @@ func (r *RollupRow) add(o *RollupRow) error {
 		}
 		h.Merge(oh)
 		r.Latency[m] = Dist{Count: d.Count + od.Count, Sum: d.Sum + od.Sum, Keys: h.Keys, Counts: h.Counts}
+	}
+	for m, od := range o.HourDists {
+		d := r.HourDists[m]
+		h, err := sketch.FromArrays(d.Keys, d.Counts)
+		if err != nil {
+			return fmt.Errorf("rollup histogram of %s: %w", m, err)
+		}
+		oh, err := sketch.FromArrays(od.Keys, od.Counts)
+		if err != nil {
+			return fmt.Errorf("rollup histogram of %s: %w", m, err)
+		}
+		h.Merge(oh)
+		r.HourDists[m] = Dist{Count: d.Count + od.Count, Keys: h.Keys, Counts: h.Counts}
 	}
 	r.GoodRequests += o.GoodRequests
 	r.GoodOutputTokens += o.GoodOutputTokens
@@ -459,6 +494,13 @@ func (s *Service) Traffic(ctx context.Context, q RollupQuery) ([]TrafficRow, err
 	}
 	if q.Limit == 0 && len(out) > s.cfg.MaxSeriesRows {
 		return nil, tooManySeries(s.cfg.MaxSeriesRows)
+	}
+	sizes, err := s.tokenSizes(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Sizes = sizes[sizeKey(out[i].Start, out[i].Group)]
 	}
 	if len(old) == 0 {
 		return out, nil

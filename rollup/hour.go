@@ -183,6 +183,9 @@ type hourRollup struct {
 	row        RollupRecord
 	minuteHist [4]sketch.Merger
 	groupHist  [4]sketch.Merger
+	// The HourDists of the group being counted (kept per group, not per
+	// minute).
+	hourHist [NumHourDists]sketch.Merger
 	// The finished minute rows of the tenant being counted, put in the
 	// table's key order (bucket, then group) when it is done; they go out
 	// in blocks of RollupBlockRows.
@@ -237,7 +240,7 @@ type Roller struct {
 	events []HourEvent // the kept memory, empty
 }
 
-// keptEvents bounds the capacity a Roller keeps (80 bytes an event).
+// keptEvents bounds the capacity a Roller keeps (88 bytes an event).
 const keptEvents = 2_000_000
 
 // takeSlab returns the kept memory for events (nil if none), emptied.
@@ -363,13 +366,37 @@ func (h *hourRollup) add(e *HourEvent) error {
 		h.minute = minute
 		h.row = RollupRecord{Bucket: h.hour.Add(time.Duration(minute) * time.Minute), Dims: g.acc.Dims}
 	}
+	tTTFT := g.ttft
+	if e.TTFTEstimated {
+		// E2E taken as TTFT: not a TTFT (ARCHITECTURE "Estimated TTFT").
+		e.Latency[0], tTTFT = math.NaN(), -1
+	}
 	for m, v := range e.Latency {
 		if !math.IsNaN(v) {
 			h.minuteHist[m].AddKey(sketch.Key(v), 1)
 		}
 	}
-	addEvent(&h.row, e, goodRequest(e.OK(), e.Latency[0], e.Latency[1], e.Latency[2], g.ttft, g.itl, g.e2e))
+	h.addHourDists(e)
+	addEvent(&h.row, e, goodRequest(e.OK(), e.Latency[0], e.Latency[1], e.Latency[2], tTTFT, g.itl, g.e2e))
 	return nil
+}
+
+// addHourDists counts e in the HourDists of its group: prefill, decode
+// (E2E − TTFT, with both), prompt and output tokens, and E2E in its
+// output-length class.
+func (h *hourRollup) addHourDists(e *HourEvent) {
+	if !math.IsNaN(e.Prefill) {
+		h.hourHist[DistPrefill].AddKey(sketch.Key(e.Prefill), 1)
+	}
+	ttft, e2e := e.Latency[0], e.Latency[2]
+	if !math.IsNaN(ttft) && !math.IsNaN(e2e) {
+		h.hourHist[DistDecode].AddKey(sketch.Key(max(e2e-ttft, 0)), 1)
+	}
+	h.hourHist[DistPromptSize].AddKey(sketch.Key(float64(e.Prompt)), 1)
+	h.hourHist[DistOutputSize].AddKey(sketch.Key(float64(e.Output)), 1)
+	if !math.IsNaN(e2e) {
+		h.hourHist[OutputClass(e.Output)].AddKey(sketch.Key(e2e), 1)
+	}
 }
 
 // byMinute returns the positions 0…n-1 ordered by minute(i), which must lie
@@ -442,6 +469,10 @@ func (h *hourRollup) endGroup() {
 		gh := h.groupHist[m].Take()
 		g.acc.Keys[m], g.acc.Counts[m] = gh.Keys, gh.Counts
 	}
+	for d := range g.acc.HourKeys {
+		gh := h.hourHist[d].Take()
+		g.acc.HourKeys[d], g.acc.HourCounts[d] = gh.Keys, gh.Counts
+	}
 	addTotals(g.tenant, &g.acc)
 	addTotals(&h.total, &g.acc)
 	g.done = true
@@ -500,6 +531,20 @@ func (h *hourRollup) levels() map[string][]RollupRecord {
 		total := merge.Take()
 		h.total.Keys[m], h.total.Counts[m] = total.Keys, total.Counts
 	}
+	for d := range NumHourDists {
+		for _, t := range tenants {
+			for _, g := range byTenant[t] {
+				merge.Add(sketch.Histogram{Keys: g.acc.HourKeys[d], Counts: g.acc.HourCounts[d]})
+			}
+			th := merge.Take()
+			h.tenants[t].HourKeys[d], h.tenants[t].HourCounts[d] = th.Keys, th.Counts
+		}
+		for _, t := range tenants {
+			merge.Add(sketch.Histogram{Keys: h.tenants[t].HourKeys[d], Counts: h.tenants[t].HourCounts[d]})
+		}
+		total := merge.Take()
+		h.total.HourKeys[d], h.total.HourCounts[d] = total.Keys, total.Counts
+	}
 	for _, t := range tenants {
 		if h.tenants[t].Requests > 0 {
 			setPeaks(h.tenants[t])
@@ -548,6 +593,13 @@ func (h *hourRollup) deploymentLevel(merge *sketch.Merger) []RollupRecord {
 			}
 			d := merge.Take()
 			r.Keys[m], r.Counts[m] = d.Keys, d.Counts
+		}
+		for d := range NumHourDists {
+			for _, g := range groups[k] {
+				merge.Add(sketch.Histogram{Keys: g.acc.HourKeys[d], Counts: g.acc.HourCounts[d]})
+			}
+			dh := merge.Take()
+			r.HourKeys[d], r.HourCounts[d] = dh.Keys, dh.Counts
 		}
 		setPeaks(&r)
 		out = append(out, r)

@@ -23,9 +23,14 @@ type HourEvent struct {
 	Group       uint64 // HourGroup.Hash of its group
 	// Status is 1 for ok, 2 + its index in StatusClasses, or 0 for another
 	// error.
-	Status                 uint8
+	Status uint8
+	// TTFTEstimated marks a TTFT taken from E2E (the label
+	// ttft_source=e2e, OTLP's --otlp-ttft-from-e2e): it is left out of
+	// the TTFT distribution, decode and goodput's TTFT check.
+	TTFTEstimated          bool
 	Prompt, Cached, Output uint64
 	Latency                [4]float64 // LatencyMetrics order; NaN: missing
+	Prefill                float64    // ms; NaN: missing
 }
 
 // OK reports whether the request succeeded.
@@ -46,6 +51,10 @@ type RollupRecord struct {
 	Counts     [4][]uint64
 	Good       uint64
 	GoodOutput uint64
+	// Hour rows only (ignored in minute rows): the histograms of HourDists,
+	// by position.
+	HourKeys   [NumHourDists][]int16
+	HourCounts [NumHourDists][]uint64
 	// Hour rows only (ignored in minute rows): the requests and output
 	// tokens of each minute of the hour (MinutesPerHour values, minute 0
 	// first; nil: none), and the largest of each, the row's busiest

@@ -11,5 +11,46 @@ var StatusClasses = []string{"context_length", "rate_limited", "oom", "cuda", "t
 // (<metric>_count, _sum, _keys, _counts).
 var LatencyMetrics = []string{"ttft", "itl", "e2e", "queue"}
 
+// HourDists are the distributions kept per hour-level rollup row only (not
+// per minute row), in column order (<dist>_keys, _counts: histograms only;
+// a distribution's count is the sum of its counts): prefill and decode
+// latency (ms), prompt and output tokens per request, and E2E latency per
+// output-length class (OutputClass). A minute row would hold about 5
+// events, whose histograms cost more per event than an hour row's 17; see
+// docs/architecture.md "Latency breakdown and token sizes".
+var HourDists = []string{"prefill", "decode", "prompt_size", "output_size", "e2e_short", "e2e_medium", "e2e_long"}
+
+// The positions of HourDists.
+const (
+	DistPrefill = iota
+	DistDecode
+	DistPromptSize
+	DistOutputSize
+	DistE2EShort
+	DistE2EMedium
+	DistE2ELong
+	NumHourDists
+)
+
+// The output-length classes of E2E latency: a request with fewer than
+// MediumOutputTokens output tokens is short (failed ones without output
+// too), one with LongOutputTokens or more is long, any other medium.
+const (
+	MediumOutputTokens = 256
+	LongOutputTokens   = 1024
+)
+
+// OutputClass returns the HourDists position of the E2E distribution of a
+// request with output output tokens.
+func OutputClass(output uint64) int {
+	switch {
+	case output < MediumOutputTokens:
+		return DistE2EShort
+	case output < LongOutputTokens:
+		return DistE2EMedium
+	}
+	return DistE2ELong
+}
+
 // RollupGroupFields are the dimensions rollup queries can group by.
 var RollupGroupFields = []string{"tenant_id", "model", "model_version", "deployment", "gpu_type", "slo_class"}

@@ -28,7 +28,8 @@ func rollupSQL(r query.RollupRead) (string, []any) {
 		}
 		return f + "(" + col + ")"
 	}
-	counters, latency := q.Reads()
+	counters, latency, hourDists := q.Reads()
+	hourDists = hourDists && r.Level != query.LevelMinute
 	if counters {
 		sel = append(sel, agg("sum", "requests"), agg("sum", "errors"))
 		for _, c := range errClasses {
@@ -52,10 +53,23 @@ func rollupSQL(r query.RollupRead) (string, []any) {
 	if counters {
 		sel = append(sel, agg("sum", "good_requests"), agg("sum", "good_output_tokens"), agg("min", "slo_version"), agg("max", "slo_version"))
 	}
+	if hourDists {
+		for _, d := range hourDistColumns {
+			if r.Merge {
+				sel = append(sel, fmt.Sprintf("toString((%s AS %s_h).1)", histogramMergeSQL(d+"_keys", d+"_counts"), d), "toString("+d+"_h.2)")
+			} else {
+				sel = append(sel, "toString("+d+"_keys)", "toString("+d+"_counts)")
+			}
+		}
+	}
 	where, whereArgs := scope("bucket", q.Start, q.End, q.TenantID)
 	from, fromArgs := newestRows(levelTables[r.Level], "bucket", where, whereArgs, "")
 	if len(r.Days) > 0 {
-		from, fromArgs = withDays(rollupColumnList, r.Days, where, whereArgs)
+		cols := rollupColumnList
+		if hourDists {
+			cols += ", " + strings.Join(hourHistColumns(), ", ")
+		}
+		from, fromArgs = withDays(cols, r.Days, where, whereArgs)
 	}
 	args = append(args, fromArgs...)
 	stmt := fmt.Sprintf("SELECT %s\nFROM %s", strings.Join(sel, ", "), from)
@@ -75,13 +89,16 @@ func rollupSQL(r query.RollupRead) (string, []any) {
 func (s *Store) RollupRows(ctx context.Context, r query.RollupRead, row func(*query.RollupRow) error) error {
 	q := r.Query
 	stmt, args := rollupSQL(r)
-	counters, latency := q.Reads()
+	counters, latency, hourDists := q.Reads()
+	hourDists = hourDists && r.Level != query.LevelMinute
 	var (
-		out          query.RollupRow
-		errsBy       = make([]uint64, len(errClasses))
-		dists        = make([]query.Dist, len(distColumns))
-		keys, counts [4]string
-		k            = newStepKey(len(q.GroupBy))
+		out                  query.RollupRow
+		errsBy               = make([]uint64, len(errClasses))
+		dists                = make([]query.Dist, len(distColumns))
+		keys, counts         [4]string
+		hdists               = make([]query.Dist, len(hourDistColumns))
+		hourKeys, hourCounts = make([]string, len(hourDistColumns)), make([]string, len(hourDistColumns))
+		k                    = newStepKey(len(q.GroupBy))
 	)
 	dest := k.dest()
 	if counters {
@@ -99,7 +116,13 @@ func (s *Store) RollupRows(ctx context.Context, r query.RollupRead, row func(*qu
 	if counters {
 		dest = append(dest, &out.GoodRequests, &out.GoodOutputTokens, &out.MinSLO, &out.MaxSLO)
 	}
+	if hourDists {
+		for i := range hdists {
+			dest = append(dest, &hourKeys[i], &hourCounts[i])
+		}
+	}
 	out.Group = make(map[string]string, len(q.GroupBy))
+	out.HourDists = make(map[string]query.Dist, len(hourDistColumns))
 	out.ErrorsBy = make(map[string]uint64, len(errClasses))
 	out.Latency = make(map[string]query.Dist, len(distColumns))
 	return s.each(ctx, "rollups", stmt, args, dest, func() error {
@@ -112,6 +135,22 @@ func (s *Store) RollupRows(ctx context.Context, r query.RollupRead, row func(*qu
 				if err != nil {
 					return fmt.Errorf("scan rollups: histogram of %s: %w", distColumns[i], err)
 				}
+			}
+		}
+		if hourDists {
+			for i, d := range hourDistColumns {
+				var err error
+				if hdists[i].Keys, err = parseArray[int16](hourKeys[i], 16); err == nil {
+					hdists[i].Counts, err = parseArray[uint64](hourCounts[i], 64)
+				}
+				if err != nil {
+					return fmt.Errorf("scan rollups: histogram of %s: %w", d, err)
+				}
+				hdists[i].Count = 0
+				for _, c := range hdists[i].Counts {
+					hdists[i].Count += c
+				}
+				out.HourDists[d] = hdists[i]
 			}
 		}
 		out.Start = k.start(q.StepSeconds(), q.Start)

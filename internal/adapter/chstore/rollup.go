@@ -33,13 +33,24 @@ var peakColumns = []string{"peak_minute_requests", "peak_minute_output_tokens"}
 // row (migration 0009).
 var minuteColumns = []string{"minute_requests", "minute_output_tokens"}
 
+// hourHistColumns are the histogram columns of hourDistColumns, keys then
+// counts of each.
+func hourHistColumns() []string {
+	var cols []string
+	for _, d := range hourDistColumns {
+		cols = append(cols, d+"_keys", d+"_counts")
+	}
+	return cols
+}
+
 // columnsOf is the column list of table's rows as written: the hour tables
-// add the peak and per-minute columns to every rollup table's columns.
+// add the peak, per-minute and hour histogram columns to every rollup
+// table's columns.
 func columnsOf(table string) []string {
 	if table == "rollup_minute_recent" {
 		return rollupColumns()
 	}
-	return slices.Concat(rollupColumns(), peakColumns, minuteColumns)
+	return slices.Concat(rollupColumns(), peakColumns, minuteColumns, hourHistColumns())
 }
 
 // ServerNow is ClickHouse's clock, which stamps dirty_hours.

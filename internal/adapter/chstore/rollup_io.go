@@ -34,13 +34,15 @@ GROUP BY h`
 // newest ingested copy (duplicates share completed_at, hence the hour).
 // The status (1 for ok, 2 + its index in errClasses, 0 for another) and the
 // latencies are read as rollup.HourEvent holds them; validation keeps NaN
-// out of the table, so NaN marks a missing latency. Only numbers
+// out of the table, so NaN marks a missing latency; an ITL derived from an
+// estimated TTFT (ttft_estimated, migration 0023: E2E taken as TTFT makes
+// it 0) is missing too, a measured one is kept. Only numbers
 // go through FINAL's merge: 18.16 copies every column it reads through it
 // row by row, so hashing the six strings here cost four times the read.
 var hourEventsSQL = `SELECT toUInt32(completed_at), group_hash,
-  toUInt8(indexOf(['ok', '` + strings.Join(errClasses, "', '") + `'], status)),
+  toUInt8(indexOf(['ok', '` + strings.Join(errClasses, "', '") + `'], status)), ttft_estimated,
   prompt_tokens, cached_prompt_tokens, output_tokens,
-  ifNull(ttft_ms, nan), ifNull(itl_ms, nan), ifNull(e2e_ms, nan), ifNull(queue_ms, nan)
+  ifNull(ttft_ms, nan), if(ttft_estimated AND NOT itl_measured, nan, ifNull(itl_ms, nan)), ifNull(e2e_ms, nan), ifNull(queue_ms, nan), ifNull(prefill_ms, nan)
 FROM inference_events FINAL
 WHERE completed_at >= toDateTime(?) AND completed_at < toDateTime(?)`
 
@@ -61,10 +63,11 @@ func (s *Store) ReadHour(ctx context.Context, hour time.Time, group func(rollup.
 	}
 	defer rows.Close()
 	var e rollup.HourEvent
-	dest := []any{&e.CompletedAt, &e.Group, &e.Status, &e.Prompt, &e.Cached, &e.Output}
+	dest := []any{&e.CompletedAt, &e.Group, &e.Status, &e.TTFTEstimated, &e.Prompt, &e.Cached, &e.Output}
 	for i := range e.Latency {
 		dest = append(dest, &e.Latency[i])
 	}
+	dest = append(dest, &e.Prefill)
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
 			return fmt.Errorf("scan events of %s: %w", hour.Format(time.RFC3339), err)
@@ -140,10 +143,12 @@ type rollupBlock struct {
 	good, goodOut, ver     []uint64
 	peakReq, peakOut       []uint64
 	minReq, minOut         [][]uint64
+	hourKeys               [rollup.NumHourDists][][]int16
+	hourCounts             [rollup.NumHourDists][][]uint64
 }
 
 // fill lays rows out as the columns of rollupColumns, followed, with
-// hourCols, by those of peakColumns and minuteColumns.
+// hourCols, by those of peakColumns, minuteColumns and hourHistColumns.
 func (b *rollupBlock) fill(rows []rollup.RollupRecord, sloVersion uint32, version uint64, hourCols bool) []any {
 	n := len(rows)
 	b.bucket = reuse(b.bucket, n)
@@ -184,6 +189,12 @@ func (b *rollupBlock) fill(rows []rollup.RollupRecord, sloVersion uint32, versio
 			b.peakReq, b.peakOut = append(b.peakReq, r.PeakRequests), append(b.peakOut, r.PeakOutput)
 			b.minReq, b.minOut = append(b.minReq, r.MinuteRequests), append(b.minOut, r.MinuteOutput)
 		}
+		for d := range b.hourKeys {
+			b.hourKeys[d], b.hourCounts[d] = reuse(b.hourKeys[d], n), reuse(b.hourCounts[d], n)
+			for i := range rows {
+				b.hourKeys[d], b.hourCounts[d] = append(b.hourKeys[d], rows[i].HourKeys[d]), append(b.hourCounts[d], rows[i].HourCounts[d])
+			}
+		}
 	}
 	cols := []any{b.bucket}
 	for _, d := range b.dims {
@@ -200,6 +211,9 @@ func (b *rollupBlock) fill(rows []rollup.RollupRecord, sloVersion uint32, versio
 	cols = append(cols, b.slo, b.good, b.goodOut, b.ver)
 	if hourCols {
 		cols = append(cols, b.peakReq, b.peakOut, b.minReq, b.minOut)
+		for d := range b.hourKeys {
+			cols = append(cols, b.hourKeys[d], b.hourCounts[d])
+		}
 	}
 	return cols
 }

@@ -16,6 +16,9 @@ var (
 	// distColumns are the <metric>_count, _sum, _keys, _counts columns
 	// (RollupRecord.Count, Sum, Keys, Counts).
 	distColumns = []string{"ttft", "itl", "e2e", "queue"}
+	// hourDistColumns are the <dist>_keys, _counts columns of the hour
+	// levels only (migration 0023; RollupRecord.HourKeys, HourCounts).
+	hourDistColumns = []string{"prefill", "decode", "prompt_size", "output_size", "e2e_short", "e2e_medium", "e2e_long"}
 )
 
 // cost_hour's allocation columns (migration 0004): busy_<busy> is a line's

@@ -18,6 +18,7 @@ func TestSchemaMatchesRollup(t *testing.T) {
 		{"dimensions", dimColumns, rollup.RollupGroupFields},
 		{"error classes", errClasses, rollup.StatusClasses},
 		{"distributions", distColumns, rollup.LatencyMetrics},
+		{"hour distributions", hourDistColumns, rollup.HourDists},
 	} {
 		if !slices.Equal(c.got, c.want) {
 			t.Errorf("%s: columns %v, rollup has %v", c.name, c.got, c.want)
