@@ -368,7 +368,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	c.BillingEvents.register(fs)
 	fs.BoolVar(&c.TenantCost, "tenant-cost", false, "api role: show tenant keys the provider's cost of serving them (the allocated GPU cost in /v1/cost, the finance parts of their statements and exports); off, a tenant key sees its usage and charges only")
 	fs.BoolVar(&c.UsageMetrics, "usage-metrics", false, "api role: serve business metrics for Prometheus (llm_requests_total, llm_tokens_*_total, llm_latency, ... per tenant and model) on --http-addr at /metrics/usage, to finance and admin keys")
-	fs.IntVar(&c.UsageMetricsMaxSeries, "usage-metrics-max-series", usagemetrics.DefaultMaxSeries, "most (tenant, model) pairs /metrics/usage exposes, tenant=\"__other__\" included; the smallest others are summed into it")
+	fs.IntVar(&c.UsageMetricsMaxSeries, "usage-metrics-max-series", usagemetrics.DefaultMaxSeries, "most (tenant, model) pairs, and (deployment, model) pairs and GPU deployments, /metrics/usage exposes each, \"__other__\" included; the smallest others are summed into it")
 	fs.DurationVar(&c.UsageMetricsInterval, "usage-metrics-interval", usagemetrics.DefaultInterval, "/metrics/usage reads the rollups at most this often and serves a cache in between")
 	fs.StringVar(&c.OTLP.GRPCAddr, "otlp-grpc-addr", "", "OTLP/gRPC trace receiver listen address (api role; GenAI spans become events); empty: off")
 	fs.StringVar(&c.OTLP.HTTPAddr, "otlp-http-addr", "", "OTLP/HTTP trace receiver listen address, POST /v1/traces (api role); empty: off")
