@@ -1,8 +1,9 @@
 // Package engine owns the scraping of inference engines' own saturation
-// signals: it reads vLLM, SGLang and TGI Prometheus endpoints (Parse maps
-// each engine's metric names, both generations of vLLM's, to one Reading),
-// turns each reading into an EngineSample (gauges as read, counters as
-// deltas since the replica's previous scrape, resets handled; Scraper), and
+// signals: it reads vLLM, SGLang, TGI, NVIDIA NIM for LLMs and NVIDIA
+// Dynamo Prometheus endpoints (Parse maps each engine's metric names, every
+// generation of vLLM's, to one Reading), turns each reading into an
+// EngineSample (gauges as read, counters as deltas since the replica's
+// previous scrape, resets handled, engine restarts counted; Scraper), and
 // the Agent that scrapes a list of targets every interval and publishes
 // the samples to the meter.engine.v1 topic with acks=all, buffering what
 // Kafka did not acknowledge.
