@@ -15,7 +15,9 @@ import (
 // replicas of each vLLM and SGLang deployment, cfg.Replicas of them; the
 // scraper does not read TensorRT-LLM), in time order: running requests
 // follow the diurnal load, the queue builds up and the KV cache fills near
-// the peak, with preemptions once it is full.
+// the peak, with preemptions once it is full. Each replica's engine
+// restarts about once in restartEvery (a replica's first sample knows of
+// no restart).
 // The samples are deterministic, so a replay is idempotent.
 func EngineSamples(cfg FleetConfig, emit func(*meterv1.EngineSample) error) error {
 	cfg, err := cfg.withDefaults("engine fleet")
@@ -25,7 +27,9 @@ func EngineSamples(cfg FleetConfig, emit func(*meterv1.EngineSample) error) erro
 	start := cfg.Start.UTC().Truncate(time.Second)
 	iv := cfg.Interval.Seconds()
 	tr := newTrend(start, cfg.Duration, cfg.WeeklyGrowth)
+	every := max(int64(restartEvery/cfg.Interval), 1)
 	for at := start.Add(cfg.Interval); !at.After(start.Add(cfg.Duration)); at = at.Add(cfg.Interval) {
+		n := int64(at.Sub(start) / cfg.Interval) // 1 at the first samples
 		load := dayCycle(at.UnixNano(), cfg.DiurnalAmplitude) * tr.at(at.UnixNano())
 		for mi, m := range cfg.Models {
 			if m.Engine != "vllm" && m.Engine != "sglang" {
@@ -59,6 +63,13 @@ func EngineSamples(cfg FleetConfig, emit func(*meterv1.EngineSample) error) erro
 				if s.Engine == "vllm" {
 					s.BatchTokens = proto.Float64(math.Round(64*busy) + 512*busy)
 				}
+				if n > 1 {
+					var restarted uint32
+					if (n+int64(97*mi+31*r))%every == 0 {
+						restarted = 1
+					}
+					s.Restarts = &restarted
+				}
 				if err := emit(s); err != nil {
 					return err
 				}
@@ -67,6 +78,9 @@ func EngineSamples(cfg FleetConfig, emit func(*meterv1.EngineSample) error) erro
 	}
 	return nil
 }
+
+// restartEvery is how often, about, a synthetic replica's engine restarts.
+const restartEvery = 30 * time.Hour
 
 // waiting is the mean queue depth of a replica of m this busy: it builds up
 // once the replica is more than 35% busy, or, for a deployment sized by
