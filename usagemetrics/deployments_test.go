@@ -143,10 +143,57 @@ func engineSample(id, dep, model, replica string, at time.Time, running, waiting
 // share of each deployment's newest hour, the latency histograms and SLO
 // counters those of the events by deployment, model and slo_class.
 func TestDeploymentView(t *testing.T) {
+	s, c, events := deploymentFixture(t)
+	reads := query.New(s, query.Config{})
+	url := serve(t, reads, usagemetrics.Config{}, prometheus.NewRegistry(), c)
+	all := scrape(t, url)
+	got := onlyDeployments(all)
+
+	// The rollup watermarks, as the store holds them.
+	for _, job := range []string{rollup.JobName, rollup.EngineJobName} {
+		wm, ok, err := reads.Watermark(t.Context(), job)
+		if err != nil || !ok {
+			t.Fatalf("watermark %s: %v %v", job, ok, err)
+		}
+		name := seriesName("llm_usage_metrics_rollup_watermark_timestamp_seconds", map[string]string{"rollup_job": job})
+		if g := all[name]; g != float64(wm.UnixMilli())/1000 {
+			t.Errorf("%s = %v, want %v", name, g, wm)
+		}
+	}
+
+	want := wantDeployments(events)
+	dm := func(name, dep, model string, v float64) {
+		want[seriesName(name, map[string]string{"deployment": dep, "model": model})] = v
+	}
+	// Time-weighted means over d1/m1's newest minute (equal intervals):
+	// running (4+6+8)/3, waiting (12+14+9)/3, KV (0.5+0.7+0.9)/3, hits
+	// (40+60+20)/(100+100+200).
+	dm("llm_batch_size", "d1", "m1", 6)
+	dm("llm_queue_depth", "d1", "m1", 35.0/3)
+	dm("llm_kv_cache_usage_ratio", "d1", "m1", 0.7)
+	dm("llm_kv_cache_hit_ratio", "d1", "m1", 0.3)
+	dm("llm_batch_size", "d3", "m3", 1)
+	dm("llm_queue_depth", "d3", "m3", 0)
+	dm("llm_kv_cache_usage_ratio", "d3", "m3", 0.25)
+	want["llm_usage_metrics_deployments{}"]++ // d3/m3
+	want[seriesName("gpu_utilization", map[string]string{"deployment": "d1"})] = (0.25 + 0.75 + 1) / 3
+	want[seriesName("gpu_utilization", map[string]string{"deployment": "d2"})] = 0.5
+	if diff := cmp.Diff(want, got, approx); diff != "" {
+		t.Errorf("deployment view (-want +got):\n%s", diff)
+	}
+}
+
+// deploymentFixture loads depEvents(90), engine samples and GPU samples
+// into a store and rolls them up: d1/m1's newest engine minute (within the
+// lookback) has two replicas and an older minute beside it; d2/m1's engine
+// samples are before the lookback or in the minute in progress; d3/m3 has
+// engine stats without traffic; the GPUs of d1 are sampled in the hour in
+// progress (and the hour before), those of d2 in the hour before only.
+func deploymentFixture(t *testing.T) (*chstore.Store, *clock, []*meterv1.InferenceEvent) {
+	t.Helper()
 	s := chstoretest.OpenMigrated(t)
 	events := depEvents(90)
 	chstoretest.Insert(t, s, events)
-
 	c := &clock{t: time.Now()}
 	minute := c.t.Truncate(time.Minute)
 	var engine chstore.EngineBatch
@@ -186,42 +233,77 @@ func TestDeploymentView(t *testing.T) {
 		t.Fatal(err)
 	}
 	rollUp(t, s)
+	return s, c, events
+}
 
-	reads := query.New(s, query.Config{})
-	url := serve(t, reads, usagemetrics.Config{}, prometheus.NewRegistry(), c)
-	all := scrape(t, url)
-	got := onlyDeployments(all)
-
-	// The rollup watermarks, as the store holds them.
-	for _, job := range []string{rollup.JobName, rollup.EngineJobName} {
-		wm, ok, err := reads.Watermark(t.Context(), job)
-		if err != nil || !ok {
-			t.Fatalf("watermark %s: %v %v", job, ok, err)
-		}
-		name := seriesName("llm_usage_metrics_rollup_watermark_timestamp_seconds", map[string]string{"rollup_job": job})
-		if g := all[name]; g != float64(wm.UnixMilli())/1000 {
-			t.Errorf("%s = %v, want %v", name, g, wm)
-		}
+// TestDeploymentCap: with a cap of 2, the largest (deployment, model) key
+// (d2/m1, given the most tokens) and the largest GPU deployment (d1: the most
+// GPU-seconds) keep their series; the others are folded into __other__
+// with nothing lost: the counters and histograms add up to every event's,
+// the engine gauges are the pooled time-weighted means of the folded keys'
+// newest minutes, gpu_utilization the pooled busy share. A new key larger
+// than any is folded too (the choice sticks) and nothing goes down.
+func TestDeploymentCap(t *testing.T) {
+	s, c, events := deploymentFixture(t)
+	more := depEvents(3)
+	for i, ev := range more {
+		ev.EventId, ev.Deployment, ev.Model, ev.PromptTokens = fmt.Sprint("more", i), "d2", "m1", proto.Int64(1_000_000)
 	}
+	chstoretest.Insert(t, s, more)
+	rollUp(t, s)
+	events = append(events, more...)
+	url := serve(t, query.New(s, query.Config{}), usagemetrics.Config{MaxSeries: 2, Interval: time.Minute}, prometheus.NewRegistry(), c)
+	got := onlyDeployments(scrape(t, url))
 
-	want := wantDeployments(events)
-	dm := func(name, dep, model string, v float64) {
-		want[seriesName(name, map[string]string{"deployment": dep, "model": model})] = v
+	// Every key but d2/m1 summed into __other__.
+	var folded []*meterv1.InferenceEvent
+	for _, ev := range events {
+		if ev.GetDeployment() != "d2" {
+			ev = proto.CloneOf(ev)
+			ev.Deployment, ev.Model = usagemetrics.Other, usagemetrics.Other
+		}
+		folded = append(folded, ev)
 	}
-	// Time-weighted means over d1/m1's newest minute (equal intervals):
-	// running (4+6+8)/3, waiting (12+14+9)/3, KV (0.5+0.7+0.9)/3, hits
-	// (40+60+20)/(100+100+200).
-	dm("llm_batch_size", "d1", "m1", 6)
-	dm("llm_queue_depth", "d1", "m1", 35.0/3)
-	dm("llm_kv_cache_usage_ratio", "d1", "m1", 0.7)
-	dm("llm_kv_cache_hit_ratio", "d1", "m1", 0.3)
-	dm("llm_batch_size", "d3", "m3", 1)
-	dm("llm_queue_depth", "d3", "m3", 0)
-	dm("llm_kv_cache_usage_ratio", "d3", "m3", 0.25)
-	want["llm_usage_metrics_deployments{}"]++ // d3/m3
+	want := wantDeployments(folded)
+	other := map[string]string{"deployment": usagemetrics.Other, "model": usagemetrics.Other}
+	// d1/m1's newest minute (running 4, 6, 8; waiting 12, 14, 9; KV 0.5,
+	// 0.7, 0.9; hits 120 of 400) and d3/m3's (1, 0, 0.25, no queries), 15 s each.
+	want[seriesName("llm_batch_size", other)] = (4 + 6 + 8 + 1) / 4.0
+	want[seriesName("llm_queue_depth", other)] = (12 + 14 + 9 + 0) / 4.0
+	want[seriesName("llm_kv_cache_usage_ratio", other)] = (0.5 + 0.7 + 0.9 + 0.25) / 4
+	want[seriesName("llm_kv_cache_hit_ratio", other)] = 0.3
+	want["llm_usage_metrics_folded_deployments{}"] = 3
+	want["llm_usage_metrics_deployments{}"] = 4
+	want["llm_usage_metrics_folded_gpu_deployments{}"] = 1
 	want[seriesName("gpu_utilization", map[string]string{"deployment": "d1"})] = (0.25 + 0.75 + 1) / 3
-	want[seriesName("gpu_utilization", map[string]string{"deployment": "d2"})] = 0.5
+	want[seriesName("gpu_utilization", map[string]string{"deployment": usagemetrics.Other})] = 0.5
 	if diff := cmp.Diff(want, got, approx); diff != "" {
-		t.Errorf("deployment view (-want +got):\n%s", diff)
+		t.Errorf("capped deployment view (-want +got):\n%s", diff)
+	}
+
+	// A new key with more tokens than any: folded, the exposed one stays.
+	big := depEvents(3)
+	for i, ev := range big {
+		ev.EventId, ev.Deployment, ev.Model = fmt.Sprint("big", i), "d9", "m9"
+		ev.PromptTokens = proto.Int64(10_000_000)
+	}
+	chstoretest.Insert(t, s, big)
+	rollUp(t, s)
+	c.add(time.Minute)
+	again := onlyDeployments(scrape(t, url))
+	if g := again[seriesName("llm_slo_requests_total", map[string]string{"deployment": "d2", "model": "m1", "slo_class": "interactive"})]; g == 0 {
+		t.Errorf("d2/m1 lost its series after a larger key came")
+	}
+	for k, v := range again {
+		if strings.Contains(k, `"d9"`) {
+			t.Errorf("the new key has its own series: %s = %v", k, v)
+		}
+	}
+	for k, v := range got {
+		if strings.HasSuffix(strings.SplitN(k, "{", 2)[0], "_total") || strings.Contains(k, "_count{") || strings.Contains(k, "_bucket{") {
+			if again[k] < v {
+				t.Errorf("%s went from %v to %v", k, v, again[k])
+			}
+		}
 	}
 }
