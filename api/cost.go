@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"time"
 	"tokenmeter/query"
 
@@ -100,7 +101,17 @@ func costPoint(cur string, p query.CostPoint) *meterv1.CostPoint {
 		UnattributedOutputTokens:   p.UnattributedOutput,
 		ListCharge:                 money(cur, p.ListCharge),
 		ListUnpricedRequests:       p.ListUnpricedRequests,
+		CostPerRequest:             per1k(p.CostPerRequest),
+		GpuSeconds:                 gpuSeconds(p.GPUMs),
+		GpuHours:                   float64(p.GPUMs) / 3.6e6,
+		BusyGpuHours:               float64(p.GPUBusyMs) / 3.6e6,
+		IdleGpuHours:               float64(p.GPUIdleMs) / 3.6e6,
 	}
+}
+
+// gpuSeconds writes GPU-milliseconds as exact seconds with three decimals.
+func gpuSeconds(ms uint64) string {
+	return fmt.Sprintf("%d.%03d", ms/1000, ms%1000)
 }
 
 func gpuUsagePoint(cur string, a query.GPUUsagePoint) *meterv1.GpuUsagePoint {

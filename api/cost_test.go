@@ -198,6 +198,7 @@ func TestCostEndpoints(t *testing.T) {
 		want.CostPer_1KOutputTokens, want.CostPer_1KTokens, want.CostPer_1KGoodOutputTokens = "", "", ""
 		want.BusyCostPer_1KOutputTokens, want.BusyCostPer_1KTokens = "", ""
 		want.UnattributedRequests, want.UnattributedInputTokens, want.UnattributedOutputTokens = 0, 0, 0
+		want.CostPerRequest, want.GpuSeconds, want.GpuHours, want.BusyGpuHours, want.IdleGpuHours = "", "", 0, 0, 0
 		if got := own.GetSeries()[0].GetSummary(); !proto.Equal(got, want) {
 			t.Errorf("acme's own line %v, want finance's without the provider's cost: %v", got, want)
 		}

@@ -25,4 +25,6 @@ func hidePointCost(p *meterv1.CostPoint) {
 	p.CostPer_1KOutputTokens, p.CostPer_1KTokens, p.CostPer_1KGoodOutputTokens = "", "", ""
 	p.BusyCostPer_1KOutputTokens, p.BusyCostPer_1KTokens = "", ""
 	p.UnattributedRequests, p.UnattributedInputTokens, p.UnattributedOutputTokens = 0, 0, 0
+	p.CostPerRequest = ""
+	p.GpuSeconds, p.GpuHours, p.BusyGpuHours, p.IdleGpuHours = "", 0, 0, 0
 }

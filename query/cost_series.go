@@ -22,6 +22,12 @@ type CostPoint struct {
 	// and output) and per 1,000 good output tokens; zero-valued Per1K when
 	// there are no such tokens.
 	CostPer1KOutput, CostPer1K, BusyCostPer1KOutput, BusyCostPer1K, CostPer1KGoodOutput Per1K
+	// CostPerRequest is CostNanos / Requests (attributed requests); not OK
+	// without requests.
+	CostPerRequest Per1K
+	// GPUMs is the allocated GPU time in GPU-milliseconds, GPUBusyMs its
+	// busy part, GPUIdleMs the rest.
+	GPUMs, GPUBusyMs, GPUIdleMs uint64
 }
 
 // Per1K is an amount per 1,000 tokens; OK is false without tokens.
@@ -48,6 +54,8 @@ func (p *CostPoint) add(r CostRow) {
 	p.UnattributedOutput += r.UnattributedOutput
 	p.ListCharge += r.ListCharge
 	p.ListUnpricedRequests += r.ListUnpricedRequests
+	p.GPUMs += r.GPUMs
+	p.GPUBusyMs += r.GPUBusyMs
 }
 
 func (p *CostPoint) finish(start time.Time) {
@@ -58,6 +66,10 @@ func (p *CostPoint) finish(start time.Time) {
 	p.BusyCostPer1KOutput = per1K(p.BusyNanos, p.OutputTokens)
 	p.BusyCostPer1K = per1K(p.BusyNanos, p.InputTokens+p.OutputTokens)
 	p.CostPer1KGoodOutput = per1K(p.CostNanos, p.GoodOutputTokens)
+	// cost × 1000 / (requests × 1000): the cost of one request, rounded to
+	// the nano as the figures per 1,000 tokens are.
+	p.CostPerRequest = per1K(p.CostNanos, p.Requests*1000)
+	p.GPUIdleMs = p.GPUMs - p.GPUBusyMs
 }
 
 // GPUUsagePoint is the GPU usage of a step (or of the range).

@@ -15,7 +15,10 @@ import (
 var UsageGroupFields = []string{"tenant_id", "model", "deployment"}
 
 // CostGroupFields are the dimensions cost can be grouped by.
-var CostGroupFields = []string{"tenant_id", "model", "deployment", "gpu_type"}
+// engine and tensor_parallelism are a line's deployment's and model's in
+// its hour, model_version the line's own; several in one hour are one
+// value joined by "+" (rollup.ServingLabel).
+var CostGroupFields = []string{"tenant_id", "model", "deployment", "gpu_type", "engine", "tensor_parallelism", "model_version"}
 
 // GPUGroupFields are the dimensions GPU usage can be grouped by.
 var GPUGroupFields = []string{"deployment", "gpu_type", "pool", "region", "mig_profile"}

@@ -200,6 +200,9 @@ type CostRow struct {
 	ListCharge           int64
 	ListUnpricedRequests uint64
 	PriceVersions        []string
+	// GPUMs is the allocated GPU time in GPU-milliseconds, GPUBusyMs its
+	// busy part (under the query's policies, as CostNanos and BusyNanos).
+	GPUMs, GPUBusyMs uint64
 }
 
 // GPUUsageQuery selects GPU usage per (step, group).

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -21,7 +22,14 @@ type CostStore interface {
 	// to) per hour, deployment, tenant and model, from each hour's newest
 	// rollup, in that order.
 	DeploymentUsageOfHours(ctx context.Context, from, to time.Time) ([]DeploymentUsageRow, error)
+	// ServingOfHours returns the distinct serving labels (engine, tensor
+	// parallelism) the events of the whole hours in [from, to) carried per
+	// hour, deployment and model.
+	ServingOfHours(ctx context.Context, from, to time.Time) ([]ServingRow, error)
 	WriteCost(ctx context.Context, gpu []GPUHourRow, cost []CostRow, version uint64) error
+	// WriteServing stores the serving labels of hours with version; they
+	// replace the rows of earlier computations with the same keys.
+	WriteServing(ctx context.Context, rows []ServingHourRow, version uint64) error
 	GPUDirtyHours(ctx context.Context, since, until time.Time) ([]time.Time, error)
 	StalePriceHours(ctx context.Context, version string, from time.Time) ([]time.Time, error)
 	CurrentPriceBook(ctx context.Context) (version, book string, createdAt time.Time, ok bool, err error)
@@ -100,6 +108,7 @@ func ComputeCost(hour time.Time, book *billing.PriceBook, samples []GPUSampleRow
 			return nil, nil, fmt.Errorf("deployment %q: %w", dep, err)
 		}
 		gpuRows = append(gpuRows, rows...)
+		depTime := gpuMillis(depCost)
 
 		tenants := make([]billing.TenantUsage, len(us))
 		byKey := map[string]DeploymentUsageRow{}
@@ -121,7 +130,14 @@ func ComputeCost(hour time.Time, book *billing.PriceBook, samples []GPUSampleRow
 				if err != nil {
 					return nil, nil, fmt.Errorf("deployment %q: allocate: %w", dep, err)
 				}
-				for _, l := range alloc.Lines {
+				gpuTime, err := billing.AllocateHour(depTime, tenants, policies[b][i])
+				if err != nil {
+					return nil, nil, fmt.Errorf("deployment %q: allocate GPU time: %w", dep, err)
+				}
+				if len(gpuTime.Lines) != len(alloc.Lines) {
+					return nil, nil, fmt.Errorf("deployment %q: %d GPU time lines, %d cost lines", dep, len(gpuTime.Lines), len(alloc.Lines))
+				}
+				for k, l := range alloc.Lines {
 					r, ok := lines[l.Tenant]
 					if !ok {
 						r = &CostRow{Hour: hour, Deployment: dep, GPUType: gpuTypes, PriceVersion: version}
@@ -132,15 +148,19 @@ func ComputeCost(hour time.Time, book *billing.PriceBook, samples []GPUSampleRow
 							r.TenantID, r.Model = u.TenantID, u.Model
 							r.Requests, r.InputTokens, r.CachedInputTokens = u.Requests, u.InputTokens, u.CachedInputTokens
 							r.OutputTokens, r.GoodOutputTokens, r.E2EMs = u.OutputTokens, u.GoodOutputTokens, uint64(u.E2EMs+0.5)
-							r.SLOVersion = u.SLOVersion
+							r.SLOVersion, r.ModelVersion = u.SLOVersion, ServingLabel(u.ModelVersions)
 							r.ListCharge, r.ListPriced = listCharge(book, hour, u)
 						}
 						lines[l.Tenant] = r
 						order = append(order, l.Tenant)
 					}
-					r.Cost[b][i] = int64(l.Total)
+					ml := gpuTime.Lines[k]
+					if ml.Tenant != l.Tenant {
+						return nil, nil, fmt.Errorf("deployment %q: GPU time line %q beside cost line %q", dep, ml.Tenant, l.Tenant)
+					}
+					r.Cost[b][i], r.GPUMs[b][i] = int64(l.Total), uint64(ml.Total)
 					if i == 0 {
-						r.Busy[b] = int64(l.Busy)
+						r.Busy[b], r.GPUBusyMs[b] = int64(l.Busy), uint64(ml.Busy)
 					}
 				}
 			}
@@ -167,7 +187,21 @@ func unattributedRow(hour time.Time, book *billing.PriceBook, u DeploymentUsageR
 		Hour: hour, TenantID: u.TenantID, Deployment: u.Deployment, Model: u.Model, Unattributed: true,
 		Requests: u.Requests, InputTokens: u.InputTokens, CachedInputTokens: u.CachedInputTokens,
 		OutputTokens: u.OutputTokens, GoodOutputTokens: u.GoodOutputTokens, E2EMs: uint64(u.E2EMs + 0.5),
-		PriceVersion: book.Version(), SLOVersion: u.SLOVersion,
+		PriceVersion: book.Version(), SLOVersion: u.SLOVersion, ModelVersion: ServingLabel(u.ModelVersions),
+	}
+}
+
+// gpuMillis is a deployment-hour's GPU time as AllocateHour splits money:
+// its GPU-seconds (priced or not) rounded once to whole GPU-milliseconds,
+// the busy part likewise (at most the whole), the idle part the rest. Split
+// by the same policies as the cost, the lines' GPU time agrees with their
+// cost and adds up to the deployment-hour's exactly.
+func gpuMillis(c billing.GPUCost) billing.GPUCost {
+	total := math.Round(c.GPUSeconds * 1000)
+	busy := min(math.Round(c.BusySeconds*1000), total)
+	return billing.GPUCost{
+		GPUSeconds: c.GPUSeconds, BusySeconds: c.BusySeconds, IdleSeconds: c.IdleSeconds,
+		Cost: billing.Money(total), BusyCost: billing.Money(busy), IdleCost: billing.Money(total - busy),
 	}
 }
 

@@ -467,6 +467,7 @@ const maxPendingCostRows = 50_000
 func (j *Job) costHours(ctx context.Context, hours []time.Time, book *billing.PriceBook, version uint64) error {
 	var gpus []GPUHourRow
 	var costs []CostRow
+	var labels []ServingHourRow
 	err := eachSpan(hours, func(from, to time.Time) (int, error) {
 		samples, err := j.store.GPUSamplesOfHours(ctx, from, to)
 		if err != nil {
@@ -475,6 +476,15 @@ func (j *Job) costHours(ctx context.Context, hours []time.Time, book *billing.Pr
 		usage, err := j.store.DeploymentUsageOfHours(ctx, from, to)
 		if err != nil {
 			return 0, err
+		}
+		serving, err := j.store.ServingOfHours(ctx, from, to)
+		if err != nil {
+			return 0, err
+		}
+		servingOf := map[int64][]ServingRow{}
+		for _, s := range serving {
+			h := s.Hour.UTC().Truncate(time.Hour).Unix()
+			servingOf[h] = append(servingOf[h], s)
 		}
 		// Each hour's samples and usage, in the order read.
 		samplesOf := map[int64][]GPUSampleRow{}
@@ -492,20 +502,35 @@ func (j *Job) costHours(ctx context.Context, hours []time.Time, book *billing.Pr
 			if err != nil {
 				return 0, fmt.Errorf("cost of %s: %w", hour.Format(time.RFC3339), err)
 			}
+			LabelCost(cost, servingOf[hour.Unix()])
 			gpus, costs = append(gpus, gpu...), append(costs, cost...)
-			if len(gpus)+len(costs) >= maxPendingCostRows {
-				if err := j.store.WriteCost(ctx, gpus, costs, version); err != nil {
+			labels = append(labels, ServingLabels(hour, servingOf[hour.Unix()])...)
+			if len(gpus)+len(costs)+len(labels) >= maxPendingCostRows {
+				if err := j.writeCost(ctx, gpus, costs, labels, version); err != nil {
 					return 0, err
 				}
-				gpus, costs = gpus[:0], costs[:0]
+				gpus, costs, labels = gpus[:0], costs[:0], labels[:0]
 			}
 		}
-		return len(samples) + len(usage), nil
+		return len(samples) + len(usage) + len(serving), nil
 	})
-	if err != nil || len(gpus)+len(costs) == 0 {
+	if err != nil || len(gpus)+len(costs)+len(labels) == 0 {
 		return err
 	}
-	return j.store.WriteCost(ctx, gpus, costs, version)
+	return j.writeCost(ctx, gpus, costs, labels, version)
+}
+
+// writeCost writes GPU and cost rows, then the serving labels of their
+// hours: a usage read that groups by engine sees an hour's labels no
+// earlier than its cost.
+func (j *Job) writeCost(ctx context.Context, gpus []GPUHourRow, costs []CostRow, labels []ServingHourRow, version uint64) error {
+	if err := j.store.WriteCost(ctx, gpus, costs, version); err != nil {
+		return err
+	}
+	if len(labels) == 0 {
+		return nil
+	}
+	return j.store.WriteServing(ctx, labels, version)
 }
 
 // maxSpanRows is how many rows a span read (eachSpan) aims to stay under.

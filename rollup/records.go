@@ -93,6 +93,9 @@ type DeploymentUsageRow struct {
 	GoodOutputTokens            uint64
 	E2EMs                       float64
 	SLOVersion                  uint32
+	// ModelVersions are the distinct model versions of the row's events
+	// (rollup_hour's model_version), in any order.
+	ModelVersions []string
 }
 
 // GPUHourRow is one row of gpu_hour.
@@ -121,6 +124,15 @@ type CostRow struct {
 	// billing.IdlePolicies()[i]; nano-units.
 	Busy [3]int64
 	Cost [3][3]int64
+	// GPUBusyMs[b] and GPUMs[b][i] are the line's share of the
+	// deployment-hour's GPU time in GPU-milliseconds, split as Busy and
+	// Cost are (ComputeCost).
+	GPUBusyMs [3]uint64
+	GPUMs     [3][3]uint64
+	// Engine, TensorParallelism and ModelVersion are the line's serving
+	// labels in its hour (ServingLabel): engine and tensor parallelism of
+	// its deployment and model, the model versions of its own events.
+	Engine, TensorParallelism, ModelVersion string
 	// ListCharge is the usage at the model's token list prices; ListPriced
 	// is false when the model has no list price (ListCharge is then 0).
 	ListCharge   int64

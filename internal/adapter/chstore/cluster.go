@@ -54,6 +54,7 @@ var shardKeys = map[string]string{
 	"gpu_samples":            "cityHash64(deployment)",
 	"gpu_dirty_hours":        "rand()",
 	"gpu_hour":               "cityHash64(deployment)",
+	"gpu_device_hour":        "cityHash64(deployment)",
 	"cost_hour":              "cityHash64(tenant_id)",
 	"dead_letters":           "cityHash64(source_topic, source_partition)",
 	"engine_samples":         "cityHash64(deployment)",
@@ -83,6 +84,9 @@ var globalTables = map[string]bool{
 	// (billing/notify).
 	"statement_deliveries":   true,
 	"statement_dead_letters": true,
+	// The serving labels (engine, tensor parallelism) of each hour,
+	// deployment and model (cost.go), which usage reads join on each shard.
+	"serving_hour": true,
 }
 
 // eachShard starts a translated statement that runs on one server of

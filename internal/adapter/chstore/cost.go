@@ -3,6 +3,7 @@ package chstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"tokenmeter/rollup"
@@ -74,7 +75,7 @@ func (s *Store) DeploymentUsageOfHours(ctx context.Context, from, to time.Time) 
 	// tenant first).
 	rowsFrom, args := newestRows("rollup_hour", "bucket", "bucket >= toDateTime(?) AND bucket < toDateTime(?)", []any{hour.Unix(), to.UTC().Unix()}, "")
 	query := `SELECT bucket, deployment, tenant_id, model, sum(requests), sum(prompt_tokens), sum(cached_prompt_tokens),
-  sum(output_tokens), sum(good_output_tokens), ` + floatSum("e2e_sum") + `, max(slo_version)
+  sum(output_tokens), sum(good_output_tokens), ` + floatSum("e2e_sum") + `, max(slo_version), groupUniqArray(model_version)
 FROM ` + rowsFrom + `
 GROUP BY bucket, deployment, tenant_id, model
 ORDER BY bucket, deployment, tenant_id, model`
@@ -87,10 +88,11 @@ ORDER BY bucket, deployment, tenant_id, model`
 	for rows.Next() {
 		var r rollup.DeploymentUsageRow
 		if err := rows.Scan(&r.Hour, &r.Deployment, &r.TenantID, &r.Model, &r.Requests, &r.InputTokens, &r.CachedInputTokens,
-			&r.OutputTokens, &r.GoodOutputTokens, &r.E2EMs, &r.SLOVersion); err != nil {
+			&r.OutputTokens, &r.GoodOutputTokens, &r.E2EMs, &r.SLOVersion, &r.ModelVersions); err != nil {
 			return nil, fmt.Errorf("scan usage: %w", err)
 		}
 		r.Hour = r.Hour.UTC()
+		slices.Sort(r.ModelVersions)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -112,7 +114,12 @@ func costColumns() []string {
 	for _, row := range allocationColumns {
 		cols = append(cols, row[:]...)
 	}
-	return append(cols, "list_charge", "list_priced", "price_version", "slo_version", "version")
+	cols = append(cols, gpuBusyColumns[:]...)
+	for _, row := range gpuAllocationColumns {
+		cols = append(cols, row[:]...)
+	}
+	return append(cols, "engine", "tensor_parallelism", "model_version",
+		"list_charge", "list_priced", "price_version", "slo_version", "version")
 }
 
 // WriteCost stores one hour's GPU and cost rows with version; they replace
@@ -141,10 +148,52 @@ func (s *Store) WriteCost(ctx context.Context, gpu []rollup.GPUHourRow, cost []r
 					vals = append(vals, c)
 				}
 			}
-			return append(vals, r.ListCharge, boolByte(r.ListPriced), r.PriceVersion, r.SLOVersion, version)
+			for _, b := range r.GPUBusyMs {
+				vals = append(vals, b)
+			}
+			for _, row := range r.GPUMs {
+				for _, ms := range row {
+					vals = append(vals, ms)
+				}
+			}
+			return append(vals, r.Engine, r.TensorParallelism, r.ModelVersion,
+				r.ListCharge, boolByte(r.ListPriced), r.PriceVersion, r.SLOVersion, version)
 		})
 	}
 	return nil
+}
+
+// ServingOfHours returns the distinct (engine, tensor parallelism) the
+// events of the hours in [from, to) (whole hours) carried per hour,
+// deployment and model, in that order. Duplicated events carry their
+// original's labels, so no deduplication is needed to list them.
+func (s *Store) ServingOfHours(ctx context.Context, from, to time.Time) ([]rollup.ServingRow, error) {
+	const query = `SELECT toDateTime(intDiv(toUInt32(completed_at), 3600) * 3600) AS h, deployment, model, engine, tensor_parallelism
+FROM inference_events
+WHERE completed_at >= toDateTime(?) AND completed_at < toDateTime(?)
+GROUP BY h, deployment, model, engine, tensor_parallelism
+ORDER BY h, deployment, model, engine, tensor_parallelism`
+	var (
+		out []rollup.ServingRow
+		r   rollup.ServingRow
+	)
+	err := s.each(ctx, "serving labels", query, []any{from.UTC().Truncate(time.Hour).Unix(), to.UTC().Unix()},
+		[]any{&r.Hour, &r.Deployment, &r.Model, &r.Engine, &r.TensorParallelism}, func() error {
+			r.Hour = r.Hour.UTC()
+			out = append(out, r)
+			return nil
+		})
+	return out, err
+}
+
+// WriteServing stores hours' serving labels with version; they replace the
+// rows of earlier computations with the same keys.
+func (s *Store) WriteServing(ctx context.Context, rows []rollup.ServingHourRow, version uint64) error {
+	return s.sendRows(ctx, "write serving_hour", "serving_hour",
+		[]string{"hour", "deployment", "model", "engine", "tensor_parallelism", "version"}, len(rows), func(i int) []any {
+			r := rows[i]
+			return []any{r.Hour.UTC(), r.Deployment, r.Model, r.Engine, r.TensorParallelism, version}
+		})
 }
 
 // sendRows inserts n rows given row by row, in one INSERT.

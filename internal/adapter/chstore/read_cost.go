@@ -26,13 +26,13 @@ func costSQL(q query.CostQuery) (string, []any, error) {
 		"sumIf(good_output_tokens, unattributed = 0)",
 		"sumIf(requests, unattributed = 1)", "sumIf(input_tokens, unattributed = 1)", "sumIf(output_tokens, unattributed = 1)",
 		"sum(list_charge)", "sumIf(requests, list_priced = 0)",
-		"groupUniqArray(price_version)")
+		"groupUniqArray(price_version)", "sum("+gpuAllocationColumns[b][i]+") AS g", "sum("+gpuBusyColumns[b]+")")
 	where, whereArgs := scope("hour", q.Start, q.End, q.TenantID)
 	from, fromArgs := newestRows("cost_hour", "hour", where, whereArgs, "")
 	groupBy := strings.Join(append([]string{"b"}, q.GroupBy...), ", ")
-	// Lines with neither cost nor usage (the idle line when idle cost is
-	// shared) are left out.
-	return fmt.Sprintf("SELECT %s\nFROM %s\nGROUP BY %s\nHAVING c != 0 OR sum(requests) > 0\nORDER BY %s",
+	// Lines with neither cost, GPU time nor usage (the idle line when idle
+	// cost is shared) are left out.
+	return fmt.Sprintf("SELECT %s\nFROM %s\nGROUP BY %s\nHAVING c != 0 OR g != 0 OR sum(requests) > 0\nORDER BY %s",
 		strings.Join(sel, ", "), from, groupBy, groupBy), append(args, fromArgs...), nil
 }
 
@@ -49,7 +49,7 @@ func (s *Store) CostRows(ctx context.Context, q query.CostQuery) ([]query.CostRo
 	)
 	dest := k.dest(&r.CostNanos, &r.BusyNanos, &r.Requests, &r.InputTokens, &r.CachedInputTokens,
 		&r.OutputTokens, &r.GoodOutputTokens, &r.UnattributedRequests, &r.UnattributedInput, &r.UnattributedOutput,
-		&r.ListCharge, &r.ListUnpricedRequests, &r.PriceVersions)
+		&r.ListCharge, &r.ListUnpricedRequests, &r.PriceVersions, &r.GPUMs, &r.GPUBusyMs)
 	err = s.each(ctx, "cost", stmt, args, dest, func() error {
 		r.Start = k.start(q.StepSeconds(), q.Start)
 		r.Group = groupMap(q.GroupBy, k.groups)

@@ -35,3 +35,16 @@ var (
 		{"cost_request_time_separate", "cost_request_time_shared_weighted", "cost_request_time_shared_even"},
 	}
 )
+
+// cost_hour's GPU time columns (migration 0026), in GPU-milliseconds:
+// gpu_ms_busy_<busy> holds CostRow.GPUBusyMs[b], gpu_ms_<busy>_<idle>
+// CostRow.GPUMs[b][i], named and ordered as busyColumns and
+// allocationColumns.
+var (
+	gpuBusyColumns       = [3]string{"gpu_ms_busy_tokens", "gpu_ms_busy_weighted", "gpu_ms_busy_request_time"}
+	gpuAllocationColumns = [3][3]string{
+		{"gpu_ms_tokens_separate", "gpu_ms_tokens_shared_weighted", "gpu_ms_tokens_shared_even"},
+		{"gpu_ms_weighted_separate", "gpu_ms_weighted_shared_weighted", "gpu_ms_weighted_shared_even"},
+		{"gpu_ms_request_time_separate", "gpu_ms_request_time_shared_weighted", "gpu_ms_request_time_shared_even"},
+	}
+)
