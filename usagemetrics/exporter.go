@@ -402,52 +402,23 @@ func (e *Exporter) compute(ctx context.Context, now time.Time) ([]*dto.MetricFam
 	return families, nil
 }
 
-// choose splits the pairs into those exposed on their own (sorted) and the
-// sum of the others, with their number. At most MaxSeries−1 pairs are
-// exposed on their own, one series being kept for "__other__". The choice
-// is sticky: a pair exposed once stays exposed while it has usage, and new
-// pairs take the free places, largest first (tokens, then requests). So
-// each series, "__other__" included, only grows from scrape to scrape in
-// one process: a pair moving between its own series and "__other__" would
-// look like a counter reset to rate().
+// choose splits the pairs into those exposed on their own and the sum of
+// the others, with their number (chooseSticky: at most MaxSeries−1 pairs
+// on their own, the choice sticky, new pairs largest first by input +
+// output tokens, then requests).
 func (e *Exporter) choose(all map[pair]*series) (shown []pair, other *series, folded int) {
-	for p := range e.exposed {
-		if all[p] == nil {
-			delete(e.exposed, p)
-		}
-	}
-	var fresh []pair
-	for p, s := range all {
+	for _, s := range all {
 		s.size = s.inputTokens + s.outputTkns
-		if !e.exposed[p] && p != (pair{Other, Other}) {
-			fresh = append(fresh, p)
-		}
 	}
-	slices.SortFunc(fresh, func(a, b pair) int {
-		sa, sb := all[a], all[b]
-		return cmp.Or(cmp.Compare(sb.size, sa.size), cmp.Compare(sb.requests, sa.requests),
-			strings.Compare(a.tenant, b.tenant), strings.Compare(a.model, b.model))
-	})
-	room := max(e.cfg.MaxSeries-1, 0)
-	for _, p := range fresh {
-		if len(e.exposed) >= room {
-			break
-		}
-		e.exposed[p] = true
-	}
+	shown, rest := chooseSticky(e.exposed, all, pair{Other, Other}, e.cfg.MaxSeries, func(s *series) int64 { return s.size },
+		func(a, b pair) int {
+			return cmp.Or(cmp.Compare(all[b].requests, all[a].requests), strings.Compare(a.tenant, b.tenant), strings.Compare(a.model, b.model))
+		})
 	other = &series{}
-	for p, s := range all {
-		if e.exposed[p] {
-			shown = append(shown, p)
-			continue
-		}
-		other.add(s)
-		folded++
+	for _, p := range rest {
+		other.add(all[p])
 	}
-	slices.SortFunc(shown, func(a, b pair) int {
-		return cmp.Or(strings.Compare(a.tenant, b.tenant), strings.Compare(a.model, b.model))
-	})
-	return shown, other, folded
+	return shown, other, len(rest)
 }
 
 // appendSeries appends the metrics of one pair.
