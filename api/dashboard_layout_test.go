@@ -176,7 +176,7 @@ func checkMoneyAxes(t *testing.T, p *browsertest.Page, where string, charts []st
 // checkLongValues adds the longest values a page shows to the shown tab,
 // checks that they stay inside their cards and tables, and removes them:
 // cards (an amount in the millions, three latencies of "999.9 ms"
-// abreast) and, to each table, a row of a big customer (a long name,
+// abreast, a p50 of "1,234.57 s" with its p95 and p99 beneath) and, to each table, a row of a big customer (a long name,
 // amounts in the millions).
 func checkLongValues(t *testing.T, p *browsertest.Page, where string) {
 	t.Helper()
@@ -200,6 +200,8 @@ func checkLongValues(t *testing.T, p *browsertest.Page, where string) {
 		m.card(box, { name: "long_rate", title: "Good output tokens/s", raw: "", text: "123,456.8", sub: "" });
 		m.card(box, { name: "long_text", title: "Sustainable tokens/s per GPU", raw: "", text: "not enough data", sub: "" });
 		for (const title of ["Time to first token", "Inter-token latency", "End-to-end latency"]) {
+			m.stat(box, { title, main: { name: "long_p50", label: "p50", raw: "", text: "1,234.57 s" },
+				more: [{ name: "long_p95", label: "p95", raw: "", text: "1,234.57 s" }, { name: "long_p99", label: "p99", raw: "", text: "12,345.68 s" }], sub: "1,234,567 requests measured" });
 			m.trio(box, { title, items: ["p50", "p95", "p99"].map((p, i) => ({ name: "long_" + p, label: p, raw: "", text: ["999.9 ms", "999.9 ms", "1,234.57 s"][i] })), sub: "1,234,567 requests measured" });
 		}
 		if (m.fitValues) m.fitValues(box);
@@ -262,8 +264,9 @@ type partialMarks struct {
 }
 
 // checkPartial checks that the metrics tab (hour steps) draws the hour in
-// progress as partial: in the rate charts, the GPU utilization and the
-// busy and idle cost, and only that hour. last is the end of the data:
+// progress as partial: in the rate charts, the engines' KV cache and
+// queue, the GPU utilization and memory and the busy and idle cost, and
+// only that hour. last is the end of the data:
 // when the page's hour is a later one (the hour turned between the data
 // and the page), there is nothing in it to mark.
 func checkPartial(t *testing.T, p *browsertest.Page, where string, last time.Time) {
@@ -273,7 +276,7 @@ func checkPartial(t *testing.T, p *browsertest.Page, where string, last time.Tim
 	want := fmt.Sprint(hour.UnixMilli())
 	got := browsertest.Value(t, p, chromedp.Evaluate[map[string]partialMarks](fmt.Sprintf(`(() => {
 		const out = {};
-		for (const name of ["traffic-requests", "traffic-tokens", "goodput-tokens", "gpu-utilization", "cost-busy-idle"]) {
+		for (const name of ["traffic-requests", "traffic-tokens", "goodput-tokens", "engine-kv-cache", "engine-queue", "gpu-utilization", "gpu-memory", "cost-busy-idle"]) {
 			const f = document.querySelector('[data-chart="' + name + '"]');
 			const els = [...f.querySelectorAll("circle.pt, rect.bar")];
 			out[name] = {
