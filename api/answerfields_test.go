@@ -40,10 +40,15 @@ import (
 var unfillable = map[string]string{
 	// LatencyStats.max_p99 is the largest p99 among the steps: set on a
 	// series' summary, never on its steps' points.
-	"GetLatencyResponse.series.points.ttft.max_p99":  "summaries only",
-	"GetLatencyResponse.series.points.itl.max_p99":   "summaries only",
-	"GetLatencyResponse.series.points.e2e.max_p99":   "summaries only",
-	"GetLatencyResponse.series.points.queue.max_p99": "summaries only",
+	"GetLatencyResponse.series.points.ttft.max_p99":              "summaries only",
+	"GetLatencyResponse.series.points.itl.max_p99":               "summaries only",
+	"GetLatencyResponse.series.points.e2e.max_p99":               "summaries only",
+	"GetLatencyResponse.series.points.queue.max_p99":             "summaries only",
+	"GetLatencyResponse.series.points.prefill.max_p99":           "summaries only",
+	"GetLatencyResponse.series.points.decode.max_p99":            "summaries only",
+	"GetLatencyResponse.series.points.e2e_short_output.max_p99":  "summaries only",
+	"GetLatencyResponse.series.points.e2e_medium_output.max_p99": "summaries only",
+	"GetLatencyResponse.series.points.e2e_long_output.max_p99":   "summaries only",
 	// GetInvoice answers an invoice, never a credit note; a void answers
 	// a credit note that replaces nothing and has no due date, an invoice
 	// that credits nothing, and a voided revision, never in force.
