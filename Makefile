@@ -45,7 +45,8 @@ test-stage-fuzz: fuzz
 CLUSTER_TESTS := ./ingest:TestConsumerExactTotalsAndDLQ,TestConsumerCrashRecovery,TestGPUConsumerExactAndDLQ,TestConsumerCountsEachEventIDOnce \
 	./rollup:TestLateEventsRecomputeExactlyTheirHour,TestTwoReplicasSameTotals \
 	./query:TestUsageExactWithDuplicates,TestRollupHourExact,TestTrafficLongRangesExactPeaks,TestMinuteWindow \
-	./internal/adapter/chstore:TestMinuteRetention
+	./internal/adapter/chstore:TestMinuteRetention \
+	./usagemetrics:TestScrapeMatchesUsage,TestDeploymentView
 
 # Tests that run in test-cluster only, not also in the first, parallel pass
 # of `make test`: TestIngestReplicasClusterExact runs four meterd and five
