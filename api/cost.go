@@ -128,6 +128,7 @@ func gpuUsagePoint(cur string, a query.GPUUsagePoint) *meterv1.GpuUsagePoint {
 		BusyCost:         money(cur, a.BusyCostNanos),
 		IdleCost:         money(cur, a.IdleCostNanos),
 		UnpricedGpuHours: a.UnpricedGPUHours,
+		Telemetry:        gpuTelemetry(a.Telemetry),
 	}
 	if a.TokensKnown {
 		p.OutputTokens = a.OutputTokens

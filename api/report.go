@@ -152,6 +152,7 @@ func capacityUnit(cur string, u *capacity.Unit) *meterv1.CapacityUnit {
 		Requests:         u.Requests, GoodRequests: u.GoodRequests, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
 		Attainment: u.Attainment, TokensPerSecondPerGpu: u.TokensPerSecondPerGPU,
 		Headroom: u.Headroom, HeadroomKnown: u.HeadroomKnown,
+		GpuTelemetry: gpuTelemetry(u.GPUTelemetry),
 	}
 	if p := u.Peak; p != nil {
 		out.Peak = &meterv1.CapacityPeakHour{Start: timestamppb.New(p.Start), TokensPerSecond: p.TokensPerSecond, Gpus: p.GPUs,
@@ -190,7 +191,8 @@ func capacityUnit(cur string, u *capacity.Unit) *meterv1.CapacityUnit {
 	for _, h := range u.HourPoints {
 		out.HoursDetail = append(out.HoursDetail, &meterv1.CapacityHour{Start: timestamppb.New(h.Start), Gpus: h.GPUs,
 			Utilization: h.Utilization, TokensPerSecond: h.TokensPerSecond, TokensPerSecondPerGpu: h.TokensPerSecondPerGPU,
-			Requests: h.Requests, GoodRequests: h.GoodRequests, Attainment: h.Attainment, Qualifies: h.Qualifies})
+			Requests: h.Requests, GoodRequests: h.GoodRequests, Attainment: h.Attainment, Qualifies: h.Qualifies,
+			GpuTelemetry: gpuTelemetry(h.GPUTelemetry)})
 	}
 	for _, d := range u.Days {
 		out.Days = append(out.Days, &meterv1.CapacityDay{Start: timestamppb.New(d.Start), BusyCost: money(cur, d.BusyCostNanos),

@@ -73,13 +73,16 @@ func (l Limits) ValidateGPURow(s *sink.GPURow, now time.Time) error {
 	for _, f := range []struct {
 		name string
 		v    float64
-	}{{"power_watts", s.PowerWatts}, {"energy_joules", s.EnergyJoules}, {"sm_clock_mhz", s.SMClockMHz}} {
+	}{{"power_watts", s.PowerWatts}, {"energy_joules", s.EnergyJoules}, {"sm_clock_mhz", s.SMClockMHz}, {"sm_clock_max_mhz", s.SMClockMaxMHz}} {
 		if !(f.v >= 0) || math.IsInf(f.v, 0) {
 			return invalid(ReasonOutOfRange, "%s %v must be a non-negative number", f.name, f.v)
 		}
 	}
 	if t := s.TemperatureC; math.IsNaN(t) || math.IsInf(t, 0) {
 		return invalid(ReasonInvalidValue, "temperature_c %v is not a number", t)
+	}
+	if a := s.SMActive; a.Set && !(a.V >= 0 && a.V <= 1) {
+		return invalid(ReasonOutOfRange, "sm_active %v must be in [0, 1]", a.V)
 	}
 	if s.FBTotalBytes > 0 && s.FBUsedBytes > s.FBTotalBytes {
 		return invalid(ReasonOutOfRange, "fb_used_bytes %d exceeds fb_total_bytes %d", s.FBUsedBytes, s.FBTotalBytes)

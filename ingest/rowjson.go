@@ -462,6 +462,10 @@ func (d *RowDecoder) jsonGPU(r *sink.GPURow, b []byte) bool {
 			return s.setF64(&r.SMClockMHz)
 		case 23:
 			return str(&r.Source, true)
+		case 24:
+			return s.setOptFloat(&r.SMActive)
+		case 25:
+			return s.setF64(&r.SMClockMaxMHz)
 		}
 		return false
 	})

@@ -323,6 +323,10 @@ func (d *RowDecoder) protoGPU(r *sink.GPURow, b []byte) bool {
 			ok = w.setF64(&r.SMClockMHz)
 		case 23:
 			ok = str(&r.Source, true)
+		case 24:
+			ok = w.setOptFloat(&r.SMActive)
+		case 25:
+			ok = w.setF64(&r.SMClockMaxMHz)
 		default:
 			ok = w.skip()
 		}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"tokenmeter/billing"
+	"tokenmeter/rollup"
 )
 
 // CostPoint is the cost and usage of a step (or, as a summary, of the
@@ -87,8 +88,12 @@ type GPUUsagePoint struct {
 	TokensKnown                            bool
 	InputTokens, OutputTokens, TotalTokens uint64
 	TokensPerGPUHour                       float64
+	// Telemetry is the GPUs' memory, power, temperature, clock and SM
+	// activity over the step.
+	Telemetry rollup.GPUTelemetrySummary
 
 	gpu, busy, covered, inst, energy, unpriced float64
+	telemetry                                  rollup.GPUTelemetry
 }
 
 func (p *GPUUsagePoint) add(r GPUUsageRow) {
@@ -105,6 +110,7 @@ func (p *GPUUsagePoint) add(r GPUUsageRow) {
 	p.InputTokens += r.InputTokens
 	p.OutputTokens += r.OutputTokens
 	p.TokensKnown = r.TokensKnown
+	p.telemetry.Merge(r.Telemetry)
 }
 
 func (p *GPUUsagePoint) finish(start time.Time) {
@@ -114,6 +120,7 @@ func (p *GPUUsagePoint) finish(start time.Time) {
 	p.EnergyKWh = p.energy / 3.6e6
 	p.Coverage = Ratio(p.covered, p.inst)
 	p.UnpricedGPUHours = p.unpriced / 3600
+	p.Telemetry = p.telemetry.Summary()
 	if p.TokensKnown {
 		p.TotalTokens = p.InputTokens + p.OutputTokens
 		p.TokensPerGPUHour, _ = billing.TokensPerGPUHour(int64(p.TotalTokens), p.gpu)

@@ -21,7 +21,8 @@ var UsageGroupFields = []string{"tenant_id", "model", "deployment"}
 var CostGroupFields = []string{"tenant_id", "model", "deployment", "gpu_type", "engine", "tensor_parallelism", "model_version"}
 
 // GPUGroupFields are the dimensions GPU usage can be grouped by.
-var GPUGroupFields = []string{"deployment", "gpu_type", "pool", "region", "mig_profile"}
+// node and gpu read the per-GPU rollup.
+var GPUGroupFields = []string{"deployment", "gpu_type", "pool", "region", "mig_profile", "node", "gpu"}
 
 // MaxUsageBuckets bounds the number of time buckets one query may ask for.
 const MaxUsageBuckets = 50_000

@@ -239,6 +239,9 @@ type GPUUsageRow struct {
 	InputTokens, OutputTokens uint64
 	TokensKnown               bool
 	PriceVersions             []string
+	// Telemetry is the GPUs' memory, power, temperature, clock and SM
+	// activity sums (rollup.GPUTelemetry).
+	Telemetry rollup.GPUTelemetry
 }
 
 // Coverage is the share of the GPUs' hours that had samples.

@@ -214,22 +214,28 @@ func gpuHourRows(hour time.Time, dep string, book *billing.PriceBook, samples []
 		instances map[string]float64 // instance → Σ interval_s
 		samples   uint64
 		energy    float64
+		telemetry GPUTelemetry
+		devices   map[string]*deviceAgg
 	}
 	groups := map[gpuGroupKey]*agg{}
-	for _, s := range samples {
+	normal := NormalClocks(samples)
+	for i, s := range samples {
 		k := gpuGroupKey{s.GPUType, s.Pool, s.Region, s.MIGProfile}
 		g := groups[k]
 		if g == nil {
-			g = &agg{instances: map[string]float64{}}
+			g = &agg{instances: map[string]float64{}, devices: map[string]*deviceAgg{}}
 			groups[k] = g
 		}
-		g.usage = append(g.usage, billing.GPUUsage{
+		u := billing.GPUUsage{
 			GPUType: s.GPUType, Pool: s.Pool, Region: s.Region, MIGFraction: s.MIGFraction, At: s.SampledAt,
 			GPUSeconds: s.IntervalS, BusySeconds: s.IntervalS * min(max(s.Utilization, 0), 1),
-		})
+		}
+		g.usage = append(g.usage, u)
 		g.instances[s.Instance] += s.IntervalS
 		g.samples++
 		g.energy += s.EnergyJoules
+		g.telemetry.AddSample(s, normal[i])
+		g.devices[s.Instance] = g.devices[s.Instance].add(s, u, normal[i])
 	}
 	keys := make([]gpuGroupKey, 0, len(groups))
 	for k := range groups {
@@ -252,13 +258,17 @@ func gpuHourRows(hour time.Time, dep string, book *billing.PriceBook, samples []
 		for _, secs := range g.instances {
 			covered += min(secs, 3600)
 		}
+		devices, err := deviceRows(hour, dep, k, book, g.devices)
+		if err != nil {
+			return nil, billing.GPUCost{}, "", err
+		}
 		rows = append(rows, GPUHourRow{
 			Hour: hour, Deployment: dep, GPUType: k.gpuType, Pool: k.pool, Region: k.region, MIGProfile: k.profile,
 			GPUs: uint32(len(g.instances)), Samples: g.samples,
 			GPUSeconds: c.GPUSeconds, BusySeconds: c.BusySeconds, CoveredSeconds: covered,
 			EnergyJoules: g.energy, UnpricedSeconds: c.UnpricedSeconds,
 			CostNanos: int64(c.Cost), BusyCostNanos: int64(c.BusyCost), IdleCostNanos: int64(c.IdleCost),
-			PriceVersion: c.PriceVersion,
+			PriceVersion: c.PriceVersion, Telemetry: g.telemetry, Devices: devices,
 		})
 		total.GPUSeconds += c.GPUSeconds
 		total.BusySeconds += c.BusySeconds
@@ -273,4 +283,56 @@ func gpuHourRows(hour time.Time, dep string, book *billing.PriceBook, samples []
 	}
 	slices.Sort(types)
 	return rows, total, strings.Join(types, "+"), nil
+}
+
+// deviceAgg is one GPU's (or MIG instance's) samples in a gpu_hour group.
+type deviceAgg struct {
+	node      string
+	gpu       string
+	usage     []billing.GPUUsage
+	seconds   float64
+	samples   uint64
+	energy    float64
+	telemetry GPUTelemetry
+}
+
+func (d *deviceAgg) add(s GPUSampleRow, u billing.GPUUsage, normalClock float64) *deviceAgg {
+	if d == nil {
+		d = &deviceAgg{node: s.Node, gpu: s.Instance}
+	}
+	d.usage = append(d.usage, u)
+	d.seconds += s.IntervalS
+	d.samples++
+	d.energy += s.EnergyJoules
+	d.telemetry.AddSample(s, normalClock)
+	return d
+}
+
+// deviceRows are the gpu_device_hour rows of one gpu_hour group: a row per
+// GPU (or MIG instance), priced on its own (each GPU-hour's cost rounded
+// once, so the GPUs' costs may differ from the group's by a few nano-units
+// in all), in GPU order.
+func deviceRows(hour time.Time, dep string, k gpuGroupKey, book *billing.PriceBook, devices map[string]*deviceAgg) ([]GPUHourRow, error) {
+	ids := make([]string, 0, len(devices))
+	for id := range devices {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	rows := make([]GPUHourRow, 0, len(ids))
+	for _, id := range ids {
+		d := devices[id]
+		c, err := book.GPUCost(d.usage)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, GPUHourRow{
+			Hour: hour, Deployment: dep, GPUType: k.gpuType, Pool: k.pool, Region: k.region, MIGProfile: k.profile,
+			Node: d.node, GPU: d.gpu, GPUs: 1, Samples: d.samples,
+			GPUSeconds: c.GPUSeconds, BusySeconds: c.BusySeconds, CoveredSeconds: min(d.seconds, 3600),
+			EnergyJoules: d.energy, UnpricedSeconds: c.UnpricedSeconds,
+			CostNanos: int64(c.Cost), BusyCostNanos: int64(c.BusyCost), IdleCostNanos: int64(c.IdleCost),
+			PriceVersion: c.PriceVersion, Telemetry: d.telemetry,
+		})
+	}
+	return rows, nil
 }

@@ -80,6 +80,14 @@ type GPUSampleRow struct {
 	IntervalS    float64
 	Utilization  float64
 	EnergyJoules float64
+	// Node is the host of the GPU; the telemetry below feeds GPUTelemetry.
+	Node                      string
+	FBUsedBytes, FBTotalBytes uint64
+	PowerWatts, TemperatureC  float64
+	SMClockMHz, SMClockMaxMHz float64
+	// SMActive is DCGM_FI_PROF_SM_ACTIVE in [0, 1]; negative when the
+	// sample did not carry it.
+	SMActive float64
 }
 
 // DeploymentUsageRow is the usage of one (deployment, tenant, model) in an hour.
@@ -108,6 +116,14 @@ type GPUHourRow struct {
 	EnergyJoules, UnpricedSeconds                 float64
 	CostNanos, BusyCostNanos, IdleCostNanos       int64
 	PriceVersion                                  string
+	// Telemetry is the samples' memory, power, temperature, clock and SM
+	// activity sums.
+	Telemetry GPUTelemetry
+	// Node and GPU are set on the rows of gpu_device_hour (one GPU or MIG
+	// instance each: GPU is its UUID, "/<mig_instance_id>" for an
+	// instance); Devices holds those rows of a gpu_hour row.
+	Node, GPU string
+	Devices   []GPUHourRow
 }
 
 // CostRow is one line of cost_hour: a (tenant, model)'s usage in a

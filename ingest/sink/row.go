@@ -174,6 +174,10 @@ type GPURow struct {
 	PowerWatts, EnergyJoules, TemperatureC       float64
 	SMClockMHz                                   float64
 	Source                                       string
+	// SMActive is DCGM_FI_PROF_SM_ACTIVE where the sample carried it;
+	// SMClockMaxMHz the GPU's maximum SM clock (0: not reported).
+	SMActive      OptFloat
+	SMClockMaxMHz float64
 }
 
 // FromProto fills r from s.
@@ -186,7 +190,7 @@ func (r *GPURow) FromProto(s *meterv1.GpuSample) {
 		SampledAt: timestamp(s.GetSampledAt()), IntervalS: s.GetIntervalS(), Utilization: s.GetUtilization(),
 		FBUsedBytes: s.GetFbUsedBytes(), FBTotalBytes: s.GetFbTotalBytes(), PowerWatts: s.GetPowerWatts(),
 		EnergyJoules: s.GetEnergyJoules(), TemperatureC: s.GetTemperatureC(), SMClockMHz: s.GetSmClockMhz(),
-		Source: s.GetSource(),
+		Source: s.GetSource(), SMActive: optFloat(s.SmActive), SMClockMaxMHz: s.GetSmClockMaxMhz(),
 	}
 }
 
@@ -199,6 +203,7 @@ func (r *GPURow) Proto() *meterv1.GpuSample {
 		SampledAt: r.SampledAt.Proto(), IntervalS: r.IntervalS, Utilization: r.Utilization,
 		FbUsedBytes: r.FBUsedBytes, FbTotalBytes: r.FBTotalBytes, PowerWatts: r.PowerWatts,
 		EnergyJoules: r.EnergyJoules, TemperatureC: r.TemperatureC, SmClockMhz: r.SMClockMHz, Source: r.Source,
+		SmActive: ptrFloat(r.SMActive), SmClockMaxMhz: r.SMClockMaxMHz,
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"tokenmeter/query"
+	"tokenmeter/rollup"
 )
 
 // ErrNotFound marks a report of a deployment the range knows nothing of.
@@ -148,6 +149,7 @@ type depHour struct {
 	maxGPUs                      uint32
 	cost, busyCost, idleCost     int64
 	requests, good, in, out      uint64
+	telemetry                    rollup.GPUTelemetry
 }
 
 func (h *depHour) add(o *depHour) {
@@ -162,6 +164,7 @@ func (h *depHour) add(o *depHour) {
 	h.good += o.good
 	h.in += o.in
 	h.out += o.out
+	h.telemetry.Merge(o.telemetry)
 }
 
 func (h *depHour) tokens() uint64 { return h.in + h.out }
@@ -245,6 +248,7 @@ func Build(ctx context.Context, src Source, q Query) (*Report, error) {
 		h.cost += r.CostNanos
 		h.busyCost += r.BusyCostNanos
 		h.idleCost += r.IdleCostNanos
+		h.telemetry.Merge(r.Telemetry)
 		d.types[r.Group["gpu_type"]] += r.GPUSeconds
 		if t := r.Group["gpu_type"]; r.GPUSeconds > 0 && !slices.Contains(d.hourTypes[index(r.Start)], t) {
 			d.hourTypes[index(r.Start)] = append(d.hourTypes[index(r.Start)], t)

@@ -12,6 +12,7 @@ import (
 
 	"tokenmeter/billing"
 	"tokenmeter/query"
+	"tokenmeter/rollup"
 )
 
 // Group names what a report's units are: a deployment (default), a model
@@ -172,6 +173,9 @@ type Unit struct {
 	// HourPoints are the unit's hours with GPU samples or traffic, in time
 	// order: the data of the scatter charts.
 	HourPoints []HourPoint
+	// GPUTelemetry is the unit's GPU memory, power, temperature, clock
+	// throttling and SM activity over the range.
+	GPUTelemetry rollup.GPUTelemetrySummary
 	// Days are busy and idle cost and tokens per UTC day, in time order.
 	Days []DayPoint
 	// Hot is the hot band: the qualifying hours whose utilization was
@@ -292,6 +296,9 @@ type HourPoint struct {
 	// Qualifies tells whether the hour counts for the sustainable load
 	// (GPU samples and at least MinHourRequests requests).
 	Qualifies bool
+	// GPUTelemetry is the hour's GPU memory, power, temperature, clock
+	// throttling and SM activity.
+	GPUTelemetry rollup.GPUTelemetrySummary
 }
 
 // DayPoint is one UTC day of a unit.

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"tokenmeter/rollup"
 )
 
 // week is the length of a trend step.
@@ -40,6 +42,7 @@ func computeUnit(q Query, name string, deps []*deployment, capacity bool) Unit {
 
 	var (
 		gpuSec, busySec, tokensOnGPUs float64
+		telemetry                     rollup.GPUTelemetry
 		utils                         []float64
 		peak                          = -1
 		profileTokens                 [7][24]uint64
@@ -54,6 +57,7 @@ func computeUnit(q Query, name string, deps []*deployment, capacity bool) Unit {
 			tokensOnGPUs += float64(h.tokens())
 			utils = append(utils, h.busySec/h.gpuSec)
 		}
+		telemetry.Merge(h.telemetry)
 		u.MaxGPUs = max(u.MaxGPUs, h.maxGPUs)
 		u.MaxGPUEquivalents = max(u.MaxGPUEquivalents, h.gpuSec/3600)
 		u.UnpricedGPUHours += h.unpricedSec / 3600
@@ -92,6 +96,7 @@ func computeUnit(q Query, name string, deps []*deployment, capacity bool) Unit {
 		}
 	}
 	u.GPUHours, u.BusyGPUHours = gpuSec/3600, busySec/3600
+	u.GPUTelemetry = telemetry.Summary()
 	u.IdleGPUHours = u.GPUHours - u.BusyGPUHours
 	if gpuSec > 0 {
 		u.MeanGPUs = u.GPUHours / float64(u.HoursWithGPUs)
@@ -162,7 +167,7 @@ func computeUnit(q Query, name string, deps []*deployment, capacity bool) Unit {
 func hourPoint(q Query, start time.Time, h *depHour) HourPoint {
 	p := HourPoint{Start: start, GPUs: h.gpuSec / 3600, TokensPerSecond: float64(h.tokens()) / 3600,
 		Requests: h.requests, GoodRequests: h.good,
-		Qualifies: h.gpuSec > 0 && h.requests >= q.MinHourRequests}
+		Qualifies: h.gpuSec > 0 && h.requests >= q.MinHourRequests, GPUTelemetry: h.telemetry.Summary()}
 	if h.gpuSec > 0 {
 		p.Utilization = h.busySec / h.gpuSec
 		p.TokensPerSecondPerGPU = float64(h.tokens()) / h.gpuSec

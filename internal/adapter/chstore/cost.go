@@ -23,7 +23,9 @@ func (s *Store) GPUSamplesOfHour(ctx context.Context, hour time.Time) ([]rollup.
 func (s *Store) GPUSamplesOfHours(ctx context.Context, from, to time.Time) ([]rollup.GPUSampleRow, error) {
 	hour := from.UTC().Truncate(time.Hour)
 	const query = `SELECT d_deployment, d_gpu_type, d_pool, d_region, d_mig_profile,
-  concat(d_uuid, '/', toString(d_mig_instance)), d_mig_fraction, d_sampled_at, d_interval, d_util, d_energy
+  if(d_mig_instance = 0 AND d_mig_profile = '', d_uuid, concat(d_uuid, '/', toString(d_mig_instance))),
+  d_mig_fraction, d_sampled_at, d_interval, d_util, d_energy,
+  d_node, d_fb_used, d_fb_total, d_power, d_temp, d_sm_clock, d_sm_clock_max, d_sm_active
 FROM (
   SELECT sample_id,
     argMax(deployment, ingested_at) AS d_deployment, argMax(gpu_type, ingested_at) AS d_gpu_type,
@@ -31,7 +33,11 @@ FROM (
     argMax(mig_profile, ingested_at) AS d_mig_profile, argMax(gpu_uuid, ingested_at) AS d_uuid,
     argMax(mig_instance_id, ingested_at) AS d_mig_instance, argMax(mig_fraction, ingested_at) AS d_mig_fraction,
     argMax(sampled_at, ingested_at) AS d_sampled_at, argMax(interval_s, ingested_at) AS d_interval,
-    argMax(utilization, ingested_at) AS d_util, argMax(energy_joules, ingested_at) AS d_energy
+    argMax(utilization, ingested_at) AS d_util, argMax(energy_joules, ingested_at) AS d_energy,
+    argMax(node, ingested_at) AS d_node, argMax(fb_used_bytes, ingested_at) AS d_fb_used,
+    argMax(fb_total_bytes, ingested_at) AS d_fb_total, argMax(power_watts, ingested_at) AS d_power,
+    argMax(temperature_c, ingested_at) AS d_temp, argMax(sm_clock_mhz, ingested_at) AS d_sm_clock,
+    argMax(sm_clock_max_mhz, ingested_at) AS d_sm_clock_max, argMax(sm_active, ingested_at) AS d_sm_active
   FROM gpu_samples
   WHERE sampled_at >= toDateTime(?) AND sampled_at < toDateTime(?)
   GROUP BY sample_id
@@ -46,7 +52,8 @@ ORDER BY d_deployment, d_gpu_type, d_sampled_at, sample_id`
 	for rows.Next() {
 		var r rollup.GPUSampleRow
 		if err := rows.Scan(&r.Deployment, &r.GPUType, &r.Pool, &r.Region, &r.MIGProfile, &r.Instance,
-			&r.MIGFraction, &r.SampledAt, &r.IntervalS, &r.Utilization, &r.EnergyJoules); err != nil {
+			&r.MIGFraction, &r.SampledAt, &r.IntervalS, &r.Utilization, &r.EnergyJoules,
+			&r.Node, &r.FBUsedBytes, &r.FBTotalBytes, &r.PowerWatts, &r.TemperatureC, &r.SMClockMHz, &r.SMClockMaxMHz, &r.SMActive); err != nil {
 			return nil, fmt.Errorf("scan GPU samples: %w", err)
 		}
 		r.SampledAt = r.SampledAt.UTC()
@@ -101,9 +108,31 @@ ORDER BY bucket, deployment, tenant_id, model`
 	return out, nil
 }
 
-var gpuHourColumns = []string{"hour", "deployment", "gpu_type", "pool", "region", "mig_profile", "gpus", "samples",
+var gpuHourColumns = append([]string{"hour", "deployment", "gpu_type", "pool", "region", "mig_profile", "gpus", "samples",
 	"gpu_seconds", "busy_seconds", "covered_seconds", "energy_joules", "unpriced_seconds",
-	"cost_nanos", "busy_cost_nanos", "idle_cost_nanos", "price_version", "version"}
+	"cost_nanos", "busy_cost_nanos", "idle_cost_nanos", "price_version", "version"}, gpuTelemetryColumns...)
+
+// gpuDeviceHourColumns are gpu_device_hour's: gpu_hour's and the GPU's.
+var gpuDeviceHourColumns = append(slices.Clone(gpuHourColumns), "node", "gpu")
+
+// gpuTelemetryColumns hold rollup.GPUTelemetry (migration 0024), in
+// gpuTelemetryValues' order.
+var gpuTelemetryColumns = []string{"fb_seconds", "fb_used_mib_seconds", "fb_total_mib_seconds", "fb_used_max",
+	"fb_used_max_ratio", "power_seconds", "power_watt_seconds", "power_max", "temp_seconds", "temp_degree_seconds",
+	"temp_max", "clock_seconds", "throttle_seconds", "sm_active_seconds", "sm_active_sum"}
+
+func gpuTelemetryValues(t *rollup.GPUTelemetry) []any {
+	return []any{t.FBSeconds, t.FBUsedMiBSeconds, t.FBTotalMiBSeconds, t.FBUsedMax,
+		t.FBUsedMaxRatio, t.PowerSeconds, t.PowerWattSeconds, t.PowerMax, t.TempSeconds, t.TempDegreeSeconds,
+		t.TempMax, t.ClockSeconds, t.ThrottleSeconds, t.SMActiveSeconds, t.SMActiveSum}
+}
+
+// gpuHourValues are a gpu_hour row's values in gpuHourColumns' order.
+func gpuHourValues(r *rollup.GPUHourRow, version uint64) []any {
+	return append([]any{r.Hour.UTC(), r.Deployment, r.GPUType, r.Pool, r.Region, r.MIGProfile, r.GPUs, r.Samples,
+		r.GPUSeconds, r.BusySeconds, r.CoveredSeconds, r.EnergyJoules, r.UnpricedSeconds,
+		r.CostNanos, r.BusyCostNanos, r.IdleCostNanos, r.PriceVersion, version}, gpuTelemetryValues(&r.Telemetry)...)
+}
 
 // costColumns is the column list of cost_hour's rows as WriteCost writes
 // them: the allocation columns in the order of CostRow.Busy and CostRow.Cost.
@@ -127,12 +156,23 @@ func costColumns() []string {
 func (s *Store) WriteCost(ctx context.Context, gpu []rollup.GPUHourRow, cost []rollup.CostRow, version uint64) error {
 	if len(gpu) > 0 {
 		if err := s.sendRows(ctx, "write gpu_hour", "gpu_hour", gpuHourColumns, len(gpu), func(i int) []any {
-			r := gpu[i]
-			return []any{r.Hour.UTC(), r.Deployment, r.GPUType, r.Pool, r.Region, r.MIGProfile, r.GPUs, r.Samples,
-				r.GPUSeconds, r.BusySeconds, r.CoveredSeconds, r.EnergyJoules, r.UnpricedSeconds,
-				r.CostNanos, r.BusyCostNanos, r.IdleCostNanos, r.PriceVersion, version}
+			return gpuHourValues(&gpu[i], version)
 		}); err != nil {
 			return err
+		}
+		var devices []*rollup.GPUHourRow
+		for i := range gpu {
+			for j := range gpu[i].Devices {
+				devices = append(devices, &gpu[i].Devices[j])
+			}
+		}
+		if len(devices) > 0 {
+			if err := s.sendRows(ctx, "write gpu_device_hour", "gpu_device_hour", gpuDeviceHourColumns, len(devices), func(i int) []any {
+				d := devices[i]
+				return append(gpuHourValues(d, version), d.Node, d.GPU)
+			}); err != nil {
+				return err
+			}
 		}
 	}
 	if len(cost) > 0 {

@@ -20,6 +20,7 @@ var gpuColumns = []string{
 	"region", "pool", "sampled_at", "sampled_at_ms", "interval_s", "utilization",
 	"fb_used_bytes", "fb_total_bytes", "power_watts", "energy_joules",
 	"temperature_c", "sm_clock_mhz", "source", "ingested_at",
+	"sm_active", "sm_clock_max_mhz",
 }
 
 // InsertGPUSamplesSQL is the statement every GPU sample batch is sent with.
@@ -41,6 +42,7 @@ type GPUBatch struct {
 	power, energy, temp, smClock             []float64
 	source                                   []string
 	ingestedAt                               []time.Time
+	smActive, smClockMax                     []float64
 }
 
 // Len is the number of rows in the batch.
@@ -56,7 +58,7 @@ func (b *GPUBatch) Reset() {
 		sampledAt: b.sampledAt[:0], sampledMs: b.sampledMs[:0], interval: b.interval[:0],
 		util: b.util[:0], fbUsed: b.fbUsed[:0], fbTotal: b.fbTotal[:0], power: b.power[:0],
 		energy: b.energy[:0], temp: b.temp[:0], smClock: b.smClock[:0], source: b.source[:0],
-		ingestedAt: b.ingestedAt[:0],
+		ingestedAt: b.ingestedAt[:0], smActive: b.smActive[:0], smClockMax: b.smClockMax[:0],
 	}
 }
 
@@ -94,6 +96,12 @@ func (b *GPUBatch) AppendRow(r *sink.GPURow, ingestedAt time.Time) {
 	b.smClock = append(b.smClock, r.SMClockMHz)
 	b.source = append(b.source, r.Source)
 	b.ingestedAt = append(b.ingestedAt, ingestedAt.Truncate(time.Second))
+	smActive := -1.0 // not carried (migration 0024)
+	if r.SMActive.Set {
+		smActive = r.SMActive.V
+	}
+	b.smActive = append(b.smActive, smActive)
+	b.smClockMax = append(b.smClockMax, r.SMClockMaxMHz)
 }
 
 func (b *GPUBatch) columns() []any {
@@ -103,6 +111,7 @@ func (b *GPUBatch) columns() []any {
 		b.region, b.pool, b.sampledAt, b.sampledMs, b.interval, b.util,
 		b.fbUsed, b.fbTotal, b.power, b.energy,
 		b.temp, b.smClock, b.source, b.ingestedAt,
+		b.smActive, b.smClockMax,
 	}
 }
 
