@@ -20,6 +20,22 @@ const (
 	KindSaturated       = "saturated"
 	KindNotEnoughData   = "not_enough_data"
 	KindHot             = "hot"
+	KindMemoryPressure  = "memory_pressure"
+	KindThermal         = "thermal_throttling"
+)
+
+// The GPU thresholds of the findings, the alert rules' (deploy/helm's
+// alerts.rules.yaml: GPUMemoryHigh, GPUTemperatureHigh).
+const (
+	// MemoryPressureRatio: an hour whose GPU memory in use averaged above
+	// it (sum of used over sum of total, the hour's mean) is under memory
+	// pressure; one whose highest sample only went above it came close.
+	MemoryPressureRatio = 0.95
+	// HotTemperatureC: an hour whose hottest sample was above it ran hot.
+	HotTemperatureC = 83.0
+	// ThrottleShare: clocks throttled (below 90% of the GPU's normal SM
+	// clock while busy) for at least this share of the busy sampled time.
+	ThrottleShare = 0.01
 )
 
 // HotUtilization is the utilization above which an hour is in the hot
@@ -100,10 +116,69 @@ func findings(q Query, units []Unit) []Finding {
 			add(u, KindHot, 2, "%s: add GPUs or shed load before the busy hours.", text)
 		}
 	}
+	for i := range units {
+		u := &units[i]
+		gpuFindings(u, add)
+	}
 	slices.SortStableFunc(out, func(a, b Finding) int {
 		return cmp.Or(cmp.Compare(b.Severity, a.Severity), cmp.Compare(a.Unit, b.Unit), cmp.Compare(a.Kind, b.Kind))
 	})
 	return out
+}
+
+// gpuFindings adds the unit's memory-pressure and thermal findings from
+// its hours' GPU telemetry: memory pressure (severity 2) when an hour's
+// memory in use averaged above MemoryPressureRatio, 1 when only a sample
+// went above it; thermal throttling (2) when an hour's hottest sample was
+// above HotTemperatureC, 1 when no hour was but the clocks were throttled
+// for at least ThrottleShare of the busy time.
+func gpuFindings(u *Unit, add func(u *Unit, kind string, severity int, format string, a ...any)) {
+	var (
+		pressured, peaked, hot int
+		worst, hottest         *HourPoint
+	)
+	for i := range u.HourPoints {
+		p := &u.HourPoints[i]
+		m := &p.GPUTelemetry
+		switch {
+		case m.MemoryHours > 0 && m.MemoryUsedRatio > MemoryPressureRatio:
+			pressured++
+		case m.MemoryUsedMaxRatio > MemoryPressureRatio:
+			peaked++
+		}
+		if m.MemoryHours > 0 && (worst == nil || m.MemoryUsedRatio > worst.GPUTelemetry.MemoryUsedRatio) {
+			worst = p
+		}
+		if m.TemperatureMaxC > HotTemperatureC {
+			hot++
+		}
+		if m.TemperatureHours > 0 && (hottest == nil || m.TemperatureMaxC > hottest.GPUTelemetry.TemperatureMaxC) {
+			hottest = p
+		}
+	}
+	t := &u.GPUTelemetry
+	switch {
+	case pressured > 0:
+		add(u, KindMemoryPressure, 2, "is under GPU memory pressure: in %d of its %d hours with GPU samples the memory in use averaged above %s (highest %s in the hour %s; the fullest sample %s), where the GPUMemoryHigh alert fires: KV-cache evictions, preemptions and out-of-memory errors follow; add GPUs or memory, or cap the batch size.",
+			pressured, u.HoursWithGPUs, percent(MemoryPressureRatio), percent(worst.GPUTelemetry.MemoryUsedRatio), worst.Start.Format("2006-01-02 15:04 UTC"), percent(t.MemoryUsedMaxRatio))
+	case peaked > 0:
+		add(u, KindMemoryPressure, 1, "came close to GPU memory pressure: in %d hours a sample had more than %s of its GPU's memory in use (the fullest %s), though no hour averaged above it.",
+			peaked, percent(MemoryPressureRatio), percent(t.MemoryUsedMaxRatio))
+	}
+	throttled := t.ClockHours > 0 && t.ClockThrottleShare >= ThrottleShare
+	throttle := ""
+	if t.ClockHours > 0 {
+		throttle = fmt.Sprintf("; its clocks ran below 90%% of normal for %s of %s busy GPU-hours (%s)",
+			number(t.ClockThrottleSeconds/3600, 1), number(t.ClockHours, 1), percent(t.ClockThrottleShare))
+	}
+	switch {
+	case hot > 0:
+		add(u, KindThermal, 2, "runs its GPUs too hot: in %d hours a GPU was above %s °C (hottest %s °C in the hour %s), where the GPUTemperatureHigh alert fires and data-center GPUs slow their clocks%s; check cooling and power limits.",
+			hot, number(HotTemperatureC, 0), number(hottest.GPUTelemetry.TemperatureMaxC, 1), hottest.Start.Format("2006-01-02 15:04 UTC"), throttle)
+	case throttled:
+		add(u, KindThermal, 1, "had its GPU clocks throttled (heat or a power cap) though no GPU went above %s °C (hottest %s °C)%s: it serves fewer tokens per GPU than the GPUs can.",
+			number(HotTemperatureC, 0), number(t.TemperatureMaxC, 1), throttle)
+	}
 }
 
 // hotDrops tells whether attainment drops in the hot band: the hot hours'
