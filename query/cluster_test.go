@@ -101,6 +101,9 @@ func eqEvent(id string, i int, at time.Time) *meterv1.InferenceEvent {
 		return ev
 	}
 	out := int64(i%40 + 1)
+	if i%5 == 2 {
+		out = int64(300 + (i*7)%900) // medium and long answers
+	}
 	// Fractional milliseconds, as measured: their sums depend on the
 	// order they are added in.
 	ttft := 50 + float64((i*37)%1000) + float64(i%97)/97
@@ -114,6 +117,14 @@ func eqEvent(id string, i int, at time.Time) *meterv1.InferenceEvent {
 	ev.QueueMs = proto.Float64(float64(i%50) / 3)
 	if i%4 == 0 && out > 1 {
 		ev.ItlMs = proto.Float64(itl)
+	}
+	if i%3 == 1 {
+		ev.PrefillMs = proto.Float64(ttft / 2)
+	}
+	if i%11 == 5 {
+		// OTLP --otlp-ttft-from-e2e: TTFT taken from E2E.
+		ev.TtftMs = proto.Float64(ev.GetE2EMs())
+		ev.Labels = map[string]string{"ttft_source": "e2e"}
 	}
 	return ev
 }
