@@ -361,6 +361,14 @@ func unitCards(r *meterv1.CapacityReport, u *meterv1.CapacityUnit) []card {
 	} else {
 		add(card{Key: "attainment", Label: "Goodput attainment", Value: unknown, Sub: noTraffic})
 	}
+	if hb := u.GetHotBand(); hb.GetHours() > 0 && hb.GetRequests() > 0 {
+		sub := countU(uint64(hb.GetHours())) + " qualifying hours above 90% utilization"
+		if hb.GetOtherRequests() > 0 {
+			sub += "; the other " + countU(uint64(hb.GetOtherHours())) + " hours " + percent(hb.GetOtherAttainment())
+		}
+		add(card{Key: "hot_band", Label: "Attainment when hot", Value: percent(hb.GetAttainment()), Raw: num(hb.GetAttainment()), Sub: sub,
+			Class: map[bool]string{true: "good", false: "warn"}[hb.GetAttainment() >= r.GetTarget()]})
+	}
 	peak := u.GetPeak()
 	tpsSub := "no peak hour"
 	if peak != nil {

@@ -94,6 +94,13 @@ func TestHTMLFleetPlan(t *testing.T) {
 		!strings.Contains(f, "without a mix") || !strings.Contains(f, evilName) {
 		t.Errorf("fleet %q", f)
 	}
+	// The hot band's card.
+	r := planReport()
+	r.Units[0].HotBand = &meterv1.CapacityHotBand{Hours: 7, Requests: 700, GoodRequests: 630, Attainment: 0.9, OtherHours: 100, OtherRequests: 10000, OtherGoodRequests: 9990, OtherAttainment: 0.999}
+	shown, raw, sub := cardValue(t, byID(renderHTML(t, r).root, "unit-1"), "hot_band")
+	if shown != "90.0%" || raw != "0.9" || sub != "7 qualifying hours above 90% utilization; the other 100 hours 99.9%" {
+		t.Errorf("hot band card %q %q %q", shown, raw, sub)
+	}
 	// A report without plans has no section.
 	if byID(renderHTML(t, sampleReport()).root, "fleet-plan") != nil {
 		t.Error("a fleet-plan section without plans")
