@@ -141,9 +141,17 @@ func eqSamples(dep, uuid, gpuType, pool, region string, mig uint32, frac, util f
 			Deployment: dep, Pool: pool, Region: region, SampledAt: timestamppb.New(eqStart.Add(at)), IntervalS: 10,
 			Utilization: util * float64(8+k%5) / 10, EnergyJoules: 3000 + float64(k%7)*10,
 			MigInstanceId: mig, MigFraction: frac, Source: "test",
+			// Telemetry (rollup.GPUTelemetry): memory, power, temperature,
+			// clocks below and at the normal clock, SM activity on some.
+			FbTotalBytes: 80 << 30, FbUsedBytes: uint64(40+k%37) << 30, PowerWatts: 300 + float64(k%13)*21.5,
+			TemperatureC: 55 + float64(k%29), SmClockMhz: 1980 - float64(k%4)*300,
 		}
 		if frac > 0 && frac < 1 {
 			s.MigProfile = "1g.10gb"
+		}
+		if k%3 == 0 {
+			s.SmActive = proto.Float64(util * float64(k%10) / 10)
+			s.SmClockMaxMhz = 1980
 		}
 		out = append(out, s)
 	}
@@ -497,6 +505,7 @@ func compareReads(t *testing.T, e *eqStores) {
 		{Start: whole[0], End: whole[1], Step: "hour", GroupBy: []string{"deployment", "gpu_type"}, NoTokens: true},
 		{Start: whole[0], End: whole[1], Step: "hour", GroupBy: []string{"gpu_type"}},
 		{Start: days[0], End: days[1], Step: "month", GroupBy: []string{"pool", "region", "mig_profile"}},
+		{Start: whole[0], End: whole[1], Step: "hour", GroupBy: []string{"deployment", "node", "gpu"}},
 	} {
 		ask(fmt.Sprintf("GPUUsage %s", describe(q)), func(s *query.Service) (any, int, error) {
 			r, err := s.GPUUsage(ctx, q)
@@ -610,7 +619,7 @@ func eqEngineSamples(deployments []string, d time.Duration) []*meterv1.EngineSam
 // 3.32083064728368e+06 on the cluster). They are the latency sums
 // (query.Dist.Sum) of rollup reads, the GPU, busy, covered, instance and
 // unpriced seconds and energy of GPU usage rows (sums of the gpu_hour rows'
-// floats), and the floats of the capacity report, which are computed from
+// floats) and their telemetry sums, and the floats of the capacity report, which are computed from
 // those. Everything else is compared exactly: tokens, requests, errors and
 // money (integer nanos) are integers, and the exact latencies of
 // RawLatency are the stored values themselves.
@@ -621,7 +630,7 @@ var floatSums = cmp.FilterPath(func(p cmp.Path) bool {
 	if f, ok := p.Last().(cmp.StructField); ok {
 		switch parent := p.Index(-2).Type(); {
 		case parent == reflect.TypeFor[query.Dist]() && f.Name() == "Sum", parent == reflect.TypeFor[query.GPUUsageRow](),
-			parent == reflect.TypeFor[rollup.EngineRow]():
+			parent == reflect.TypeFor[rollup.EngineRow](), parent == reflect.TypeFor[rollup.GPUTelemetry]():
 			return true
 		}
 	}
