@@ -38,7 +38,8 @@ import (
 // checks that each series of the deployment view on /metrics/usage equals
 // the API's answer for the same data, which is the same over gRPC and REST:
 // the engine gauges GetEngineStats' newest minute (step minute, group_by
-// deployment and model), gpu_utilization GetGpuUsage's hour in progress,
+// deployment and model), the GPU gauges GetGpuUsage's hour in progress
+// (group_by deployment, node, gpu: utilization and telemetry),
 // the ITL and TTFT histograms' counts and means GetLatency's (total, group_by
 // deployment, model, slo_class), the SLO counters GetGoodput's.
 func TestUsageMetricsMatchAPI(t *testing.T) {
@@ -83,7 +84,8 @@ func TestUsageMetricsMatchAPI(t *testing.T) {
 	for i := range 20 {
 		gpus.Append(&meterv1.GpuSample{SampleId: fmt.Sprint("g", i), GpuUuid: fmt.Sprint("GPU-", i%4), GpuType: "H100", Node: "n1",
 			Deployment: []string{"d1", "d2"}[i%4/2], SampledAt: timestamppb.New(hour.Add(step * time.Duration(i/2))), IntervalS: 10,
-			Utilization: float64(i%7) / 7}, time.Now())
+			Utilization: float64(i%7) / 7, FbUsedBytes: uint64(10+i) << 30, FbTotalBytes: 80 << 30, TemperatureC: float64(50 + i*3%37),
+			PowerWatts: float64(100 + i*17)}, time.Now())
 	}
 	if err := s.InsertGPUSamples(t.Context(), &gpus); err != nil {
 		t.Fatal(err)
@@ -146,7 +148,7 @@ func TestUsageMetricsMatchAPI(t *testing.T) {
 	// Every sample served is checked below: count them as they are.
 	served := map[string]int{}
 	for _, name := range []string{"llm_batch_size", "llm_queue_depth", "llm_kv_cache_usage_ratio", "llm_kv_cache_hit_ratio",
-		"gpu_utilization", "llm_itl_seconds", "llm_deployment_ttft_seconds", "llm_slo_requests_total", "llm_slo_good_requests_total"} {
+		"gpu_utilization", "gpu_memory_used_bytes", "gpu_memory_used_ratio", "gpu_temperature_celsius", "gpu_power_watts", "llm_itl_seconds", "llm_deployment_ttft_seconds", "llm_slo_requests_total", "llm_slo_good_requests_total"} {
 		served[name] = len(families[name].GetMetric())
 	}
 	checked := map[string]int{}
@@ -183,22 +185,32 @@ func TestUsageMetricsMatchAPI(t *testing.T) {
 		}
 	}
 
-	// GPU utilization: the hour in progress of each deployment.
+	// GPU gauges: the hour in progress of each GPU.
 	gpuReq := &meterv1.GetGpuUsageRequest{Start: timestamppb.New(hour), End: timestamppb.New(hour.Add(time.Hour)), Step: "hour",
-		GroupBy: []string{"deployment"}}
+		GroupBy: []string{"deployment", "node", "gpu"}}
 	gu, err := meterv1.NewCostServiceClient(conn).GetGpuUsage(fin, gpuReq)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sameOverREST(t, srv, "/v1/gpu-usage?"+url.Values{"start": {rfc(hour)}, "end": {rfc(hour.Add(time.Hour))}, "step": {"hour"},
-		"group_by": {"deployment"}}.Encode(), gu, &meterv1.GetGpuUsageResponse{})
-	if len(gu.GetSeries()) != 2 {
-		t.Fatalf("GetGpuUsage: %d series, want 2", len(gu.GetSeries()))
+		"group_by": {"deployment,node,gpu"}}.Encode(), gu, &meterv1.GetGpuUsageResponse{})
+	if len(gu.GetSeries()) != 4 {
+		t.Fatalf("GetGpuUsage: %d series, want 4", len(gu.GetSeries()))
 	}
 	for _, sr := range gu.GetSeries() {
-		l := map[string]string{"deployment": sr.GetGroup()["deployment"]}
-		near(fmt.Sprint("gpu_utilization", l), sample("gpu_utilization", l).GetGauge().GetValue(), sr.GetSummary().GetUtilization())
-		checked["gpu_utilization"]++
+		l := map[string]string{"deployment": sr.GetGroup()["deployment"], "node": sr.GetGroup()["node"], "gpu": sr.GetGroup()["gpu"]}
+		p, tel := sr.GetSummary(), sr.GetSummary().GetTelemetry()
+		for _, g := range []struct {
+			name string
+			want float64
+		}{
+			{"gpu_utilization", p.GetUtilization()}, {"gpu_memory_used_bytes", tel.GetMemoryUsedMeanBytes()},
+			{"gpu_memory_used_ratio", tel.GetMemoryUsedRatio()}, {"gpu_temperature_celsius", tel.GetTemperatureMaxC()},
+			{"gpu_power_watts", tel.GetPowerMeanWatts()},
+		} {
+			near(fmt.Sprint(g.name, l), sample(g.name, l).GetGauge().GetValue(), g.want)
+			checked[g.name]++
+		}
 	}
 
 	// Latency histograms and SLO counters, since the first event.

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tokenmeter/query"
+	"tokenmeter/rollup"
 )
 
 // The deployment view: per (deployment, model), what an SRE watching the
@@ -70,19 +71,24 @@ func (s *depSeries) add(o *depSeries) {
 	}
 }
 
-// gpuSeries is the GPU usage of one deployment in its newest hour.
+// gpuKey is a GPU (or MIG instance) of a deployment on a node.
+type gpuKey struct{ deployment, node, gpu string }
+
+// gpuSeries is the GPU usage of one GPU in its newest hour (the rows of
+// the folded GPUs for the "__other__" key).
 type gpuSeries struct{ rows []query.GPUUsageRow }
 
 // depDescs are the deployment view's descriptions.
 type depDescs struct {
 	batch, queue, kvUsage, kvHit, ttft, itl, sloRequests, sloGood, folded, keys *prometheus.Desc
-	gpuUtil, gpuFolded                                                          *prometheus.Desc
+	gpuUtil, gpuMemUsed, gpuMemRatio, gpuTemp, gpuPower, gpuFolded              *prometheus.Desc
 }
 
 func newDepDescs() depDescs {
 	dm := []string{"deployment", "model"}
 	dmc := []string{"deployment", "model", "slo_class"}
-	d := []string{"deployment"}
+	g := []string{"deployment", "node", "gpu"}
+	hour := " of the GPU (or MIG instance) in the hour in progress (GetGpuUsage, hour step, group_by deployment, node, gpu)"
 	return depDescs{
 		batch: prometheus.NewDesc("llm_batch_size",
 			"Running requests per engine replica (the batch it decodes), time-weighted mean over the newest rolled-up minute of engine stats (GetEngineStats running_mean).", dm, nil),
@@ -105,16 +111,24 @@ func newDepDescs() depDescs {
 		keys: prometheus.NewDesc("llm_usage_metrics_deployments",
 			"(deployment, model) keys with traffic or engine stats, folded ones included.", nil, nil),
 		gpuUtil: prometheus.NewDesc("gpu_utilization",
-			"GPU utilization (0..1): busy GPU-seconds / GPU-seconds of the deployment's GPUs in the hour in progress (GetGpuUsage, hour step).", d, nil),
-		gpuFolded: prometheus.NewDesc("llm_usage_metrics_folded_gpu_deployments",
-			"Deployments whose GPU gauges are added to deployment=\"__other__\" by the cardinality cap.", nil, nil),
+			"GPU utilization (0..1): busy GPU-seconds / GPU-seconds"+hour+".", g, nil),
+		gpuMemUsed: prometheus.NewDesc("gpu_memory_used_bytes",
+			"Framebuffer memory in use, time-weighted mean"+hour+".", g, nil),
+		gpuMemRatio: prometheus.NewDesc("gpu_memory_used_ratio",
+			"Framebuffer memory in use over the memory there is (0..1), time-weighted"+hour+".", g, nil),
+		gpuTemp: prometheus.NewDesc("gpu_temperature_celsius",
+			"Highest GPU temperature of one sample"+hour+".", g, nil),
+		gpuPower: prometheus.NewDesc("gpu_power_watts",
+			"Power draw, time-weighted mean"+hour+".", g, nil),
+		gpuFolded: prometheus.NewDesc("llm_usage_metrics_folded_gpus",
+			"GPUs whose gauges are pooled into deployment=\"__other__\" node=\"__other__\" gpu=\"__other__\" by the cardinality cap.", nil, nil),
 	}
 }
 
 // readDeployments reads the deployment view: the rollups by deployment,
 // model and slo_class over all time, the newest engine minute of each
 // (deployment, model), and the GPU usage of the hour in progress.
-func (e *Exporter) readDeployments(ctx context.Context, now time.Time) (map[depKey]*depSeries, map[string]*gpuSeries, error) {
+func (e *Exporter) readDeployments(ctx context.Context, now time.Time) (map[depKey]*depSeries, map[gpuKey]*gpuSeries, error) {
 	all := map[depKey]*depSeries{}
 	get := func(k depKey) *depSeries {
 		s := all[k]
@@ -169,17 +183,17 @@ func (e *Exporter) readDeployments(ctx context.Context, now time.Time) (map[depK
 
 	hour := now.UTC().Truncate(time.Hour)
 	gpus, err := e.src.GPUUsage(ctx, query.GPUUsageQuery{Start: hour.Add(-time.Hour), End: hour.Add(time.Hour), Step: "hour",
-		GroupBy: []string{"deployment"}, NoTokens: true, Limit: 1 << 20})
+		GroupBy: []string{"deployment", "node", "gpu"}, NoTokens: true, Limit: 1 << 20})
 	if err != nil {
 		return nil, nil, fmt.Errorf("read GPU usage: %w", err)
 	}
-	gpu := map[string]*gpuSeries{}
+	gpu := map[gpuKey]*gpuSeries{}
 	for _, r := range gpus {
-		d := r.Group["deployment"]
-		g := gpu[d]
+		k := gpuKey{r.Group["deployment"], r.Group["node"], r.Group["gpu"]}
+		g := gpu[k]
 		if g == nil {
 			g = &gpuSeries{}
-			gpu[d] = g
+			gpu[k] = g
 		}
 		if len(g.rows) == 0 || r.Start.After(g.rows[0].Start) {
 			g.rows = []query.GPUUsageRow{r}
@@ -190,7 +204,7 @@ func (e *Exporter) readDeployments(ctx context.Context, now time.Time) (map[depK
 
 // appendDeployments appends the deployment view's metrics, folding the
 // keys beyond the cap.
-func (e *Exporter) appendDeployments(out []prometheus.Metric, all map[depKey]*depSeries, gpu map[string]*gpuSeries) []prometheus.Metric {
+func (e *Exporter) appendDeployments(out []prometheus.Metric, all map[depKey]*depSeries, gpu map[gpuKey]*gpuSeries) []prometheus.Metric {
 	d := e.depDescs
 	shown, folded := chooseSticky(e.exposedDeps, all, depKey{Other, Other}, e.cfg.MaxSeries,
 		func(s *depSeries) int64 { return s.size },
@@ -236,27 +250,47 @@ func (e *Exporter) appendDeployments(out []prometheus.Metric, all map[depKey]*de
 		series(depKey{Other, Other}, other)
 	}
 
-	gshown, gfolded := chooseSticky(e.exposedGPUs, gpu, Other, e.cfg.MaxSeries,
-		func(g *gpuSeries) int64 { return int64(g.rows[0].GPUSeconds) }, strings.Compare)
-	gpuSeriesOf := func(dep string, rows []query.GPUUsageRow) {
-		var gpuSeconds, busy float64
+	gshown, gfolded := chooseSticky(e.exposedGPUs, gpu, gpuKey{Other, Other, Other}, e.cfg.MaxSeries,
+		func(g *gpuSeries) int64 { return int64(g.rows[0].GPUSeconds) },
+		func(a, b gpuKey) int {
+			return cmp.Or(strings.Compare(a.deployment, b.deployment), strings.Compare(a.node, b.node), strings.Compare(a.gpu, b.gpu))
+		})
+	gpuSeriesOf := func(k gpuKey, rows []query.GPUUsageRow) {
+		var (
+			gpuSeconds, busy float64
+			tel              rollup.GPUTelemetry
+		)
 		for _, r := range rows {
 			gpuSeconds += r.GPUSeconds
 			busy += r.BusySeconds
+			tel.Merge(r.Telemetry)
 		}
+		lv := []string{k.deployment, k.node, k.gpu}
 		if gpuSeconds > 0 {
-			out = append(out, prometheus.MustNewConstMetric(d.gpuUtil, prometheus.GaugeValue, busy/gpuSeconds, dep))
+			out = append(out, prometheus.MustNewConstMetric(d.gpuUtil, prometheus.GaugeValue, busy/gpuSeconds, lv...))
+		}
+		t := tel.Summary()
+		if t.MemoryHours > 0 {
+			out = append(out,
+				prometheus.MustNewConstMetric(d.gpuMemUsed, prometheus.GaugeValue, t.MemoryUsedMeanBytes, lv...),
+				prometheus.MustNewConstMetric(d.gpuMemRatio, prometheus.GaugeValue, t.MemoryUsedRatio, lv...))
+		}
+		if t.TemperatureHours > 0 {
+			out = append(out, prometheus.MustNewConstMetric(d.gpuTemp, prometheus.GaugeValue, t.TemperatureMaxC, lv...))
+		}
+		if t.PowerHours > 0 {
+			out = append(out, prometheus.MustNewConstMetric(d.gpuPower, prometheus.GaugeValue, t.PowerMeanWatts, lv...))
 		}
 	}
-	for _, dep := range gshown {
-		gpuSeriesOf(dep, gpu[dep].rows)
+	for _, k := range gshown {
+		gpuSeriesOf(k, gpu[k].rows)
 	}
 	if len(gfolded) > 0 {
 		var rows []query.GPUUsageRow
-		for _, dep := range gfolded {
-			rows = append(rows, gpu[dep].rows...)
+		for _, k := range gfolded {
+			rows = append(rows, gpu[k].rows...)
 		}
-		gpuSeriesOf(Other, rows)
+		gpuSeriesOf(gpuKey{Other, Other, Other}, rows)
 	}
 	return append(out,
 		prometheus.MustNewConstMetric(d.folded, prometheus.GaugeValue, float64(len(folded))),

@@ -23,8 +23,8 @@ import (
 // deploymentFamilies are the deployment view's metric names.
 var deploymentFamilies = []string{"llm_batch_size", "llm_queue_depth", "llm_kv_cache_usage_ratio", "llm_kv_cache_hit_ratio",
 	"llm_deployment_ttft_seconds", "llm_itl_seconds", "llm_slo_requests_total", "llm_slo_good_requests_total",
-	"llm_usage_metrics_folded_deployments", "llm_usage_metrics_deployments", "llm_usage_metrics_folded_gpu_deployments",
-	"gpu_utilization"}
+	"llm_usage_metrics_folded_deployments", "llm_usage_metrics_deployments", "llm_usage_metrics_folded_gpus",
+	"gpu_utilization", "gpu_memory_used_bytes", "gpu_memory_used_ratio", "gpu_temperature_celsius", "gpu_power_watts"}
 
 // deploymentView reports whether the series named k (name{labels}) belongs
 // to the deployment view.
@@ -124,7 +124,7 @@ func wantDeployments(events []*meterv1.InferenceEvent) expo {
 	}
 	out["llm_usage_metrics_folded_deployments{}"] = 0
 	out["llm_usage_metrics_deployments{}"] = float64(len(keys))
-	out["llm_usage_metrics_folded_gpu_deployments{}"] = 0
+	out["llm_usage_metrics_folded_gpus{}"] = 0
 	return out
 }
 
@@ -139,8 +139,9 @@ func engineSample(id, dep, model, replica string, at time.Time, running, waiting
 // them up and checks the deployment view of a scrape against brute force:
 // the engine gauges are the time-weighted means of the newest minute of
 // each (deployment, model) within usagemetrics.EngineLookback (older
-// minutes and the minute in progress left out), gpu_utilization the busy
-// share of each deployment's newest hour, the latency histograms and SLO
+// minutes and the minute in progress left out), the GPU gauges (busy
+// share, memory, temperature, power) each GPU's newest hour, the latency
+// histograms and SLO
 // counters those of the events by deployment, model and slo_class.
 func TestDeploymentView(t *testing.T) {
 	s, c, events := deploymentFixture(t)
@@ -176,8 +177,12 @@ func TestDeploymentView(t *testing.T) {
 	dm("llm_queue_depth", "d3", "m3", 0)
 	dm("llm_kv_cache_usage_ratio", "d3", "m3", 0.25)
 	want["llm_usage_metrics_deployments{}"]++ // d3/m3
-	want[seriesName("gpu_utilization", map[string]string{"deployment": "d1"})] = (0.25 + 0.75 + 1) / 3
-	want[seriesName("gpu_utilization", map[string]string{"deployment": "d2"})] = 0.5
+	// Per GPU, its newest hour: GPU-0 and GPU-1 of d1 the hour in
+	// progress (GPU-0's sample of the hour before, at 99 °C, left out),
+	// GPU-2 of d2 the hour before.
+	gpuWant(want, "d1", "GPU-0", (0.25+1)/2, 69, (60+78)/160.0, 85, 400)
+	gpuWant(want, "d1", "GPU-1", 0.75, 40, 0.5, 60, 200)
+	gpuWant(want, "d2", "GPU-2", 0.5, 20, 0.25, 75, 200)
 	if diff := cmp.Diff(want, got, approx); diff != "" {
 		t.Errorf("deployment view (-want +got):\n%s", diff)
 	}
@@ -218,17 +223,19 @@ func deploymentFixture(t *testing.T) (*chstore.Store, *clock, []*meterv1.Inferen
 	// hour before only.
 	hour := c.t.Truncate(time.Hour)
 	var gpus chstore.GPUBatch
-	gpu := func(id, dep, uuid string, at time.Time, util float64) {
+	// usedGiB of 80 GiB in use, tempC, watts.
+	gpu := func(id, dep, uuid string, at time.Time, util float64, usedGiB uint64, tempC, watts float64) {
 		gpus.Append(&meterv1.GpuSample{SampleId: id, GpuUuid: uuid, GpuType: "H100", Deployment: dep, Node: "n1",
-			SampledAt: timestamppb.New(at), IntervalS: 10, Utilization: util}, time.Now())
+			SampledAt: timestamppb.New(at), IntervalS: 10, Utilization: util, FbUsedBytes: usedGiB << 30, FbTotalBytes: 80 << 30,
+			TemperatureC: tempC, PowerWatts: watts}, time.Now())
 	}
 	inHour := c.t.Sub(hour) / 4
-	gpu("g1", "d1", "GPU-0", hour.Add(inHour), 0.25)
-	gpu("g2", "d1", "GPU-1", hour.Add(2*inHour), 0.75)
-	gpu("g3", "d1", "GPU-0", hour.Add(3*inHour), 1)
-	gpu("g4", "d1", "GPU-0", hour.Add(-time.Minute), 0)
-	gpu("g5", "d2", "GPU-2", hour.Add(-30*time.Minute), 0.4)
-	gpu("g6", "d2", "GPU-2", hour.Add(-20*time.Minute), 0.6)
+	gpu("g1", "d1", "GPU-0", hour.Add(inHour), 0.25, 60, 70, 300)
+	gpu("g2", "d1", "GPU-1", hour.Add(2*inHour), 0.75, 40, 60, 200)
+	gpu("g3", "d1", "GPU-0", hour.Add(3*inHour), 1, 78, 85, 500)
+	gpu("g4", "d1", "GPU-0", hour.Add(-time.Minute), 0, 80, 99, 700)
+	gpu("g5", "d2", "GPU-2", hour.Add(-30*time.Minute), 0.4, 10, 75, 100)
+	gpu("g6", "d2", "GPU-2", hour.Add(-20*time.Minute), 0.6, 30, 65, 300)
 	if err := s.InsertGPUSamples(t.Context(), &gpus); err != nil {
 		t.Fatal(err)
 	}
@@ -237,11 +244,12 @@ func deploymentFixture(t *testing.T) (*chstore.Store, *clock, []*meterv1.Inferen
 }
 
 // TestDeploymentCap: with a cap of 2, the largest (deployment, model) key
-// (d2/m1, given the most tokens) and the largest GPU deployment (d1: the most
-// GPU-seconds) keep their series; the others are folded into __other__
+// (d2/m1, given the most tokens) and the largest GPU (GPU-0 of d1) keep
+// their series; the others are folded into __other__
 // with nothing lost: the counters and histograms add up to every event's,
 // the engine gauges are the pooled time-weighted means of the folded keys'
-// newest minutes, gpu_utilization the pooled busy share. A new key larger
+// newest minutes, the GPU gauges pooled (busy share, memory, power) or the
+// hottest (temperature). A new key larger
 // than any is folded too (the choice sticks) and nothing goes down.
 func TestDeploymentCap(t *testing.T) {
 	s, c, events := deploymentFixture(t)
@@ -274,9 +282,11 @@ func TestDeploymentCap(t *testing.T) {
 	want[seriesName("llm_kv_cache_hit_ratio", other)] = 0.3
 	want["llm_usage_metrics_folded_deployments{}"] = 3
 	want["llm_usage_metrics_deployments{}"] = 4
-	want["llm_usage_metrics_folded_gpu_deployments{}"] = 1
-	want[seriesName("gpu_utilization", map[string]string{"deployment": "d1"})] = (0.25 + 0.75 + 1) / 3
-	want[seriesName("gpu_utilization", map[string]string{"deployment": usagemetrics.Other})] = 0.5
+	want["llm_usage_metrics_folded_gpus{}"] = 2
+	// GPU-0 of d1 and GPU-2 of d2 have 20 GPU-seconds each (d1 first by
+	// name), GPU-1 10: GPU-1 and GPU-2 pooled, 10 s per sample.
+	gpuWant(want, "d1", "GPU-0", (0.25+1)/2, 69, (60+78)/160.0, 85, 400)
+	gpuWant(want, usagemetrics.Other, usagemetrics.Other, (0.75+0.4+0.6)/3, (40+10+30)/3.0, (40+10+30)/240.0, 75, (200+100+300)/3.0)
 	if diff := cmp.Diff(want, got, approx); diff != "" {
 		t.Errorf("capped deployment view (-want +got):\n%s", diff)
 	}
@@ -306,4 +316,18 @@ func TestDeploymentCap(t *testing.T) {
 			}
 		}
 	}
+}
+
+// gpuWant sets the expected GPU gauges of one GPU of node n1 (or of the
+// folded ones: every label "__other__"), memory in GiB.
+func gpuWant(want expo, dep, gpu string, util, usedGiB, ratio, tempC, watts float64) {
+	l := map[string]string{"deployment": dep, "node": "n1", "gpu": gpu}
+	if dep == usagemetrics.Other {
+		l["node"] = usagemetrics.Other
+	}
+	want[seriesName("gpu_utilization", l)] = util
+	want[seriesName("gpu_memory_used_bytes", l)] = usedGiB * (1 << 30)
+	want[seriesName("gpu_memory_used_ratio", l)] = ratio
+	want[seriesName("gpu_temperature_celsius", l)] = tempC
+	want[seriesName("gpu_power_watts", l)] = watts
 }

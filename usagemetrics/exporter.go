@@ -195,9 +195,9 @@ type Exporter struct {
 	tried    time.Time
 	exposed  map[pair]bool
 	// exposedDeps and exposedGPUs are the deployment view's sticky
-	// choices, (deployment, model) keys and GPU deployments.
+	// choices, (deployment, model) keys and GPUs.
 	exposedDeps map[depKey]bool
-	exposedGPUs map[string]bool
+	exposedGPUs map[gpuKey]bool
 
 	refreshes *prometheus.CounterVec
 	duration  prometheus.Histogram
@@ -218,7 +218,7 @@ func New(cfg Config, src Reader, reg prometheus.Registerer, logger *slog.Logger,
 	e := &Exporter{
 		cfg: cfg, src: src, logger: logger, now: now,
 		sem:     make(chan struct{}, 1),
-		exposed: map[pair]bool{}, exposedDeps: map[depKey]bool{}, exposedGPUs: map[string]bool{},
+		exposed: map[pair]bool{}, exposedDeps: map[depKey]bool{}, exposedGPUs: map[gpuKey]bool{},
 		depDescs: newDepDescs(),
 		descs: descs{
 			requests: prometheus.NewDesc("llm_requests_total",
