@@ -83,6 +83,7 @@ func capacityReport(r *capacity.Report) *meterv1.CapacityReport {
 	for i := range r.Plans {
 		out.Plans = append(out.Plans, capacityPlan(r.Currency, &r.Plans[i]))
 	}
+	out.PlansOmitted = int32(r.PlansOmitted)
 	fp := r.FleetPlan
 	out.FleetPlan = &meterv1.CapacityFleetPlan{Parts: mixParts(r.Currency, fp.Parts), Gpus: fp.GPUs, TokensPerSecond: fp.TokensPerSecond,
 		CostPerHour: money(r.Currency, fp.CostPerHourNanos), Deployments: int32(fp.Deployments), Missing: fp.Missing, AtMost: fp.AtMost}

@@ -227,6 +227,17 @@ func TestCapacityFleetPlan(t *testing.T) {
 		t.Errorf("fleet hot band %v", b)
 	}
 
+	// By model with max_units 1: one unit (m) of two deployments, one plan
+	// (chat, the most GPU time), the other counted.
+	byModel, err := reports.GetCapacityReport(withKey(testKeys["finance"]), &meterv1.GetCapacityReportRequest{Start: req.Start, End: req.End,
+		MinHourRequests: 2, GroupBy: "model", MaxUnits: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := byModel.GetReport(); len(m.GetPlans()) != 1 || m.GetPlans()[0].GetDeployment() != "chat" || m.GetPlansOmitted() != 1 {
+		t.Errorf("by model: %d plans, %d omitted", len(m.GetPlans()), m.GetPlansOmitted())
+	}
+
 	// REST answers the same, and its HTML file shows the plan.
 	v := url.Values{"start": {start.Format(time.RFC3339)}, "end": {end.Format(time.RFC3339)}, "min_hour_requests": {"2"}}
 	code, body := s.rest(t, "GET", "/v1/reports/capacity?"+v.Encode(), testKeys["finance"], nil)

@@ -323,6 +323,15 @@ func Build(ctx context.Context, src Source, q Query) (*Report, error) {
 			planned = append(planned, deps[name])
 		}
 	}
+	// At most MaxUnits plans: the largest deployments by GPU time, then
+	// tokens, then name (a model or GPU type unit holds many).
+	slices.SortFunc(planned, func(a, b *deployment) int {
+		return cmp.Or(cmp.Compare(b.gpuSec, a.gpuSec), cmp.Compare(b.tokens, a.tokens), cmp.Compare(a.name, b.name))
+	})
+	if len(planned) > q.MaxUnits {
+		rep.PlansOmitted = len(planned) - q.MaxUnits
+		planned = planned[:q.MaxUnits]
+	}
 	slices.SortFunc(planned, func(a, b *deployment) int { return cmp.Compare(a.name, b.name) })
 	rep.Plans = plans(q, planned)
 	rep.FleetPlan = fleetPlan(rep.Plans)

@@ -390,3 +390,27 @@ func TestHotBand(t *testing.T) {
 		}
 	}
 }
+
+// TestPlansBounded: a model unit of three deployments with max_units 2
+// plans the two with the most GPU time and counts the third.
+func TestPlansBounded(t *testing.T) {
+	f := &fleet{}
+	for i := range 48 {
+		at := day0.Add(time.Duration(i) * time.Hour)
+		for dep, gpus := range map[string]uint32{"a": 1, "b": 4, "c": 2} {
+			f.gpuHour(dep, "H100", at, gpus, 0.5, 1_000_000_000)
+			f.traffic("m", dep, at, 100, 100, 1000, 1000)
+		}
+	}
+	r, err := Build(context.Background(), f, Query{Start: day0, End: day0.Add(48 * time.Hour), GroupBy: ByModel, MaxUnits: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range r.Plans {
+		names = append(names, p.Deployment)
+	}
+	if !slices.Equal(names, []string{"b", "c"}) || r.PlansOmitted != 1 || len(r.Units) != 1 || r.Units[0].DeploymentCount != 3 {
+		t.Errorf("plans %v, %d omitted; want b and c, 1 omitted", names, r.PlansOmitted)
+	}
+}

@@ -86,9 +86,12 @@ type Report struct {
 	NotEnoughData string
 	// Plans are the deployments of the listed units, in name order: the
 	// cost of 1M tokens at the sustainable load on each GPU type and the
-	// cheapest GPU mix for the forecast peak. FleetPlan sums their mixes.
-	Plans     []Plan
-	FleetPlan FleetPlan
+	// cheapest GPU mix for the forecast peak. At most MaxUnits of them,
+	// the largest by GPU time, then tokens, then name; PlansOmitted counts
+	// the others. FleetPlan sums their mixes.
+	Plans        []Plan
+	PlansOmitted int
+	FleetPlan    FleetPlan
 }
 
 // FleetPlan is the sum of the deployments' cheapest mixes: each deployment

@@ -301,11 +301,15 @@ type CapacityReport struct {
 	// plans are the deployments of the listed units, in name order: the cost
 	// of 1M tokens at the sustainable load on each GPU type, and the cheapest
 	// whole-GPU mix of the types each was measured on that carries its
-	// forecast peak within the SLO (docs/architecture.md "Fleet plan").
+	// forecast peak within the SLO (docs/architecture.md "Fleet plan"). At
+	// most max_units of them: the largest by GPU time, then tokens, then name.
 	Plans []*CapacityPlan `protobuf:"bytes,20,rep,name=plans,proto3" json:"plans,omitempty"`
 	// fleet_plan adds up the plans' mixes: each deployment carries its own
 	// forecast peak on its own GPUs.
-	FleetPlan     *CapacityFleetPlan `protobuf:"bytes,21,opt,name=fleet_plan,json=fleetPlan,proto3" json:"fleet_plan,omitempty"`
+	FleetPlan *CapacityFleetPlan `protobuf:"bytes,21,opt,name=fleet_plan,json=fleetPlan,proto3" json:"fleet_plan,omitempty"`
+	// plans_omitted counts the deployments of the listed units beyond
+	// max_units that have no plan (a model or GPU type unit holds many).
+	PlansOmitted  int32 `protobuf:"varint,22,opt,name=plans_omitted,json=plansOmitted,proto3" json:"plans_omitted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -485,6 +489,13 @@ func (x *CapacityReport) GetFleetPlan() *CapacityFleetPlan {
 		return x.FleetPlan
 	}
 	return nil
+}
+
+func (x *CapacityReport) GetPlansOmitted() int32 {
+	if x != nil {
+		return x.PlansOmitted
+	}
+	return 0
 }
 
 // CapacityUnit is the capacity of one deployment, model, GPU type or of the fleet.
@@ -2458,7 +2469,7 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\tmax_units\x18\x0e \x01(\x05R\bmaxUnitsB\x11\n" +
 	"\x0f_miss_tolerance\"R\n" +
 	"\x19GetCapacityReportResponse\x125\n" +
-	"\x06report\x18\x01 \x01(\v2\x1d.tokenmeter.v1.CapacityReportR\x06report\"\x8e\a\n" +
+	"\x06report\x18\x01 \x01(\v2\x1d.tokenmeter.v1.CapacityReportR\x06report\"\xb3\a\n" +
 	"\x0eCapacityReport\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12,\n" +
 	"\x03end\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03end\x12\x19\n" +
@@ -2482,7 +2493,8 @@ const file_tokenmeter_v1_report_proto_rawDesc = "" +
 	"\tmax_units\x18\x13 \x01(\x05R\bmaxUnits\x121\n" +
 	"\x05plans\x18\x14 \x03(\v2\x1b.tokenmeter.v1.CapacityPlanR\x05plans\x12?\n" +
 	"\n" +
-	"fleet_plan\x18\x15 \x01(\v2 .tokenmeter.v1.CapacityFleetPlanR\tfleetPlan\"\xde\f\n" +
+	"fleet_plan\x18\x15 \x01(\v2 .tokenmeter.v1.CapacityFleetPlanR\tfleetPlan\x12#\n" +
+	"\rplans_omitted\x18\x16 \x01(\x05R\fplansOmitted\"\xde\f\n" +
 	"\fCapacityUnit\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdeployments\x18\x02 \x03(\tR\vdeployments\x12\x16\n" +
