@@ -702,9 +702,9 @@ func TestChartClickHouseCluster(t *testing.T) {
 }
 
 // TestChartLint runs Helm's linter (helm lint) on the chart, offline,
-// with the default values and the secure ones.
+// with the default values, the secure ones and the alerts on.
 func TestChartLint(t *testing.T) {
-	for _, tc := range []struct{ name, values string }{{"defaults", ""}, {"secure", secureValues}} {
+	for _, tc := range []struct{ name, values string }{{"defaults", ""}, {"secure", secureValues}, {"alerts", alertValues}} {
 		t.Run(tc.name, func(t *testing.T) {
 			vals, err := chartutil.ReadValues([]byte(tc.values))
 			if err != nil {
