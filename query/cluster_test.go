@@ -87,6 +87,16 @@ func eqEvent(id string, i int, at time.Time) *meterv1.InferenceEvent {
 		Deployment: sv.deployment, GpuType: sv.gpuType, SloClass: eqClasses[(i/7)%len(eqClasses)],
 		CompletedAt: timestamppb.New(at),
 	}
+	// Serving labels: d-h100 moves from vllm (TP 2) to sglang (TP 4) 90
+	// minutes in, within an hour; d-orphan reports none.
+	switch {
+	case sv.deployment == "d-h100" && at.Before(eqStart.Add(90*time.Minute)):
+		ev.Engine, ev.TensorParallelism = "vllm", 2
+	case sv.deployment == "d-h100":
+		ev.Engine, ev.TensorParallelism = "sglang", 4
+	case sv.deployment == "d-a100":
+		ev.Engine, ev.TensorParallelism = "trt-llm", 1
+	}
 	switch {
 	case i%13 == 0:
 		ev.Status = meterv1.Status_STATUS_TIMEOUT
@@ -483,6 +493,9 @@ func compareReads(t *testing.T, e *eqStores) {
 		{Start: days[0], End: days[1], Step: "day", GroupBy: []string{"deployment"}},
 		{Start: days[0], End: days[1], Step: "month", GroupBy: []string{"model"}},
 		{Start: whole[0], End: whole[1], Step: "hour", TenantID: "acme", GroupBy: []string{"deployment", "gpu_type"}},
+		// The serving labels (an engine changed within an hour).
+		{Start: whole[0], End: whole[1], Step: "hour", GroupBy: []string{"engine", "tensor_parallelism", "model_version"}},
+		{Start: days[0], End: days[1], Step: "day", GroupBy: []string{"tenant_id", "deployment", "engine"}},
 	}
 	for _, busy := range billing.BusyPolicies() {
 		for _, idle := range billing.IdlePolicies() {

@@ -481,13 +481,22 @@ func loadAndRollUp(ctx context.Context, stdout io.Writer, progress func(string, 
 	if err != nil {
 		return err
 	}
+	serving, err := store.ServingOfHours(ctx, hourStart, hourStart.Add(time.Hour))
+	if err != nil {
+		return err
+	}
 	read := time.Since(t0)
 	gpuRows, costRows, err := rollup.ComputeCost(hourStart, book, hourSamples, hourUsage)
 	if err != nil {
 		return err
 	}
+	rollup.LabelCost(costRows, serving)
 	compute := time.Since(t0) - read
-	if err := store.WriteCost(ctx, gpuRows, costRows, uint64(time.Now().UnixMilli())<<16); err != nil {
+	costVersion := uint64(time.Now().UnixMilli()) << 16
+	if err := store.WriteCost(ctx, gpuRows, costRows, costVersion); err != nil {
+		return err
+	}
+	if err := store.WriteServing(ctx, rollup.ServingLabels(hourStart, serving), costVersion); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "cost rollup of that hour (%d samples, %d usage rows)  %8.2f s  (read %.2f s, allocate %.2f s; target < 2 s)\n",
@@ -537,5 +546,32 @@ WHERE active AND database = 'bench_q' GROUP BY table ORDER BY b DESC`)
 	}
 	fmt.Fprintf(stdout, "  all tables               %9.1f MiB %20s %7.2f bytes/event (target <= 80); without the GPU sample tables %.2f\n",
 		mib(total), "", float64(total)/float64(events), float64(total-gpu)/float64(events))
-	return nil
+	return costColumnsReport(ctx, stdout, conn, events)
+}
+
+// costColumnsReport prints the compressed bytes per event of cost_hour's
+// columns, largest first: what each allocation, GPU time (migration 0026)
+// and label column costs.
+func costColumnsReport(ctx context.Context, stdout io.Writer, conn driver.Conn, events uint64) error {
+	rows, err := conn.Query(ctx, `SELECT name, data_compressed_bytes FROM system.columns
+WHERE database = 'bench_q' AND table = 'cost_hour' ORDER BY data_compressed_bytes DESC`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	fmt.Fprintf(stdout, "\ncost_hour per column (compressed, without marks):\n")
+	var gpuMs uint64
+	for rows.Next() {
+		var name string
+		var b uint64
+		if err := rows.Scan(&name, &b); err != nil {
+			return err
+		}
+		if strings.HasPrefix(name, "gpu_ms_") {
+			gpuMs += b
+		}
+		fmt.Fprintf(stdout, "  %-36s %9.2f MiB %7.3f bytes/event\n", name, mib(b), float64(b)/float64(events))
+	}
+	fmt.Fprintf(stdout, "  the 12 gpu_ms_ columns together      %9.2f MiB %7.3f bytes/event\n", mib(gpuMs), float64(gpuMs)/float64(events))
+	return rows.Err()
 }

@@ -22,7 +22,7 @@ var (
 	hourSteps = []string{"total", "hour", "day", "month"}
 	// costGroupFields are the dimensions cost groups by
 	// (query.CostGroupFields).
-	costGroupFields = []string{"tenant_id", "model", "deployment", "gpu_type"}
+	costGroupFields = []string{"tenant_id", "model", "deployment", "gpu_type", "engine", "tensor_parallelism", "model_version"}
 	// busyPolicies and idlePolicies are the allocation policies, the
 	// server's default first (billing.BusyPolicies, billing.IdlePolicies).
 	busyPolicies = []string{"tokens", "weighted_tokens", "request_time"}
@@ -73,7 +73,8 @@ func parseCost(args []string, getenv func(string) string, now time.Time, stderr 
 			"--idle-policy). COST/1K_OUT and COST/1K_TOK are COST per 1,000 output tokens\n"+
 			"and per 1,000 input and output tokens, BUSY/1K_OUT is BUSY per 1,000 output\n"+
 			"tokens. UNATTR_REQ counts requests served by deployments without GPU samples:\n"+
-			"their cost is unknown and not in COST. Cost is computed per hour, so --start\n"+
+			"their cost is unknown and not in COST. COST/REQ is COST per request, GPU_SEC\n"+
+			"the GPU-seconds allocated to the group (split as COST is). Cost is computed per hour, so --start\n"+
 			"and --end lie on whole hours. With --step total the SUMMARY rows are the only\n"+
 			"rows. A table ends with the rows' gross margin: their tokens at list prices\n"+
 			"(list_charge) against their GPU cost.", costShape,
@@ -203,14 +204,17 @@ func costGrid(cfg selectorConfig, all *meterv1.GetCostResponse, f cellFormat) *g
 		column{head: "COST/1K_OUT", csvHead: "cost_per_1k_output_tokens", num: true},
 		column{head: "COST/1K_TOK", csvHead: "cost_per_1k_tokens", num: true},
 		column{head: "BUSY/1K_OUT", csvHead: "busy_cost_per_1k_output_tokens", num: true},
-		column{head: "UNATTR_REQ", csvHead: "unattributed_requests", num: true})
+		column{head: "UNATTR_REQ", csvHead: "unattributed_requests", num: true},
+		column{head: "COST/REQ", csvHead: "cost_per_request", num: true},
+		column{head: "GPU_SEC", csvHead: "gpu_seconds", num: true})
 	cur := all.GetCurrency()
 	seriesRows(cfg, f, all.GetSeries(), func(group []string, start string, p *meterv1.CostPoint) {
 		g.add(append(f.lead(group, start, p.GetCost(), cur),
 			f.money(p.GetCost(), cur), f.money(p.GetBusyCost(), cur), f.money(p.GetIdleCost(), cur),
 			f.count(p.GetRequests()), f.count(p.GetInputTokens()), f.count(p.GetOutputTokens()),
 			f.decimal(cur, p.GetCostPer_1KOutputTokens(), per1kDecimals), f.decimal(cur, p.GetCostPer_1KTokens(), per1kDecimals),
-			f.decimal(cur, p.GetBusyCostPer_1KOutputTokens(), per1kDecimals), f.count(p.GetUnattributedRequests()))...)
+			f.decimal(cur, p.GetBusyCostPer_1KOutputTokens(), per1kDecimals), f.count(p.GetUnattributedRequests()),
+			f.decimal(cur, p.GetCostPerRequest(), per1kDecimals), cmp.Or(p.GetGpuSeconds(), f.missing()))...)
 	})
 	return g
 }

@@ -50,22 +50,28 @@ func costPages() []proto.Message {
 			Series: []*meterv1.CostSeries{{
 				Group: map[string]string{"tenant_id": "acme", "model": "llama-3.1-70b-instruct"},
 				Points: []*meterv1.CostPoint{
-					costPoint(t10, 12_345_678_912, 0, 1200, 1_440_000, 336_000, [3]string{"0.036743092", "0.006951396", "0.036743092"}),
-					unattributed(costPoint(t11, 12_000, 0, 3, 300, 30, [3]string{"0.000400000", "0.000036364", "0.000400000"}), 5, 500, 50),
+					withGPUTime(costPoint(t10, 12_345_678_912, 0, 1200, 1_440_000, 336_000, [3]string{"0.036743092", "0.006951396", "0.036743092"}), "0.010288066", "7200.000"),
+					withGPUTime(unattributed(costPoint(t11, 12_000, 0, 3, 300, 30, [3]string{"0.000400000", "0.000036364", "0.000400000"}), 5, 500, 50), "0.000004000", "0.250"),
 				},
-				Summary: unattributed(costPoint(t10, 12_345_690_912, 0, 1203, 1_440_300, 336_030, [3]string{"0.036739847", "0.006950111", "0.036739847"}), 5, 500, 50),
+				Summary: withGPUTime(unattributed(costPoint(t10, 12_345_690_912, 0, 1203, 1_440_300, 336_030, [3]string{"0.036739847", "0.006950111", "0.036739847"}), 5, 500, 50), "0.010262419", "7200.250"),
 			}}},
 		&meterv1.GetCostResponse{BusyPolicy: "tokens", IdlePolicy: "separate", Currency: "USD",
 			PriceVersions: []string{"2026-11-01", "2026-11-15"},
 			Series: []*meterv1.CostSeries{{
 				Group: map[string]string{"tenant_id": "__idle__", "model": ""},
 				Points: []*meterv1.CostPoint{
-					costPoint(t10, 3_500_000_000, 3_500_000_000, 0, 0, 0, [3]string{}),
-					costPoint(t11, 1_250_000_000, 1_250_000_000, 0, 0, 0, [3]string{}),
+					withGPUTime(costPoint(t10, 3_500_000_000, 3_500_000_000, 0, 0, 0, [3]string{}), "", "3600.000"),
+					withGPUTime(costPoint(t11, 1_250_000_000, 1_250_000_000, 0, 0, 0, [3]string{}), "", "1285.714"),
 				},
-				Summary: costPoint(t10, 4_750_000_000, 4_750_000_000, 0, 0, 0, [3]string{}),
+				Summary: withGPUTime(costPoint(t10, 4_750_000_000, 4_750_000_000, 0, 0, 0, [3]string{}), "", "4885.714"),
 			}}},
 	}
+}
+
+// withGPUTime sets a cost point's cost per request and allocated GPU time.
+func withGPUTime(p *meterv1.CostPoint, perRequest, gpuSeconds string) *meterv1.CostPoint {
+	p.CostPerRequest, p.GpuSeconds = perRequest, gpuSeconds
+	return p
 }
 
 // gpuPoint is a GpuUsagePoint of gpu GPU-hours at utilization util
@@ -132,13 +138,13 @@ func TestCostAndGPUUsage(t *testing.T) {
 		args: []string{"cost", "--tenant", "acme", "--group-by", "tenant_id,model", "--busy-policy", "tokens", "--idle-policy", "separate"},
 		query: hourQuery(url.Values{"tenant_id": {"acme"}, "group_by": {"tenant_id", "model"},
 			"busy_policy": {"tokens"}, "idle_policy": {"separate"}}),
-		want: `TENANT    MODEL                   START                        COST         BUSY        IDLE  REQUESTS    INPUT  OUTPUT   COST/1K_OUT   COST/1K_TOK   BUSY/1K_OUT  UNATTR_REQ
-acme      llama-3.1-70b-instruct  2026-11-21T10:00:00Z  USD 12.3457  USD 12.3457  USD 0.0000      1200  1440000  336000  USD 0.036743  USD 0.006951  USD 0.036743           0
-acme      llama-3.1-70b-instruct  2026-11-21T11:00:00Z  USD <0.0001  USD <0.0001  USD 0.0000         3      300      30  USD 0.000400  USD 0.000036  USD 0.000400           5
-acme      llama-3.1-70b-instruct  SUMMARY               USD 12.3457  USD 12.3457  USD 0.0000      1203  1440300  336030  USD 0.036740  USD 0.006950  USD 0.036740           5
-__idle__  -                       2026-11-21T10:00:00Z   USD 3.5000   USD 0.0000  USD 3.5000         0        0       0             -             -             -           0
-__idle__  -                       2026-11-21T11:00:00Z   USD 1.2500   USD 0.0000  USD 1.2500         0        0       0             -             -             -           0
-__idle__  -                       SUMMARY                USD 4.7500   USD 0.0000  USD 4.7500         0        0       0             -             -             -           0
+		want: `TENANT    MODEL                   START                        COST         BUSY        IDLE  REQUESTS    INPUT  OUTPUT   COST/1K_OUT   COST/1K_TOK   BUSY/1K_OUT  UNATTR_REQ      COST/REQ   GPU_SEC
+acme      llama-3.1-70b-instruct  2026-11-21T10:00:00Z  USD 12.3457  USD 12.3457  USD 0.0000      1200  1440000  336000  USD 0.036743  USD 0.006951  USD 0.036743           0  USD 0.010288  7200.000
+acme      llama-3.1-70b-instruct  2026-11-21T11:00:00Z  USD <0.0001  USD <0.0001  USD 0.0000         3      300      30  USD 0.000400  USD 0.000036  USD 0.000400           5  USD 0.000004     0.250
+acme      llama-3.1-70b-instruct  SUMMARY               USD 12.3457  USD 12.3457  USD 0.0000      1203  1440300  336030  USD 0.036740  USD 0.006950  USD 0.036740           5  USD 0.010262  7200.250
+__idle__  -                       2026-11-21T10:00:00Z   USD 3.5000   USD 0.0000  USD 3.5000         0        0       0             -             -             -           0             -  3600.000
+__idle__  -                       2026-11-21T11:00:00Z   USD 1.2500   USD 0.0000  USD 1.2500         0        0       0             -             -             -           0             -  1285.714
+__idle__  -                       SUMMARY                USD 4.7500   USD 0.0000  USD 4.7500         0        0       0             -             -             -           0             -  4885.714
 
 Busy policy tokens, idle policy separate (idle cost in tenant __idle__). Amounts in USD; price versions: 2026-11-01, 2026-11-15.
 warning: 5 requests ran on deployments without GPU samples: their cost is not included (500 input and 50 output tokens)
@@ -147,13 +153,13 @@ warning: 5 requests ran on deployments without GPU samples: their cost is not in
 		name: "cost CSV", path: "/v1/cost", pages: costPages(),
 		args:  []string{"cost", "--group-by", "tenant_id,model", "--output", "csv", "--busy-policy", "request_time", "--idle-policy", "shared_even"},
 		query: hourQuery(url.Values{"group_by": {"tenant_id", "model"}, "busy_policy": {"request_time"}, "idle_policy": {"shared_even"}}),
-		want: `tenant_id,model,start,currency,cost,busy_cost,idle_cost,requests,input_tokens,output_tokens,cost_per_1k_output_tokens,cost_per_1k_tokens,busy_cost_per_1k_output_tokens,unattributed_requests
-acme,llama-3.1-70b-instruct,2026-11-21T10:00:00Z,USD,12.345678912,12.345678912,0.000000000,1200,1440000,336000,0.036743092,0.006951396,0.036743092,0
-acme,llama-3.1-70b-instruct,2026-11-21T11:00:00Z,USD,0.000012000,0.000012000,0.000000000,3,300,30,0.000400000,0.000036364,0.000400000,5
-acme,llama-3.1-70b-instruct,summary,USD,12.345690912,12.345690912,0.000000000,1203,1440300,336030,0.036739847,0.006950111,0.036739847,5
-__idle__,,2026-11-21T10:00:00Z,USD,3.500000000,0.000000000,3.500000000,0,0,0,,,,0
-__idle__,,2026-11-21T11:00:00Z,USD,1.250000000,0.000000000,1.250000000,0,0,0,,,,0
-__idle__,,summary,USD,4.750000000,0.000000000,4.750000000,0,0,0,,,,0
+		want: `tenant_id,model,start,currency,cost,busy_cost,idle_cost,requests,input_tokens,output_tokens,cost_per_1k_output_tokens,cost_per_1k_tokens,busy_cost_per_1k_output_tokens,unattributed_requests,cost_per_request,gpu_seconds
+acme,llama-3.1-70b-instruct,2026-11-21T10:00:00Z,USD,12.345678912,12.345678912,0.000000000,1200,1440000,336000,0.036743092,0.006951396,0.036743092,0,0.010288066,7200.000
+acme,llama-3.1-70b-instruct,2026-11-21T11:00:00Z,USD,0.000012000,0.000012000,0.000000000,3,300,30,0.000400000,0.000036364,0.000400000,5,0.000004000,0.250
+acme,llama-3.1-70b-instruct,summary,USD,12.345690912,12.345690912,0.000000000,1203,1440300,336030,0.036739847,0.006950111,0.036739847,5,0.010262419,7200.250
+__idle__,,2026-11-21T10:00:00Z,USD,3.500000000,0.000000000,3.500000000,0,0,0,,,,0,,3600.000
+__idle__,,2026-11-21T11:00:00Z,USD,1.250000000,0.000000000,1.250000000,0,0,0,,,,0,,1285.714
+__idle__,,summary,USD,4.750000000,0.000000000,4.750000000,0,0,0,,,,0,,4885.714
 `,
 		wantStderr: "warning: 5 requests ran on deployments without GPU samples: their cost is not included (500 input and 50 output tokens)\n",
 	}, {

@@ -74,12 +74,13 @@ func TestCostThroughGateway(t *testing.T) {
 	store := &fakeCost{
 		// Sorted by step, as chstore answers.
 		cost: []query.CostRow{
-			{Start: t10, Group: tenant("acme"), CostNanos: 2_500_000_000, BusyNanos: 2_000_000_000, Requests: 10, InputTokens: 1000, OutputTokens: 500, PriceVersions: []string{"v1"}},
-			{Start: t10, Group: tenant("__idle__"), CostNanos: 500_000_000, PriceVersions: []string{"v1"}},
+			{Start: t10, Group: tenant("acme"), CostNanos: 2_500_000_000, BusyNanos: 2_000_000_000, Requests: 10, InputTokens: 1000, OutputTokens: 500, PriceVersions: []string{"v1"},
+				GPUMs: 5_400_000, GPUBusyMs: 3_600_000},
+			{Start: t10, Group: tenant("__idle__"), CostNanos: 500_000_000, PriceVersions: []string{"v1"}, GPUMs: 1_800_000},
 			{Start: t10, Group: tenant("globex"), Requests: 3, InputTokens: 300, OutputTokens: 30,
 				UnattributedRequests: 3, UnattributedInput: 300, UnattributedOutput: 30},
 			{Start: t11, Group: tenant("acme"), CostNanos: 1_000_000_000, BusyNanos: 1_000_000_000, Requests: 4, InputTokens: 400, OutputTokens: 100,
-				UnattributedRequests: 2, UnattributedInput: 200, UnattributedOutput: 20, PriceVersions: []string{"v2"}},
+				UnattributedRequests: 2, UnattributedInput: 200, UnattributedOutput: 20, PriceVersions: []string{"v2"}, GPUMs: 1_000, GPUBusyMs: 1_000},
 		},
 		gpu: []query.GPUUsageRow{
 			{Start: t10, Group: map[string]string{"gpu_type": "h100"}, GPUSeconds: 4 * 3600, BusySeconds: 3 * 3600, CoveredSeconds: 4 * 3600,
@@ -96,14 +97,14 @@ func TestCostThroughGateway(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cost: %v", err)
 	}
-	want := `tenant_id,start,currency,cost,busy_cost,idle_cost,requests,input_tokens,output_tokens,cost_per_1k_output_tokens,cost_per_1k_tokens,busy_cost_per_1k_output_tokens,unattributed_requests
-__idle__,2026-11-21T10:00:00Z,USD,0.500000000,0.000000000,0.500000000,0,0,0,,,,0
-__idle__,summary,USD,0.500000000,0.000000000,0.500000000,0,0,0,,,,0
-acme,2026-11-21T10:00:00Z,USD,2.500000000,2.000000000,0.500000000,10,1000,500,5.000000000,1.666666667,4.000000000,0
-acme,2026-11-21T11:00:00Z,USD,1.000000000,1.000000000,0.000000000,4,400,100,10.000000000,2.000000000,10.000000000,2
-acme,summary,USD,3.500000000,3.000000000,0.500000000,14,1400,600,5.833333333,1.750000000,5.000000000,2
-globex,2026-11-21T10:00:00Z,USD,0.000000000,0.000000000,0.000000000,3,300,30,0.000000000,0.000000000,0.000000000,3
-globex,summary,USD,0.000000000,0.000000000,0.000000000,3,300,30,0.000000000,0.000000000,0.000000000,3
+	want := `tenant_id,start,currency,cost,busy_cost,idle_cost,requests,input_tokens,output_tokens,cost_per_1k_output_tokens,cost_per_1k_tokens,busy_cost_per_1k_output_tokens,unattributed_requests,cost_per_request,gpu_seconds
+__idle__,2026-11-21T10:00:00Z,USD,0.500000000,0.000000000,0.500000000,0,0,0,,,,0,,1800.000
+__idle__,summary,USD,0.500000000,0.000000000,0.500000000,0,0,0,,,,0,,1800.000
+acme,2026-11-21T10:00:00Z,USD,2.500000000,2.000000000,0.500000000,10,1000,500,5.000000000,1.666666667,4.000000000,0,0.250000000,5400.000
+acme,2026-11-21T11:00:00Z,USD,1.000000000,1.000000000,0.000000000,4,400,100,10.000000000,2.000000000,10.000000000,2,0.250000000,1.000
+acme,summary,USD,3.500000000,3.000000000,0.500000000,14,1400,600,5.833333333,1.750000000,5.000000000,2,0.250000000,5401.000
+globex,2026-11-21T10:00:00Z,USD,0.000000000,0.000000000,0.000000000,3,300,30,0.000000000,0.000000000,0.000000000,3,0.000000000,0.000
+globex,summary,USD,0.000000000,0.000000000,0.000000000,3,300,30,0.000000000,0.000000000,0.000000000,3,0.000000000,0.000
 `
 	if diff := cmp.Diff(want, out); diff != "" {
 		t.Errorf("cost CSV (-want +got):\n%s", diff)
@@ -129,8 +130,8 @@ globex,summary,USD,0.000000000,0.000000000,0.000000000,3,300,30,0.000000000,0.00
 	if err != nil {
 		t.Fatalf("cost with a tenant key: %v", err)
 	}
-	want = `START    COST  BUSY  IDLE  REQUESTS  INPUT  OUTPUT  COST/1K_OUT  COST/1K_TOK  BUSY/1K_OUT  UNATTR_REQ
-SUMMARY     -     -     -        14   1400     600            -            -            -           0
+	want = `START    COST  BUSY  IDLE  REQUESTS  INPUT  OUTPUT  COST/1K_OUT  COST/1K_TOK  BUSY/1K_OUT  UNATTR_REQ  COST/REQ  GPU_SEC
+SUMMARY     -     -     -        14   1400     600            -            -            -           0         -        -
 
 Busy policy weighted_tokens, idle policy separate (idle cost in tenant __idle__). Amounts in USD; price versions: v1, v2.
 `
