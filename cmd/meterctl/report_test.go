@@ -107,6 +107,15 @@ func TestReportCapacity(t *testing.T) {
 	if len(r.GetFindings()) > 0 && !strings.Contains(out, "\nFindings:\n  [") {
 		t.Errorf("table lacks the findings:\n%s", out)
 	}
+	// Then the fleet plan: this API has no price book, so every GPU type
+	// says so and no deployment has a mix.
+	if !strings.Contains(out, "\nFleet plan (") || !strings.Contains(out, "\n  chat-prod: forecast peak ") || !strings.Contains(out, "H100: no price: ") ||
+		!strings.Contains(out, "    no mix: not enough data: no GPU type has both") {
+		t.Errorf("table lacks the fleet plan:\n%s", out)
+	}
+	if testing.Verbose() {
+		t.Logf("table:\n%s", out)
+	}
 
 	// HTML to a file: parses, the renderer's bytes, nothing else left behind.
 	dir := t.TempDir()

@@ -149,10 +149,10 @@ func PlanText(w io.Writer, r *meterv1.CapacityReport) error {
 	for _, p := range ps {
 		fmt.Fprintf(&b, "  %s: %s\n", p.Deployment, p.Load)
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "    GPU TYPE\tSUSTAINABLE TOK/S/GPU\tPRICE/GPU-HOUR\tCOST PER 1M TOKENS\tGPUS ALONE\tCOST/HOUR ALONE\t")
+		fmt.Fprintln(tw, "    GPU TYPE\tSUSTAINABLE TOK/S/GPU\tPRICE/GPU-HOUR\tCOST PER 1M TOKENS\tGPUS ALONE\tCOST/HOUR ALONE")
 		var notes []string
 		for _, o := range p.Options {
-			fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\t%s\t\n", o.GPUType, o.Sustainable, o.Price, o.CostPer1M, o.GPUs, o.CostPerHour)
+			fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\t%s\n", o.GPUType, o.Sustainable, o.Price, o.CostPer1M, o.GPUs, o.CostPerHour)
 			switch {
 			case o.NotEnoughData != "":
 				notes = append(notes, o.GPUType+": "+o.NotEnoughData)
@@ -176,7 +176,11 @@ func PlanText(w io.Writer, r *meterv1.CapacityReport) error {
 		}
 	}
 	if f := fleetPlan(r); f != nil {
-		fmt.Fprintf(&b, "  fleet: %s, %s\n", f.Mix, f.CostPerHour)
+		if r.GetFleetPlan().GetDeployments() == 0 {
+			b.WriteString("  fleet: no deployment has a mix\n")
+		} else {
+			fmt.Fprintf(&b, "  fleet: %s, %s\n", f.Mix, f.CostPerHour)
+		}
 		if f.Missing != "" {
 			fmt.Fprintf(&b, "    %s\n", f.Missing)
 		}
