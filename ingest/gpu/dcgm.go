@@ -78,6 +78,7 @@ func (c DCGMConfig) withDefaults() DCGMConfig {
 const (
 	fieldName           uint16 = 50   // DCGM_FI_DEV_NAME: model, or MIG profile of a GPU instance
 	fieldSMClock        uint16 = 100  // DCGM_FI_DEV_SM_CLOCK, MHz
+	fieldMaxSMClock     uint16 = 113  // DCGM_FI_DEV_MAX_SM_CLOCK, MHz: the "normal" clock of throttling
 	fieldGPUTemp        uint16 = 150  // DCGM_FI_DEV_GPU_TEMP, C
 	fieldPower          uint16 = 155  // DCGM_FI_DEV_POWER_USAGE, W
 	fieldEnergy         uint16 = 156  // DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ counter
@@ -87,6 +88,7 @@ const (
 	fieldFBUsed         uint16 = 252  // DCGM_FI_DEV_FB_USED, MiB
 	fieldFBReserved     uint16 = 253  // DCGM_FI_DEV_FB_RESERVED, MiB
 	fieldGREngineActive uint16 = 1001 // DCGM_FI_PROF_GR_ENGINE_ACTIVE, ratio
+	fieldSMActive       uint16 = 1002 // DCGM_FI_PROF_SM_ACTIVE, ratio
 )
 
 // DCGM value types and blank sentinels (dcgm_structs.h). A blank value means
@@ -353,15 +355,16 @@ func (s *DCGMSource) start() error {
 	}
 	entities = append(entities, instEntities...)
 	name := fmt.Sprintf("tokenmeter-gpu-agent-%d", os.Getpid())
-	base := []uint16{fieldSMClock, fieldGPUTemp, fieldPower, fieldEnergy, fieldGPUUtil, fieldFBTotal, fieldFBFree, fieldFBUsed, fieldFBReserved}
+	base := []uint16{fieldSMClock, fieldMaxSMClock, fieldGPUTemp, fieldPower, fieldEnergy, fieldGPUUtil, fieldFBTotal, fieldFBFree, fieldFBUsed, fieldFBReserved}
 	w, err := s.api.Watch(name, entities, base, s.cfg.UpdateEvery, s.cfg.KeepAge)
 	if err != nil {
 		return fmt.Errorf("watch DCGM fields: %w", err)
 	}
 	s.watches = append(s.watches, w)
 	// Profiling (DCP) metrics need Volta or newer and DCGM's profiling
-	// module; without them utilization falls back to DCGM_FI_DEV_GPU_UTIL.
-	w, err = s.api.Watch(name+"-prof", entities, []uint16{fieldGREngineActive}, s.cfg.UpdateEvery, s.cfg.KeepAge)
+	// module; without them utilization falls back to DCGM_FI_DEV_GPU_UTIL
+	// and samples carry no SM activity.
+	w, err = s.api.Watch(name+"-prof", entities, []uint16{fieldGREngineActive, fieldSMActive}, s.cfg.UpdateEvery, s.cfg.KeepAge)
 	if err != nil {
 		s.noProf = true
 		s.logger.Warn("DCGM profiling metrics unavailable; utilization from DCGM_FI_DEV_GPU_UTIL", "error", err)
@@ -398,11 +401,12 @@ func (s *DCGMSource) Sample(ctx context.Context) ([]*meterv1.GpuSample, error) {
 	for _, g := range s.gpus {
 		card := dcgmEntity{entityGPU, g.ID}
 		base := &meterv1.GpuSample{
-			GpuUuid:      g.UUID,
-			GpuIndex:     uint32(g.ID),
-			GpuType:      g.gpuType,
-			TemperatureC: acc.last(card, fieldGPUTemp),
-			SmClockMhz:   acc.last(card, fieldSMClock),
+			GpuUuid:       g.UUID,
+			GpuIndex:      uint32(g.ID),
+			GpuType:       g.gpuType,
+			TemperatureC:  acc.last(card, fieldGPUTemp),
+			SmClockMhz:    acc.last(card, fieldSMClock),
+			SmClockMaxMhz: acc.last(card, fieldMaxSMClock),
 		}
 		power := acc.mean(card, fieldPower)
 		var joules float64
@@ -411,6 +415,7 @@ func (s *DCGMSource) Sample(ctx context.Context) ([]*meterv1.GpuSample, error) {
 		}
 		if len(g.instances) == 0 {
 			base.Utilization = s.utilization(card, acc)
+			base.SmActive = smActive(card, acc)
 			base.FbUsedBytes, base.FbTotalBytes = framebuffer(card, acc)
 			base.PowerWatts, base.EnergyJoules = power, joules
 			out = append(out, base)
@@ -423,6 +428,7 @@ func (s *DCGMSource) Sample(ctx context.Context) ([]*meterv1.GpuSample, error) {
 			m.MigInstanceId = uint32(in.InstanceID)
 			m.MigFraction = in.fraction
 			m.Utilization = s.utilization(e, acc)
+			m.SmActive = smActive(e, acc)
 			m.FbUsedBytes, m.FbTotalBytes = framebuffer(e, acc)
 			share := in.fraction
 			if share == 0 {
@@ -449,6 +455,15 @@ func (s *DCGMSource) utilization(e dcgmEntity, acc fieldStats) float64 {
 		s.logger.Warn("no utilization from DCGM for this entity; reporting 0", "entity_kind", e.Kind, "entity_id", e.ID)
 	}
 	return 0
+}
+
+// smActive is the mean DCGM_FI_PROF_SM_ACTIVE of the interval, or nil
+// where DCGM offers none (no profiling module, a blank value).
+func smActive(e dcgmEntity, acc fieldStats) *float64 {
+	if v, ok := acc.meanOK(e, fieldSMActive); ok {
+		return proto.Float64(ratio(v))
+	}
+	return nil
 }
 
 func framebuffer(e dcgmEntity, acc fieldStats) (used, total uint64) {

@@ -27,6 +27,8 @@ func TestDCGMConstantsMatchGoDCGM(t *testing.T) {
 		{"DCGM_FI_DEV_FB_USED", fieldFBUsed, dcgm.DCGM_FI_DEV_FB_USED},
 		{"DCGM_FI_DEV_FB_RESERVED", fieldFBReserved, dcgm.DCGM_FI_DEV_FB_RESERVED},
 		{"DCGM_FI_PROF_GR_ENGINE_ACTIVE", fieldGREngineActive, dcgm.DCGM_FI_PROF_GR_ENGINE_ACTIVE},
+		{"DCGM_FI_PROF_SM_ACTIVE", fieldSMActive, dcgm.DCGM_FI_PROF_SM_ACTIVE},
+		{"DCGM_FI_DEV_MAX_SM_CLOCK", fieldMaxSMClock, dcgm.DCGM_FI_DEV_MAX_SM_CLOCK},
 	}
 	for _, f := range fields {
 		if f.ours != uint16(f.lib) {

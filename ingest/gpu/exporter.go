@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"google.golang.org/protobuf/proto"
+
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -49,6 +51,8 @@ type ExporterConfig struct {
 //	DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION energy_joules, from the delta of the mJ counter
 //	DCGM_FI_DEV_GPU_TEMP                 temperature_c
 //	DCGM_FI_DEV_SM_CLOCK                 sm_clock_mhz
+//	DCGM_FI_DEV_MAX_SM_CLOCK             sm_clock_max_mhz (where the exporter's counters include it)
+//	DCGM_FI_PROF_SM_ACTIVE               sm_active (likewise; absent otherwise)
 //
 // Labels: UUID, gpu (index), modelName (gpu_type), Hostname or hostname
 // (node), GPU_I_PROFILE and GPU_I_ID (MIG), pod and namespace. When the
@@ -176,6 +180,8 @@ const (
 	famEnergy         = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 	famGPUTemp        = "DCGM_FI_DEV_GPU_TEMP"
 	famSMClock        = "DCGM_FI_DEV_SM_CLOCK"
+	famMaxSMClock     = "DCGM_FI_DEV_MAX_SM_CLOCK"
+	famSMActive       = "DCGM_FI_PROF_SM_ACTIVE"
 )
 
 type exporterKey struct{ uuid, instance string }
@@ -208,7 +214,8 @@ func parseExporter(r io.Reader) ([]exporterReading, error) {
 		}
 	}
 	groups := map[exporterKey]*exporterGroup{}
-	for _, name := range []string{famGREngineActive, famGPUUtil, famFBUsed, famFBFree, famFBReserved, famPower, famEnergy, famGPUTemp, famSMClock} {
+	for _, name := range []string{famGREngineActive, famGPUUtil, famFBUsed, famFBFree, famFBReserved, famPower, famEnergy, famGPUTemp, famSMClock,
+		famMaxSMClock, famSMActive} {
 		f := fams[name]
 		for _, m := range f.GetMetric() {
 			v, ok := metricValue(m)
@@ -238,7 +245,7 @@ func parseExporter(r io.Reader) ([]exporterReading, error) {
 	// A MIG-enabled card is its instances: a whole-GPU group of the same
 	// UUID only lends them its card-wide values (families that describe the
 	// whole card even when dcgm-exporter labels them with an instance).
-	cardWide := []string{famPower, famEnergy, famGPUTemp, famSMClock}
+	cardWide := []string{famPower, famEnergy, famGPUTemp, famSMClock, famMaxSMClock}
 	for k, g := range groups {
 		if k.instance != "" {
 			continue
@@ -312,15 +319,19 @@ func (g *exporterGroup) fill(l map[string]string, renamed bool) {
 
 func (g *exporterGroup) reading() exporterReading {
 	m := &meterv1.GpuSample{
-		Node:         g.node,
-		GpuUuid:      g.key.uuid,
-		GpuIndex:     g.index,
-		GpuType:      GPUType(g.model),
-		MigProfile:   g.profile,
-		Pod:          g.pod,
-		Namespace:    g.namespace,
-		TemperatureC: g.values[famGPUTemp],
-		SmClockMhz:   g.values[famSMClock],
+		Node:          g.node,
+		GpuUuid:       g.key.uuid,
+		GpuIndex:      g.index,
+		GpuType:       GPUType(g.model),
+		MigProfile:    g.profile,
+		Pod:           g.pod,
+		Namespace:     g.namespace,
+		TemperatureC:  g.values[famGPUTemp],
+		SmClockMhz:    g.values[famSMClock],
+		SmClockMaxMhz: g.values[famMaxSMClock],
+	}
+	if v, ok := g.values[famSMActive]; ok {
+		m.SmActive = proto.Float64(ratio(v))
 	}
 	if g.key.instance != "" {
 		if n, err := strconv.ParseUint(g.key.instance, 10, 32); err == nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -137,6 +138,19 @@ DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="1",UUID="GPU-b",hostname="n2"} 1.0000003
 			want: []*meterv1.GpuSample{
 				{Node: "n2", GpuUuid: "GPU-a", Utilization: 0.45},
 				{Node: "n2", GpuUuid: "GPU-b", GpuIndex: 1, Utilization: 1},
+			},
+		},
+		{
+			name: "SM activity and the maximum SM clock where the exporter's counters include them",
+			text: `DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-a",` + h100 + `} 0.8
+DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-a",` + h100 + `} 0.55
+DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-a",` + h100 + `} 1500
+DCGM_FI_DEV_MAX_SM_CLOCK{gpu="0",UUID="GPU-a",` + h100 + `} 1980
+DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="1",UUID="GPU-b",` + h100 + `} 0.3
+`,
+			want: []*meterv1.GpuSample{
+				{GpuUuid: "GPU-a", GpuType: "H100-SXM-80GB", Utilization: 0.8, SmActive: proto.Float64(0.55), SmClockMhz: 1500, SmClockMaxMhz: 1980},
+				{GpuUuid: "GPU-b", GpuIndex: 1, GpuType: "H100-SXM-80GB", Utilization: 0.3},
 			},
 		},
 		{

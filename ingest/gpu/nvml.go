@@ -95,6 +95,9 @@ type nvmlAPI interface {
 	Energy(gpu int) (millijoules uint64, err error)
 	Temperature(gpu int) (celsius uint32, err error)
 	SMClock(gpu int) (mhz uint32, err error)
+	// MaxSMClock is the GPU's maximum SM clock (nvmlDeviceGetMaxClockInfo):
+	// the normal clock that clock throttling is measured against.
+	MaxSMClock(gpu int) (mhz uint32, err error)
 }
 
 type nvmlGPU struct {
@@ -298,6 +301,9 @@ func (s *NVMLSource) read(g nvmlGPU) ([]*meterv1.GpuSample, error) {
 	}
 	if v, err := s.api.SMClock(g.index); r.ok(card, "SM clock", err) {
 		base.SmClockMhz = float64(v)
+	}
+	if v, err := s.api.MaxSMClock(g.index); r.ok(card, "max SM clock", err) {
+		base.SmClockMaxMhz = float64(v)
 	}
 	var power, joules float64
 	if mw, err := s.api.Power(g.index); r.ok(card, "power", err) {

@@ -193,3 +193,12 @@ func (b *nvmlBinding) SMClock(gpu int) (uint32, error) {
 	mhz, ret := h.GetClockInfo(nvml.CLOCK_SM)
 	return mhz, check(ret)
 }
+
+func (b *nvmlBinding) MaxSMClock(gpu int) (uint32, error) {
+	h, err := b.handle(gpuDev(gpu))
+	if err != nil {
+		return 0, err
+	}
+	mhz, ret := h.GetMaxClockInfo(nvml.CLOCK_SM)
+	return mhz, check(ret)
+}

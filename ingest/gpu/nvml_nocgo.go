@@ -29,3 +29,4 @@ func (noNVML) Power(int) (uint32, error)                  { return 0, errNVMLNoC
 func (noNVML) Energy(int) (uint64, error)                 { return 0, errNVMLNoCgo }
 func (noNVML) Temperature(int) (uint32, error)            { return 0, errNVMLNoCgo }
 func (noNVML) SMClock(int) (uint32, error)                { return 0, errNVMLNoCgo }
+func (noNVML) MaxSMClock(int) (uint32, error)             { return 0, errNVMLNoCgo }

@@ -40,6 +40,7 @@ type fakeGPU struct {
 	milliwatts uint32
 	energy     []uint64 // counter, one per Sample; the last repeats
 	temp, sm   uint32
+	maxSM      uint32
 	errs       map[string]error // quantity -> error
 	reads      int
 }
@@ -214,10 +215,19 @@ func (f *fakeNVML) SMClock(gpu int) (uint32, error) {
 	return g.sm, g.errs["sm"]
 }
 
+func (f *fakeNVML) MaxSMClock(gpu int) (uint32, error) {
+	f.record("MaxSMClock")
+	g, err := f.gpu(gpu)
+	if err != nil {
+		return 0, err
+	}
+	return g.maxSM, g.errs["max_sm"]
+}
+
 func h100(uuid string) *fakeGPU {
 	return &fakeGPU{
 		uuid: uuid, name: "NVIDIA H100 80GB HBM3", util: 73, used: 70_000 << 20, tot: 81_559 << 20,
-		milliwatts: 312_500, energy: []uint64{5_000_000, 8_125_000}, temp: 41, sm: 1980,
+		milliwatts: 312_500, energy: []uint64{5_000_000, 8_125_000}, temp: 41, sm: 1980, maxSM: 1980,
 	}
 }
 
@@ -300,7 +310,7 @@ func TestNVMLNoCallAfterClose(t *testing.T) {
 		t.Errorf("calls after Close: %v", f.calls[n:])
 	}
 	want := []string{"Init", "DeviceCount", "DeviceInfo", "MIGEnabled",
-		"Temperature", "SMClock", "Power", "Energy", "Utilization", "Memory", "Shutdown"}
+		"Temperature", "SMClock", "MaxSMClock", "Power", "Energy", "Utilization", "Memory", "Shutdown"}
 	if diff := cmp.Diff(want, f.calls); diff != "" {
 		t.Errorf("NVML calls (-want +got):\n%s", diff)
 	}
@@ -341,7 +351,7 @@ func TestNVMLSampleMapping(t *testing.T) {
 	}
 	want := []*meterv1.GpuSample{
 		{GpuUuid: "GPU-0", GpuType: "H100-SXM-80GB", Utilization: 0.73, FbUsedBytes: 70_000 << 20, FbTotalBytes: 81_559 << 20,
-			PowerWatts: 312.5, TemperatureC: 41, SmClockMhz: 1980},
+			PowerWatts: 312.5, TemperatureC: 41, SmClockMhz: 1980, SmClockMaxMhz: 1980},
 		{GpuUuid: "GPU-1", GpuIndex: 1, GpuType: "A100-SXM4-40GB", MigProfile: "3g.20gb", MigInstanceId: 1, MigFraction: 3.0 / 7,
 			FbUsedBytes: 19 << 30, FbTotalBytes: 19_968 << 20, PowerWatts: 150, TemperatureC: 35, SmClockMhz: 1410},
 		{GpuUuid: "GPU-1", GpuIndex: 1, GpuType: "A100-SXM4-40GB", MigProfile: "1g.5gb", MigInstanceId: 13, MigFraction: 1.0 / 7,
