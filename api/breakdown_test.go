@@ -74,7 +74,9 @@ func TestLatencyBreakdownAnswers(t *testing.T) {
 	finance := withKey(testKeys["finance"])
 	// Whole hours: the hour rollups answer.
 	start, end := now.Truncate(time.Hour).Add(-time.Hour), now.Truncate(time.Hour).Add(time.Hour)
-	sel := &meterv1.SeriesSelector{Step: "hour", GroupBy: []string{"tenant_id"}, Start: timestamppb.New(start), End: timestamppb.New(end)}
+	// Per model: the all-tenant rows per model and deployment keep every
+	// hour-only distribution (rollup.HourDistTables).
+	sel := &meterv1.SeriesSelector{Step: "hour", GroupBy: []string{"model"}, Start: timestamppb.New(start), End: timestamppb.New(end)}
 	approx, err := mc.GetLatency(finance, &meterv1.GetLatencyRequest{Selector: sel})
 	if err != nil {
 		t.Fatal(err)
@@ -107,26 +109,28 @@ func TestLatencyBreakdownAnswers(t *testing.T) {
 		{"decode", (*meterv1.LatencyPoint).GetDecode}, {"e2e_short_output", (*meterv1.LatencyPoint).GetE2EShortOutput},
 		{"e2e_medium_output", (*meterv1.LatencyPoint).GetE2EMediumOutput}, {"e2e_long_output", (*meterv1.LatencyPoint).GetE2ELongOutput},
 	}
-	var estimated uint64
+	estimated, requests := map[string]uint64{}, map[string]uint64{}
 	for _, ev := range events {
-		if ev.GetLabels()["ttft_source"] == "e2e" && ev.GetTenantId() == "acme" {
-			estimated++
+		requests[ev.GetModel()]++
+		if ev.GetLabels()["ttft_source"] == "e2e" {
+			estimated[ev.GetModel()]++
 		}
 	}
 	for i := range approx.Series {
 		a, e := approx.Series[i], exact.Series[i]
 		for _, m := range metrics {
-			within(a.Group["tenant_id"]+" summary "+m.name, m.get(a.Summary), m.get(e.Summary))
+			within(a.Group["model"]+" summary "+m.name, m.get(a.Summary), m.get(e.Summary))
 			for j := range a.Points {
-				within(fmt.Sprintf("%s step %d %s", a.Group["tenant_id"], j, m.name), m.get(a.Points[j]), m.get(e.Points[j]))
+				within(fmt.Sprintf("%s step %d %s", a.Group["model"], j, m.name), m.get(a.Points[j]), m.get(e.Points[j]))
 			}
 		}
 		sum := a.Summary
-		if got := sum.GetTtft().GetCount(); got != 1500-estimated {
-			t.Errorf("%s: %d TTFTs, want %d (1500 less %d estimated)", a.Group["tenant_id"], got, 1500-estimated, estimated)
+		m := a.Group["model"]
+		if got := sum.GetTtft().GetCount(); got != requests[m]-estimated[m] || estimated[m] == 0 {
+			t.Errorf("%s: %d TTFTs, want %d (%d less %d estimated)", m, got, requests[m]-estimated[m], requests[m], estimated[m])
 		}
 		if c := sum.GetE2EShortOutput().GetCount() + sum.GetE2EMediumOutput().GetCount() + sum.GetE2ELongOutput().GetCount(); c != sum.GetE2E().GetCount() {
-			t.Errorf("%s: output classes %d requests, e2e %d", a.Group["tenant_id"], c, sum.GetE2E().GetCount())
+			t.Errorf("%s: output classes %d requests, e2e %d", a.Group["model"], c, sum.GetE2E().GetCount())
 		}
 	}
 

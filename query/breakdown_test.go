@@ -182,12 +182,19 @@ func TestLatencyBreakdownExact(t *testing.T) {
 	end := day.Add(24 * time.Hour)
 	svc := reads(s)
 	metrics := slices.Concat(rollup.LatencyMetrics, query.HourLatencyMetrics)
-	for _, q := range []query.RollupQuery{
-		{Start: day, End: end, Step: "hour", GroupBy: []string{"model", "deployment"}},
-		{Start: day, End: end, Step: "day", GroupBy: []string{"tenant_id"}},
-		{Start: day, End: end, Step: "total"},
-		{Start: day, End: end, Step: "hour", TenantID: "globex", GroupBy: []string{"slo_class"}},
+	// Where each grouping reads its hour-only metrics (rollup.HourDistTables):
+	// the all-tenant rows keep them all, the group rows prefill and decode.
+	all, groupRows := query.HourLatencyMetrics, []string{"prefill", "decode"}
+	for _, c := range []struct {
+		q    query.RollupQuery
+		kept []string
+	}{
+		{query.RollupQuery{Start: day, End: end, Step: "hour", GroupBy: []string{"model", "deployment"}}, all},
+		{query.RollupQuery{Start: day, End: end, Step: "day", GroupBy: []string{"tenant_id"}}, groupRows},
+		{query.RollupQuery{Start: day, End: end, Step: "total"}, all},
+		{query.RollupQuery{Start: day, End: end, Step: "hour", TenantID: "globex", GroupBy: []string{"slo_class"}}, groupRows},
 	} {
+		q := c.q
 		q.Columns = query.LatencyColumns
 		rows, err := svc.Rollups(ctx, q)
 		if err != nil {
@@ -210,6 +217,12 @@ func TestLatencyBreakdownExact(t *testing.T) {
 				b := want[query.StepID(p.Start.Unix(), values)]
 				for _, m := range metrics {
 					got := p.Metrics[m]
+					if slices.Contains(query.HourLatencyMetrics, m) && !slices.Contains(c.kept, m) {
+						if got != nil {
+							t.Errorf("%+v: %s: %s answered where its rows do not keep it", q, p.Start, m)
+						}
+						continue
+					}
 					if got == nil {
 						t.Fatalf("%+v: %s: no %s", q, p.Start, m)
 					}
@@ -225,8 +238,11 @@ func TestLatencyBreakdownExact(t *testing.T) {
 						t.Errorf("%+v %s: %s mean %v, want %v (within %v)", q, p.Start, m, got.Mean, mean, tol)
 					}
 				}
-				if c := p.Metrics["e2e_short"].Count + p.Metrics["e2e_medium"].Count + p.Metrics["e2e_long"].Count; c != p.Metrics["e2e"].Count {
-					t.Errorf("%s: output classes count %d requests, e2e %d", p.Start, c, p.Metrics["e2e"].Count)
+				if p.Metrics["e2e_short"] == nil {
+					continue
+				}
+				if n := p.Metrics["e2e_short"].Count + p.Metrics["e2e_medium"].Count + p.Metrics["e2e_long"].Count; n != p.Metrics["e2e"].Count {
+					t.Errorf("%s: output classes count %d requests, e2e %d", p.Start, n, p.Metrics["e2e"].Count)
 				}
 			}
 		}
@@ -311,7 +327,8 @@ func TestLatencyBreakdownExact(t *testing.T) {
 // against a brute force over the events: every request counted (failed ones
 // with their tokens), the exact mean, and p50/p95/p99 equal to a 1%
 // histogram's rounded to whole tokens; at hour, day (day rollups) and total
-// steps and for every usage grouping; none at minute steps.
+// steps, per tenant (tenant rows) and per model and deployment (all-tenant
+// rows); none for groupings no rows keep them for, nor at minute steps.
 func TestTokenSizesExact(t *testing.T) {
 	s := chstoretest.OpenMigrated(t)
 	ctx := context.Background()
@@ -356,12 +373,18 @@ func TestTokenSizesExact(t *testing.T) {
 			t.Errorf("%s: %s p95 %v, exact %v", what, kind, got.P95, exact)
 		}
 	}
-	for _, q := range []query.RollupQuery{
-		{Start: day, End: end, Step: "hour", GroupBy: []string{"model"}},
-		{Start: day, End: end, Step: "day", GroupBy: []string{"tenant_id"}},
-		{Start: day, End: end, Step: "total", GroupBy: []string{"tenant_id", "model", "deployment"}},
-		{Start: day, End: end, Step: "hour"},
+	for _, c := range []struct {
+		q    query.RollupQuery
+		kept bool // the rows of its grouping keep token sizes
+	}{
+		{query.RollupQuery{Start: day, End: end, Step: "hour", GroupBy: []string{"model"}}, true},
+		{query.RollupQuery{Start: day, End: end, Step: "day", GroupBy: []string{"tenant_id"}}, true},
+		{query.RollupQuery{Start: day, End: end, Step: "hour", TenantID: "acme"}, true},
+		{query.RollupQuery{Start: day, End: end, Step: "total", GroupBy: []string{"model", "deployment"}}, true},
+		{query.RollupQuery{Start: day, End: end, Step: "total", GroupBy: []string{"tenant_id", "model"}}, false},
+		{query.RollupQuery{Start: day, End: end, Step: "hour"}, true},
 	} {
+		q := c.q
 		nq, _ := q.Normalize()
 		want := bruteBreakdown(events, nq)
 		tr, err := svc.Traffic(ctx, q)
@@ -383,19 +406,27 @@ func TestTokenSizesExact(t *testing.T) {
 				n++
 				b := want[query.StepID(p.Start.Unix(), values)]
 				what := fmt.Sprintf("traffic %+v %v %s", q, sr.Group, p.Start)
+				if !c.kept {
+					if p.PromptTokensPerRequest != nil || p.OutputTokensPerRequest != nil {
+						t.Errorf("%s: token sizes where no rows keep them", what)
+					}
+					continue
+				}
 				check(what, b, "prompt", p.PromptTokensPerRequest)
 				check(what, b, "output", p.OutputTokensPerRequest)
 				for k, v := range b {
 					all[k] = append(all[k], v...)
 				}
 			}
-			check(fmt.Sprintf("traffic %+v %v summary", q, sr.Group), all, "output", sr.Summary.OutputTokensPerRequest)
+			if c.kept {
+				check(fmt.Sprintf("traffic %+v %v summary", q, sr.Group), all, "output", sr.Summary.OutputTokensPerRequest)
+			}
 		}
 		if n != len(want) {
 			t.Errorf("traffic %+v: %d points, want %d", q, n, len(want))
 		}
 
-		uq := query.UsageQuery{Start: day, End: end, Granularity: q.Step, GroupBy: q.GroupBy}
+		uq := query.UsageQuery{TenantID: q.TenantID, Start: day, End: end, Granularity: q.Step, GroupBy: q.GroupBy}
 		if slices.Contains(q.GroupBy, "slo_class") {
 			continue
 		}
@@ -413,6 +444,12 @@ func TestTokenSizesExact(t *testing.T) {
 				values = append(values, dims[f])
 			}
 			b := want[query.StepID(u.Start.Unix(), values)]
+			if !c.kept {
+				if u.Sizes != nil {
+					t.Errorf("usage %+v %v: token sizes where no rows keep them", uq, u.Start)
+				}
+				continue
+			}
 			if u.Sizes == nil {
 				t.Errorf("usage %+v %v: no token sizes", uq, u)
 				continue

@@ -42,9 +42,27 @@ func levelFor(start, end time.Time, step, tenant string, groupBy []string) Level
 	return LevelHour
 }
 
-// level is the rollup level that answers q.
+// level is the rollup level that answers q. For the histograms of
+// rollup.HourDists (SizeColumns, BreakdownColumns) it is the level whose
+// table keeps them (rollup.HourDistTables) and answers the grouping: the
+// all-tenant rows without a tenant and grouped by nothing, model or
+// deployment (every one); else the tenant rows for the token sizes of a
+// tenant or per tenant, the group rows for prefill and decode.
 func (q RollupQuery) level() Level {
-	return levelFor(q.Start, q.End, q.Step, q.TenantID, q.GroupBy)
+	l := levelFor(q.Start, q.End, q.Step, q.TenantID, q.GroupBy)
+	if l == LevelMinute || (q.Columns != SizeColumns && q.Columns != BreakdownColumns) {
+		return l
+	}
+	byDeployment := q.TenantID == "" && !slices.ContainsFunc(q.GroupBy, func(f string) bool { return f != "model" && f != "deployment" })
+	switch {
+	case l == LevelTotalHour:
+		return l
+	case byDeployment:
+		return LevelDeploymentHour
+	case q.Columns == SizeColumns && l == LevelTenantHour:
+		return l
+	}
+	return LevelHour
 }
 
 // usesDays reports whether q may read whole days from the day rollups: a

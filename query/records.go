@@ -72,20 +72,26 @@ const (
 	AllColumns RollupColumns = iota
 	// CounterColumns reads requests, errors, tokens and goodput: no latency.
 	CounterColumns
-	// LatencyColumns reads the latency distributions only (with, at the
-	// hour levels, rollup.HourDists).
+	// LatencyColumns reads the latency distributions only; Service.Rollups
+	// adds those of rollup.HourDists it can (a BreakdownColumns read).
 	LatencyColumns
-	// SizeColumns reads rollup.HourDists only (hour levels; nothing at
-	// the minute level): the token sizes for usage and traffic.
+	// SizeColumns reads the rollup.HourDists histograms kept at the level
+	// that keeps the token sizes for the query's grouping, if any (see
+	// RollupQuery.level).
 	SizeColumns
+	// BreakdownColumns reads the rollup.HourDists histograms kept at the
+	// level that keeps the most of prefill, decode and E2E per output
+	// class for the query's grouping (see RollupQuery.level).
+	BreakdownColumns
 )
 
 // Reads reports whether the query reads the counters, the latency columns
-// and, at the hour levels, the histograms of rollup.HourDists.
+// and, at the hour levels, the histograms of rollup.HourDists that the
+// level's table keeps (rollup.HourDistTables).
 func (q RollupQuery) Reads() (counters, latency, hourDists bool) {
 	return q.Columns == AllColumns || q.Columns == CounterColumns,
 		q.Columns == AllColumns || q.Columns == LatencyColumns,
-		q.Columns != CounterColumns
+		q.Columns == SizeColumns || q.Columns == BreakdownColumns
 }
 
 // Dist is one latency distribution: count, sum and sparse histogram.
@@ -107,9 +113,9 @@ type RollupRow struct {
 	CachedTokens uint64
 	OutputTokens uint64
 	Latency      map[string]Dist // per rollup.LatencyMetrics entry
-	// HourDists holds the distributions of rollup.HourDists, read at the
-	// hour levels only (empty at the minute level): histograms, with Count
-	// their sum of counts and no Sum.
+	// HourDists holds the distributions of rollup.HourDists that the level
+	// read keeps (rollup.HourDistTables; none at the minute level):
+	// histograms, with Count their sum of counts and no Sum.
 	HourDists map[string]Dist
 	// Goodput, counted with SLO versions MinSLO..MaxSLO (equal unless a
 	// recomputation after an SLO change is still under way).

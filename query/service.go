@@ -283,7 +283,31 @@ func (s *Service) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, erro
 		}
 		out = pageRollups(out, q.GroupBy, q.Offset, q.Limit)
 	}
+	if q.Columns == LatencyColumns && read.Level != LevelMinute {
+		if err := s.addBreakdown(ctx, q, out); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
+}
+
+// addBreakdown sets the HourDists of the latency rows of q: prefill,
+// decode and E2E per output-length class, those kept at the level that
+// answers q's grouping (RollupQuery.level with BreakdownColumns).
+func (s *Service) addBreakdown(ctx context.Context, q RollupQuery, rows []RollupRow) error {
+	q.Columns = BreakdownColumns
+	extra, err := s.Rollups(ctx, q)
+	if err != nil {
+		return err
+	}
+	byKey := make(map[string]map[string]Dist, len(extra))
+	for _, r := range extra {
+		byKey[sizeKey(r.Start, r.Group)] = r.HourDists
+	}
+	for i := range rows {
+		rows[i].HourDists = byKey[sizeKey(rows[i].Start, rows[i].Group)]
+	}
+	return nil
 }
 
 // latencySums adds the latency sums of the rows of one step and group in

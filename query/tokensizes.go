@@ -53,8 +53,10 @@ func TokenStatsOf(h sketch.Histogram, tokens, requests uint64) (*TokenStats, err
 
 // tokenSizes reads the token-size histograms of q's steps and groups from
 // the hour-level rollups, by sizeKey; nil where they are not kept:
-// minute steps, ranges not on whole hours, group-by fields the rollups do
-// not have, and queries whose rows are more than Config.MaxSeriesRows.
+// minute steps, ranges not on whole hours, groupings that neither the
+// tenant rows nor the all-tenant rows answer (rollup.HourDistTables: per
+// tenant, per model and deployment, or everything), and queries whose rows
+// are more than Config.MaxSeriesRows.
 func (s *Service) tokenSizes(ctx context.Context, q RollupQuery) (map[string]*TokenSizes, error) {
 	for _, f := range q.GroupBy {
 		if !slices.Contains(rollup.RollupGroupFields, f) {
@@ -75,6 +77,9 @@ func (s *Service) tokenSizes(ctx context.Context, q RollupQuery) (map[string]*To
 	}
 	out := make(map[string]*TokenSizes, len(rows))
 	for _, r := range rows {
+		if _, ok := r.HourDists["prompt_size"]; !ok {
+			return nil, nil // not kept at the level of this grouping
+		}
 		var z TokenSizes
 		for _, d := range []struct {
 			name string

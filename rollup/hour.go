@@ -558,7 +558,26 @@ func (h *hourRollup) levels() map[string][]RollupRecord {
 	if deps := h.deploymentLevel(&merge); len(deps) > 0 {
 		out["rollup_deployment_hour"] = deps
 	}
+	for table, rows := range out {
+		keepHourDists(table, rows)
+	}
 	return out
+}
+
+// keepHourDists empties the HourDists of rows that table does not keep
+// (HourDistTables).
+func keepHourDists(table string, rows []RollupRecord) {
+	var drop []int
+	for d, name := range HourDists {
+		if !slices.Contains(HourDistTables[table], name) {
+			drop = append(drop, d)
+		}
+	}
+	for i := range rows {
+		for _, d := range drop {
+			rows[i].HourKeys[d], rows[i].HourCounts[d] = nil, nil
+		}
+	}
 }
 
 // deploymentLevel is the hour per model and deployment, every tenant

@@ -11,14 +11,29 @@ var StatusClasses = []string{"context_length", "rate_limited", "oom", "cuda", "t
 // (<metric>_count, _sum, _keys, _counts).
 var LatencyMetrics = []string{"ttft", "itl", "e2e", "queue"}
 
-// HourDists are the distributions kept per hour-level rollup row only (not
-// per minute row), in column order (<dist>_keys, _counts: histograms only;
+// HourDists are the distributions kept by hour-level rollup rows only (not
+// by minute rows; which hour table keeps which: HourDistTables), in column
+// order (<dist>_keys, _counts: histograms only;
 // a distribution's count is the sum of its counts): prefill and decode
 // latency (ms), prompt and output tokens per request, and E2E latency per
 // output-length class (OutputClass). A minute row would hold about 5
 // events, whose histograms cost more per event than an hour row's 17; see
 // docs/architecture.md "Latency breakdown and token sizes".
 var HourDists = []string{"prefill", "decode", "prompt_size", "output_size", "e2e_short", "e2e_medium", "e2e_long"}
+
+// HourDistTables lists, per hour table, the HourDists its rows keep (the
+// others are empty arrays there), chosen for what they cost per event
+// (docs/performance.md): the all-tenant rows (per hour, and per model and
+// deployment) are few and keep every one; the rows per group (17 events
+// each at the query benchmark's scale) keep prefill and decode; the tenant
+// rows, and the day rows made of them, keep the token sizes.
+var HourDistTables = map[string][]string{
+	"rollup_hour":            {"prefill", "decode"},
+	"rollup_tenant_hour":     {"prompt_size", "output_size"},
+	"rollup_tenant_day":      {"prompt_size", "output_size"},
+	"rollup_total_hour":      HourDists,
+	"rollup_deployment_hour": HourDists,
+}
 
 // The positions of HourDists.
 const (

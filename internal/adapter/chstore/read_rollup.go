@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"tokenmeter/query"
+	"tokenmeter/rollup"
 )
 
 // rollupSQL builds the query of a rollup read. With r.Merge, ClickHouse
@@ -29,7 +30,7 @@ func rollupSQL(r query.RollupRead) (string, []any) {
 		return f + "(" + col + ")"
 	}
 	counters, latency, hourDists := q.Reads()
-	hourDists = hourDists && r.Level != query.LevelMinute
+	kept := keptHourDists(r, hourDists)
 	if counters {
 		sel = append(sel, agg("sum", "requests"), agg("sum", "errors"))
 		for _, c := range errClasses {
@@ -53,8 +54,8 @@ func rollupSQL(r query.RollupRead) (string, []any) {
 	if counters {
 		sel = append(sel, agg("sum", "good_requests"), agg("sum", "good_output_tokens"), agg("min", "slo_version"), agg("max", "slo_version"))
 	}
-	if hourDists {
-		for _, d := range hourDistColumns {
+	if len(kept) > 0 {
+		for _, d := range kept {
 			if r.Merge {
 				sel = append(sel, fmt.Sprintf("toString((%s AS %s_h).1)", histogramMergeSQL(d+"_keys", d+"_counts"), d), "toString("+d+"_h.2)")
 			} else {
@@ -66,7 +67,7 @@ func rollupSQL(r query.RollupRead) (string, []any) {
 	from, fromArgs := newestRows(levelTables[r.Level], "bucket", where, whereArgs, "")
 	if len(r.Days) > 0 {
 		cols := rollupColumnList
-		if hourDists {
+		if len(kept) > 0 {
 			cols += ", " + strings.Join(hourHistColumns(), ", ")
 		}
 		from, fromArgs = withDays(cols, r.Days, where, whereArgs)
@@ -84,20 +85,34 @@ func rollupSQL(r query.RollupRead) (string, []any) {
 	return stmt, args
 }
 
+// keptHourDists are the histograms of rollup.HourDists that a read with
+// hour distributions reads: those its level's table keeps (none at the
+// minute level).
+func keptHourDists(r query.RollupRead, hourDists bool) []string {
+	if !hourDists {
+		return nil
+	}
+	table := levelTables[r.Level]
+	if len(r.Days) > 0 {
+		table = "rollup_tenant_day" // keeps what rollup_tenant_hour keeps
+	}
+	return rollup.HourDistTables[table]
+}
+
 // RollupRows runs a rollup read (see query.RollupRead), calling row for each
 // row; the row and its maps are reused from call to call.
 func (s *Store) RollupRows(ctx context.Context, r query.RollupRead, row func(*query.RollupRow) error) error {
 	q := r.Query
 	stmt, args := rollupSQL(r)
 	counters, latency, hourDists := q.Reads()
-	hourDists = hourDists && r.Level != query.LevelMinute
+	kept := keptHourDists(r, hourDists)
 	var (
 		out                  query.RollupRow
 		errsBy               = make([]uint64, len(errClasses))
 		dists                = make([]query.Dist, len(distColumns))
 		keys, counts         [4]string
-		hdists               = make([]query.Dist, len(hourDistColumns))
-		hourKeys, hourCounts = make([]string, len(hourDistColumns)), make([]string, len(hourDistColumns))
+		hdists               = make([]query.Dist, len(kept))
+		hourKeys, hourCounts = make([]string, len(kept)), make([]string, len(kept))
 		k                    = newStepKey(len(q.GroupBy))
 	)
 	dest := k.dest()
@@ -116,13 +131,11 @@ func (s *Store) RollupRows(ctx context.Context, r query.RollupRead, row func(*qu
 	if counters {
 		dest = append(dest, &out.GoodRequests, &out.GoodOutputTokens, &out.MinSLO, &out.MaxSLO)
 	}
-	if hourDists {
-		for i := range hdists {
-			dest = append(dest, &hourKeys[i], &hourCounts[i])
-		}
+	for i := range hdists {
+		dest = append(dest, &hourKeys[i], &hourCounts[i])
 	}
 	out.Group = make(map[string]string, len(q.GroupBy))
-	out.HourDists = make(map[string]query.Dist, len(hourDistColumns))
+	out.HourDists = make(map[string]query.Dist, len(kept))
 	out.ErrorsBy = make(map[string]uint64, len(errClasses))
 	out.Latency = make(map[string]query.Dist, len(distColumns))
 	return s.each(ctx, "rollups", stmt, args, dest, func() error {
@@ -137,8 +150,8 @@ func (s *Store) RollupRows(ctx context.Context, r query.RollupRead, row func(*qu
 				}
 			}
 		}
-		if hourDists {
-			for i, d := range hourDistColumns {
+		{
+			for i, d := range kept {
 				var err error
 				if hdists[i].Keys, err = parseArray[int16](hourKeys[i], 16); err == nil {
 					hdists[i].Counts, err = parseArray[uint64](hourCounts[i], 64)
