@@ -91,7 +91,7 @@ type MixPart struct {
 // MaxMixLeaves bounds the mixes the exact search evaluates for one
 // deployment; beyond it the plan falls back to the cheapest single type
 // and says so.
-const MaxMixLeaves = 1_000_000
+const MaxMixLeaves = 20_000
 
 // plans computes the plan of each deployment of deps (name order).
 func plans(q Query, deps []*deployment) []Plan {

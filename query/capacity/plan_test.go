@@ -414,3 +414,16 @@ func TestPlansBounded(t *testing.T) {
 		t.Errorf("plans %v, %d omitted; want b and c, 1 omitted", names, r.PlansOmitted)
 	}
 }
+
+// TestCheapestMixGivesUp: two types at the same price per token and a load
+// of a million GPUs: every split costs the same, the search stops after
+// MaxMixLeaves and answers the cheapest single type, saying so.
+func TestCheapestMixGivesUp(t *testing.T) {
+	mk := func(perGPU, price int64) *option {
+		return &option{GPUOption: &GPUOption{PricePerHourNanos: price}, perGPU: big.NewRat(perGPU, 1), price: big.NewRat(price, 1)}
+	}
+	counts, exhaustive := cheapestMix(big.NewRat(1_000_000, 1), []*option{mk(1, 1), mk(2, 2)})
+	if exhaustive || !slices.Equal(counts, []int64{1_000_000, 0}) {
+		t.Errorf("mix %v (exhaustive %v), want the first type alone, not exhaustive", counts, exhaustive)
+	}
+}
