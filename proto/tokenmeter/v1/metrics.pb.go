@@ -311,7 +311,9 @@ type LatencyPoint struct {
 	// (requests with both, and a measured ttft). Steps and mean as prefill.
 	Decode *LatencyStats `protobuf:"bytes,7,opt,name=decode,proto3" json:"decode,omitempty"`
 	// e2e_short_output is the e2e of requests with fewer than 256 output
-	// tokens (failed ones with none included). Steps and mean as prefill; the
+	// tokens (failed ones with none included). Mean as prefill; hour and
+	// coarser steps of queries over every tenant grouped by nothing, model
+	// and/or deployment only (exact answers: every step and grouping). The
 	// three classes' counts add up to e2e's count.
 	E2EShortOutput *LatencyStats `protobuf:"bytes,8,opt,name=e2e_short_output,json=e2eShortOutput,proto3" json:"e2e_short_output,omitempty"`
 	// e2e_medium_output is the e2e of requests with 256 to 1023 output tokens.
@@ -920,10 +922,11 @@ type TrafficPoint struct {
 	// errors_by_class counts failed requests per error class.
 	ErrorsByClass map[string]uint64 `protobuf:"bytes,9,rep,name=errors_by_class,json=errorsByClass,proto3" json:"errors_by_class,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// prompt_tokens_per_request is the distribution of prompt tokens per
-	// request (hour and coarser steps only: absent for minute steps).
+	// request, where GetUsage gives it (hour and coarser steps; per tenant,
+	// or per model and deployment).
 	PromptTokensPerRequest *TokenStats `protobuf:"bytes,10,opt,name=prompt_tokens_per_request,json=promptTokensPerRequest,proto3" json:"prompt_tokens_per_request,omitempty"`
 	// output_tokens_per_request is the distribution of output tokens per
-	// request (hour and coarser steps only).
+	// request, set as prompt_tokens_per_request.
 	OutputTokensPerRequest *TokenStats `protobuf:"bytes,11,opt,name=output_tokens_per_request,json=outputTokensPerRequest,proto3" json:"output_tokens_per_request,omitempty"`
 	unknownFields          protoimpl.UnknownFields
 	sizeCache              protoimpl.SizeCache

@@ -178,7 +178,9 @@ type UsageBucket struct {
 	OutputTokens int64 `protobuf:"varint,9,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
 	// prompt_tokens_per_request is the distribution of prompt tokens per
 	// request. Set for hour, day, month and total buckets of ranges on whole
-	// hours; absent for minute buckets and other ranges.
+	// hours, for one tenant, per tenant, or over every tenant grouped by
+	// nothing, model and/or deployment; absent for minute buckets, other
+	// ranges and other groupings.
 	PromptTokensPerRequest *TokenStats `protobuf:"bytes,10,opt,name=prompt_tokens_per_request,json=promptTokensPerRequest,proto3" json:"prompt_tokens_per_request,omitempty"`
 	// output_tokens_per_request is the distribution of output tokens per
 	// request, set as prompt_tokens_per_request.
