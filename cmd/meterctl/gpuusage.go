@@ -13,7 +13,7 @@ import (
 var (
 	// gpuGroupFields are the dimensions GPU usage groups by
 	// (query.GPUGroupFields).
-	gpuGroupFields = []string{"deployment", "gpu_type", "pool", "region", "mig_profile"}
+	gpuGroupFields = []string{"deployment", "gpu_type", "pool", "region", "mig_profile", "node", "gpu"}
 	// tokenGroupFields are those the server can join tokens on: grouped by
 	// any other, an answer has no tokens per GPU-hour.
 	tokenGroupFields = []string{"deployment", "gpu_type"}

@@ -946,11 +946,13 @@ type GpuTelemetry struct {
 	TemperatureMaxC float64 `protobuf:"fixed64,10,opt,name=temperature_max_c,json=temperatureMaxC,proto3" json:"temperature_max_c,omitempty"`
 	// temperature_hours is the sample time that reported temperature.
 	TemperatureHours float64 `protobuf:"fixed64,11,opt,name=temperature_hours,json=temperatureHours,proto3" json:"temperature_hours,omitempty"`
-	// clock_throttle_seconds is the busy sample time (utilization > 0) whose
-	// SM clock was below 90% of the GPU's normal clock: its sm_clock_max_mhz,
-	// else the highest SM clock any sample of its GPU type reached in the hour.
+	// clock_throttle_seconds is the busy GPU time (samples with utilization >
+	// 0; a MIG instance counts its fraction of the card) whose SM clock was
+	// below 90% of the GPU's normal clock: its sm_clock_max_mhz, else the
+	// highest SM clock any sample of its deployment and GPU type reached in
+	// the hour.
 	ClockThrottleSeconds float64 `protobuf:"fixed64,12,opt,name=clock_throttle_seconds,json=clockThrottleSeconds,proto3" json:"clock_throttle_seconds,omitempty"`
-	// clock_hours is the busy sample time with an SM clock and a normal clock:
+	// clock_hours is the busy GPU time with an SM clock and a normal clock:
 	// the denominator of clock_throttle_share.
 	ClockHours float64 `protobuf:"fixed64,13,opt,name=clock_hours,json=clockHours,proto3" json:"clock_hours,omitempty"`
 	// clock_throttle_share is clock_throttle_seconds / (clock_hours * 3600).
