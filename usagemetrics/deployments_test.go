@@ -2,6 +2,8 @@ package usagemetrics_test
 
 import (
 	"fmt"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -141,8 +143,9 @@ func engineSample(id, dep, model, replica string, at time.Time, running, waiting
 // each (deployment, model) within usagemetrics.EngineLookback (older
 // minutes and the minute in progress left out), the GPU gauges (busy
 // share, memory, temperature, power) each GPU's newest hour, the latency
-// histograms and SLO
-// counters those of the events by deployment, model and slo_class.
+// histograms and SLO counters those of the events by deployment, model
+// and slo_class; the rollup watermarks those stored; and every llm_* and
+// gpu_* series the chart's alert rules read is served.
 func TestDeploymentView(t *testing.T) {
 	s, c, events := deploymentFixture(t)
 	reads := query.New(s, query.Config{})
@@ -159,6 +162,21 @@ func TestDeploymentView(t *testing.T) {
 		name := seriesName("llm_usage_metrics_rollup_watermark_timestamp_seconds", map[string]string{"rollup_job": job})
 		if g := all[name]; g != float64(wm.UnixMilli())/1000 {
 			t.Errorf("%s = %v, want %v", name, g, wm)
+		}
+	}
+
+	// Every llm_* and gpu_* series the chart's alert rules read is served.
+	rules, err := os.ReadFile("../deploy/helm/tokenmeter/files/alerts.rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]bool{}
+	for k := range all {
+		served[strings.SplitN(k, "{", 2)[0]] = true
+	}
+	for _, name := range regexp.MustCompile(`\b(?:llm|gpu)_[a-z_]+`).FindAllString(string(rules), -1) {
+		if !served[name] {
+			t.Errorf("the alert rules read %s, which /metrics/usage does not serve", name)
 		}
 	}
 
