@@ -233,6 +233,17 @@ func checkHeadlines(t *testing.T, out, data string) {
 			t.Errorf("the saturated deployment needs %q GPUs, want more than it has", n)
 		}
 	}
+	// The fleet plan: each deployment's forecast peak priced on its GPU
+	// type (the demo's types are the price book's), a mix for each, and the
+	// fleet's sum.
+	for _, dep := range []string{"llama-70b-h200-use1", "qwen-72b-h200-euw1", "r1-70b-h100-use1", "llama-8b-l4-use1", "mixtral-a100-usw2"} {
+		if !regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(dep) + `: forecast peak [0-9-]+: [0-9,.]+ tokens/s\n(    .*\n)*?    cheapest mix: (at most )?[0-9,]+ × `).MatchString(out) {
+			t.Errorf("the fleet plan has no forecast peak and cheapest mix for %s", dep)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^  fleet: .* GPUs for 5 deployment\(s\), (at most )?USD [0-9,.]+ per hour$`).MatchString(out) {
+		t.Errorf("the fleet plan has no fleet line for the 5 deployments:\n%s", out)
+	}
 	if !regexp.MustCompile(`\[over provisioned\] mixtral-a100-usw2: `).MatchString(out) {
 		t.Errorf("the idle deployment is not found over-provisioned:\n%s", out)
 	}
