@@ -51,11 +51,22 @@ func TestCapacityFleetPlan(t *testing.T) {
 	var events chstore.EventBatch
 	var gpus chstore.GPUBatch
 	id := 0
+	// GPU telemetry: chat's GPUs half full at 60 °C on their normal clock;
+	// hot's 97% full, at 86 °C in its last hour, clocks at half their
+	// normal speed.
 	sample := func(dep, typ, gpu string, at time.Time, util float64) {
 		for k := range 60 {
 			id++
-			gpus.Append(&meterv1.GpuSample{SampleId: fmt.Sprint("s", id), GpuUuid: gpu, GpuType: typ, Deployment: dep,
-				SampledAt: timestamppb.New(at.Add(time.Duration(k) * time.Minute)), IntervalS: 60, Utilization: util}, time.Now())
+			g := &meterv1.GpuSample{SampleId: fmt.Sprint("s", id), GpuUuid: gpu, GpuType: typ, Deployment: dep,
+				SampledAt: timestamppb.New(at.Add(time.Duration(k) * time.Minute)), IntervalS: 60, Utilization: util,
+				FbTotalBytes: 80 << 30, FbUsedBytes: 40 << 30, TemperatureC: 60, SmClockMhz: 1980, SmClockMaxMhz: 1980}
+			if dep == "hot" {
+				g.FbUsedBytes, g.SmClockMhz = 80<<30*97/100, 990
+				if at.Equal(end.Add(-time.Hour)) {
+					g.TemperatureC = 86
+				}
+			}
+			gpus.Append(g, time.Now())
 		}
 	}
 	event := func(dep string, at time.Time, prompt int64, ttftMs float64) {
@@ -220,6 +231,22 @@ func TestCapacityFleetPlan(t *testing.T) {
 	}
 	if !slices.ContainsFunc(r.GetFindings(), func(f *meterv1.CapacityFinding) bool { return f.GetUnit() == "hot" && f.GetKind() == "hot" }) {
 		t.Errorf("findings %v: want hot running hot", r.GetFindings())
+	}
+	// Memory pressure and thermal throttling: hot's, not chat's.
+	for _, c := range []struct {
+		unit, kind string
+		want       bool
+		text       string
+	}{
+		{"hot", "memory_pressure", true, "in 30 of its 30 hours with GPU samples the memory in use averaged above 95.0% (highest 97.0%"},
+		{"hot", "thermal_throttling", true, "in 1 hours a GPU was above 83 °C (hottest 86.0 °C in the hour " + end.Add(-time.Hour).Format("2006-01-02 15:04 UTC")},
+		{"chat", "memory_pressure", false, ""},
+		{"chat", "thermal_throttling", false, ""},
+	} {
+		i := slices.IndexFunc(r.GetFindings(), func(f *meterv1.CapacityFinding) bool { return f.GetUnit() == c.unit && f.GetKind() == c.kind })
+		if (i >= 0) != c.want || c.want && (r.GetFindings()[i].GetSeverity() != 2 || !strings.Contains(r.GetFindings()[i].GetText(), c.text)) {
+			t.Errorf("%s %s finding: %v (want %v with %q)", c.unit, c.kind, r.GetFindings(), c.want, c.text)
+		}
 	}
 	// The fleet's hot band: both deployments' last 30 hours.
 	if b, c := r.GetFleet().GetHotBand(), chatUnit.GetHotBand(); b.GetHours() != 30 || b.GetRequests() != c.GetRequests()+90 || b.GetGoodRequests() != c.GetGoodRequests()+30 ||
