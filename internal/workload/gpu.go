@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -145,7 +146,11 @@ func FleetSamples(cfg FleetConfig, emit func(*meterv1.GpuSample) error) error {
 				EnergyJoules: power * cfg.Interval.Seconds(),
 				TemperatureC: 35 + 40*util,
 				SmClockMhz:   1980,
-				Source:       "replay",
+				// The H100's maximum SM clock (the normal clock of
+				// throttling); SM activity a little below the engine's.
+				SmClockMaxMhz: 1980,
+				SmActive:      proto.Float64(0.9 * util),
+				Source:        "replay",
 			}
 			if err := emit(s); err != nil {
 				return err
