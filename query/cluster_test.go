@@ -458,6 +458,9 @@ func compareReads(t *testing.T, e *eqStores) {
 		{Start: days[0], End: days[1], Step: "day", TenantID: "umbrella"},
 		{Start: whole[0], End: whole[1], Step: "hour", GroupBy: []string{"model"}, Columns: query.CounterColumns},
 		{Start: whole[0], End: whole[1], Step: "hour", GroupBy: []string{"model"}, Columns: query.LatencyColumns},
+		{Start: whole[0], End: whole[1], Step: "hour", GroupBy: []string{"model"}, Columns: query.LatencyBreakdownColumns},
+		{Start: whole[0], End: whole[1], Step: "hour", GroupBy: []string{"slo_class"}, Columns: query.LatencyBreakdownColumns},
+		{Start: days[0], End: days[1], Step: "day", GroupBy: []string{"tenant_id"}, Columns: query.SizeColumns},
 		{Start: eqStart.Add(time.Hour), End: eqStart.Add(2 * time.Hour), Step: "minute", GroupBy: []string{"tenant_id"}},
 		{Start: eqStart.Add(30 * time.Minute), End: eqStart.Add(150 * time.Minute), Step: "hour", GroupBy: []string{"model"}},
 		{Start: eqStart.Add(30 * time.Minute), End: eqStart.Add(150 * time.Minute), TenantID: "hooli"},
@@ -559,12 +562,18 @@ func compareReads(t *testing.T, e *eqStores) {
 		})
 	}
 
-	// The capacity report over both, by each unit and for one deployment.
+	// The capacity report over both, by each unit and for one deployment,
+	// and with the price book (the fleet plan's prices).
+	book, err := billing.ParsePriceBook([]byte(eqBook))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, q := range []capacity.Query{
 		{Start: days[0], End: days[1]},
 		{Start: days[0], End: days[1], GroupBy: capacity.ByModel},
 		{Start: whole[0], End: whole[1], GroupBy: capacity.ByGPUType, MinHourRequests: 10},
 		{Start: whole[0], End: whole[1], Deployment: "d-h100", Growth: "1.3"},
+		{Start: whole[0], End: whole[1], MinHourRequests: 1, Prices: book},
 	} {
 		ask(fmt.Sprintf("capacity.Build %s", describe(q)), func(s *query.Service) (any, int, error) {
 			r, err := capacity.Build(ctx, s, q)
