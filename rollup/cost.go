@@ -32,6 +32,9 @@ type CostStore interface {
 	WriteServing(ctx context.Context, rows []ServingHourRow, version uint64) error
 	GPUDirtyHours(ctx context.Context, since, until time.Time) ([]time.Time, error)
 	StalePriceHours(ctx context.Context, version string, from time.Time) ([]time.Time, error)
+	// GPUTimeMissingHours lists the hours costed before cost lines carried
+	// their GPU time (migration 0026).
+	GPUTimeMissingHours(ctx context.Context) ([]time.Time, error)
 	CurrentPriceBook(ctx context.Context) (version, book string, createdAt time.Time, ok bool, err error)
 }
 

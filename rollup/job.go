@@ -284,6 +284,13 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 		if stalePrice, err = j.store.StalePriceHours(ctx, book.Version(), time.Time{}); err != nil {
 			return nil, err
 		}
+		// Hours costed before cost lines carried their GPU time: once
+		// after an upgrade (the same scan's moment: at start).
+		noTime, err := j.store.GPUTimeMissingHours(ctx)
+		if err != nil {
+			return nil, err
+		}
+		stalePrice = mergeHours(stalePrice, noTime)
 	}
 	costHours := mergeHours(changed, gpuDirty, stalePrice)
 	err = j.eachChunk(ctx, costHours, func(ctx context.Context, hs []time.Time, version uint64) error {

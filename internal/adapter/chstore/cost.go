@@ -275,6 +275,19 @@ UNION ALL SELECT DISTINCT hour FROM cost_hour FINAL WHERE price_version != ? AND
 		version, since, version, since)
 }
 
+// GPUTimeMissingHours lists the hours whose newest cost rows were computed
+// before migration 0026: attributed lines (the hour had GPU samples) but no
+// allocated GPU time in any line, which a computation since never leaves
+// (the deployment-hours' milliseconds are all in their lines). The rollup
+// job recosts them once, so that GPU-hours per tenant cover the history.
+func (s *Store) GPUTimeMissingHours(ctx context.Context) ([]time.Time, error) {
+	return s.hours(ctx, `SELECT hour FROM cost_hour
+WHERE (hour, version) IN (SELECT hour, max(version) FROM cost_hour GROUP BY hour)
+GROUP BY hour
+HAVING countIf(unattributed = 0) > 0 AND sum(gpu_ms_tokens_separate) = 0
+ORDER BY hour`)
+}
+
 // CurrentPriceBook returns the newest stored price book; ok is false when
 // none was ever stored.
 func (s *Store) CurrentPriceBook(ctx context.Context) (version, book string, createdAt time.Time, ok bool, err error) {

@@ -16,7 +16,8 @@
 -- serve some tenants first).
 --
 -- Rows written before this migration have zeros and empty labels until the
--- rollup job recomputes their hours. One column per statement: a run that
+-- rollup job recomputes their hours, which it does once, at its start
+-- (Store.GPUTimeMissingHours). One column per statement: a run that
 -- stopped after some of them skips the columns added already.
 ALTER TABLE cost_hour ADD COLUMN gpu_ms_busy_tokens UInt64;
 ALTER TABLE cost_hour ADD COLUMN gpu_ms_busy_weighted UInt64;
