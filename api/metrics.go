@@ -68,7 +68,7 @@ func (s *metricsService) GetLatency(ctx context.Context, req *meterv1.GetLatency
 		}
 	} else {
 		q := sel.q
-		q.Columns = query.LatencyColumns
+		q.Columns = query.LatencyBreakdownColumns
 		rows, err := s.store.Rollups(ctx, q)
 		if err != nil {
 			return nil, err

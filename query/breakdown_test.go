@@ -183,8 +183,8 @@ func TestLatencyBreakdownExact(t *testing.T) {
 	svc := reads(s)
 	metrics := slices.Concat(rollup.LatencyMetrics, query.HourLatencyMetrics)
 	// Where each grouping reads its hour-only metrics (rollup.HourDistTables):
-	// the all-tenant rows keep them all, the group rows prefill and decode.
-	all, groupRows := query.HourLatencyMetrics, []string{"prefill", "decode"}
+	// the all-tenant rows keep them all, the group rows decode.
+	all, groupRows := query.HourLatencyMetrics, []string{"decode"}
 	for _, c := range []struct {
 		q    query.RollupQuery
 		kept []string
@@ -195,7 +195,7 @@ func TestLatencyBreakdownExact(t *testing.T) {
 		{query.RollupQuery{Start: day, End: end, Step: "hour", TenantID: "globex", GroupBy: []string{"slo_class"}}, groupRows},
 	} {
 		q := c.q
-		q.Columns = query.LatencyColumns
+		q.Columns = query.LatencyBreakdownColumns
 		rows, err := svc.Rollups(ctx, q)
 		if err != nil {
 			t.Fatal(err)
@@ -283,7 +283,7 @@ func TestLatencyBreakdownExact(t *testing.T) {
 	}
 
 	// Minute steps: no hour-only metric.
-	mq := query.RollupQuery{Start: day, End: day.Add(10 * time.Minute), Step: "minute", Columns: query.LatencyColumns}
+	mq := query.RollupQuery{Start: day, End: day.Add(10 * time.Minute), Step: "minute", Columns: query.LatencyBreakdownColumns}
 	rows, err := svc.Rollups(ctx, mq)
 	if err != nil {
 		t.Fatal(err)

@@ -84,7 +84,7 @@ func (q RollupQuery) Normalize() (RollupQuery, error) {
 	group, gerrs := parseGroupBy(q.GroupBy, rollup.RollupGroupFields)
 	q.GroupBy = group
 	errs = append(errs, gerrs...)
-	if q.Columns < AllColumns || q.Columns > BreakdownColumns {
+	if q.Columns < AllColumns || q.Columns > LatencyBreakdownColumns {
 		errs = append(errs, fmt.Errorf("%w: unknown rollup columns %d", ErrInvalidQuery, q.Columns))
 	}
 	if q.Limit < 0 || q.Offset < 0 {

@@ -47,7 +47,7 @@ func levelFor(start, end time.Time, step, tenant string, groupBy []string) Level
 // table keeps them (rollup.HourDistTables) and answers the grouping: the
 // all-tenant rows without a tenant and grouped by nothing, model or
 // deployment (every one); else the tenant rows for the token sizes of a
-// tenant or per tenant, the group rows for prefill and decode.
+// tenant or per tenant, the group rows for decode.
 func (q RollupQuery) level() Level {
 	l := levelFor(q.Start, q.End, q.Step, q.TenantID, q.GroupBy)
 	if l == LevelMinute || (q.Columns != SizeColumns && q.Columns != BreakdownColumns) {

@@ -72,8 +72,7 @@ const (
 	AllColumns RollupColumns = iota
 	// CounterColumns reads requests, errors, tokens and goodput: no latency.
 	CounterColumns
-	// LatencyColumns reads the latency distributions only; Service.Rollups
-	// adds those of rollup.HourDists it can (a BreakdownColumns read).
+	// LatencyColumns reads the latency distributions only.
 	LatencyColumns
 	// SizeColumns reads the rollup.HourDists histograms kept at the level
 	// that keeps the token sizes for the query's grouping, if any (see
@@ -83,6 +82,10 @@ const (
 	// level that keeps the most of prefill, decode and E2E per output
 	// class for the query's grouping (see RollupQuery.level).
 	BreakdownColumns
+	// LatencyBreakdownColumns reads what LatencyColumns reads, and
+	// Service.Rollups adds the rollup.HourDists it can for the query's
+	// grouping (a BreakdownColumns read): GetLatency's read.
+	LatencyBreakdownColumns
 )
 
 // Reads reports whether the query reads the counters, the latency columns
@@ -90,7 +93,7 @@ const (
 // level's table keeps (rollup.HourDistTables).
 func (q RollupQuery) Reads() (counters, latency, hourDists bool) {
 	return q.Columns == AllColumns || q.Columns == CounterColumns,
-		q.Columns == AllColumns || q.Columns == LatencyColumns,
+		q.Columns == AllColumns || q.Columns == LatencyColumns || q.Columns == LatencyBreakdownColumns,
 		q.Columns == SizeColumns || q.Columns == BreakdownColumns
 }
 

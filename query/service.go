@@ -283,7 +283,7 @@ func (s *Service) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, erro
 		}
 		out = pageRollups(out, q.GroupBy, q.Offset, q.Limit)
 	}
-	if q.Columns == LatencyColumns && read.Level != LevelMinute {
+	if q.Columns == LatencyBreakdownColumns && read.Level != LevelMinute {
 		if err := s.addBreakdown(ctx, q, out); err != nil {
 			return nil, err
 		}

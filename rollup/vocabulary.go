@@ -25,10 +25,10 @@ var HourDists = []string{"prefill", "decode", "prompt_size", "output_size", "e2e
 // others are empty arrays there), chosen for what they cost per event
 // (docs/performance.md): the all-tenant rows (per hour, and per model and
 // deployment) are few and keep every one; the rows per group (17 events
-// each at the query benchmark's scale) keep prefill and decode; the tenant
-// rows, and the day rows made of them, keep the token sizes.
+// each at the query benchmark's scale) keep decode; the tenant rows, and
+// the day rows made of them, keep the token sizes.
 var HourDistTables = map[string][]string{
-	"rollup_hour":            {"prefill", "decode"},
+	"rollup_hour":            {"decode"},
 	"rollup_tenant_hour":     {"prompt_size", "output_size"},
 	"rollup_tenant_day":      {"prompt_size", "output_size"},
 	"rollup_total_hour":      HourDists,

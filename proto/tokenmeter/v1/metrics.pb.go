@@ -302,19 +302,19 @@ type LatencyPoint struct {
 	E2E *LatencyStats `protobuf:"bytes,4,opt,name=e2e,proto3" json:"e2e,omitempty"`
 	// queue is the queue time (requests that reported it).
 	Queue *LatencyStats `protobuf:"bytes,5,opt,name=queue,proto3" json:"queue,omitempty"`
-	// prefill is the prefill time (requests that reported it). Kept at hour
-	// and coarser steps only: absent for minute steps (exact answers have it
-	// at every step). Its mean is read from the histogram, within
-	// relative_accuracy (exact answers: exact).
+	// prefill is the prefill time (requests that reported it). Kept for hour
+	// and coarser steps of queries over every tenant grouped by nothing,
+	// model and/or deployment only (exact answers: every step and grouping).
+	// Its mean is read from the histogram, within relative_accuracy (exact
+	// answers: exact).
 	Prefill *LatencyStats `protobuf:"bytes,6,opt,name=prefill,proto3" json:"prefill,omitempty"`
 	// decode is e2e − ttft, the time from the first to the last token
-	// (requests with both, and a measured ttft). Steps and mean as prefill.
+	// (requests with both, and a measured ttft): hour and coarser steps, any
+	// grouping (minute steps: absent, unless exact). Mean as prefill.
 	Decode *LatencyStats `protobuf:"bytes,7,opt,name=decode,proto3" json:"decode,omitempty"`
 	// e2e_short_output is the e2e of requests with fewer than 256 output
-	// tokens (failed ones with none included). Mean as prefill; hour and
-	// coarser steps of queries over every tenant grouped by nothing, model
-	// and/or deployment only (exact answers: every step and grouping). The
-	// three classes' counts add up to e2e's count.
+	// tokens (failed ones with none included). Steps, groupings and mean as
+	// prefill. The three classes' counts add up to e2e's count.
 	E2EShortOutput *LatencyStats `protobuf:"bytes,8,opt,name=e2e_short_output,json=e2eShortOutput,proto3" json:"e2e_short_output,omitempty"`
 	// e2e_medium_output is the e2e of requests with 256 to 1023 output tokens.
 	E2EMediumOutput *LatencyStats `protobuf:"bytes,9,opt,name=e2e_medium_output,json=e2eMediumOutput,proto3" json:"e2e_medium_output,omitempty"`
