@@ -37,7 +37,8 @@ FROM (
     argMax(node, ingested_at) AS d_node, argMax(fb_used_bytes, ingested_at) AS d_fb_used,
     argMax(fb_total_bytes, ingested_at) AS d_fb_total, argMax(power_watts, ingested_at) AS d_power,
     argMax(temperature_c, ingested_at) AS d_temp, argMax(sm_clock_mhz, ingested_at) AS d_sm_clock,
-    argMax(sm_clock_max_mhz, ingested_at) AS d_sm_clock_max, argMax(sm_active, ingested_at) AS d_sm_active
+    argMax(sm_clock_max_mhz, ingested_at) AS d_sm_clock_max,
+    argMax(if(sm_active = 65535, toFloat64(-1), sm_active / 10000), ingested_at) AS d_sm_active
   FROM gpu_samples
   WHERE sampled_at >= toDateTime(?) AND sampled_at < toDateTime(?)
   GROUP BY sample_id

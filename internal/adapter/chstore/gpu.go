@@ -3,6 +3,7 @@ package chstore
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -23,6 +24,13 @@ var gpuColumns = []string{
 	"sm_active", "sm_clock_max_mhz",
 }
 
+// gpu_samples.sm_active holds SM activity in units of 1/smActiveScale;
+// smActiveAbsent marks a sample without it (migration 0024).
+const (
+	smActiveScale  = 10_000
+	smActiveAbsent = 65535
+)
+
 // InsertGPUSamplesSQL is the statement every GPU sample batch is sent with.
 var InsertGPUSamplesSQL = "INSERT INTO gpu_samples (" + strings.Join(gpuColumns, ", ") + ")"
 
@@ -42,7 +50,8 @@ type GPUBatch struct {
 	power, energy, temp, smClock             []float64
 	source                                   []string
 	ingestedAt                               []time.Time
-	smActive, smClockMax                     []float64
+	smActive                                 []uint16
+	smClockMax                               []float64
 }
 
 // Len is the number of rows in the batch.
@@ -96,9 +105,9 @@ func (b *GPUBatch) AppendRow(r *sink.GPURow, ingestedAt time.Time) {
 	b.smClock = append(b.smClock, r.SMClockMHz)
 	b.source = append(b.source, r.Source)
 	b.ingestedAt = append(b.ingestedAt, ingestedAt.Truncate(time.Second))
-	smActive := -1.0 // not carried (migration 0024)
+	smActive := uint16(smActiveAbsent)
 	if r.SMActive.Set {
-		smActive = r.SMActive.V
+		smActive = uint16(math.Round(min(max(r.SMActive.V, 0), 1) * smActiveScale))
 	}
 	b.smActive = append(b.smActive, smActive)
 	b.smClockMax = append(b.smClockMax, r.SMClockMaxMHz)
