@@ -371,20 +371,25 @@ func (h *hourRollup) add(e *HourEvent) error {
 		// E2E taken as TTFT: not a TTFT (ARCHITECTURE "Estimated TTFT").
 		e.Latency[0], tTTFT = math.NaN(), -1
 	}
+	e2eKey := int16(0)
 	for m, v := range e.Latency {
 		if !math.IsNaN(v) {
-			h.minuteHist[m].AddKey(sketch.Key(v), 1)
+			k := sketch.Key(v)
+			h.minuteHist[m].AddKey(k, 1)
+			if m == 2 {
+				e2eKey = k
+			}
 		}
 	}
-	h.addHourDists(e)
+	h.addHourDists(e, e2eKey)
 	addEvent(&h.row, e, goodRequest(e.OK(), e.Latency[0], e.Latency[1], e.Latency[2], tTTFT, g.itl, g.e2e))
 	return nil
 }
 
 // addHourDists counts e in the HourDists of its group: prefill, decode
-// (E2E − TTFT, with both), prompt and output tokens, and E2E in its
-// output-length class.
-func (h *hourRollup) addHourDists(e *HourEvent) {
+// (E2E − TTFT, with both), prompt and output tokens, and E2E (whose key is
+// e2eKey) in its output-length class.
+func (h *hourRollup) addHourDists(e *HourEvent, e2eKey int16) {
 	if !math.IsNaN(e.Prefill) {
 		h.hourHist[DistPrefill].AddKey(sketch.Key(e.Prefill), 1)
 	}
@@ -392,11 +397,29 @@ func (h *hourRollup) addHourDists(e *HourEvent) {
 	if !math.IsNaN(ttft) && !math.IsNaN(e2e) {
 		h.hourHist[DistDecode].AddKey(sketch.Key(max(e2e-ttft, 0)), 1)
 	}
-	h.hourHist[DistPromptSize].AddKey(sketch.Key(float64(e.Prompt)), 1)
-	h.hourHist[DistOutputSize].AddKey(sketch.Key(float64(e.Output)), 1)
+	h.hourHist[DistPromptSize].AddKey(tokenKey(e.Prompt), 1)
+	h.hourHist[DistOutputSize].AddKey(tokenKey(e.Output), 1)
 	if !math.IsNaN(e2e) {
-		h.hourHist[OutputClass(e.Output)].AddKey(sketch.Key(e2e), 1)
+		h.hourHist[OutputClass(e.Output)].AddKey(e2eKey, 1)
 	}
+}
+
+// tokenKeys holds sketch.Key of every token count below 1<<16: a logarithm
+// per event and count was a tenth of the hour rollup's CPU.
+var tokenKeys = sync.OnceValue(func() []int16 {
+	keys := make([]int16, 1<<16)
+	for n := range keys {
+		keys[n] = sketch.Key(float64(n))
+	}
+	return keys
+})
+
+// tokenKey is sketch.Key of the token count n.
+func tokenKey(n uint64) int16 {
+	if n < 1<<16 {
+		return tokenKeys()[n]
+	}
+	return sketch.Key(float64(n))
 }
 
 // byMinute returns the positions 0…n-1 ordered by minute(i), which must lie
