@@ -74,10 +74,10 @@ func parseCost(args []string, getenv func(string) string, now time.Time, stderr 
 			"and per 1,000 input and output tokens, BUSY/1K_OUT is BUSY per 1,000 output\n"+
 			"tokens. UNATTR_REQ counts requests served by deployments without GPU samples:\n"+
 			"their cost is unknown and not in COST. COST/REQ is COST per request, GPU_SEC\n"+
-			"the GPU-seconds allocated to the group (split as COST is). Cost is computed per hour, so --start\n"+
-			"and --end lie on whole hours. With --step total the SUMMARY rows are the only\n"+
-			"rows. A table ends with the rows' gross margin: their tokens at list prices\n"+
-			"(list_charge) against their GPU cost.", costShape,
+			"the GPU-seconds allocated to the group (split as COST is). Cost is computed\n"+
+			"per hour, so --start and --end lie on whole hours. With --step total the\n"+
+			"SUMMARY rows are the only rows. A table ends with the rows' gross margin:\n"+
+			"their tokens at list prices (list_charge) against their GPU cost.", costShape,
 		func(fs *flag.FlagSet) {
 			fs.StringVar(&c.BusyPolicy, "busy-policy", busyPolicies[0], "how busy GPU cost is split: "+orList(busyPolicies))
 			fs.StringVar(&c.IdlePolicy, "idle-policy", idlePolicies[0], "where idle GPU cost goes: separate (tenant "+idleTenant+"), shared_weighted or shared_even")
