@@ -113,7 +113,7 @@ func runBilling(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *reuse == "" {
 		end := time.Now().UTC().Truncate(24 * time.Hour)
 		start := end.Add(-time.Duration(*days) * 24 * time.Hour)
-		if err := loadAndRollUp(ctx, stdout, progress, logger, conn, store, *events, *tenants, *gpus, start, end); err != nil {
+		if err := loadAndRollUp(ctx, stdout, progress, logger, conn, store, *events, *tenants, *gpus, 0, start, end); err != nil {
 			return err
 		}
 	}

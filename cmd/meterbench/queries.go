@@ -40,6 +40,7 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	days := fs.Int("days", 30, "days the events span")
 	tenants := fs.Int("tenants", 1000, "tenants")
 	gpus := fs.Int("gpus", 200, "GPUs sampled every 10 s over the same days (4 deployments)")
+	replicas := fs.Int("engine-replicas", 32, "engine replicas sampled every 15 s over the same days (4 deployments; the dashboard's engine panels)")
 	reps := fs.Int("reps", 50, "repetitions of each rollup-backed query")
 	rawReps := fs.Int("raw-reps", 3, "repetitions of each raw baseline query")
 	reuse := fs.String("reuse", "", "time the queries only, on the ClickHouse directory of an earlier run (a copy: `cp -al` of its clickhouse folder while it runs), loaded the same day")
@@ -80,7 +81,7 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(stdout, "tokenmeter query benchmark — %d events over %d days, %d tenants\n\n", *events, *days, *tenants)
 
 	if *reuse == "" {
-		if err := loadAndRollUp(ctx, stdout, progress, logger, conn, store, *events, *tenants, *gpus, start, end); err != nil {
+		if err := loadAndRollUp(ctx, stdout, progress, logger, conn, store, *events, *tenants, *gpus, *replicas, start, end); err != nil {
 			return err
 		}
 	} else {
@@ -109,7 +110,7 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer cancel()
 	reads := query.New(store, query.Config{MinuteRetention: rollup.DefaultMinuteRetention})
 	srv, err := api.New(sctx, api.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"},
-		&api.Services{Keys: keys, Usage: reads, Rollups: reads, Cost: reads, Prices: store, Reports: reads}, store.Ping, prometheus.NewRegistry(), logger)
+		&api.Services{Keys: keys, Usage: reads, Rollups: reads, Cost: reads, Prices: store, Reports: reads, Engine: reads}, store.Ping, prometheus.NewRegistry(), logger)
 	if err != nil {
 		return err
 	}
@@ -302,6 +303,25 @@ FROM (
 )`, off, n, gpus, start.Unix())
 }
 
+// engineLoadSQL generates n engine samples from the off-th: replicas
+// vLLM replicas over the GPUs' four deployments, one sample every 15 s,
+// their queue, batch and KV cache following the GPUs' daily wave.
+func engineLoadSQL(off, n, replicas int, start time.Time) string {
+	return fmt.Sprintf(`INSERT INTO engine_samples (sample_id, deployment, engine, replica, model, node, sampled_at, sampled_at_ms,
+  interval_s, running, waiting, kv_cache_usage, prefix_cache_queries, prefix_cache_hits, prefix_cache_hit_rate, preemptions,
+  batch_tokens, source, ingested_at)
+SELECT concat(rep, '/', toString(t)), dep, 'vllm', rep, 'm', concat('node-', toString(r)), toDateTime(t), t * 1000,
+  15, toUInt32(load * 48), toUInt32(greatest(0, load - 0.7) * 40), least(1, 0.2 + 0.75 * load), toUInt64(4000),
+  toUInt64(4000 * (0.3 + 0.4 * (1 - load))), NULL, toUInt64(if(load > 0.85 AND k %% 7 = 0, 1, 0)), 256 * load, 'bench', now()
+FROM (
+  SELECT number + %[1]d AS k, k %% %[3]d AS r, concat('replica-', toString(r)) AS rep,
+    toUInt32(%[4]d + intDiv(k, %[3]d) * 15) AS t,
+    arrayElement(['llama-3.1-8b-h100', 'llama-3.1-70b-h100', 'mixtral-8x7b-h100', 'qwen2.5-72b-h100'], r %% 4 + 1) AS dep,
+    least(1, greatest(0, 0.55 + 0.35 * sin(t / 13751) + (intHash32(k) %% 100) / 500)) AS load
+  FROM numbers(%[2]d)
+)`, off, n, replicas, start.Unix())
+}
+
 func rawUsageSQL(tenant string, start, end time.Time) string {
 	where := fmt.Sprintf("completed_at >= toDateTime(%d) AND completed_at < toDateTime(%d)", start.Unix(), end.Unix())
 	if tenant != "" {
@@ -392,10 +412,11 @@ func timeIt(n int, fn func() error) ([]time.Duration, error) {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func mib(b uint64) float64       { return float64(b) / (1 << 20) }
 
-// loadAndRollUp loads the synthetic events and GPU samples, rolls them up,
-// and reports the rollup timings and table sizes.
+// loadAndRollUp loads the synthetic events, GPU samples and engine samples
+// (replicas 0: none), rolls them up, and reports the rollup timings and
+// table sizes.
 func loadAndRollUp(ctx context.Context, stdout io.Writer, progress func(string, ...any), logger *slog.Logger, conn driver.Conn,
-	store *chstore.Store, events, tenants, gpus int, start, end time.Time) error {
+	store *chstore.Store, events, tenants, gpus, replicas int, start, end time.Time) error {
 	t0 := time.Now()
 	const chunk = 10_000_000
 	for off := 0; off < events; off += chunk {
@@ -416,6 +437,16 @@ func loadAndRollUp(ctx context.Context, stdout io.Writer, progress func(string, 
 		}
 	}
 	fmt.Fprintf(stdout, "load of %d GPU samples (%d GPUs, 10 s)            %8.1f s\n", samples, gpus, time.Since(t0).Seconds())
+	t0 = time.Now()
+	samples = replicas * int(end.Sub(start)/(15*time.Second))
+	for off := 0; off < samples; off += chunk {
+		n := min(chunk, samples-off)
+		progress("loading engine samples %d..%d", off, off+n)
+		if err := conn.Exec(ctx, engineLoadSQL(off, n, replicas, start)); err != nil {
+			return fmt.Errorf("load engine samples: %w", err)
+		}
+	}
+	fmt.Fprintf(stdout, "load of %d engine samples (%d replicas, 15 s)     %8.1f s\n", samples, replicas, time.Since(t0).Seconds())
 	book, err := billing.ParsePriceBook([]byte(benchPrices))
 	if err != nil {
 		return err
