@@ -30,7 +30,7 @@ import (
 // finer ones, so the levels always agree. Each hour row also keeps its
 // requests and output tokens per minute, summed from the minute rows, and
 // its busiest minute: a tenant's is the busiest minute of its groups' sum,
-// not the largest of their own. Memory: about 90 bytes per event of the
+// not the largest of their own. Memory: about 100 bytes per event of the
 // hour, and 1 KB per group for its per-minute counts.
 
 // HourStore is what rolling up an hour needs of ClickHouse; *chstore.Store
