@@ -35,6 +35,9 @@ type CostStore interface {
 	// GPUTimeMissingHours lists the hours costed before cost lines carried
 	// their GPU time (migration 0026).
 	GPUTimeMissingHours(ctx context.Context) ([]time.Time, error)
+	// TelemetryMissingHours lists the hours costed before GPU telemetry
+	// (migration 0024), to recost once.
+	TelemetryMissingHours(ctx context.Context) ([]time.Time, error)
 	CurrentPriceBook(ctx context.Context) (version, book string, createdAt time.Time, ok bool, err error)
 }
 

@@ -290,7 +290,12 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 		if err != nil {
 			return nil, err
 		}
-		stalePrice = mergeHours(stalePrice, noTime)
+		// Likewise hours costed before GPU telemetry and per-GPU rows.
+		noTelemetry, err := j.store.TelemetryMissingHours(ctx)
+		if err != nil {
+			return nil, err
+		}
+		stalePrice = mergeHours(stalePrice, noTime, noTelemetry)
 	}
 	costHours := mergeHours(changed, gpuDirty, stalePrice)
 	err = j.eachChunk(ctx, costHours, func(ctx context.Context, hs []time.Time, version uint64) error {

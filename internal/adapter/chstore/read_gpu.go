@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"tokenmeter/query"
 )
@@ -130,4 +131,15 @@ func (s *Store) GPUUsageRows(ctx context.Context, q query.GPUUsageQuery, tokens 
 		}
 		return nil
 	})
+}
+
+// TelemetryMissingHours lists the hours costed before migration 0024: they
+// have gpu_hour rows but no per-GPU rows in gpu_device_hour, which every
+// computation since writes (each GPU group has at least one GPU). The
+// rollup job recosts them once, so that GPU telemetry covers the history
+// (of hours whose samples are still kept).
+func (s *Store) TelemetryMissingHours(ctx context.Context) ([]time.Time, error) {
+	return s.hours(ctx, `SELECT DISTINCT hour FROM gpu_hour
+WHERE hour NOT IN (SELECT DISTINCT hour FROM gpu_device_hour)
+ORDER BY hour`)
 }
