@@ -44,7 +44,7 @@ test-stage-fuzz: fuzz
 # Entries are package:Test1,Test2.
 CLUSTER_TESTS := ./ingest:TestConsumerExactTotalsAndDLQ,TestConsumerCrashRecovery,TestGPUConsumerExactAndDLQ,TestConsumerCountsEachEventIDOnce \
 	./rollup:TestLateEventsRecomputeExactlyTheirHour,TestTwoReplicasSameTotals \
-	./query:TestUsageExactWithDuplicates,TestRollupHourExact,TestTrafficLongRangesExactPeaks,TestMinuteWindow,TestCostServingDimsExact \
+	./query:TestUsageExactWithDuplicates,TestRollupHourExact,TestTrafficLongRangesExactPeaks,TestMinuteWindow,TestCostServingDimsExact,TestUsageServingDimsExact \
 	./internal/adapter/chstore:TestMinuteRetention \
 	./usagemetrics:TestScrapeMatchesUsage,TestDeploymentView
 

@@ -12,7 +12,10 @@ import (
 )
 
 // UsageGroupFields are the dimensions usage can be grouped by.
-var UsageGroupFields = []string{"tenant_id", "model", "deployment"}
+// model_version is the request's own; engine and tensor_parallelism are
+// the serving labels of its hour, deployment and model, the same as cost
+// lines carry (rollup.ServingLabel; UsageRead).
+var UsageGroupFields = []string{"tenant_id", "model", "deployment", "model_version", "engine", "tensor_parallelism"}
 
 // CostGroupFields are the dimensions cost can be grouped by.
 // engine and tensor_parallelism are a line's deployment's and model's in

@@ -27,10 +27,15 @@ func (q UsageQuery) StepSeconds() int64 { return rollup.Granularities[q.Granular
 
 // UsageRow is the usage of one group in one bucket.
 type UsageRow struct {
-	Start              time.Time
-	TenantID           string
-	Model              string
-	Deployment         string
+	Start        time.Time
+	TenantID     string
+	Model        string
+	Deployment   string
+	ModelVersion string
+	// Engine and TensorParallelism are the serving labels of the rows'
+	// hour, deployment and model (rollup.ServingLabel).
+	Engine             string
+	TensorParallelism  string
 	Requests           int64
 	Errors             int64
 	PromptTokens       int64

@@ -148,7 +148,7 @@ func (s *Service) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 	group := make(map[string]string, len(q.GroupBy))
 	for i, r := range rows {
 		for _, f := range q.GroupBy {
-			group[f] = map[string]string{"tenant_id": r.TenantID, "model": r.Model, "deployment": r.Deployment}[f]
+			group[f] = map[string]string{"tenant_id": r.TenantID, "model": r.Model, "deployment": r.Deployment, "model_version": r.ModelVersion}[f]
 		}
 		rows[i].Sizes = sizes[sizeKey(r.Start, group)]
 	}
@@ -200,16 +200,18 @@ func (s *Service) usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 }
 
 // mergeUsage sums rows of the same bucket and group, ordered by bucket,
-// then tenant, model and deployment.
+// then tenant, model, deployment, model version, engine and tensor
+// parallelism.
 func mergeUsage(rows []UsageRow) []UsageRow {
 	type key struct {
-		start                     int64
-		tenant, model, deployment string
+		start                              int64
+		tenant, model, deployment, version string
+		engine, tensorParallelism          string
 	}
 	idx := map[key]int{}
 	var out []UsageRow
 	for _, r := range rows {
-		k := key{r.Start.Unix(), r.TenantID, r.Model, r.Deployment}
+		k := key{r.Start.Unix(), r.TenantID, r.Model, r.Deployment, r.ModelVersion, r.Engine, r.TensorParallelism}
 		i, ok := idx[k]
 		if !ok {
 			idx[k] = len(out)
@@ -225,7 +227,9 @@ func mergeUsage(rows []UsageRow) []UsageRow {
 	}
 	slices.SortFunc(out, func(a, b UsageRow) int {
 		return cmp.Or(a.Start.Compare(b.Start), strings.Compare(a.TenantID, b.TenantID),
-			strings.Compare(a.Model, b.Model), strings.Compare(a.Deployment, b.Deployment))
+			strings.Compare(a.Model, b.Model), strings.Compare(a.Deployment, b.Deployment),
+			strings.Compare(a.ModelVersion, b.ModelVersion), strings.Compare(a.Engine, b.Engine),
+			strings.Compare(a.TensorParallelism, b.TensorParallelism))
 	})
 	return out
 }

@@ -29,7 +29,7 @@ type usageConfig struct {
 
 var (
 	granularities = []string{"minute", "hour", "day", "month", "total"}
-	groupColumns  = []string{"tenant_id", "model", "deployment"}
+	groupColumns  = []string{"tenant_id", "model", "deployment", "model_version", "engine", "tensor_parallelism"}
 	outputs       = []string{"table", "csv", "json"}
 
 	// usageShape is the selection of GET /v1/usage: top-level parameters,
@@ -116,6 +116,12 @@ func groupValue(b *meterv1.UsageBucket, g string) string {
 		return b.GetModel()
 	case "deployment":
 		return b.GetDeployment()
+	case "model_version":
+		return b.GetModelVersion()
+	case "engine":
+		return b.GetEngine()
+	case "tensor_parallelism":
+		return b.GetTensorParallelism()
 	}
 	return ""
 }
@@ -158,7 +164,8 @@ func writeUsageCSV(w io.Writer, groupBy []string, buckets []*meterv1.UsageBucket
 // TOTAL line when there is more than one row.
 func writeUsageTable(w io.Writer, groupBy []string, buckets []*meterv1.UsageBucket) error {
 	numHeads := [5]string{"REQUESTS", "ERRORS", "PROMPT", "CACHED", "OUTPUT"}
-	groupHeads := map[string]string{"tenant_id": "TENANT", "model": "MODEL", "deployment": "DEPLOYMENT"}
+	groupHeads := map[string]string{"tenant_id": "TENANT", "model": "MODEL", "deployment": "DEPLOYMENT",
+		"model_version": "VERSION", "engine": "ENGINE", "tensor_parallelism": "TP"}
 
 	var total [5]int64
 	rows := make([][5]int64, len(buckets))

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
+	"tokenmeter/query"
 )
 
 // usageAnswer is a GetUsageResponse as grpc-gateway writes it: int64 as
@@ -172,5 +173,49 @@ func TestTimeFlags(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), "2006") || !strings.Contains(err.Error(), "2026-11-23T00:00:00Z") {
 			t.Errorf("%s --start 2026-11-23T10:00: got %v, want an example of RFC 3339 and no Go layout", cmd, err)
 		}
+	}
+}
+
+// The serving dimensions: their columns (ENGINE, TP, VERSION), the CSV's
+// and the group-by list the server accepts (query.UsageGroupFields, which
+// meterctl does not link: TestUsageServerLists).
+func TestUsageServingDimensions(t *testing.T) {
+	const answer = `{"buckets":[
+ {"start":"2026-11-21T00:00:00Z","modelVersion":"v2","engine":"sglang+vllm","tensorParallelism":"2+4","requests":"10","promptTokens":"100","outputTokens":"20"},
+ {"start":"2026-11-21T00:00:00Z","modelVersion":"v2","engine":"vllm","tensorParallelism":"2","requests":"3","errors":"1","promptTokens":"30","cachedPromptTokens":"5","outputTokens":"6"}
+]}`
+	f := &fakeAPI{usage: answer}
+	srv := newFakeAPI(t, f)
+	sel := []string{"usage", "--addr", srv.URL, "--key", testKey, "--start", "2026-11-21T00:00:00Z", "--end", "2026-11-22T00:00:00Z",
+		"--group-by", "model_version,engine,tensor_parallelism"}
+	out, _, err := runArgs(t, nil, sel...)
+	if err != nil {
+		t.Fatalf("usage: %v", err)
+	}
+	want := `BUCKET START          VERSION  ENGINE       TP   REQUESTS  ERRORS  PROMPT  CACHED  OUTPUT
+2026-11-21T00:00:00Z  v2       sglang+vllm  2+4        10       0     100       0      20
+2026-11-21T00:00:00Z  v2       vllm         2           3       1      30       5       6
+TOTAL                                                  13       1     130       5      26
+`
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("table (-want +got):\n%s", diff)
+	}
+	out, _, err = runArgs(t, nil, append(sel, "--output", "csv")...)
+	if err != nil {
+		t.Fatalf("usage csv: %v", err)
+	}
+	wantCSV := "bucket_start,model_version,engine,tensor_parallelism,requests,errors,prompt_tokens,cached_prompt_tokens,output_tokens\n" +
+		"2026-11-21T00:00:00Z,v2,sglang+vllm,2+4,10,0,100,0,20\n" +
+		"2026-11-21T00:00:00Z,v2,vllm,2,3,1,30,5,6\n"
+	if diff := cmp.Diff(wantCSV, strings.ReplaceAll(out, "\r\n", "\n")); diff != "" {
+		t.Errorf("csv (-want +got):\n%s", diff)
+	}
+}
+
+// TestUsageServerLists checks the group-by fields meterctl validates
+// against the server's.
+func TestUsageServerLists(t *testing.T) {
+	if diff := cmp.Diff(query.UsageGroupFields, groupColumns); diff != "" {
+		t.Errorf("usage group-by fields (-server +meterctl):\n%s", diff)
 	}
 }

@@ -36,8 +36,18 @@ type GetUsageRequest struct {
 	// calendar months) or "total"
 	// (the default, one bucket for the whole range).
 	Granularity string `protobuf:"bytes,4,opt,name=granularity,proto3" json:"granularity,omitempty"`
-	// group_by lists the dimensions to split by, any of "tenant_id", "model" and
-	// "deployment". Over REST repeat the parameter or separate names by commas.
+	// group_by lists the dimensions to split by, any of "tenant_id", "model",
+	// "deployment", "model_version", "engine" and "tensor_parallelism". Over
+	// REST repeat the parameter or separate names by commas. engine and
+	// tensor_parallelism are the serving labels of a request's hour,
+	// deployment and model, as GetCost groups by them: the distinct values
+	// the hour's events of that deployment and model carried (every tenant's),
+	// sorted (TP numerically) and joined by "+" ("sglang+vllm" for the hour a
+	// deployment changed engine), "" when none was reported. Hours not yet
+	// rolled up take the same labels from their raw events, so an answer does
+	// not change when its hours are rolled up; a late event that brings a new
+	// engine into an hour changes that hour's label (in usage and cost alike).
+	// model_version is the request's own.
 	GroupBy       []string `protobuf:"bytes,5,rep,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -180,13 +190,23 @@ type UsageBucket struct {
 	// request. Set for hour, day, month and total buckets of ranges on whole
 	// hours, for one tenant, per tenant, or over every tenant grouped by
 	// nothing, model and/or deployment; absent for minute buckets, other
-	// ranges and other groupings.
+	// ranges and other groupings (model_version, engine, tensor_parallelism
+	// included).
 	PromptTokensPerRequest *TokenStats `protobuf:"bytes,10,opt,name=prompt_tokens_per_request,json=promptTokensPerRequest,proto3" json:"prompt_tokens_per_request,omitempty"`
 	// output_tokens_per_request is the distribution of output tokens per
 	// request, set as prompt_tokens_per_request.
 	OutputTokensPerRequest *TokenStats `protobuf:"bytes,11,opt,name=output_tokens_per_request,json=outputTokensPerRequest,proto3" json:"output_tokens_per_request,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// model_version is set when grouping by model_version.
+	ModelVersion string `protobuf:"bytes,12,opt,name=model_version,json=modelVersion,proto3" json:"model_version,omitempty"`
+	// engine is set when grouping by engine: the serving engine label of the
+	// requests' hour, deployment and model (see GetUsageRequest.group_by).
+	Engine string `protobuf:"bytes,13,opt,name=engine,proto3" json:"engine,omitempty"`
+	// tensor_parallelism is set when grouping by tensor_parallelism: the
+	// label of the GPUs per replica, e.g. "4" or "2+4" (see
+	// GetUsageRequest.group_by).
+	TensorParallelism string `protobuf:"bytes,14,opt,name=tensor_parallelism,json=tensorParallelism,proto3" json:"tensor_parallelism,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *UsageBucket) Reset() {
@@ -296,6 +316,27 @@ func (x *UsageBucket) GetOutputTokensPerRequest() *TokenStats {
 	return nil
 }
 
+func (x *UsageBucket) GetModelVersion() string {
+	if x != nil {
+		return x.ModelVersion
+	}
+	return ""
+}
+
+func (x *UsageBucket) GetEngine() string {
+	if x != nil {
+		return x.Engine
+	}
+	return ""
+}
+
+func (x *UsageBucket) GetTensorParallelism() string {
+	if x != nil {
+		return x.TensorParallelism
+	}
+	return ""
+}
+
 // TokenStats summarizes the tokens per request of a set of requests, every
 // request counted (failed ones too, as requests are). Percentiles come from
 // the rollups' 1% histograms: each is within 1% of the exact nearest-rank
@@ -393,7 +434,7 @@ const file_tokenmeter_v1_usage_proto_rawDesc = "" +
 	"\vgranularity\x18\x04 \x01(\tR\vgranularity\x12\x19\n" +
 	"\bgroup_by\x18\x05 \x03(\tR\agroupBy\"H\n" +
 	"\x10GetUsageResponse\x124\n" +
-	"\abuckets\x18\x01 \x03(\v2\x1a.tokenmeter.v1.UsageBucketR\abuckets\"\xee\x03\n" +
+	"\abuckets\x18\x01 \x03(\v2\x1a.tokenmeter.v1.UsageBucketR\abuckets\"\xda\x04\n" +
 	"\vUsageBucket\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12\x1b\n" +
 	"\ttenant_id\x18\x02 \x01(\tR\btenantId\x12\x14\n" +
@@ -408,7 +449,10 @@ const file_tokenmeter_v1_usage_proto_rawDesc = "" +
 	"\routput_tokens\x18\t \x01(\x03R\foutputTokens\x12T\n" +
 	"\x19prompt_tokens_per_request\x18\n" +
 	" \x01(\v2\x19.tokenmeter.v1.TokenStatsR\x16promptTokensPerRequest\x12T\n" +
-	"\x19output_tokens_per_request\x18\v \x01(\v2\x19.tokenmeter.v1.TokenStatsR\x16outputTokensPerRequest\"r\n" +
+	"\x19output_tokens_per_request\x18\v \x01(\v2\x19.tokenmeter.v1.TokenStatsR\x16outputTokensPerRequest\x12#\n" +
+	"\rmodel_version\x18\f \x01(\tR\fmodelVersion\x12\x16\n" +
+	"\x06engine\x18\r \x01(\tR\x06engine\x12-\n" +
+	"\x12tensor_parallelism\x18\x0e \x01(\tR\x11tensorParallelism\"r\n" +
 	"\n" +
 	"TokenStats\x12\x1a\n" +
 	"\brequests\x18\x01 \x01(\x04R\brequests\x12\x12\n" +
