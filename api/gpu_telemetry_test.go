@@ -183,7 +183,7 @@ func approxEqual(a, b float64) bool {
 
 // TestGpuTelemetryAnswers checks GetGpuUsage's telemetry, grouped per
 // deployment, GPU type, node and GPU and stepped per hour and in total,
-// and the capacity report's units and hours, against a brute force over
+// and the capacity report's units (others included) and hours, against a brute force over
 // the generated samples, over gRPC and REST alike.
 func TestGpuTelemetryAnswers(t *testing.T) {
 	s := newStack(t, false)
@@ -329,6 +329,36 @@ func TestGpuTelemetryAnswers(t *testing.T) {
 			}
 		}
 	}
+	// With one unit named, the other deployments are summed into others:
+	// its telemetry is theirs.
+	folded, err := reports.GetCapacityReport(fin, &meterv1.GetCapacityReportRequest{Start: req.GetStart(), End: req.GetEnd(), MaxUnits: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(folded.GetReport().GetUnits()) != 1 || folded.GetReport().GetOthers() == nil {
+		t.Fatalf("max_units 1: %d units, others %v", len(folded.GetReport().GetUnits()), folded.GetReport().GetOthers())
+	}
+	var others []telemetrySample
+	for _, smp := range samples {
+		if smp.dep != folded.GetReport().GetUnits()[0].GetName() {
+			others = append(others, smp)
+		}
+	}
+	if diff := cmp.Diff(bruteTelemetry(samples, others), folded.GetReport().GetOthers().GetGpuTelemetry(), opts...); diff != "" {
+		t.Errorf("others: telemetry differs from the brute force (-want +got):\n%s", diff)
+	}
+	for _, h := range folded.GetReport().GetOthers().GetHoursDetail() {
+		var inHour []telemetrySample
+		for _, smp := range others {
+			if smp.hour.Equal(h.GetStart().AsTime()) {
+				inHour = append(inHour, smp)
+			}
+		}
+		if diff := cmp.Diff(bruteTelemetry(samples, inHour), h.GetGpuTelemetry(), opts...); diff != "" {
+			t.Errorf("others at %s: telemetry differs from the brute force (-want +got):\n%s", h.GetStart().AsTime(), diff)
+		}
+	}
+
 	// Something was throttled, hot, near full, and SM activity was read:
 	// the figures above are not zeros compared with zeros.
 	fleet := viaGRPC.GetReport().GetFleet().GetGpuTelemetry()
