@@ -143,7 +143,9 @@ func (s *metricsService) GetTraffic(ctx context.Context, req *meterv1.GetTraffic
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.store.Traffic(ctx, sel.q)
+	q := sel.q
+	q.TokenSizes = true
+	rows, err := s.store.Traffic(ctx, q)
 	if err != nil {
 		return nil, err
 	}

@@ -322,6 +322,7 @@ func (s *usageService) GetUsage(ctx context.Context, req *meterv1.GetUsageReques
 		TenantID:    tenant,
 		Granularity: req.GetGranularity(),
 		GroupBy:     req.GetGroupBy(),
+		TokenSizes:  true,
 	}
 	q.Start, q.End = timeOf(req.GetStart()), timeOf(req.GetEnd())
 	rows, err := s.store.Usage(ctx, q)

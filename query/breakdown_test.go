@@ -387,6 +387,7 @@ func TestTokenSizesExact(t *testing.T) {
 		q := c.q
 		nq, _ := q.Normalize()
 		want := bruteBreakdown(events, nq)
+		q.TokenSizes = true
 		tr, err := svc.Traffic(ctx, q)
 		if err != nil {
 			t.Fatal(err)
@@ -426,7 +427,7 @@ func TestTokenSizesExact(t *testing.T) {
 			t.Errorf("traffic %+v: %d points, want %d", q, n, len(want))
 		}
 
-		uq := query.UsageQuery{TenantID: q.TenantID, Start: day, End: end, Granularity: q.Step, GroupBy: q.GroupBy}
+		uq := query.UsageQuery{TenantID: q.TenantID, Start: day, End: end, Granularity: q.Step, GroupBy: q.GroupBy, TokenSizes: true}
 		if slices.Contains(q.GroupBy, "slo_class") {
 			continue
 		}
@@ -470,7 +471,7 @@ func TestTokenSizesExact(t *testing.T) {
 	}
 
 	// Minute steps keep no token sizes.
-	tr, err := svc.Traffic(ctx, query.RollupQuery{Start: day, End: day.Add(5 * time.Minute), Step: "minute"})
+	tr, err := svc.Traffic(ctx, query.RollupQuery{Start: day, End: day.Add(5 * time.Minute), Step: "minute", TokenSizes: true})
 	if err != nil || len(tr) == 0 {
 		t.Fatalf("minute traffic: %d rows, %v", len(tr), err)
 	}

@@ -19,6 +19,10 @@ type UsageQuery struct {
 	Granularity string
 	// GroupBy lists fields of UsageGroupFields.
 	GroupBy []string
+	// TokenSizes also reads tokens per request (UsageRow.Sizes), where the
+	// rollups keep them: one more rollup read, which GetUsage makes and
+	// internal callers need not pay for.
+	TokenSizes bool
 }
 
 // StepSeconds is the width of the query's step in seconds: 0 for "total"
@@ -63,6 +67,9 @@ type RollupQuery struct {
 	// Columns chooses what is read (default: everything); what is not read
 	// is zero in the rows.
 	Columns RollupColumns
+	// TokenSizes makes Service.Traffic also read tokens per request
+	// (TrafficRow.Sizes), where the rollups keep them.
+	TokenSizes bool
 }
 
 // StepSeconds is the width of the query's step in seconds: 0 for "total",

@@ -141,6 +141,9 @@ func (s *Service) Usage(ctx context.Context, q UsageQuery) ([]UsageRow, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !q.TokenSizes {
+		return rows, nil
+	}
 	sizes, err := s.tokenSizes(ctx, RollupQuery{TenantID: q.TenantID, Start: q.Start, End: q.End, Step: q.Granularity, GroupBy: q.GroupBy})
 	if err != nil || sizes == nil {
 		return rows, err
@@ -523,12 +526,14 @@ func (s *Service) Traffic(ctx context.Context, q RollupQuery) ([]TrafficRow, err
 	if q.Limit == 0 && len(out) > s.cfg.MaxSeriesRows {
 		return nil, tooManySeries(s.cfg.MaxSeriesRows)
 	}
-	sizes, err := s.tokenSizes(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	for i := range out {
-		out[i].Sizes = sizes[sizeKey(out[i].Start, out[i].Group)]
+	if q.TokenSizes {
+		sizes, err := s.tokenSizes(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		for i := range out {
+			out[i].Sizes = sizes[sizeKey(out[i].Start, out[i].Group)]
+		}
 	}
 	if len(old) == 0 {
 		return out, nil

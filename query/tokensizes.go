@@ -65,8 +65,15 @@ func (s *Service) tokenSizes(ctx context.Context, q RollupQuery) (map[string]*To
 	}
 	q.Columns = SizeColumns
 	q, err := q.Normalize()
-	if err != nil || q.level() == LevelMinute {
+	if err != nil {
 		return nil, nil //nolint:nilerr // no sizes for what the rollups cannot answer
+	}
+	switch q.level() {
+	case LevelTotalHour, LevelDeploymentHour, LevelTenantHour:
+		// The levels whose tables keep the token sizes
+		// (rollup.HourDistTables).
+	default:
+		return nil, nil
 	}
 	rows, err := s.Rollups(ctx, q)
 	if errors.Is(err, ErrTooManySeries) {
