@@ -830,7 +830,9 @@ func checkMetricCards(t *testing.T, p *browsertest.Page, base, key string, rg da
 		}
 	}
 	for m, st := range map[string]*meterv1.LatencyStats{"queue": sum.Queue, "prefill": sum.Prefill, "decode": sum.Decode} {
-		if st.GetCount() == 0 {
+		// Prefill is kept for every tenant together only: a tenant's page
+		// shows none (the card "–", raw 0).
+		if st.GetCount() == 0 && (m != "prefill" || more == 0) {
 			t.Errorf("the API's %s latency has no requests: the fixture's events carry it", m)
 		}
 		checkFloat(t, cards, m+"_p50", st.GetP50())
