@@ -90,6 +90,13 @@ type GPUGroupCost struct {
 // Errors wrap ErrInvalidUsage (negative or non-finite seconds, a MIG fraction
 // outside (0, 1]) or ErrOutOfRange.
 func (b *PriceBook) GPUCost(usage []GPUUsage) (GPUCost, error) {
+	c, _, _, err := b.gpuCost(usage)
+	return c, err
+}
+
+// gpuCost is GPUCost, with the exact (unrounded) cost and busy cost in
+// nano-units besides.
+func (b *PriceBook) gpuCost(usage []GPUUsage) (GPUCost, *big.Rat, *big.Rat, error) {
 	type groupKey struct {
 		gpuType, pool, region string
 		frac                  float64
@@ -109,14 +116,14 @@ func (b *PriceBook) GPUCost(usage []GPUUsage) (GPUCost, error) {
 	var last *group
 	for i, u := range usage {
 		if !(u.GPUSeconds >= 0) || math.IsInf(u.GPUSeconds, 0) || math.IsNaN(u.BusySeconds) {
-			return GPUCost{}, fmt.Errorf("%w: usage[%d]: gpu_seconds %v, busy_seconds %v", ErrInvalidUsage, i, u.GPUSeconds, u.BusySeconds)
+			return GPUCost{}, nil, nil, fmt.Errorf("%w: usage[%d]: gpu_seconds %v, busy_seconds %v", ErrInvalidUsage, i, u.GPUSeconds, u.BusySeconds)
 		}
 		frac := u.MIGFraction
 		if frac == 0 {
 			frac = 1
 		}
 		if !(frac > 0 && frac <= 1) {
-			return GPUCost{}, fmt.Errorf("%w: usage[%d]: mig_fraction %v outside (0, 1]", ErrInvalidUsage, i, u.MIGFraction)
+			return GPUCost{}, nil, nil, fmt.Errorf("%w: usage[%d]: mig_fraction %v outside (0, 1]", ErrInvalidUsage, i, u.MIGFraction)
 		}
 		k := groupKey{u.GPUType, u.Pool, u.Region, frac}
 		g := last // samples come in runs of one group; skip the map then
@@ -218,10 +225,10 @@ func (b *PriceBook) GPUCost(usage []GPUUsage) (GPUCost, error) {
 
 	var err error
 	if out.Cost, err = moneyFromRat(&totCost); err != nil {
-		return GPUCost{}, fmt.Errorf("gpu cost: %w", err)
+		return GPUCost{}, nil, nil, fmt.Errorf("gpu cost: %w", err)
 	}
 	if out.BusyCost, err = moneyFromRat(&totBusyCost); err != nil {
-		return GPUCost{}, fmt.Errorf("gpu busy cost: %w", err)
+		return GPUCost{}, nil, nil, fmt.Errorf("gpu busy cost: %w", err)
 	}
 	out.IdleCost = out.Cost - out.BusyCost
 	out.GPUSeconds = ratFloat(&totGPU)
@@ -236,7 +243,7 @@ func (b *PriceBook) GPUCost(usage []GPUUsage) (GPUCost, error) {
 		out.Groups[i].IdleCost = Money(idleShares[i])
 		out.Groups[i].Cost = out.Groups[i].BusyCost + out.Groups[i].IdleCost
 	}
-	return out, nil
+	return out, &totCost, &totBusyCost, nil
 }
 
 // gpuCandidates returns the indexes of the entries matching (gpuType, pool,

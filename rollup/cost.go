@@ -216,7 +216,6 @@ func gpuMillis(c billing.GPUCost) billing.GPUCost {
 // once), so that allocations reconcile with gpu_hour exactly.
 func gpuHourRows(hour time.Time, dep string, book *billing.PriceBook, samples []GPUSampleRow) ([]GPUHourRow, billing.GPUCost, string, error) {
 	type agg struct {
-		usage     []billing.GPUUsage
 		instances map[string]float64 // instance → Σ interval_s
 		samples   uint64
 		energy    float64
@@ -236,7 +235,6 @@ func gpuHourRows(hour time.Time, dep string, book *billing.PriceBook, samples []
 			GPUType: s.GPUType, Pool: s.Pool, Region: s.Region, MIGFraction: s.MIGFraction, At: s.SampledAt,
 			GPUSeconds: s.IntervalS, BusySeconds: s.IntervalS * min(max(s.Utilization, 0), 1),
 		}
-		g.usage = append(g.usage, u)
 		g.instances[s.Instance] += s.IntervalS
 		g.samples++
 		g.energy += s.EnergyJoules
@@ -256,17 +254,13 @@ func gpuHourRows(hour time.Time, dep string, book *billing.PriceBook, samples []
 	var types []string
 	for _, k := range keys {
 		g := groups[k]
-		c, err := book.GPUCost(g.usage)
+		c, devices, err := deviceRows(hour, dep, k, book, g.devices)
 		if err != nil {
 			return nil, billing.GPUCost{}, "", err
 		}
 		var covered float64
 		for _, secs := range g.instances {
 			covered += min(secs, 3600)
-		}
-		devices, err := deviceRows(hour, dep, k, book, g.devices)
-		if err != nil {
-			return nil, billing.GPUCost{}, "", err
 		}
 		rows = append(rows, GPUHourRow{
 			Hour: hour, Deployment: dep, GPUType: k.gpuType, Pool: k.pool, Region: k.region, MIGProfile: k.profile,
@@ -314,23 +308,29 @@ func (d *deviceAgg) add(s GPUSampleRow, u billing.GPUUsage, normalClock float64)
 	return d
 }
 
-// deviceRows are the gpu_device_hour rows of one gpu_hour group: a row per
-// GPU (or MIG instance), priced on its own (each GPU-hour's cost rounded
-// once, so the GPUs' costs may differ from the group's by a few nano-units
-// in all), in GPU order.
-func deviceRows(hour time.Time, dep string, k gpuGroupKey, book *billing.PriceBook, devices map[string]*deviceAgg) ([]GPUHourRow, error) {
+// deviceRows prices one gpu_hour group and returns its gpu_device_hour
+// rows: a row per GPU (or MIG instance), in GPU order. The group's cost is
+// rounded once over all its samples, and its busy and idle parts are split
+// over the GPUs by largest remainder on their exact costs
+// (billing.GPUCostParts), so that the GPUs' costs add up to the group's
+// exactly: a per-GPU drill-down and the group agree to the nano-unit.
+func deviceRows(hour time.Time, dep string, k gpuGroupKey, book *billing.PriceBook, devices map[string]*deviceAgg) (billing.GPUCost, []GPUHourRow, error) {
 	ids := make([]string, 0, len(devices))
 	for id := range devices {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	usage := make([][]billing.GPUUsage, len(ids))
+	for i, id := range ids {
+		usage[i] = devices[id].usage
+	}
+	whole, parts, err := book.GPUCostParts(usage)
+	if err != nil {
+		return billing.GPUCost{}, nil, err
+	}
 	rows := make([]GPUHourRow, 0, len(ids))
-	for _, id := range ids {
-		d := devices[id]
-		c, err := book.GPUCost(d.usage)
-		if err != nil {
-			return nil, err
-		}
+	for i, id := range ids {
+		d, c := devices[id], parts[i]
 		rows = append(rows, GPUHourRow{
 			Hour: hour, Deployment: dep, GPUType: k.gpuType, Pool: k.pool, Region: k.region, MIGProfile: k.profile,
 			Node: d.node, GPU: d.gpu, GPUs: 1, Samples: d.samples,
@@ -340,5 +340,5 @@ func deviceRows(hour time.Time, dep string, k gpuGroupKey, book *billing.PriceBo
 			PriceVersion: c.PriceVersion, Telemetry: d.telemetry,
 		})
 	}
-	return rows, nil
+	return whole, rows, nil
 }

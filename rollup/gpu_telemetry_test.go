@@ -16,13 +16,18 @@ import (
 
 // TestComputeCostTelemetryExact checks the telemetry of every gpu_hour row
 // and of every GPU's gpu_device_hour row of an hour of random samples
-// against a brute force over the samples, and that a group's GPU rows add
-// up to the group's time and energy. The samples mix whole GPUs and MIG
+// against a brute force over the samples, that a group's GPU rows add up
+// to the group's time and energy, and their costs (busy and idle) to the
+// group's exactly, each GPU's within two nano-units of its cost priced
+// alone (prices that do not divide the second, a price change inside the
+// hour, MIG fractions). The samples mix whole GPUs and MIG
 // instances, idle ones, missing readings, reported and unreported maximum
 // clocks, in several deployments sharing GPU types.
 func TestComputeCostTelemetryExact(t *testing.T) {
 	hour := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
-	book, err := billing.ParsePriceBook([]byte(`{"gpu_prices":[{"gpu_type":"H100","effective_from":"2026-01-01T00:00:00Z","per_hour":"3.60"}]}`))
+	book, err := billing.ParsePriceBook([]byte(`{"gpu_prices":[{"gpu_type":"H100","effective_from":"2026-01-01T00:00:00Z","per_hour":"3.60"},` +
+		`{"gpu_type":"A100","effective_from":"2026-01-01T00:00:00Z","per_hour":"2.345678917"},` +
+		`{"gpu_type":"A100","effective_from":"2026-11-22T10:31:07Z","per_hour":"1.987654321"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,12 +150,41 @@ func TestComputeCostTelemetryExact(t *testing.T) {
 			t.Errorf("%s %s %q: telemetry (-brute +rollup):\n%s", g.Deployment, g.GPUType, g.MIGProfile, diff)
 		}
 		var sec, busy, energy float64
+		var cost, busyCost, idleCost int64
 		for _, d := range g.Devices {
 			devices++
+			cost, busyCost, idleCost = cost+d.CostNanos, busyCost+d.BusyCostNanos, idleCost+d.IdleCostNanos
+			if d.CostNanos != d.BusyCostNanos+d.IdleCostNanos {
+				t.Errorf("%s %s %q GPU %s: cost %d is not busy %d + idle %d", g.Deployment, g.GPUType, g.MIGProfile, d.GPU, d.CostNanos, d.BusyCostNanos, d.IdleCostNanos)
+			}
+			// Each GPU's share stays within a nano-unit or two of its own
+			// cost priced alone.
+			var own []billing.GPUUsage
+			for _, s := range samples {
+				if inGroup(s) && s.Instance == d.GPU {
+					own = append(own, billing.GPUUsage{GPUType: s.GPUType, Pool: s.Pool, Region: s.Region, MIGFraction: s.MIGFraction,
+						At: s.SampledAt, GPUSeconds: s.IntervalS, BusySeconds: s.IntervalS * min(max(s.Utilization, 0), 1)})
+				}
+			}
+			alone, err := book.GPUCost(own)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if off := int64(alone.BusyCost) - d.BusyCostNanos; off < -2 || off > 2 {
+				t.Errorf("%s %s %q GPU %s: busy cost %d nano-units off its own", g.Deployment, g.GPUType, g.MIGProfile, d.GPU, off)
+			}
+			if off := int64(alone.IdleCost) - d.IdleCostNanos; off < -2 || off > 2 {
+				t.Errorf("%s %s %q GPU %s: idle cost %d nano-units off its own", g.Deployment, g.GPUType, g.MIGProfile, d.GPU, off)
+			}
 			if diff := cmp.Diff(brute(func(s rollup.GPUSampleRow) bool { return inGroup(s) && s.Instance == d.GPU }), d.Telemetry.Summary(), approx); diff != "" {
 				t.Errorf("%s %s %q GPU %s: telemetry (-brute +rollup):\n%s", g.Deployment, g.GPUType, g.MIGProfile, d.GPU, diff)
 			}
 			sec, busy, energy = sec+d.GPUSeconds, busy+d.BusySeconds, energy+d.EnergyJoules
+		}
+		// Money is exact: the GPUs' costs add up to the group's.
+		if cost != g.CostNanos || busyCost != g.BusyCostNanos || idleCost != g.IdleCostNanos {
+			t.Errorf("%s %s %q: GPUs' costs add up to %d (busy %d, idle %d) nano-units; the group's are %d (%d, %d)", g.Deployment, g.GPUType, g.MIGProfile,
+				cost, busyCost, idleCost, g.CostNanos, g.BusyCostNanos, g.IdleCostNanos)
 		}
 		if math.Abs(sec-g.GPUSeconds) > 1e-9*g.GPUSeconds || math.Abs(busy-g.BusySeconds) > 1e-9*g.GPUSeconds || uint32(len(g.Devices)) != g.GPUs {
 			t.Errorf("%s %s %q: GPUs add up to %v s (%v busy) over %d GPUs; the group has %v (%v) over %d", g.Deployment, g.GPUType, g.MIGProfile,
