@@ -35,10 +35,15 @@ type TokenStats struct {
 }
 
 // TokenStatsOf summarizes the histogram h of a row of requests with tokens
-// in all; nil when h is empty (hours rolled up before the rollups kept
-// token sizes).
+// in all; nil unless h counts exactly those requests, so that the
+// percentiles never describe other requests than Requests and Mean: nil
+// when h is empty or covers only some of them, as in steps with hours
+// rolled up before the rollups kept token sizes (migration 0023: empty
+// histograms, also in the day rows made from them; nothing recomputes
+// them) and the hour in progress (its histogram is the rollup job's last
+// run's, its requests every event so far).
 func TokenStatsOf(h sketch.Histogram, tokens, requests uint64) (*TokenStats, error) {
-	if h.Count() == 0 {
+	if n := h.Count(); n == 0 || n != requests {
 		return nil, nil
 	}
 	q, err := h.Quantiles(0.5, 0.95, 0.99)
