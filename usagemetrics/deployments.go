@@ -125,10 +125,56 @@ func newDepDescs() depDescs {
 	}
 }
 
+// refreshDeployments reads the deployment view within its own
+// Config.Timeout and keeps it for appendDeployments. On failure it logs and
+// counts the error and keeps the last good read, so that a slow or failing
+// read of the view never stops the (tenant, model) series.
+func (e *Exporter) refreshDeployments(base context.Context, now time.Time) {
+	ctx, cancel := context.WithTimeout(base, e.cfg.Timeout)
+	defer cancel()
+	deps, gpus, watermarks, err := e.readDeployments(ctx, now)
+	if err != nil {
+		e.depsFailed.Inc()
+		e.logger.Warn("usage metrics: read the deployment view", "error", err, "serving_last", !e.depsRead.IsZero())
+		return
+	}
+	e.deps, e.gpus, e.watermarks, e.depsRead = deps, gpus, watermarks, now
+}
+
+// sloClasses are the slo_class values the deployment view exposes under
+// the SLO set in force: "" (no class), the set's default class and every
+// class a rule names. The others are folded into Other.
+func (e *Exporter) sloClasses(ctx context.Context) (map[string]bool, error) {
+	set := rollup.DefaultSLOSet()
+	if e.cfg.SLOs != nil {
+		v, rules, ok, err := e.cfg.SLOs.CurrentSLO(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read the SLO set: %w", err)
+		}
+		if ok {
+			if set, err = rollup.ParseSLOSet([]byte(rules)); err != nil {
+				return nil, fmt.Errorf("SLO set version %d: %w", v, err)
+			}
+		}
+	}
+	named := map[string]bool{"": true, set.Spec(0).DefaultClass: true}
+	for _, r := range set.Rules {
+		if r.SLOClass != "" {
+			named[r.SLOClass] = true
+		}
+	}
+	return named, nil
+}
+
 // readDeployments reads the deployment view: the rollups by deployment,
-// model and slo_class over all time, the newest engine minute of each
-// (deployment, model), and the GPU usage of the hour in progress.
-func (e *Exporter) readDeployments(ctx context.Context, now time.Time) (map[depKey]*depSeries, map[gpuKey]*gpuSeries, error) {
+// model and slo_class over all time (classes the SLO set does not name
+// folded into Other), the newest engine minute of each (deployment,
+// model), the GPU usage of the hour in progress and the rollup watermarks.
+func (e *Exporter) readDeployments(ctx context.Context, now time.Time) (map[depKey]*depSeries, map[gpuKey]*gpuSeries, []prometheus.Metric, error) {
+	named, err := e.sloClasses(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	all := map[depKey]*depSeries{}
 	get := func(k depKey) *depSeries {
 		s := all[k]
@@ -140,24 +186,32 @@ func (e *Exporter) readDeployments(ctx context.Context, now time.Time) (map[depK
 	}
 	groupBy := []string{"deployment", "model", "slo_class"}
 	for offset := 0; ; offset += latencyPage {
+		// AllColumns is what the view needs and no more: the counters
+		// (requests, goodput, tokens for the cap's order) and the latency
+		// distributions (TTFT, ITL); never the hour levels' token sizes or
+		// latency breakdown (query.RollupQuery.Reads).
 		rows, err := e.src.Rollups(ctx, query.RollupQuery{Start: origin, End: end, Step: "total", GroupBy: groupBy,
-			Limit: latencyPage, Offset: offset})
+			Columns: query.AllColumns, Limit: latencyPage, Offset: offset})
 		if err != nil {
-			return nil, nil, fmt.Errorf("read the rollups by deployment: %w", err)
+			return nil, nil, nil, fmt.Errorf("read the rollups by deployment: %w", err)
 		}
 		for _, r := range rows {
 			s := get(depKey{r.Group["deployment"], r.Group["model"]})
-			cs := s.class(r.Group["slo_class"])
+			class := r.Group["slo_class"]
+			if !named[class] {
+				class = Other
+			}
+			cs := s.class(class)
 			cs.requests += r.Requests
 			cs.good += r.GoodRequests
 			s.size += int64(r.PromptTokens + r.OutputTokens)
 			ttft, err := toHist(r.Latency["ttft"], e.cfg.TTFTBuckets)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			itl, err := toHist(r.Latency["itl"], e.cfg.ITLBuckets)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			cs.ttft.add(ttft)
 			cs.itl.add(itl)
@@ -171,7 +225,7 @@ func (e *Exporter) readDeployments(ctx context.Context, now time.Time) (map[depK
 	engine, err := e.src.EngineStats(ctx, query.EngineQuery{Start: minute.Add(-EngineLookback), End: minute, Step: "minute",
 		GroupBy: []string{"deployment", "model"}, Limit: 1 << 20})
 	if err != nil {
-		return nil, nil, fmt.Errorf("read engine stats: %w", err)
+		return nil, nil, nil, fmt.Errorf("read engine stats: %w", err)
 	}
 	for _, r := range engine {
 		s := get(depKey{r.Group["deployment"], r.Group["model"]})
@@ -185,7 +239,7 @@ func (e *Exporter) readDeployments(ctx context.Context, now time.Time) (map[depK
 	gpus, err := e.src.GPUUsage(ctx, query.GPUUsageQuery{Start: hour.Add(-time.Hour), End: hour.Add(time.Hour), Step: "hour",
 		GroupBy: []string{"deployment", "node", "gpu"}, NoTokens: true, Limit: 1 << 20})
 	if err != nil {
-		return nil, nil, fmt.Errorf("read GPU usage: %w", err)
+		return nil, nil, nil, fmt.Errorf("read GPU usage: %w", err)
 	}
 	gpu := map[gpuKey]*gpuSeries{}
 	for _, r := range gpus {
@@ -199,7 +253,17 @@ func (e *Exporter) readDeployments(ctx context.Context, now time.Time) (map[depK
 			g.rows = []query.GPUUsageRow{r}
 		}
 	}
-	return all, gpu, nil
+	var watermarks []prometheus.Metric
+	for _, job := range []string{rollup.JobName, rollup.EngineJobName} {
+		wm, ok, err := e.src.Watermark(ctx, job)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("read the %s watermark: %w", job, err)
+		}
+		if ok {
+			watermarks = append(watermarks, prometheus.MustNewConstMetric(e.descs.watermark, prometheus.GaugeValue, float64(wm.UnixMilli())/1000, job))
+		}
+	}
+	return all, gpu, watermarks, nil
 }
 
 // appendDeployments appends the deployment view's metrics, folding the

@@ -1,11 +1,14 @@
 package usagemetrics_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,7 +177,9 @@ func TestDeploymentView(t *testing.T) {
 	for k := range all {
 		served[strings.SplitN(k, "{", 2)[0]] = true
 	}
-	for _, name := range regexp.MustCompile(`\b(?:llm|gpu)_[a-z_]+`).FindAllString(string(rules), -1) {
+	// Comments may name tables (gpu_hour); the rules' expressions read series.
+	exprs := regexp.MustCompile(`(?m)^\s*#.*$`).ReplaceAllString(string(rules), "")
+	for _, name := range regexp.MustCompile(`\b(?:llm|gpu)_[a-z_]+`).FindAllString(exprs, -1) {
 		if !served[name] {
 			t.Errorf("the alert rules read %s, which /metrics/usage does not serve", name)
 		}
@@ -348,4 +353,167 @@ func gpuWant(want expo, dep, gpu string, util, usedGiB, ratio, tempC, watts floa
 	want[seriesName("gpu_memory_used_ratio", l)] = ratio
 	want[seriesName("gpu_temperature_celsius", l)] = tempC
 	want[seriesName("gpu_power_watts", l)] = watts
+}
+
+// failingView is a Reader whose deployment view reads (engine stats) fail
+// while fail is set.
+type failingView struct {
+	usagemetrics.Reader
+	fail atomic.Bool
+}
+
+func (f *failingView) EngineStats(ctx context.Context, q query.EngineQuery) ([]query.EngineRow, error) {
+	if f.fail.Load() {
+		return nil, errors.New("engine stats: table is gone")
+	}
+	return f.Reader.EngineStats(ctx, q)
+}
+
+// counterValue is the value of an unlabelled counter (or the first series
+// of a labelled one whose first label has value v) gathered from reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name, v string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if f.GetName() == name && (v == "" || m.GetLabel()[0].GetValue() == v) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no %s %s", name, v)
+	return 0
+}
+
+// TestDeploymentViewIsolated: a failing read of the deployment view does
+// not stop the (tenant, model) series. After a good scrape the view's read
+// fails and new events arrive: the next scrape serves the updated
+// llm_requests_total and token counters (as brute force over every event)
+// beside the view's last good values (and watermarks, and the time it was
+// read), and the failure is counted; an exporter whose view never read
+// serves the pairs alone.
+func TestDeploymentViewIsolated(t *testing.T) {
+	s, c, events := deploymentFixture(t)
+	src := &failingView{Reader: query.New(s, query.Config{})}
+	reg := prometheus.NewRegistry()
+	url := serve(t, src, usagemetrics.Config{Interval: time.Minute}, reg, c)
+	first := scrape(t, url)
+	if len(onlyDeployments(first)) == 0 {
+		t.Fatal("no deployment view in the first scrape")
+	}
+
+	src.fail.Store(true)
+	more := pairEvents("late", "t0", "m1", 14)
+	chstoretest.Insert(t, s, more)
+	rollUp(t, s)
+	c.add(time.Minute)
+	got := scrape(t, url)
+	if diff := cmp.Diff(want(append(slices.Clone(events), more...), nil), withoutClock(got), approx); diff != "" {
+		t.Errorf("pair view while the deployment view fails (-want +got):\n%s", diff)
+	}
+	if ts := got["llm_usage_metrics_computed_timestamp_seconds{}"]; ts != float64(c.now().UnixMilli())/1000 {
+		t.Errorf("pairs computed at %v, want %v", ts, c.now())
+	}
+	kept := func(e expo) expo {
+		out := onlyDeployments(e)
+		for k, v := range e {
+			if strings.HasPrefix(k, "llm_usage_metrics_rollup_watermark_timestamp_seconds{") || k == "llm_usage_metrics_deployments_computed_timestamp_seconds{}" {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	if diff := cmp.Diff(kept(first), kept(got)); diff != "" {
+		t.Errorf("the deployment view's last values should be served (-first +got):\n%s", diff)
+	}
+	if n := counterValue(t, reg, "meter_usage_metrics_deployment_view_errors_total", ""); n != 1 {
+		t.Errorf("deployment view errors %v, want 1", n)
+	}
+	if n := counterValue(t, reg, "meter_usage_metrics_refreshes_total", "ok"); n != 2 {
+		t.Errorf("refreshes ok %v, want 2", n)
+	}
+
+	// Failing from the start: the pairs alone, no 503.
+	fresh := serve(t, src, usagemetrics.Config{}, prometheus.NewRegistry(), c)
+	alone := scrape(t, fresh)
+	if diff := cmp.Diff(want(append(slices.Clone(events), more...), nil), withoutClock(alone), approx); diff != "" {
+		t.Errorf("pair view without a deployment view (-want +got):\n%s", diff)
+	}
+	if d := onlyDeployments(alone); len(d) != 0 {
+		t.Errorf("a deployment view never read is served: %v", d)
+	}
+}
+
+// TestSLOClassFold: slo_class is a client's label, so the deployment view
+// keeps the classes the SLO set in force names (here interactive, the
+// default, and gold; batch is not named), and "" (no class), and folds
+// every other into slo_class="__other__": 40 distinct classes give at most
+// 4 classes and 4 + 4·37 series per (deployment, model), with every
+// request and latency still counted.
+func TestSLOClassFold(t *testing.T) {
+	s := chstoretest.OpenMigrated(t)
+	set := rollup.SLOSet{DefaultClass: "interactive", Rules: []rollup.Rule{
+		{SLOClass: "interactive", TTFTMs: 500, ITLMs: 250}, {SLOClass: "gold", TTFTMs: 200}}}
+	if _, err := rollup.EnsureSLO(t.Context(), s, set, "test"); err != nil {
+		t.Fatal(err)
+	}
+	events := depEvents(90) // interactive, batch, none
+	for i := range 120 {
+		ev := depEvents(1)[0]
+		ev.EventId, ev.SloClass = fmt.Sprint("many", i), fmt.Sprint("class-", i%40)
+		if i%10 == 0 {
+			ev.SloClass = "gold"
+		}
+		events = append(events, ev)
+	}
+	chstoretest.Insert(t, s, events)
+	rollUp(t, s)
+	c := &clock{t: time.Now()}
+	got := onlyDeployments(scrape(t, serve(t, query.New(s, query.Config{}), usagemetrics.Config{SLOs: s}, prometheus.NewRegistry(), c)))
+
+	named := map[string]bool{"": true, "interactive": true, "gold": true}
+	wantReq := map[[3]string]float64{}
+	for _, ev := range events {
+		class := ev.GetSloClass()
+		if !named[class] {
+			class = usagemetrics.Other
+		}
+		wantReq[[3]string{ev.GetDeployment(), ev.GetModel(), class}]++
+	}
+	classRE := regexp.MustCompile(`slo_class="([^"]*)"`)
+	depRE := regexp.MustCompile(`deployment="([^"]*)",(?:le="[^"]*",)?model="([^"]*)"`)
+	perKey := map[[2]string]int{}
+	gotReq := map[[3]string]float64{}
+	for k, v := range got {
+		d := depRE.FindStringSubmatch(k)
+		if d == nil {
+			continue
+		}
+		perKey[[2]string{d[1], d[2]}]++
+		class := ""
+		if m := classRE.FindStringSubmatch(k); m != nil {
+			class = m[1]
+		}
+		if class != "" && !named[class] && class != usagemetrics.Other {
+			t.Errorf("series of a class the SLO set does not name: %s", k)
+		}
+		if strings.HasPrefix(k, "llm_slo_requests_total{") {
+			gotReq[[3]string{d[1], d[2], class}] = v
+		}
+	}
+	if diff := cmp.Diff(wantReq, gotReq); diff != "" {
+		t.Errorf("llm_slo_requests_total by deployment, model and folded class (-want +got):\n%s", diff)
+	}
+	perClass := 2 + (len(usagemetrics.DefaultTTFTBuckets) + 3) + (len(usagemetrics.DefaultITLBuckets) + 3)
+	for k, n := range perKey {
+		if limit := 4 + 4*perClass; n > limit {
+			t.Errorf("%v has %d series, the bound is %d", k, n, limit)
+		}
+	}
+	if n := perKey[[2]string{"d1", "m1"}]; n < 4*perClass {
+		t.Errorf("d1/m1 has %d series, want its 4 classes' %d at least", n, 4*perClass)
+	}
 }

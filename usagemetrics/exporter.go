@@ -16,7 +16,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"tokenmeter/query"
-	"tokenmeter/rollup"
 	"tokenmeter/rollup/sketch"
 )
 
@@ -72,6 +71,16 @@ type Config struct {
 	// bounds in seconds, ascending (defaults DefaultTTFTBuckets,
 	// DefaultE2EBuckets, DefaultITLBuckets).
 	TTFTBuckets, E2EBuckets, ITLBuckets []float64
+	// SLOs is where the SLO set in force is read (the store: the rollup
+	// job's set); nil reads rollup.DefaultSLOSet. The deployment view keeps
+	// the slo_class values the set names (and "", no class) and folds every
+	// other into slo_class="__other__", so that clients cannot add series.
+	SLOs SLOReader
+}
+
+// SLOReader reads the SLO set in force (*chstore.Store implements it).
+type SLOReader interface {
+	CurrentSLO(ctx context.Context) (version uint32, rules string, ok bool, err error)
 }
 
 // Defaults of Config.
@@ -198,13 +207,21 @@ type Exporter struct {
 	// choices, (deployment, model) keys and GPUs.
 	exposedDeps map[depKey]bool
 	exposedGPUs map[gpuKey]bool
+	// The deployment view's last good read (deps, gpus and the rollup
+	// watermarks), when it was read (zero: never). It is read apart from
+	// the pairs: a failed read keeps these, and the pairs still refresh.
+	deps       map[depKey]*depSeries
+	gpus       map[gpuKey]*gpuSeries
+	watermarks []prometheus.Metric
+	depsRead   time.Time
 
-	refreshes *prometheus.CounterVec
-	duration  prometheus.Histogram
+	refreshes  *prometheus.CounterVec
+	depsFailed prometheus.Counter
+	duration   prometheus.Histogram
 }
 
 type descs struct {
-	requests, input, cached, output, ttft, e2e, folded, pairs, refreshed, watermark *prometheus.Desc
+	requests, input, cached, output, ttft, e2e, folded, pairs, refreshed, depsRefreshed, watermark *prometheus.Desc
 }
 
 // New returns an Exporter reading src; it registers its own metrics
@@ -240,6 +257,8 @@ func New(cfg Config, src Reader, reg prometheus.Registerer, logger *slog.Logger,
 				"(tenant, model) pairs with usage, folded ones included.", nil, nil),
 			refreshed: prometheus.NewDesc("llm_usage_metrics_computed_timestamp_seconds",
 				"When these metrics were read from the rollups (Unix seconds): they are served from a cache between reads.", nil, nil),
+			depsRefreshed: prometheus.NewDesc("llm_usage_metrics_deployments_computed_timestamp_seconds",
+				"When the deployment view (llm_* series by deployment, gpu_* series, the rollup watermarks) was last read (Unix seconds): a failed read keeps its last values.", nil, nil),
 			watermark: prometheus.NewDesc("llm_usage_metrics_rollup_watermark_timestamp_seconds",
 				"How far the rollup job has rolled up (Unix seconds; rollup_job=rollup: events and GPU samples, rollup-engine: engine samples), as read with these metrics: every insert stamped before it is in the rollups.", []string{"rollup_job"}, nil),
 		},
@@ -247,6 +266,10 @@ func New(cfg Config, src Reader, reg prometheus.Registerer, logger *slog.Logger,
 			Name: "meter_usage_metrics_refreshes_total",
 			Help: "Recomputations of the business metrics (--usage-metrics), by result: ok or error.",
 		}, []string{"result"}),
+		depsFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meter_usage_metrics_deployment_view_errors_total",
+			Help: "Failed reads of the business metrics' deployment view (by deployment and GPU, rollup watermarks); its last values are served and the (tenant, model) series still refresh.",
+		}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "meter_usage_metrics_refresh_seconds",
 			Help:    "Time to recompute the business metrics from the rollups.",
@@ -255,7 +278,7 @@ func New(cfg Config, src Reader, reg prometheus.Registerer, logger *slog.Logger,
 	}
 	e.refreshes.WithLabelValues("ok")
 	e.refreshes.WithLabelValues("error")
-	if err := errors.Join(reg.Register(e.refreshes), reg.Register(e.duration)); err != nil {
+	if err := errors.Join(reg.Register(e.refreshes), reg.Register(e.depsFailed), reg.Register(e.duration)); err != nil {
 		return nil, fmt.Errorf("register usage metrics' own metrics: %w", err)
 	}
 	e.opts = promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn), ErrorHandling: promhttp.HTTPErrorOnError}
@@ -295,11 +318,9 @@ func (e *Exporter) Gather(ctx context.Context) ([]*dto.MetricFamily, error) {
 	e.tried = now
 	// The read outlives a scraper that gives up (Prometheus's
 	// scrape_timeout may be shorter than a read over all time): its result
-	// is cached for the next scrape. Config.Timeout bounds it.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.Timeout)
-	defer cancel()
+	// is cached for the next scrape. Config.Timeout bounds each view's read.
 	start := time.Now()
-	families, err := e.compute(rctx, now)
+	families, err := e.compute(context.WithoutCancel(ctx), now)
 	e.duration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		e.refreshes.WithLabelValues("error").Inc()
@@ -319,8 +340,12 @@ func (e *Exporter) Gather(ctx context.Context) ([]*dto.MetricFamily, error) {
 const latencyPage = 50_000
 
 // compute reads the usage and the latency histograms of every pair, folds
-// the pairs beyond the cap and gathers the metrics.
-func (e *Exporter) compute(ctx context.Context, now time.Time) ([]*dto.MetricFamily, error) {
+// the pairs beyond the cap, refreshes the deployment view (its last good
+// values when that fails) and gathers the metrics. Each read has
+// Config.Timeout of its own.
+func (e *Exporter) compute(base context.Context, now time.Time) ([]*dto.MetricFamily, error) {
+	ctx, cancel := context.WithTimeout(base, e.cfg.Timeout)
+	defer cancel()
 	groupBy := []string{"tenant_id", "model"}
 	usage, err := e.src.Usage(ctx, query.UsageQuery{Start: origin, End: end, Granularity: "total", GroupBy: groupBy})
 	if err != nil {
@@ -362,20 +387,7 @@ func (e *Exporter) compute(ctx context.Context, now time.Time) ([]*dto.MetricFam
 			break
 		}
 	}
-	deps, gpus, err := e.readDeployments(ctx, now)
-	if err != nil {
-		return nil, err
-	}
-	var watermarks []prometheus.Metric
-	for _, job := range []string{rollup.JobName, rollup.EngineJobName} {
-		wm, ok, err := e.src.Watermark(ctx, job)
-		if err != nil {
-			return nil, fmt.Errorf("read the %s watermark: %w", job, err)
-		}
-		if ok {
-			watermarks = append(watermarks, prometheus.MustNewConstMetric(e.descs.watermark, prometheus.GaugeValue, float64(wm.UnixMilli())/1000, job))
-		}
-	}
+	e.refreshDeployments(base, now)
 	shown, other, folded := e.choose(all)
 	var metrics []prometheus.Metric
 	for _, p := range shown {
@@ -384,8 +396,11 @@ func (e *Exporter) compute(ctx context.Context, now time.Time) ([]*dto.MetricFam
 	if folded > 0 {
 		metrics = e.appendSeries(metrics, pair{Other, Other}, other)
 	}
-	metrics = e.appendDeployments(metrics, deps, gpus)
-	metrics = append(metrics, watermarks...)
+	if !e.depsRead.IsZero() {
+		metrics = e.appendDeployments(metrics, e.deps, e.gpus)
+		metrics = append(metrics, e.watermarks...)
+		metrics = append(metrics, prometheus.MustNewConstMetric(e.descs.depsRefreshed, prometheus.GaugeValue, float64(e.depsRead.UnixMilli())/1000))
+	}
 	metrics = append(metrics,
 		prometheus.MustNewConstMetric(e.descs.folded, prometheus.GaugeValue, float64(folded)),
 		prometheus.MustNewConstMetric(e.descs.pairs, prometheus.GaugeValue, float64(len(all))),

@@ -262,7 +262,7 @@ func want(events []*meterv1.InferenceEvent, shown map[[2]string]bool) expo {
 func withoutClock(e expo) expo {
 	c := expo{}
 	for k, v := range e {
-		if k != "llm_usage_metrics_computed_timestamp_seconds{}" && !deploymentView(k) && !strings.HasPrefix(k, "llm_usage_metrics_rollup_watermark_timestamp_seconds{") {
+		if k != "llm_usage_metrics_computed_timestamp_seconds{}" && k != "llm_usage_metrics_deployments_computed_timestamp_seconds{}" && !deploymentView(k) && !strings.HasPrefix(k, "llm_usage_metrics_rollup_watermark_timestamp_seconds{") {
 			c[k] = v
 		}
 	}

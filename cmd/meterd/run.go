@@ -261,7 +261,7 @@ func (p *process) newAPIServices(ctx context.Context) error {
 	p.services = &api.Services{Keys: keys, Publisher: pub, Usage: reads, Rollups: reads, Cost: reads, Engine: reads,
 		Prices: p.store, Admin: p.store, Billing: bill, Reports: reads}
 	if cfg.UsageMetrics {
-		if p.services.UsageMetrics, err = usagemetrics.New(usagemetrics.Config{MaxSeries: cfg.UsageMetricsMaxSeries, Interval: cfg.UsageMetricsInterval},
+		if p.services.UsageMetrics, err = usagemetrics.New(usagemetrics.Config{MaxSeries: cfg.UsageMetricsMaxSeries, Interval: cfg.UsageMetricsInterval, SLOs: p.store},
 			reads, p.reg, p.logger, p.now); err != nil {
 			return err
 		}
