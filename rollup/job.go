@@ -33,6 +33,25 @@ type Store interface {
 // JobName keys the job's watermark in its store; usage queries read it too.
 const JobName = "rollup"
 
+// GPUBackfillJobName keys, in rollup_state, the record that the one-time
+// recost of hours costed before migrations 0024 (per-GPU rows, GPU
+// telemetry) and 0026 (GPU time in cost lines) is done.
+const GPUBackfillJobName = "rollup-gpu-backfill-0026"
+
+// backfillDue tells whether the one-time recost of hours costed before
+// migrations 0024 and 0026 is still to do: no job recorded it as done.
+func (j *Job) backfillDue(ctx context.Context) (bool, error) {
+	if j.backfilled {
+		return false, nil
+	}
+	_, done, err := j.store.Watermark(ctx, GPUBackfillJobName)
+	if err != nil {
+		return false, err
+	}
+	j.backfilled = done
+	return !done, nil
+}
+
 // Overlap is how far before its watermark the job re-reads dirty hours by
 // default: inserts stamped this long before it may have become visible only
 // after the job's last read. Usage queries treat those hours as dirty too.
@@ -100,6 +119,9 @@ type Job struct {
 	// pricedVersion is the price book every costed hour was computed with,
 	// as of this job's last successful run ("" before the first).
 	pricedVersion string
+	// backfilled: the one-time recost of hours costed before migrations
+	// 0024 and 0026 is recorded as done (GPUBackfillJobName).
+	backfilled bool
 	// sloVersion is the SLO version every rolled-up hour was counted with,
 	// as of the last successful run (sloChecked false before the first).
 	sloVersion uint32
@@ -280,17 +302,25 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	// it is done only when the book in force is not the one this job last
 	// brought every hour up to (at start, and after a price change).
 	var stalePrice []time.Time
+	backfill := false
 	if book.Version() != j.pricedVersion {
 		if stalePrice, err = j.store.StalePriceHours(ctx, book.Version(), time.Time{}); err != nil {
 			return nil, err
 		}
-		// Hours costed before cost lines carried their GPU time: once
-		// after an upgrade (the same scan's moment: at start).
+		if backfill, err = j.backfillDue(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if backfill {
+		// Hours costed before cost lines carried their GPU time, and
+		// before GPU telemetry and per-GPU rows (of those, only hours
+		// whose samples are kept): once after the upgrade, recorded as
+		// done in rollup_state, so that an hour this cannot fix (GPU time
+		// that rounds to 0 ms) is not recosted at every start.
 		noTime, err := j.store.GPUTimeMissingHours(ctx)
 		if err != nil {
 			return nil, err
 		}
-		// Likewise hours costed before GPU telemetry and per-GPU rows.
 		noTelemetry, err := j.store.TelemetryMissingHours(ctx)
 		if err != nil {
 			return nil, err
@@ -311,6 +341,12 @@ func (j *Job) runOnce(ctx context.Context) ([]time.Time, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if backfill {
+		if err := j.store.SetWatermark(ctx, GPUBackfillJobName, until); err != nil {
+			return nil, err
+		}
+		j.backfilled = true
 	}
 	j.pricedVersion = book.Version()
 	j.sloChecked, j.sloVersion = true, sloVersion

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+
 	"tokenmeter/rollup"
 )
 
@@ -277,13 +278,16 @@ UNION ALL SELECT DISTINCT hour FROM cost_hour FINAL WHERE price_version != ? AND
 }
 
 // GPUTimeMissingHours lists the hours whose newest cost rows were computed
-// before migration 0026: attributed lines (the hour had GPU samples) but no
-// allocated GPU time in any line, which a computation since never leaves
-// (the deployment-hours' milliseconds are all in their lines). The rollup
-// job recosts them once, so that GPU-hours per tenant cover the history.
+// before migration 0026 and that still have GPU samples: attributed lines
+// (the hour had GPU samples) but no allocated GPU time in any line, which a
+// computation since never leaves (the deployment-hours' milliseconds are
+// all in their lines). The rollup job recosts them once, so that GPU-hours
+// per tenant cover the history. An hour whose samples are gone is never
+// listed: recosting it would turn its cost lines into unattributed ones.
 func (s *Store) GPUTimeMissingHours(ctx context.Context) ([]time.Time, error) {
 	return s.hours(ctx, `SELECT hour FROM cost_hour
 WHERE (hour, version) IN (SELECT hour, max(version) FROM cost_hour GROUP BY hour)
+AND hour IN (`+sampleHoursSQL+`)
 GROUP BY hour
 HAVING countIf(unattributed = 0) > 0 AND sum(gpu_ms_tokens_separate) = 0
 ORDER BY hour`)

@@ -11,12 +11,14 @@ import (
 
 // TestTelemetryMissingHours: an hour whose gpu_hour rows have no per-GPU
 // rows (costed before migration 0024) is listed until a computation with
-// them replaces it; an hour costed with them never is.
+// them replaces it; an hour costed with them never is, nor one whose GPU
+// samples are gone (recosting it would lose its cost).
 func TestTelemetryMissingHours(t *testing.T) {
 	s := chstoretest.OpenMigrated(t)
 	ctx := t.Context()
 	h1 := time.Date(2026, 11, 27, 1, 0, 0, 0, time.UTC)
-	h2 := h1.Add(time.Hour)
+	h0, h2 := h1.Add(-time.Hour), h1.Add(time.Hour)
+	insertSamples(t, s, h1, h2)
 	group := func(hour time.Time, devices bool) rollup.GPUHourRow {
 		g := rollup.GPUHourRow{Hour: hour, Deployment: "d", GPUType: "H100", GPUs: 1, Samples: 1, GPUSeconds: 3600, CoveredSeconds: 3600}
 		if devices {
@@ -26,7 +28,7 @@ func TestTelemetryMissingHours(t *testing.T) {
 		}
 		return g
 	}
-	if err := s.WriteCost(ctx, []rollup.GPUHourRow{group(h1, false), group(h2, true)}, nil, 1); err != nil {
+	if err := s.WriteCost(ctx, []rollup.GPUHourRow{group(h0, false), group(h1, false), group(h2, true)}, nil, 1); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.TelemetryMissingHours(ctx)

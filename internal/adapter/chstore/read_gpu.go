@@ -133,13 +133,18 @@ func (s *Store) GPUUsageRows(ctx context.Context, q query.GPUUsageQuery, tokens 
 	})
 }
 
-// TelemetryMissingHours lists the hours costed before migration 0024: they
-// have gpu_hour rows but no per-GPU rows in gpu_device_hour, which every
-// computation since writes (each GPU group has at least one GPU). The
-// rollup job recosts them once, so that GPU telemetry covers the history
-// (of hours whose samples are still kept).
+// TelemetryMissingHours lists the hours costed before migration 0024 that
+// still have GPU samples: they have gpu_hour rows but no per-GPU rows in
+// gpu_device_hour, which every computation since writes (each GPU group has
+// at least one GPU). The rollup job recosts them once, so that GPU
+// telemetry covers the history. An hour whose samples are gone is never
+// listed: recosting it would turn its cost lines into unattributed ones.
 func (s *Store) TelemetryMissingHours(ctx context.Context) ([]time.Time, error) {
 	return s.hours(ctx, `SELECT DISTINCT hour FROM gpu_hour
 WHERE hour NOT IN (SELECT DISTINCT hour FROM gpu_device_hour)
+AND hour IN (`+sampleHoursSQL+`)
 ORDER BY hour`)
 }
+
+// sampleHoursSQL lists the hours that hold GPU samples.
+const sampleHoursSQL = "SELECT DISTINCT toDateTime(intDiv(toUInt32(sampled_at), 3600) * 3600) FROM gpu_samples"
