@@ -67,8 +67,8 @@ func rollupSQL(r query.RollupRead) (string, []any) {
 	from, fromArgs := newestRows(levelTables[r.Level], "bucket", where, whereArgs, "")
 	if len(r.Days) > 0 {
 		cols := rollupColumnList
-		if len(kept) > 0 {
-			cols += ", " + strings.Join(hourHistColumns(), ", ")
+		for _, d := range kept {
+			cols += ", " + d + "_keys, " + d + "_counts"
 		}
 		from, fromArgs = withDays(cols, r.Days, where, whereArgs)
 	}
@@ -87,7 +87,12 @@ func rollupSQL(r query.RollupRead) (string, []any) {
 
 // keptHourDists are the histograms of rollup.HourDists that a read with
 // hour distributions reads: those its level's table keeps (none at the
-// minute level).
+// minute level) of the ones its columns ask for: the token sizes for
+// query.SizeColumns, prefill, decode and E2E per output class for
+// query.BreakdownColumns. Reading the others cost GetUsage and GetTraffic
+// the breakdown's histograms and GetLatency the token sizes' (at the
+// all-tenant levels, which keep all seven): a second parse of arrays
+// nobody looks at.
 func keptHourDists(r query.RollupRead, hourDists bool) []string {
 	if !hourDists {
 		return nil
@@ -96,7 +101,14 @@ func keptHourDists(r query.RollupRead, hourDists bool) []string {
 	if len(r.Days) > 0 {
 		table = "rollup_tenant_day" // keeps what rollup_tenant_hour keeps
 	}
-	return rollup.HourDistTables[table]
+	sizes := r.Query.Columns == query.SizeColumns
+	var kept []string
+	for _, d := range rollup.HourDistTables[table] {
+		if (d == "prompt_size" || d == "output_size") == sizes {
+			kept = append(kept, d)
+		}
+	}
+	return kept
 }
 
 // RollupRows runs a rollup read (see query.RollupRead), calling row for each
