@@ -405,6 +405,21 @@ func cloneMap[V any](m map[string]V) map[string]V {
 	return c
 }
 
+// mergeDist merges the distributions a and b of the metric m exactly:
+// counts and sums add, histograms merge by key.
+func mergeDist(a, b Dist, m string) (Dist, error) {
+	h, err := sketch.FromArrays(a.Keys, a.Counts)
+	if err != nil {
+		return Dist{}, fmt.Errorf("rollup histogram of %s: %w", m, err)
+	}
+	oh, err := sketch.FromArrays(b.Keys, b.Counts)
+	if err != nil {
+		return Dist{}, fmt.Errorf("rollup histogram of %s: %w", m, err)
+	}
+	h.Merge(oh)
+	return Dist{Count: a.Count + b.Count, Sum: a.Sum + b.Sum, Keys: h.Keys, Counts: h.Counts}, nil
+}
+
 // add merges the rollup row o into r, as the store's aggregation would:
 // counters add up, histograms merge exactly, the SLO versions widen.
 func (r *RollupRow) add(o *RollupRow) error {
@@ -417,30 +432,18 @@ func (r *RollupRow) add(o *RollupRow) error {
 	r.CachedTokens += o.CachedTokens
 	r.OutputTokens += o.OutputTokens
 	for m, od := range o.Latency {
-		d := r.Latency[m]
-		h, err := sketch.FromArrays(d.Keys, d.Counts)
+		d, err := mergeDist(r.Latency[m], od, m)
 		if err != nil {
-			return fmt.Errorf("rollup histogram of %s: %w", m, err)
+			return err
 		}
-		oh, err := sketch.FromArrays(od.Keys, od.Counts)
-		if err != nil {
-			return fmt.Errorf("rollup histogram of %s: %w", m, err)
-		}
-		h.Merge(oh)
-		r.Latency[m] = Dist{Count: d.Count + od.Count, Sum: d.Sum + od.Sum, Keys: h.Keys, Counts: h.Counts}
+		r.Latency[m] = d
 	}
 	for m, od := range o.HourDists {
-		d := r.HourDists[m]
-		h, err := sketch.FromArrays(d.Keys, d.Counts)
+		d, err := mergeDist(r.HourDists[m], od, m)
 		if err != nil {
-			return fmt.Errorf("rollup histogram of %s: %w", m, err)
+			return err
 		}
-		oh, err := sketch.FromArrays(od.Keys, od.Counts)
-		if err != nil {
-			return fmt.Errorf("rollup histogram of %s: %w", m, err)
-		}
-		h.Merge(oh)
-		r.HourDists[m] = Dist{Count: d.Count + od.Count, Keys: h.Keys, Counts: h.Counts}
+		r.HourDists[m] = d
 	}
 	r.GoodRequests += o.GoodRequests
 	r.GoodOutputTokens += o.GoodOutputTokens
