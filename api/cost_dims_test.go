@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,8 +19,8 @@ import (
 	"tokenmeter/ingest"
 	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/adapter/chstore"
-	"tokenmeter/internal/ident"
 	"tokenmeter/internal/testkit/billingtest"
+	"tokenmeter/internal/testkit/servingtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -75,19 +74,11 @@ func TestCostGPUTimeAndServingDimsExact(t *testing.T) {
 	tenants := []string{"acme", "globex", "initech"}
 
 	// Brute-force state: per (hour, deployment) the GPU and busy
-	// milliseconds and the usage per (tenant, model) line; per (hour,
-	// deployment, model) the engines and TPs seen; per line its versions.
-	type depHour struct {
-		h   int
-		dep string
-	}
-	type lineKey struct {
-		tenant, model string
-	}
+	// milliseconds, and the usage and serving labels of its lines.
+	type depHour = servingtest.DepHour
+	type lineKey = servingtest.Line
 	gpuMs, busyMs := map[depHour]int64{}, map[depHour]int64{}
-	usage := map[depHour]map[lineKey]*billing.TenantUsage{}
-	engines, tps := map[depHour]map[string][]string{}, map[depHour]map[string][]string{}
-	versions := map[depHour]map[lineKey][]string{}
+	served := servingtest.NewHours()
 
 	var events chstore.EventBatch
 	var all []*meterv1.InferenceEvent
@@ -108,26 +99,7 @@ func TestCostGPUTimeAndServingDimsExact(t *testing.T) {
 		}
 		all = append(all, e)
 		events.Append(e, ingest.ITL(e), time.Now(), sink.Source{})
-		dh := depHour{h, dep}
-		if usage[dh] == nil {
-			usage[dh], versions[dh] = map[lineKey]*billing.TenantUsage{}, map[lineKey][]string{}
-			engines[dh], tps[dh] = map[string][]string{}, map[string][]string{}
-		}
-		lk := lineKey{tenant, model}
-		u := usage[dh][lk]
-		if u == nil {
-			u = &billing.TenantUsage{Tenant: ident.Key(tenant, model)}
-			usage[dh][lk] = u
-		}
-		u.Requests++
-		u.InputTokens += e.GetPromptTokens()
-		u.OutputTokens += e.GetOutputTokens()
-		u.E2EMillis += int64(e.GetE2EMs())
-		versions[dh][lk] = append(versions[dh][lk], version)
-		engines[dh][model] = append(engines[dh][model], engine)
-		if tp > 0 {
-			tps[dh][model] = append(tps[dh][model], strconv.Itoa(int(tp)))
-		}
+		served.Add(h, e)
 	}
 	// The first 50 events again: a redelivery, counted once.
 	for _, e := range all[:50] {
@@ -141,7 +113,7 @@ func TestCostGPUTimeAndServingDimsExact(t *testing.T) {
 				gpus.Append(&meterv1.GpuSample{SampleId: fmt.Sprintf("%s/%d/%d", dep, gpu, k), GpuUuid: fmt.Sprintf("GPU-%s-%d", dep, gpu),
 					GpuType: g.gpuType, Deployment: dep, SampledAt: timestamppb.New(h0.Add(time.Duration(k) * 10 * time.Second)),
 					IntervalS: 10, Utilization: util}, time.Now())
-				dh := depHour{k / 360, dep}
+				dh := depHour{H: k / 360, Dep: dep}
 				gpuMs[dh] += 10_000
 				busyMs[dh] += int64(util * 10_000)
 			}
@@ -155,23 +127,6 @@ func TestCostGPUTimeAndServingDimsExact(t *testing.T) {
 	}
 	billingtest.RollUp(t, s.store)
 
-	label := func(vs []string) string {
-		var out []string
-		for _, v := range vs {
-			if v != "" && !slices.Contains(out, v) {
-				out = append(out, v)
-			}
-		}
-		slices.SortFunc(out, func(a, b string) int { // numbers in numeric order
-			x, errX := strconv.Atoi(a)
-			y, errY := strconv.Atoi(b)
-			if errX == nil && errY == nil {
-				return x - y
-			}
-			return strings.Compare(a, b)
-		})
-		return strings.Join(out, "+")
-	}
 	nanosPerMs := map[string]int64{"H100": 1000, "A100": 500, "L40S": 0}
 
 	// point is what the test compares of a CostPoint.
@@ -194,25 +149,10 @@ func TestCostGPUTimeAndServingDimsExact(t *testing.T) {
 		var out []line
 		for h := range 3 {
 			for _, dep := range []string{"dA", "dB", "dC", "dIdle", "dNone"} {
-				dh := depHour{h, dep}
-				var us []billing.TenantUsage
-				keyOf := map[string]lineKey{}
-				for lk, u := range usage[dh] {
-					us = append(us, *u)
-					keyOf[u.Tenant] = lk
-				}
-				depEngines, depTPs := []string{}, []string{}
-				for model := range engines[dh] {
-					depEngines = append(depEngines, engines[dh][model]...)
-					depTPs = append(depTPs, tps[dh][model]...)
-				}
+				dh := depHour{H: h, Dep: dep}
+				us, keyOf := served.Usages(dh)
 				group := func(lk lineKey) map[string]string {
-					all := map[string]string{"tenant_id": lk.tenant, "model": lk.model, "deployment": dep,
-						"engine": label(engines[dh][lk.model]), "tensor_parallelism": label(tps[dh][lk.model]),
-						"model_version": label(versions[dh][lk])}
-					if lk.tenant == billing.IdleTenant {
-						all["engine"], all["tensor_parallelism"], all["model_version"] = label(depEngines), label(depTPs), ""
-					}
+					all := served.Labels(dh, lk)
 					g := map[string]string{}
 					for _, f := range groupBy {
 						g[f] = all[f]
@@ -220,7 +160,7 @@ func TestCostGPUTimeAndServingDimsExact(t *testing.T) {
 					return g
 				}
 				if _, ok := dimsGPUs[dep]; !ok {
-					for lk, u := range usage[dh] {
+					for lk, u := range served.Usage[dh] {
 						out = append(out, line{group: group(lk), h: h, unattributed: uint64(u.Requests)})
 					}
 					continue
@@ -239,9 +179,6 @@ func TestCostGPUTimeAndServingDimsExact(t *testing.T) {
 				}
 				for k, l := range timeAlloc.Lines {
 					lk := keyOf[l.Tenant]
-					if l.Tenant == billing.IdleTenant {
-						lk = lineKey{tenant: billing.IdleTenant}
-					}
 					out = append(out, line{group: group(lk), h: h, ms: int64(l.Total), busyMs: int64(l.Busy),
 						cost: int64(costAlloc.Lines[k].Total), busy: int64(costAlloc.Lines[k].Busy), requests: uint64(l.Usage.Requests)})
 				}

@@ -20,6 +20,7 @@ import (
 	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/testkit/billingtest"
+	"tokenmeter/internal/testkit/servingtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 )
 
@@ -64,23 +65,7 @@ func TestUsageServingDimsExact(t *testing.T) {
 	}
 	billingtest.RollUp(t, s.store)
 
-	label := func(vs []string) string {
-		var out []string
-		for _, v := range vs {
-			if v != "" && v != "0" && !slices.Contains(out, v) {
-				out = append(out, v)
-			}
-		}
-		slices.SortFunc(out, func(a, b string) int {
-			x, errX := strconv.Atoi(a)
-			y, errY := strconv.Atoi(b)
-			if errX == nil && errY == nil {
-				return x - y
-			}
-			return strings.Compare(a, b)
-		})
-		return strings.Join(out, "+")
-	}
+	label := servingtest.Label
 	type hdm struct {
 		h          int64
 		dep, model string

@@ -385,77 +385,40 @@ func TestTokenSizesExact(t *testing.T) {
 		{query.RollupQuery{Start: day, End: end, Step: "hour"}, true},
 	} {
 		q := c.q
-		nq, _ := q.Normalize()
-		want := bruteBreakdown(events, nq)
-		q.TokenSizes = true
-		tr, err := svc.Traffic(ctx, q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		series, _, err := query.TrafficSeriesOf(nq, page(t, nq.GroupBy), tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, sr := range series {
-			var values []string
-			for _, f := range nq.GroupBy {
-				values = append(values, sr.Group[f])
-			}
-			all := bruteValues{}
-			for _, p := range sr.Points {
-				n++
-				b := want[query.StepID(p.Start.Unix(), values)]
-				what := fmt.Sprintf("traffic %+v %v %s", q, sr.Group, p.Start)
-				if !c.kept {
-					if p.PromptTokensPerRequest != nil || p.OutputTokensPerRequest != nil {
-						t.Errorf("%s: token sizes where no rows keep them", what)
-					}
-					continue
+		all := bruteValues{} // a series' points' values
+		nq, want := trafficSteps(t, svc, events, q, func(what string, p query.TrafficPoint, b bruteValues) {
+			if !c.kept {
+				if p.PromptTokensPerRequest != nil || p.OutputTokensPerRequest != nil {
+					t.Errorf("%s: token sizes where no rows keep them", what)
 				}
-				check(what, b, "prompt", p.PromptTokensPerRequest)
-				check(what, b, "output", p.OutputTokensPerRequest)
-				for k, v := range b {
-					all[k] = append(all[k], v...)
-				}
+				return
 			}
+			check(what, b, "prompt", p.PromptTokensPerRequest)
+			check(what, b, "output", p.OutputTokensPerRequest)
+			for k, v := range b {
+				all[k] = append(all[k], v...)
+			}
+		}, func(what string, sr query.TrafficSeries) {
 			if c.kept {
-				check(fmt.Sprintf("traffic %+v %v summary", q, sr.Group), all, "output", sr.Summary.OutputTokensPerRequest)
+				check(what, all, "output", sr.Summary.OutputTokensPerRequest)
 			}
-		}
-		if n != len(want) {
-			t.Errorf("traffic %+v: %d points, want %d", q, n, len(want))
-		}
+			all = bruteValues{}
+		})
 
-		uq := query.UsageQuery{TenantID: q.TenantID, Start: day, End: end, Granularity: q.Step, GroupBy: q.GroupBy, TokenSizes: true}
 		if slices.Contains(q.GroupBy, "slo_class") {
 			continue
 		}
-		usage, err := svc.Usage(ctx, uq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(usage) != len(want) {
-			t.Errorf("usage %+v: %d rows, want %d", uq, len(usage), len(want))
-		}
-		for _, u := range usage {
-			dims := map[string]string{"tenant_id": u.TenantID, "model": u.Model, "deployment": u.Deployment}
-			var values []string
-			for _, f := range nq.GroupBy {
-				values = append(values, dims[f])
-			}
-			b := want[query.StepID(u.Start.Unix(), values)]
+		usageSteps(t, svc, q, nq, want, func(what string, u query.UsageRow, b bruteValues) {
 			if !c.kept {
 				if u.Sizes != nil {
-					t.Errorf("usage %+v %v: token sizes where no rows keep them", uq, u.Start)
+					t.Errorf("%s: token sizes where no rows keep them", what)
 				}
-				continue
+				return
 			}
 			if u.Sizes == nil {
-				t.Errorf("usage %+v %v: no token sizes", uq, u)
-				continue
+				t.Errorf("%s: no token sizes (%v)", what, u)
+				return
 			}
-			what := fmt.Sprintf("usage %+v %v", uq, u.Start)
 			for _, k := range []struct {
 				name   string
 				h      sketch.Histogram
@@ -467,7 +430,7 @@ func TestTokenSizesExact(t *testing.T) {
 				}
 				check(what, b, k.name, st)
 			}
-		}
+		})
 	}
 
 	// Minute steps keep no token sizes.
@@ -479,6 +442,70 @@ func TestTokenSizesExact(t *testing.T) {
 		if r.Sizes != nil {
 			t.Errorf("minute traffic %s has token sizes", r.Start)
 		}
+	}
+}
+
+// trafficSteps reads q's traffic with token sizes and calls point with each
+// point of each series, the brute force over events of its step and its
+// name in errors, then summary with each series and the name of its
+// summary; it fails the test unless the points are the brute force's steps,
+// one each. It returns q normalized and the brute force.
+func trafficSteps(t *testing.T, svc *query.Service, events []*meterv1.InferenceEvent, q query.RollupQuery,
+	point func(what string, p query.TrafficPoint, b bruteValues), summary func(what string, sr query.TrafficSeries),
+) (query.RollupQuery, map[string]bruteValues) {
+	t.Helper()
+	nq, _ := q.Normalize()
+	want := bruteBreakdown(events, nq)
+	q.TokenSizes = true
+	tr, err := svc.Traffic(t.Context(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	series, _, err := query.TrafficSeriesOf(nq, page(t, nq.GroupBy), tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, sr := range series {
+		var values []string
+		for _, f := range nq.GroupBy {
+			values = append(values, sr.Group[f])
+		}
+		for _, p := range sr.Points {
+			n++
+			point(fmt.Sprintf("traffic %+v %v %s", q, sr.Group, p.Start), p, want[query.StepID(p.Start.Unix(), values)])
+		}
+		summary(fmt.Sprintf("traffic %+v %v summary", q, sr.Group), sr)
+	}
+	if n != len(want) {
+		t.Errorf("traffic %+v: %d points, want %d", q, n, len(want))
+	}
+	return nq, want
+}
+
+// usageSteps reads the usage of q's range, tenant, step and grouping with
+// token sizes and calls row with each row, the brute force of its step in
+// want (by q normalized, nq) and its name in errors; it fails the test
+// unless there are as many rows as steps.
+func usageSteps(t *testing.T, svc *query.Service, q, nq query.RollupQuery, want map[string]bruteValues,
+	row func(what string, u query.UsageRow, b bruteValues),
+) {
+	t.Helper()
+	uq := query.UsageQuery{TenantID: q.TenantID, Start: q.Start, End: q.End, Granularity: q.Step, GroupBy: q.GroupBy, TokenSizes: true}
+	usage, err := svc.Usage(t.Context(), uq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(usage) != len(want) {
+		t.Errorf("usage %+v: %d rows, want %d", uq, len(usage), len(want))
+	}
+	for _, u := range usage {
+		dims := map[string]string{"tenant_id": u.TenantID, "model": u.Model, "deployment": u.Deployment}
+		var values []string
+		for _, f := range nq.GroupBy {
+			values = append(values, dims[f])
+		}
+		row(fmt.Sprintf("usage %+v %v", uq, u.Start), u, want[query.StepID(u.Start.Unix(), values)])
 	}
 }
 

@@ -3,9 +3,6 @@ package query_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,8 +15,8 @@ import (
 	"tokenmeter/ingest/sink"
 	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/adapter/chstore/chstoretest"
-	"tokenmeter/internal/ident"
 	"tokenmeter/internal/testkit/billingtest"
+	"tokenmeter/internal/testkit/servingtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
 )
@@ -52,14 +49,9 @@ func TestCostServingDimsExact(t *testing.T) {
 		n       int
 		perMs   int64
 	}{"dA": {"H100", 2, 1000}, "dB": {"A100", 1, 500}, "dIdle": {"L40S", 1, 0}}
-	type dh struct {
-		h   int
-		dep string
-	}
-	type line struct{ tenant, model string }
+	type dh = servingtest.DepHour
 	gpuMs, busyMs := map[dh]int64{}, map[dh]int64{}
-	usage := map[dh]map[line]*billing.TenantUsage{}
-	engines, tps, versions := map[dh]map[string][]string{}, map[dh]map[string][]string{}, map[dh]map[line][]string{}
+	served := servingtest.NewHours()
 
 	var events chstore.EventBatch
 	for i := range 1200 {
@@ -85,26 +77,7 @@ func TestCostServingDimsExact(t *testing.T) {
 			E2EMs: proto.Float64(float64(50 + rng.IntN(9000))),
 		}
 		events.Append(e, ingest.ITL(e), time.Now(), sink.Source{})
-		k := dh{h, dep}
-		if usage[k] == nil {
-			usage[k], versions[k] = map[line]*billing.TenantUsage{}, map[line][]string{}
-			engines[k], tps[k] = map[string][]string{}, map[string][]string{}
-		}
-		l := line{tenant, model}
-		u := usage[k][l]
-		if u == nil {
-			u = &billing.TenantUsage{Tenant: ident.Key(tenant, model)}
-			usage[k][l] = u
-		}
-		u.Requests++
-		u.InputTokens += e.GetPromptTokens()
-		u.OutputTokens += e.GetOutputTokens()
-		u.E2EMillis += int64(e.GetE2EMs())
-		versions[k][l] = append(versions[k][l], version)
-		engines[k][model] = append(engines[k][model], engine)
-		if tp > 0 {
-			tps[k][model] = append(tps[k][model], strconv.Itoa(int(tp)))
-		}
+		served.Add(h, e)
 	}
 	var samples chstore.GPUBatch
 	for dep, g := range gpus {
@@ -114,8 +87,8 @@ func TestCostServingDimsExact(t *testing.T) {
 				samples.Append(&meterv1.GpuSample{SampleId: fmt.Sprintf("%s/%d/%d", dep, gpu, k), GpuUuid: fmt.Sprintf("GPU-%s-%d", dep, gpu),
 					GpuType: g.gpuType, Deployment: dep, SampledAt: timestamppb.New(h0.Add(time.Duration(k) * 10 * time.Second)),
 					IntervalS: 10, Utilization: util}, time.Now())
-				gpuMs[dh{k / 360, dep}] += 10_000
-				busyMs[dh{k / 360, dep}] += int64(util * 10_000)
+				gpuMs[dh{H: k / 360, Dep: dep}] += 10_000
+				busyMs[dh{H: k / 360, Dep: dep}] += int64(util * 10_000)
 			}
 		}
 	}
@@ -127,23 +100,6 @@ func TestCostServingDimsExact(t *testing.T) {
 	}
 	billingtest.RollUp(t, s)
 
-	label := func(vs []string) string {
-		var out []string
-		for _, v := range vs {
-			if v != "" && !slices.Contains(out, v) {
-				out = append(out, v)
-			}
-		}
-		slices.SortFunc(out, func(a, b string) int {
-			x, errX := strconv.Atoi(a)
-			y, errY := strconv.Atoi(b)
-			if errX == nil && errY == nil {
-				return x - y
-			}
-			return strings.Compare(a, b)
-		})
-		return strings.Join(out, "+")
-	}
 	type figures struct{ Ms, BusyMs, Cost, Busy int64 }
 	for _, groupBy := range [][]string{{"engine"}, {"tensor_parallelism"}, {"model_version"}, {"tenant_id", "deployment", "engine", "model_version"}} {
 		for _, busy := range billing.BusyPolicies() {
@@ -154,17 +110,8 @@ func TestCostServingDimsExact(t *testing.T) {
 					want := map[string]figures{}
 					for h := range 3 {
 						for _, dep := range []string{"dA", "dB", "dIdle"} {
-							k := dh{h, dep}
-							var us []billing.TenantUsage
-							of := map[string]line{}
-							for l, u := range usage[k] {
-								us = append(us, *u)
-								of[u.Tenant] = l
-							}
-							var depEngines, depTPs []string
-							for m := range engines[k] {
-								depEngines, depTPs = append(depEngines, engines[k][m]...), append(depTPs, tps[k][m]...)
-							}
+							k := dh{H: h, Dep: dep}
+							us, of := served.Usages(k)
 							ms, bms, per := gpuMs[k], busyMs[k], gpus[dep].perMs
 							at, err := billing.AllocateHour(billing.GPUCost{GPUSeconds: float64(ms) / 1000, Cost: billing.Money(ms),
 								BusyCost: billing.Money(bms), IdleCost: billing.Money(ms - bms)}, us, p)
@@ -177,13 +124,7 @@ func TestCostServingDimsExact(t *testing.T) {
 								t.Fatal(err)
 							}
 							for i, l := range at.Lines {
-								ln := of[l.Tenant]
-								vals := map[string]string{"tenant_id": ln.tenant, "deployment": dep, "engine": label(engines[k][ln.model]),
-									"tensor_parallelism": label(tps[k][ln.model]), "model_version": label(versions[k][ln])}
-								if l.Tenant == billing.IdleTenant {
-									vals = map[string]string{"tenant_id": billing.IdleTenant, "deployment": dep,
-										"engine": label(depEngines), "tensor_parallelism": label(depTPs)}
-								}
+								vals := served.Labels(k, of[l.Tenant])
 								key := ""
 								if step == "hour" {
 									key = h0.Add(time.Duration(h) * time.Hour).Format(time.RFC3339)

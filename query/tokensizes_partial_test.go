@@ -2,7 +2,6 @@ package query_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -88,60 +87,23 @@ func TestTokenSizesPartial(t *testing.T) {
 		{Start: day, End: end, Step: "total"},
 	} {
 		nq, _ := q.Normalize()
-		want := bruteBreakdown(events, nq)
-		q.TokenSizes = true
-		tr, err := svc.Traffic(ctx, q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		series, _, err := query.TrafficSeriesOf(nq, page(t, nq.GroupBy), tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, sr := range series {
-			var values []string
-			for _, f := range nq.GroupBy {
-				values = append(values, sr.Group[f])
+		_, want := trafficSteps(t, svc, events, q, func(what string, p query.TrafficPoint, b bruteValues) {
+			if r, _, _ := sums(b); uint64(p.Requests) != r {
+				t.Errorf("%s: %d requests, want %d", what, p.Requests, r)
 			}
-			for _, p := range sr.Points {
-				n++
-				b := want[query.StepID(p.Start.Unix(), values)]
-				what := fmt.Sprintf("traffic %+v %v %s", q, sr.Group, p.Start)
-				if r, _, _ := sums(b); uint64(p.Requests) != r {
-					t.Errorf("%s: %d requests, want %d", what, p.Requests, r)
-				}
-				checkStats(what, b, kept(nq.Step, p.Start), p.PromptTokensPerRequest, p.OutputTokensPerRequest)
-			}
+			checkStats(what, b, kept(nq.Step, p.Start), p.PromptTokensPerRequest, p.OutputTokensPerRequest)
+		}, func(what string, sr query.TrafficSeries) {
 			// Every series spans the old hour.
-			checkStats(fmt.Sprintf("traffic %+v %v summary", q, sr.Group), nil, false,
-				sr.Summary.PromptTokensPerRequest, sr.Summary.OutputTokensPerRequest)
-		}
-		if n != len(want) {
-			t.Errorf("traffic %+v: %d points, want %d", q, n, len(want))
-		}
+			checkStats(what, nil, false, sr.Summary.PromptTokensPerRequest, sr.Summary.OutputTokensPerRequest)
+		})
 
-		uq := query.UsageQuery{TenantID: q.TenantID, Start: day, End: end, Granularity: q.Step, GroupBy: q.GroupBy, TokenSizes: true}
-		usage, err := svc.Usage(ctx, uq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(usage) != len(want) {
-			t.Errorf("usage %+v: %d rows, want %d", uq, len(usage), len(want))
-		}
-		for _, u := range usage {
-			dims := map[string]string{"tenant_id": u.TenantID, "model": u.Model, "deployment": u.Deployment}
-			var values []string
-			for _, f := range nq.GroupBy {
-				values = append(values, dims[f])
-			}
-			b := want[query.StepID(u.Start.Unix(), values)]
-			what := fmt.Sprintf("usage %+v %v", uq, u.Start)
+		usageSteps(t, svc, q, nq, want, func(what string, u query.UsageRow, b bruteValues) {
 			r, prompt, output := sums(b)
 			if uint64(u.Requests) != r || uint64(u.PromptTokens) != prompt || uint64(u.OutputTokens) != output {
 				t.Errorf("%s: requests %d, tokens %d/%d; want %d, %d/%d", what, u.Requests, u.PromptTokens, u.OutputTokens, r, prompt, output)
 			}
 			var ps, ops *query.TokenStats
+			var err error
 			if u.Sizes != nil {
 				if ps, err = query.TokenStatsOf(u.Sizes.Prompt, uint64(u.PromptTokens), uint64(u.Requests)); err != nil {
 					t.Fatal(err)
@@ -154,6 +116,6 @@ func TestTokenSizesPartial(t *testing.T) {
 			if ps != nil && !within(ps.Mean, float64(prompt)/float64(r), 1e-12) {
 				t.Errorf("%s: prompt mean %v, want %v", what, ps.Mean, float64(prompt)/float64(r))
 			}
-		}
+		})
 	}
 }

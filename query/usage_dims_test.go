@@ -3,9 +3,7 @@ package query_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/adapter/chstore/chstoretest"
 	"tokenmeter/internal/testkit/billingtest"
+	"tokenmeter/internal/testkit/servingtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
 	"tokenmeter/query"
 )
@@ -103,23 +102,7 @@ func TestUsageServingDimsExact(t *testing.T) {
 	// The brute force: each event's labels are the distinct non-empty
 	// values its hour's, deployment's and model's events carried (every
 	// tenant's), sorted (TP numerically) and joined by "+".
-	label := func(vs []string, numeric bool) string {
-		var out []string
-		for _, v := range vs {
-			if v != "" && v != "0" && !slices.Contains(out, v) {
-				out = append(out, v)
-			}
-		}
-		slices.SortFunc(out, func(a, b string) int {
-			if numeric {
-				x, _ := strconv.Atoi(a)
-				y, _ := strconv.Atoi(b)
-				return x - y
-			}
-			return strings.Compare(a, b)
-		})
-		return strings.Join(out, "+")
-	}
+	label := servingtest.Label
 	want := func(q query.UsageQuery) map[string]usageFigures {
 		type hdm struct {
 			h          int64
@@ -137,7 +120,7 @@ func TestUsageServingDimsExact(t *testing.T) {
 			}
 			k := hdm{e.at.Unix() / 3600, e.dep, e.model}
 			vals := map[string]string{"tenant_id": e.tenant, "model": e.model, "deployment": e.dep, "model_version": e.version,
-				"engine": label(engines[k], false), "tensor_parallelism": label(tps[k], true)}
+				"engine": label(engines[k]), "tensor_parallelism": label(tps[k])}
 			key := q.Start.UTC().Format(time.RFC3339)
 			if q.Granularity == "hour" {
 				key = e.at.UTC().Truncate(time.Hour).Format(time.RFC3339)
