@@ -45,7 +45,7 @@ const dashboardDays = 22
 // peak from the third week, "spare" nearly idle), growing week by week, with
 // failed requests of every error class outside the peaks (and OOMs of
 // "spare" in them), engine samples of three replicas every minute (KV
-// cache, queue, batch, prefix cache, preemptions, a restart a day) and
+// cache, queue, batch, prefix cache, preemptions, a restart each peak hour) and
 // GPU telemetry (memory, power, temperature, clocks); then it runs the
 // rollups.
 // It returns the first hour of the data and its end, now: the hour in
@@ -160,7 +160,8 @@ func fillDashboard(t *testing.T, s *stack) (first, end time.Time) {
 // dashEngineSample is replica r's engine sample of minute k of an hour,
 // taken at sampled: the busy deployment's two replicas queue, batch and
 // fill their KV cache more at the peak, and preempt there; the second
-// restarts once a day at 16:30; spare idles.
+// restarts at half past every peak hour (so the capacity report's peak
+// hour has one); spare idles.
 func dashEngineSample(dep string, r int, sampled time.Time, k int, peak bool) *meterv1.EngineSample {
 	m := &meterv1.EngineSample{SampleId: fmt.Sprint(sampled.Unix(), "-", r), Deployment: dep, Engine: "vllm", Replica: fmt.Sprint(dep, "-", r), Model: "m1",
 		SampledAt: timestamppb.New(sampled), IntervalS: 60, Source: "scrape"}
@@ -182,8 +183,12 @@ func dashEngineSample(dep string, r int, sampled time.Time, k int, peak bool) *m
 	}
 	m.Running, m.Waiting, m.KvCacheUsage = proto.Uint32(running), proto.Uint32(waiting), proto.Float64(kv)
 	m.PrefixCacheQueries, m.PrefixCacheHits, m.Preemptions = proto.Uint64(queries), proto.Uint64(hits), proto.Uint64(preempted)
-	if dep == "busy" && r == 1 && sampled.Hour() == 16 && k == 30 {
+	if dep == "busy" && r == 1 && peak && k == 30 {
 		m.Restarts = proto.Uint32(1)
+	}
+	if dep != "spare" {
+		// tokens in the running batch: about 512 a running request
+		m.BatchTokens = proto.Float64(float64(512*running + uint32(k)))
 	}
 	return m
 }
