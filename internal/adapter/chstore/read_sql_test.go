@@ -92,7 +92,7 @@ func TestReadSQL(t *testing.T) {
 		{"cost by tenant, weighted tokens, idle shared",
 			costQ(t, query.CostQuery{Start: t0, End: end, Step: "day", GroupBy: []string{"tenant_id"}, Busy: "weighted_tokens", Idle: "shared_even"}),
 			[]string{"SELECT toUInt32(intDiv(toUInt32(hour), 86400) * 86400) AS b, tenant_id, sum(cost_weighted_shared_even) AS c, sum(busy_weighted)",
-				"FROM cost_hour\n", "(hour, version) IN (SELECT hour, max(version) FROM cost_hour", "HAVING c != 0 OR sum(requests) > 0\nORDER BY b, tenant_id"},
+				"FROM cost_hour\n", "(hour, version) IN (SELECT hour, max(version) FROM cost_hour", "HAVING c != 0 OR g != 0 OR sum(requests) > 0\nORDER BY b, tenant_id"},
 			nil,
 			[]any{t0.Unix(), end.Unix(), t0.Unix(), end.Unix()}},
 		{"one tenant's total cost",
