@@ -370,7 +370,7 @@ m1,h100,summary,7,0.0009722222222222222,0.06666666666666667,0.9722222222222222,0
 		})
 	}
 	qs := rollups.got()
-	if got, want := qs[len(qs)-1], (query.RollupQuery{TenantID: "acme", Start: start, End: end, Step: "total", GroupBy: []string{"model", "gpu_type"}}); !cmp.Equal(want, got) {
+	if got, want := qs[len(qs)-1], (query.RollupQuery{TenantID: "acme", Start: start, End: end, Step: "total", GroupBy: []string{"model", "gpu_type"}, TokenSizes: true}); !cmp.Equal(want, got) {
 		t.Errorf("tenant key's traffic query %+v, want %+v", got, want)
 	}
 

@@ -144,7 +144,7 @@ func TestThroughGateway(t *testing.T) {
 	usage.mu.Lock()
 	q := usage.query
 	usage.mu.Unlock()
-	wantQ := query.UsageQuery{Start: day, End: day.Add(24*time.Hour + 500*time.Millisecond), Granularity: "day", GroupBy: []string{"tenant_id", "model"}}
+	wantQ := query.UsageQuery{Start: day, End: day.Add(24*time.Hour + 500*time.Millisecond), Granularity: "day", GroupBy: []string{"tenant_id", "model"}, TokenSizes: true}
 	if diff := cmp.Diff(wantQ, q); diff != "" {
 		t.Errorf("usage query (-want +got):\n%s", diff)
 	}

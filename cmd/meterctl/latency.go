@@ -16,6 +16,15 @@ import (
 
 var latencyMetrics = []string{"ttft", "itl", "e2e", "queue"}
 
+// hourLatencyMetrics are the latency breakdown's metrics, kept at hour
+// steps and coarser only (query.HourLatencyMetrics): prefill, decode
+// (E2E - TTFT) and E2E per output-length class. --metric may name them;
+// the default shows latencyMetrics.
+var hourLatencyMetrics = []string{"prefill", "decode", "e2e_short", "e2e_medium", "e2e_long"}
+
+// knownLatencyMetrics are all the names --metric accepts.
+var knownLatencyMetrics = slices.Concat(latencyMetrics, hourLatencyMetrics)
+
 // maxExactRange is the longest range the API computes exact quantiles for
 // (query.MaxExactRange).
 const maxExactRange = 24 * time.Hour
@@ -33,11 +42,11 @@ type latencyConfig struct {
 func (c latencyConfig) Validate() error {
 	errs := c.selectorConfig.validate()
 	if len(c.Metrics) == 0 {
-		errs = append(errs, fmt.Errorf("--metric: want any of %s", strings.Join(latencyMetrics, ", ")))
+		errs = append(errs, fmt.Errorf("--metric: want any of %s", strings.Join(knownLatencyMetrics, ", ")))
 	}
 	for _, m := range c.Metrics {
-		if !slices.Contains(latencyMetrics, m) {
-			errs = append(errs, fmt.Errorf("--metric %q: want any of %s", m, strings.Join(latencyMetrics, ", ")))
+		if !slices.Contains(knownLatencyMetrics, m) {
+			errs = append(errs, fmt.Errorf("--metric %q: want any of %s", m, strings.Join(knownLatencyMetrics, ", ")))
 		}
 	}
 	if c.Exact && c.End.Sub(c.Start) > maxExactRange {
@@ -57,7 +66,9 @@ func parseLatency(args []string, getenv func(string) string, now time.Time, stde
 			"With --step total the SUMMARY rows are the only rows.", metricsShape,
 		func(fs *flag.FlagSet) {
 			fs.BoolVar(&c.Exact, "exact", false, "exact quantiles from raw events (ranges of at most 24h; slower)")
-			metrics = fs.String("metric", strings.Join(latencyMetrics, ","), "comma-separated latencies to show: ttft, itl, e2e, queue (json holds all)")
+			metrics = fs.String("metric", strings.Join(latencyMetrics, ","), "comma-separated latencies to show: ttft, itl, e2e, queue, and at hour steps\n"+
+				"or coarser prefill, decode, e2e_short, e2e_medium, e2e_long (E2E by output\n"+
+				"length: <256, 256-1023, >=1024 tokens) (json holds all)")
 		}, args, getenv, now, stderr)
 	if err != nil {
 		return c, err
@@ -109,6 +120,16 @@ func metricStats(p *meterv1.LatencyPoint, m string) *meterv1.LatencyStats {
 		return p.GetE2E()
 	case "queue":
 		return p.GetQueue()
+	case "prefill":
+		return p.GetPrefill()
+	case "decode":
+		return p.GetDecode()
+	case "e2e_short":
+		return p.GetE2EShortOutput()
+	case "e2e_medium":
+		return p.GetE2EMediumOutput()
+	case "e2e_long":
+		return p.GetE2ELongOutput()
 	}
 	return nil
 }

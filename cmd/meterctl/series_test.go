@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -198,6 +199,32 @@ Latencies in ms. TAIL is p99/p50, MAX_P99 the largest p99 of the steps. Quantile
 		t.Errorf("table (-want +got):\n%s", diff)
 	}
 	checkPages(t, f.got(), "/v1/latency", wantSelector, "selector.page_token", 2)
+}
+
+// TestLatencyBreakdownTable shows the latency breakdown's metrics by name,
+// each from its own field of the answer.
+func TestLatencyBreakdownTable(t *testing.T) {
+	st := func(n uint64, p50 float64) *meterv1.LatencyStats { return lat(n, p50, p50, p50, p50, p50) }
+	page := &meterv1.GetLatencyResponse{RelativeAccuracy: 0.01, Series: []*meterv1.LatencySeries{{
+		Group: map[string]string{"tenant_id": "acme", "model": "m"},
+		Summary: &meterv1.LatencyPoint{Start: timestamppb.New(t10), Prefill: st(11, 1.5), Decode: st(12, 2.5),
+			E2EShortOutput: st(13, 3.5), E2EMediumOutput: st(14, 4.5), E2ELongOutput: st(15, 5.5)},
+	}}}
+	_, srv := newFakeMetrics(t, map[string][]proto.Message{"/v1/latency": {page}})
+	out, _, err := runArgs(t, nil, append([]string{"latency", "--addr", srv.URL, "--key", testKey, "--step", "total",
+		"--metric", "prefill,decode,e2e_short,e2e_medium,e2e_long", "--output", "csv"}, selectorArgs...)...)
+	if err != nil {
+		t.Fatalf("latency: %v", err)
+	}
+	for i, m := range hourLatencyMetrics {
+		want := fmt.Sprintf(",%s,%d,%g,", m, 11+i, 1.5+float64(i))
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q row %q in:\n%s", m, want, out)
+		}
+	}
+	if _, _, err := runArgs(t, nil, append([]string{"latency", "--addr", srv.URL, "--key", testKey, "--metric", "prefil"}, selectorArgs...)...); err == nil || !strings.Contains(err.Error(), "e2e_long") {
+		t.Errorf("unknown metric: err %v, want one that lists every metric", err)
+	}
 }
 
 func TestLatencyCSVExact(t *testing.T) {
@@ -542,6 +569,9 @@ func TestServerLists(t *testing.T) {
 	}
 	if diff := cmp.Diff(rollup.LatencyMetrics, latencyMetrics); diff != "" {
 		t.Errorf("latency metrics (-server +meterctl):\n%s", diff)
+	}
+	if diff := cmp.Diff(query.HourLatencyMetrics, hourLatencyMetrics); diff != "" {
+		t.Errorf("hour-only latency metrics (-server +meterctl):\n%s", diff)
 	}
 	if maxExactRange != query.MaxExactRange {
 		t.Errorf("exact range %s, server's %s", maxExactRange, query.MaxExactRange)
