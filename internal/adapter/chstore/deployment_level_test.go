@@ -74,7 +74,15 @@ func TestDeploymentLevelBackfill(t *testing.T) {
 	}
 
 	// Every column as text (sums of floats rounded: ClickHouse adds in
-	// another order), newest computation of each hour only.
+	// another order), newest computation of each hour only; but the
+	// hour-only histograms of migration 0023, which came after this
+	// backfill and which rollup_hour's group rows do not all keep: hours
+	// rolled up before 0023 have none (architecture "Latency breakdown and
+	// token sizes").
+	later := map[string]bool{}
+	for _, d := range rollup.HourDists {
+		later[d+"_keys"], later[d+"_counts"] = true, true
+	}
 	var exprs []string
 	rows, err := conn.Query(ctx, "SELECT name, type FROM system.columns WHERE database = ? AND table = 'rollup_deployment_hour' ORDER BY name", db)
 	if err != nil {
@@ -84,6 +92,9 @@ func TestDeploymentLevelBackfill(t *testing.T) {
 		var name, typ string
 		if err := rows.Scan(&name, &typ); err != nil {
 			t.Fatal(err)
+		}
+		if later[name] {
+			continue
 		}
 		e := "toString(" + name + ")"
 		if typ == "Float64" {

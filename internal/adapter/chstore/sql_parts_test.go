@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"tokenmeter/rollup"
+
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -73,8 +75,11 @@ func TestSQLParts(t *testing.T) {
 // minute and per-minute counts; every statement names its columns.
 func TestInsertColumns(t *testing.T) {
 	minute, hour := columnsOf("rollup_minute_recent"), columnsOf("rollup_hour")
-	if !slices.Equal(hour[:len(minute)], minute) || !slices.Equal(hour[len(minute):], slices.Concat(peakColumns, minuteColumns)) {
-		t.Errorf("hour columns %v, want the minute ones %v then the peak and per-minute ones", hour, minute)
+	if !slices.Equal(hour[:len(minute)], minute) || !slices.Equal(hour[len(minute):], slices.Concat(peakColumns, minuteColumns, hourHistColumns())) {
+		t.Errorf("hour columns %v, want the minute ones %v then the peak, per-minute and hour-only histogram ones", hour, minute)
+	}
+	if n := 2 * rollup.NumHourDists; len(hourHistColumns()) != n {
+		t.Errorf("%d hour-only histogram columns, want keys and counts of %d", len(hourHistColumns()), rollup.NumHourDists)
 	}
 	if n := 9 + len(errClasses) + 3 + 4*len(distColumns) + 4; len(minute) != n {
 		t.Errorf("%d rollup columns, want %d", len(minute), n)
