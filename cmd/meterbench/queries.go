@@ -130,6 +130,9 @@ func runQueries(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	ts := timestamppb.New
 	report := func(what string, n int, fn func() error) error {
+		if n <= 0 {
+			return nil // --reps 0 or --raw-reps 0: load and storage report only
+		}
 		d, err := timeIt(n, fn)
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
