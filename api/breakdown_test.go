@@ -53,11 +53,7 @@ func TestLatencyBreakdownAnswers(t *testing.T) {
 			events = append(events, breakdownEvent(i, tenant))
 		}
 	}
-	for i := 0; i < len(events); i += 100 {
-		if _, err := ingestC.PublishEvents(withKey(testKeys["ingest"]), &meterv1.PublishEventsRequest{Events: events[i : i+100]}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishBatches(t, ingestC, events, 100)
 	ctx := context.Background()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		rows, err := query.New(s.store, query.Config{}).Usage(ctx, query.UsageQuery{Start: now.Add(-2 * time.Hour), End: now.Add(time.Hour)})

@@ -73,11 +73,7 @@ func TestMetricsEndpoints(t *testing.T) {
 			events = append(events, latencyEvent(i, tenant))
 		}
 	}
-	for i := 0; i < len(events); i += 100 {
-		if _, err := ingestC.PublishEvents(withKey(testKeys["ingest"]), &meterv1.PublishEventsRequest{Events: events[i : i+100]}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishBatches(t, ingestC, events, 100)
 	ctx := context.Background()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -290,5 +286,16 @@ func TestMetricsEndpoints(t *testing.T) {
 	p2, err := mc.GetLatency(finance, &meterv1.GetLatencyRequest{Selector: paged})
 	if err != nil || len(p2.Series) != 1 || p2.NextPageToken != "" || p2.Series[0].Group["tenant_id"] == p1.Series[0].Group["tenant_id"] {
 		t.Fatalf("page 2: %v %v", p2, err)
+	}
+}
+
+// publishBatches publishes events with the ingest key in batches of n (the
+// last may be shorter), failing the test on the first error.
+func publishBatches(t *testing.T, ingestC meterv1.IngestServiceClient, events []*meterv1.InferenceEvent, n int) {
+	t.Helper()
+	for i := 0; i < len(events); i += n {
+		if _, err := ingestC.PublishEvents(withKey(testKeys["ingest"]), &meterv1.PublishEventsRequest{Events: events[i:min(i+n, len(events))]}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
