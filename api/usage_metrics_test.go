@@ -67,15 +67,25 @@ func usageMetricsServer(t *testing.T, metrics bool) (*api.Server, *grpc.ClientCo
 			t.Fatal(err)
 		}
 	}
+	return serveServices(t, svc, s.Ping, reg, logger)
+}
+
+// serveServices runs an API server of svc on loopback ports until the test
+// ends, and returns it with a gRPC connection to it.
+func serveServices(t *testing.T, svc *api.Services, ping func(context.Context) error, reg *prometheus.Registry, logger *slog.Logger) (*api.Server, *grpc.ClientConn) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	srv, err := api.New(ctx, api.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, svc, s.Ping, reg, logger)
+	srv, err := api.New(ctx, api.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, svc, ping, reg, logger)
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() { srv.Run(ctx); close(done) }()
 	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
+		cancel()
+		<-done
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(); cancel(); <-done })
