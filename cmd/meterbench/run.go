@@ -73,6 +73,9 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	if len(args) > 0 && args[0] == "bombs" {
 		return runBombs(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "insertcost" {
+		return runInsertCost(ctx, args[1:], stdout, stderr)
+	}
 	var cfg config
 	fs := flag.NewFlagSet("meterbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -173,20 +176,86 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	r.printf("(d) event-to-queryable latency at %d events/s (%d ticks of %d events): p50 %s  p99 %s  max %s   (target p99 < 1s)\n",
 		cfg.rate, lat.ticks, lat.perTick, lat.p50.Round(time.Millisecond), lat.p99.Round(time.Millisecond), lat.max.Round(time.Millisecond))
 
-	// (e) ClickHouse's Kafka engine on the same JSON records.
+	// (e) ClickHouse's Kafka engine on the same JSON records and schema.
+	var engine *pipeResult
 	if !cfg.skipCHK {
 		progress("(e) ClickHouse Kafka table engine, JSON records")
-		elapsed, err := bench.RunClickHouseKafkaEngine(ctx, ch.Addr(), "bench_chkafka", broker.Addr(), "bench.json", cfg.events, 10*time.Minute, bench.WithLogDir(filepath.Join(ch.Dir(), "log")))
+		res, err := kafkaEngine(ctx, cfg, ch.Addr(), ch.Dir(), broker.Addr(), "bench.json", "bench_chkafka")
 		if err != nil {
 			r.printf("(e) ClickHouse Kafka engine: did not complete: %v\n", err)
 		} else {
-			rate := float64(cfg.events) / elapsed.Seconds()
-			r.line("(e) ClickHouse Kafka engine (JSONEachRow + materialized view), JSON records", rate)
-			r.printf("    meterd JSON / ClickHouse Kafka engine   %.2fx (target >= 1.5x);  meterd protobuf / ClickHouse Kafka engine   %.2fx\n",
-				pipeJSON.rate/rate, pipe.rate/rate)
+			engine = &res
+			r.line("(e) ClickHouse Kafka engine (JSONEachRow + views), JSON records, meterd's schema", res.rate)
+			r.cpuLine(res, cfg.events)
 		}
 	}
+	r.summary(cfg.events, pipe, pipeJSON, engine)
 	return nil
+}
+
+// kafkaEngine measures ClickHouse's Kafka engine filling the tables meterd
+// fills (bench.WithStoreSchema) in database db, migrated before the clock
+// starts, with the CPU ClickHouse (librdkafka included) and this process
+// (the broker) used from the creation of the engine's tables to the poll
+// that saw the last row. Its meterdCPU is zero: no meterd runs.
+func kafkaEngine(ctx context.Context, cfg config, chAddr, chDir, brokerAddr, topic, db string) (pipeResult, error) {
+	store, err := chstore.Open(chstore.Config{Addr: []string{chAddr}, Database: db}, logsetup.Warnings(io.Discard))
+	if err != nil {
+		return pipeResult{}, err
+	}
+	_, err = store.Migrate(ctx)
+	store.Close()
+	if err != nil {
+		return pipeResult{}, fmt.Errorf("create the schema of %s: %w", db, err)
+	}
+	chPids := processesUnder(chDir)
+	chBefore, benchBefore := cpuOf(chPids), cpuOf([]int{os.Getpid()})
+	elapsed, err := bench.RunClickHouseKafkaEngine(ctx, chAddr, db, brokerAddr, topic, cfg.events, 10*time.Minute,
+		bench.WithLogDir(filepath.Join(chDir, "log")), bench.WithStoreSchema())
+	if err != nil {
+		return pipeResult{}, err
+	}
+	return pipeResult{rate: float64(cfg.events) / elapsed.Seconds(),
+		chCPU: cpuOf(chPids) - chBefore, benchCPU: cpuOf([]int{os.Getpid()}) - benchBefore}, nil
+}
+
+// Targets of the ingest report (issue 34).
+const (
+	targetJSONOverEngine = 1.5
+	targetProtoRate      = 250_000
+)
+
+// summary prints the three ingest runs side by side, events/s and CPU per
+// event of each process, and where they stand against the targets.
+func (r *report) summary(n int, proto, json pipeResult, engine *pipeResult) {
+	per := func(d time.Duration) float64 { return d.Seconds() * 1e6 / float64(n) }
+	r.printf("\nIngest summary: %d events each, the same records and tables (inference_events, event_ids, dirty_hours)\n", n)
+	r.printf("%-34s %11s %25s\n", "", "", "CPU per event (µs)")
+	r.printf("%-34s %11s %8s %11s %7s %7s\n", "run", "events/s", "meterd", "ClickHouse", "broker", "total")
+	row := func(name string, res pipeResult, meterd string) {
+		r.printf("%-34s %11.0f %8s %11.1f %7.1f %7.1f\n", name, res.rate, meterd, per(res.chCPU), per(res.benchCPU),
+			per(res.meterdCPU+res.chCPU+res.benchCPU))
+	}
+	row("meterd, protobuf records", proto, fmt.Sprintf("%.1f", per(proto.meterdCPU)))
+	row("meterd, JSON records", json, fmt.Sprintf("%.1f", per(json.meterdCPU)))
+	if engine != nil {
+		row("ClickHouse Kafka engine, JSON", *engine, "-")
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "NOT met"
+	}
+	if engine != nil && engine.rate > 0 {
+		ratio := json.rate / engine.rate
+		r.printf("target: meterd JSON / Kafka engine      %6.2fx   (>= %.1fx: %s; protobuf / Kafka engine %.2fx)\n",
+			ratio, targetJSONOverEngine, verdict(ratio >= targetJSONOverEngine), proto.rate/engine.rate)
+	} else {
+		r.printf("target: meterd JSON / Kafka engine      not measured (>= %.1fx)\n", targetJSONOverEngine)
+	}
+	r.printf("target: meterd protobuf                 %6.0f events/s   (>= %d: %s; %.2fx of it)\n",
+		proto.rate, targetProtoRate, verdict(proto.rate >= targetProtoRate), proto.rate/targetProtoRate)
 }
 
 type report struct{ w io.Writer }

@@ -4,8 +4,11 @@
 // JSON records (the protojson form of tokenmeter.v1.InferenceEvent).
 //
 // The package measures; it does not report (meterbench prints the report)
-// and it does not own tokenmeter's schema (chstore does). The tables it
-// creates mirror only the columns a metering query needs.
+// and it does not own tokenmeter's schema (chstore does). By default the
+// tables it creates mirror only the columns a metering query needs; with
+// WithStoreSchema the engine fills tokenmeter's own tables instead
+// (inference_events with its MATERIALIZED columns and views, and event_ids),
+// as meterd does, so that both are measured on the same schema.
 package bench
 
 import (
@@ -34,6 +37,13 @@ const (
 	// KafkaEngineTargetTable is the MergeTree table the rows land in. It is
 	// recreated empty by every run and kept afterwards for inspection.
 	KafkaEngineTargetTable = "kafka_engine_events"
+	// KafkaEngineIDsViewTable is, with WithStoreSchema, the second view,
+	// which records the ids in event_ids; dropped with the queue.
+	KafkaEngineIDsViewTable = "kafka_engine_ids_mv"
+	// KafkaEngineHoursViewTable is, with WithStoreSchema, the third view,
+	// which records the hours written in dirty_hours; dropped with the
+	// queue.
+	KafkaEngineHoursViewTable = "kafka_engine_hours_mv"
 )
 
 const (
@@ -54,7 +64,26 @@ type kafkaEngineOptions struct {
 	logDir       string
 	consumers    int
 	maxBlockSize int
+	storeSchema  bool
 	progress     func(rows uint64, since time.Duration)
+}
+
+// WithStoreSchema has the engine fill tokenmeter's own tables, which the
+// database must hold already (chstore's Store.Migrate): a view converts
+// each record into a row of inference_events, every column that the JSON
+// record carries, with chstore's conversions (dirty_hours_mv and the
+// MATERIALIZED columns are computed as for meterd's inserts), a second
+// view records its id in event_ids, as meterd does after each insert, and a
+// third the hours written in dirty_hours, as dirty_hours_mv does for
+// meterd's inserts (18.16 does not run the views of a table that a view
+// writes to). What
+// 18.16's JSONEachRow cannot read is left at its default: labels (a JSON
+// object), and so label_keys and label_values, are empty; source_partition
+// and source_offset are 0 (18.16 has no _partition or _offset virtual
+// columns); fingerprint is 0 (not known). The run then counts the rows of
+// inference_events, which it leaves in place.
+func WithStoreSchema() Option {
+	return func(o *kafkaEngineOptions) { o.storeSchema = true }
 }
 
 // WithLogDir names the ClickHouse server's log directory (for chserver,
@@ -166,12 +195,18 @@ func RunClickHouseKafkaEngine(ctx context.Context, chAddr, database, brokerAddr,
 	if err := conn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+database); err != nil {
 		return 0, fmt.Errorf("create database %s: %w", database, err)
 	}
-	for _, q := range dropStatements(database, true) {
+	for _, q := range dropStatements(database, !o.storeSchema) {
 		if err := conn.Exec(ctx, q); err != nil {
 			return 0, fmt.Errorf("drop leftover tables: %w", err)
 		}
 	}
-	for _, q := range []string{targetDDL(database), queueDDL(database, brokerAddr, topic, group, o)} {
+	create := []string{targetDDL(database), queueDDL(database, brokerAddr, topic, group, o)}
+	views, target := []string{viewDDL(database)}, KafkaEngineTargetTable
+	if o.storeSchema {
+		create = []string{storeQueueDDL(database, brokerAddr, topic, group, o)}
+		views, target = []string{storeViewDDL(database), storeIDsViewDDL(database), storeHoursViewDDL(database)}, "inference_events"
+	}
+	for _, q := range create {
 		if err := conn.Exec(ctx, q); err != nil {
 			return 0, fmt.Errorf("create kafka engine tables: %w", err)
 		}
@@ -190,10 +225,15 @@ func RunClickHouseKafkaEngine(ctx context.Context, chAddr, database, brokerAddr,
 
 	logs := newLogWatch(o.logDir)
 	start := time.Now()
-	if err := conn.Exec(ctx, viewDDL(database)); err != nil {
-		return 0, fmt.Errorf("create kafka engine view: %w", err)
+	// The first view starts consumption (the engine looks for views every
+	// 500ms and streams once one depends on it): the one of the rows
+	// counted first, then the others, created milliseconds later.
+	for _, q := range views {
+		if err := conn.Exec(ctx, q); err != nil {
+			return 0, fmt.Errorf("create kafka engine view: %w", err)
+		}
 	}
-	return waitRows(ctx, conn, database, uint64(want), start, timeout, logs, o.progress)
+	return waitRows(ctx, conn, database+"."+target, uint64(want), start, timeout, logs, o.progress)
 }
 
 func validateRun(database, topic string, want int, timeout time.Duration, o kafkaEngineOptions) error {
@@ -350,11 +390,13 @@ AS SELECT
 FROM ` + database + `.` + KafkaEngineQueueTable
 }
 
-// dropStatements drops the view first, so that the engine stops streaming,
-// then the Kafka table, and with target the target table too.
+// dropStatements drops the views first, so that the engine stops
+// streaming, then the Kafka table, and with target the target table too.
 func dropStatements(database string, target bool) []string {
 	qs := []string{
 		"DROP TABLE IF EXISTS " + database + "." + KafkaEngineViewTable,
+		"DROP TABLE IF EXISTS " + database + "." + KafkaEngineIDsViewTable,
+		"DROP TABLE IF EXISTS " + database + "." + KafkaEngineHoursViewTable,
 		"DROP TABLE IF EXISTS " + database + "." + KafkaEngineQueueTable,
 	}
 	if target {
@@ -367,10 +409,11 @@ func quote(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }
 
-// waitRows polls the target's row count until it reaches want.
-func waitRows(ctx context.Context, conn driver.Conn, database string, want uint64, start time.Time, timeout time.Duration, logs *logWatch, progress func(uint64, time.Duration)) (time.Duration, error) {
+// waitRows polls the row count of table (database.name) until it reaches
+// want.
+func waitRows(ctx context.Context, conn driver.Conn, table string, want uint64, start time.Time, timeout time.Duration, logs *logWatch, progress func(uint64, time.Duration)) (time.Duration, error) {
 	deadline := start.Add(timeout)
-	query := "SELECT count() FROM " + database + "." + KafkaEngineTargetTable
+	query := "SELECT count() FROM " + table
 	var rows uint64
 	lastProgress := start
 	t := time.NewTicker(pollInterval)
@@ -549,4 +592,132 @@ func readFrom(path string, offset int64) []byte {
 	b := make([]byte, fi.Size()-offset)
 	n, _ := f.ReadAt(b, offset)
 	return b[:n]
+}
+
+// storeQueueDDL creates the Kafka engine table of WithStoreSchema: every
+// protojson key of InferenceEvent that 18.16's JSONEachRow can read (labels
+// is an object: skipped). Optional numbers are Nullable, so that an absent
+// one is NULL as in meterd's rows.
+func storeQueueDDL(database, brokerAddr, topic, group string, o kafkaEngineOptions) string {
+	settings := []string{
+		"kafka_broker_list = " + quote(brokerAddr),
+		"kafka_topic_list = " + quote(topic),
+		"kafka_group_name = " + quote(group),
+		"kafka_format = 'JSONEachRow'",
+		fmt.Sprintf("kafka_num_consumers = %d", o.consumers),
+	}
+	if o.maxBlockSize > 0 {
+		settings = append(settings, fmt.Sprintf("kafka_max_block_size = %d", o.maxBlockSize))
+	}
+	return `CREATE TABLE ` + database + `.` + KafkaEngineQueueTable + `
+(
+    eventId            String,
+    requestId          String,
+    tenantId           String,
+    model              String,
+    modelVersion       String,
+    deployment         String,
+    engine             String,
+    gpuType            String,
+    tensorParallelism  UInt32,
+    node               String,
+    region             String,
+    receivedAt         String,
+    completedAt        String,
+    promptTokens       Int64,
+    cachedPromptTokens Int64,
+    outputTokens       Int64,
+    ttftMs             Nullable(Float64),
+    e2eMs              Nullable(Float64),
+    queueMs            Nullable(Float64),
+    prefillMs          Nullable(Float64),
+    itlMs              Nullable(Float64),
+    status             String,
+    streaming          UInt8,
+    sloClass           String
+)
+ENGINE = Kafka SETTINGS
+    ` + strings.Join(settings, ",\n    ")
+}
+
+// rfc3339Millis is the SQL for the Unix milliseconds of an RFC 3339 string
+// column (0 when empty), as chstore's unixMilli: the seconds parsed, plus
+// the first three digits of the fraction.
+func rfc3339Millis(col string) string {
+	return `if(` + col + ` = '', toInt64(0), toInt64(toUInt32(parseDateTimeBestEffortOrZero(` + col + `))) * 1000 + toInt64OrZero(substring(concat(extract(` + col + `, '\\.(\\d+)'), '000'), 1, 3)))`
+}
+
+// storeViewDDL converts each record into a row of inference_events as
+// chstore's EventBatch does: times to the second and to the millisecond,
+// token counts below zero as 0, ITL as ingest.RowITL (the event's own, or
+// (E2E - TTFT) / (output - 1) for two output tokens or more), the status
+// name, ingested_at the time of the insert. 18.16 writes a view's block to
+// its table as it is, without computing the MATERIALIZED columns (group_hash,
+// migration 0006; ttft_estimated, 0023) as an INSERT does: the view computes
+// them with the migrations' expressions.
+func storeViewDDL(database string) string {
+	return `CREATE MATERIALIZED VIEW ` + database + `.` + KafkaEngineViewTable + `
+TO ` + database + `.inference_events
+AS SELECT
+    tenantId                                  AS tenant_id,
+    eventId                                   AS event_id,
+    requestId                                 AS request_id,
+    model,
+    modelVersion                              AS model_version,
+    deployment,
+    engine,
+    gpuType                                   AS gpu_type,
+    tensorParallelism                         AS tensor_parallelism,
+    node,
+    region,
+    toDateTime(intDiv(completed_at_ms, 1000)) AS completed_at,
+    ` + rfc3339Millis("completedAt") + ` AS completed_at_ms,
+    ` + rfc3339Millis("receivedAt") + ` AS received_at_ms,
+    toUInt64(greatest(promptTokens, 0))       AS prompt_tokens,
+    toUInt64(greatest(cachedPromptTokens, 0)) AS cached_prompt_tokens,
+    toUInt64(greatest(outputTokens, 0))       AS output_tokens,
+    ttftMs                                    AS ttft_ms,
+    e2eMs                                     AS e2e_ms,
+    queueMs                                   AS queue_ms,
+    prefillMs                                 AS prefill_ms,
+    if(isNotNull(itlMs), itlMs, if(outputTokens >= 2, (e2eMs - ttftMs) / (outputTokens - 1), NULL)) AS itl_ms,
+    toUInt8(isNotNull(itlMs))                 AS itl_measured,
+    if(status IN ('', 'STATUS_UNSPECIFIED'), 'ok', lower(replaceOne(status, 'STATUS_', ''))) AS status,
+    streaming,
+    sloClass                                  AS slo_class,
+    emptyArrayString()                        AS label_keys,
+    emptyArrayString()                        AS label_values,
+    now()                                     AS ingested_at,
+    toInt32(0)                                AS source_partition,
+    toInt64(0)                                AS source_offset,
+    cityHash64(tenant_id, model, model_version, deployment, gpu_type, slo_class) AS group_hash,
+    toUInt8(label_values[indexOf(label_keys, 'ttft_source')] = 'e2e') AS ttft_estimated
+FROM ` + database + `.` + KafkaEngineQueueTable
+}
+
+// storeIDsViewDDL records each record's id in event_ids as chstore's
+// InsertEvents does: key_hash is cityHash64(tenant_id '\0' event_id)
+// (sink.EventKey), fingerprint 0.
+func storeIDsViewDDL(database string) string {
+	return `CREATE MATERIALIZED VIEW ` + database + `.` + KafkaEngineIDsViewTable + `
+TO ` + database + `.event_ids
+AS SELECT
+    cityHash64(concat(tenantId, '\0', eventId)) AS key_hash,
+    tenantId                                    AS tenant_id,
+    eventId                                     AS event_id,
+    ` + rfc3339Millis("completedAt") + ` AS completed_at_ms,
+    toUInt64(0)                                 AS fingerprint,
+    now()                                       AS ingested_at,
+    toInt32(0)                                  AS source_partition,
+    toInt64(0)                                  AS source_offset
+FROM ` + database + `.` + KafkaEngineQueueTable
+}
+
+// storeHoursViewDDL records the hours of each block in dirty_hours with
+// dirty_hours_mv's query (migration 0003).
+func storeHoursViewDDL(database string) string {
+	return `CREATE MATERIALIZED VIEW ` + database + `.` + KafkaEngineHoursViewTable + `
+TO ` + database + `.dirty_hours
+AS SELECT DISTINCT toDateTime(intDiv(toUInt32(parseDateTimeBestEffortOrZero(completedAt)), 3600) * 3600) AS hour, now() AS ingested_at
+FROM ` + database + `.` + KafkaEngineQueueTable
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"tokenmeter/ingest"
+	"tokenmeter/ingest/sink"
+	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/adapter/devenv"
 	"tokenmeter/internal/testkit/chtest"
 	meterv1 "tokenmeter/proto/tokenmeter/v1"
@@ -41,6 +46,107 @@ func TestRunClickHouseKafkaEngine(t *testing.T) {
 		t.Errorf("loaded rows differ from those produced (-want +got):\n%s", cmp.Diff(want, got))
 	}
 	assertConsumerGone(t, srv.Addr(), db)
+}
+
+// TestRunClickHouseKafkaEngineStoreSchema checks that with WithStoreSchema
+// the engine fills tokenmeter's tables as meterd's store does: the same
+// records inserted by chstore into one database and by the engine into
+// another give the same rows of inference_events (every column but the
+// labels, which 18.16 cannot read from JSON, and the ingestion time and
+// source), the same rows of event_ids and the same dirty hours.
+func TestRunClickHouseKafkaEngineStoreSchema(t *testing.T) {
+	srv := localServer(t)
+	broker := startBroker(t, "events")
+	values, _ := makeRecords(5_000)
+	produce(t, broker.Addr(), "events", values)
+
+	const engineDB, storeDB = "bench_kafka_engine_store", "bench_kafka_engine_chstore"
+	t.Cleanup(func() { dropDatabase(t, srv.Addr(), engineDB); dropDatabase(t, srv.Addr(), storeDB) })
+	migratedStore(t, srv.Addr(), engineDB)
+	store := migratedStore(t, srv.Addr(), storeDB)
+	b := &chstore.EventBatch{}
+	for i, v := range values {
+		ev := &meterv1.InferenceEvent{}
+		if err := protojson.Unmarshal(v, ev); err != nil {
+			t.Fatal(err)
+		}
+		b.Append(ev, ingest.ITL(ev), time.Now(), sink.Source{Offset: int64(i)})
+	}
+	if err := store.InsertEvents(t.Context(), b); err != nil {
+		t.Fatalf("insert with chstore: %v", err)
+	}
+
+	if _, err := RunClickHouseKafkaEngine(t.Context(), srv.Addr(), engineDB, broker.Addr(), "events", len(values), 2*time.Minute,
+		WithLogDir(filepath.Join(srv.Dir(), "log")), WithStoreSchema()); err != nil {
+		t.Fatalf("RunClickHouseKafkaEngine: %v", err)
+	}
+	assertConsumerGone(t, srv.Addr(), engineDB)
+	eventCols := []string{"tenant_id", "event_id", "request_id", "model", "model_version", "deployment",
+		"engine", "gpu_type", "tensor_parallelism", "node", "region", "completed_at", "completed_at_ms", "received_at_ms",
+		"prompt_tokens", "cached_prompt_tokens", "output_tokens", "ttft_ms", "e2e_ms", "queue_ms", "prefill_ms",
+		"itl_ms", "itl_measured", "status", "streaming", "slo_class", "group_hash", "ttft_estimated"}
+	idCols := []string{"key_hash", "tenant_id", "event_id", "completed_at_ms"}
+	for _, q := range []struct {
+		table, order string
+		cols         []string
+	}{
+		{"inference_events", "tenant_id, event_id", eventCols},
+		{"event_ids", "key_hash, tenant_id, event_id", idCols},
+		{"dirty_hours", "hour", []string{"hour"}},
+	} {
+		want := tableRows(t, srv.Addr(), storeDB, q.table, q.order, q.cols)
+		got := tableRows(t, srv.Addr(), engineDB, q.table, q.order, q.cols)
+		if q.table == "dirty_hours" {
+			// One row per insert block and hour: compare the hours.
+			want, got = slices.Compact(want), slices.Compact(got)
+		}
+		if len(want) == 0 {
+			t.Fatalf("%s: chstore stored no rows", q.table)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s: the Kafka engine's rows differ from chstore's (-chstore +engine), columns %v:\n%s", q.table, q.cols, diff)
+		}
+	}
+}
+
+func migratedStore(t *testing.T, addr, db string) *chstore.Store {
+	t.Helper()
+	store, err := chstore.Open(chstore.Config{Addr: []string{addr}, Database: db}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if _, err := store.Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate %s: %v", db, err)
+	}
+	return store
+}
+
+// tableRows returns the rows of db.table, cols joined by '|' (NULL as \N),
+// in order.
+func tableRows(t *testing.T, addr, db, table, order string, cols []string) []string {
+	t.Helper()
+	exprs := make([]string, len(cols))
+	for i, c := range cols {
+		exprs[i] = "ifNull(toString(" + c + "), '\\N')"
+	}
+	rows, err := open(t, addr).Query(t.Context(), "SELECT arrayStringConcat(["+strings.Join(exprs, ", ")+"], '|') FROM "+db+"."+table+" ORDER BY "+order)
+	if err != nil {
+		t.Fatalf("read %s.%s: %v", db, table, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // TestRunClickHouseKafkaEngineStuck checks that a topic the engine cannot
@@ -294,8 +400,8 @@ func assertConsumerGone(tb testing.TB, addr, db string) {
 	tb.Helper()
 	conn := open(tb, addr)
 	var n uint64
-	if err := conn.QueryRow(tb.Context(), "SELECT count() FROM system.tables WHERE database = ? AND name IN (?, ?)",
-		db, KafkaEngineQueueTable, KafkaEngineViewTable).Scan(&n); err != nil {
+	if err := conn.QueryRow(tb.Context(), "SELECT count() FROM system.tables WHERE database = ? AND name IN (?, ?, ?, ?)",
+		db, KafkaEngineQueueTable, KafkaEngineViewTable, KafkaEngineIDsViewTable, KafkaEngineHoursViewTable).Scan(&n); err != nil {
 		tb.Fatalf("list tables: %v", err)
 	}
 	if n != 0 {
