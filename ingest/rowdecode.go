@@ -27,8 +27,10 @@ import (
 type RowDecoder struct {
 	limits Limits
 	strs   interner
-	ev     meterv1.InferenceEvent
-	gs     meterv1.GpuSample
+	// eventKeys and gpuKeys find the fields of JSON records by name.
+	eventKeys, gpuKeys keyOrder
+	ev                 meterv1.InferenceEvent
+	gs                 meterv1.GpuSample
 	// Fallbacks counts records the fast paths handed to the library
 	// decoders (for tests and benchmarks).
 	Fallbacks int
@@ -36,7 +38,12 @@ type RowDecoder struct {
 
 // NewRowDecoder returns a RowDecoder enforcing limits.MaxRecordBytes.
 func NewRowDecoder(limits Limits) *RowDecoder {
-	return &RowDecoder{limits: limits, strs: interner{maxLen: limits.MaxStringLen}}
+	return &RowDecoder{
+		limits:    limits,
+		strs:      interner{maxLen: limits.MaxStringLen},
+		eventKeys: newKeyOrder(eventFieldNumbers),
+		gpuKeys:   newKeyOrder(gpuFieldNumbers),
+	}
 }
 
 // DecodeEvent fills r from value, as Decoder.Decode then

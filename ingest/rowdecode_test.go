@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -540,6 +541,41 @@ func BenchmarkDecodePath(b *testing.B) {
 	}
 }
 
+// BenchmarkRowDecode measures RowDecoder alone (no validation, no batch):
+// the consumer's decode of one record straight from the fetched bytes.
+func BenchmarkRowDecode(b *testing.B) {
+	now := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
+	limits := DefaultLimits()
+	var events []*meterv1.InferenceEvent
+	for _, ev := range corpusEvents(b, 10_000) {
+		if limits.Validate(ev, now) == nil {
+			events = append(events, ev)
+		}
+	}
+	for _, enc := range []struct {
+		name, ct string
+		marshal  func(proto.Message) ([]byte, error)
+	}{{"json", ContentTypeJSON, protojson.Marshal}, {"protobuf", ContentTypeProtobuf, proto.Marshal}} {
+		values := make([][]byte, len(events))
+		for i, ev := range events {
+			values[i], _ = enc.marshal(ev)
+		}
+		b.Run(enc.name, func(b *testing.B) {
+			dec := NewRowDecoder(limits)
+			var row sink.EventRow
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if err := dec.DecodeEvent(&row, values[i%len(values)], enc.ct); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if dec.Fallbacks != 0 {
+				b.Fatalf("%d records fell back to the library decoder", dec.Fallbacks)
+			}
+		})
+	}
+}
+
 // TestRowDecoderInternsOnlyValidLengths: strings longer than MaxStringLen
 // (refused by validation) are not kept by the intern table, so a stream of
 // bad records cannot pin memory.
@@ -563,5 +599,77 @@ func TestRowDecoderInternsOnlyValidLengths(t *testing.T) {
 	}
 	if len(d.strs.m) != 1 { // "m"
 		t.Fatalf("the intern table holds %d strings, want only the model", len(d.strs.m))
+	}
+}
+
+// TestUTCTimestampMatchesTimeParse: the timestamp fast path reads what it
+// accepts to the instant time.Parse reads (and refuses what time.Parse
+// refuses), over calendar edges and malformed forms.
+func TestUTCTimestampMatchesTimeParse(t *testing.T) {
+	inputs := []string{
+		"2026-11-27T16:05:15Z", "2026-11-27T16:05:15.5Z", "2026-11-27T16:05:15.123456789Z",
+		"2026-11-27T16:05:15.1234567891Z", "2026-11-27T16:05:15.Z", "2026-11-27T16:05:15,5Z",
+		"2024-02-29T00:00:00Z", "2023-02-29T00:00:00Z", "2000-02-29T23:59:59Z", "1900-02-29T00:00:00Z",
+		"2026-04-31T00:00:00Z", "2026-12-31T23:59:59.999999999Z", "2026-13-01T00:00:00Z", "2026-00-10T00:00:00Z",
+		"2026-01-00T00:00:00Z", "2026-01-01T24:00:00Z", "2026-01-01T23:60:00Z", "2026-01-01T23:59:60Z",
+		"0000-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999999999Z",
+		"2026-01-01t00:00:00Z", "2026-01-01T00:00:00z", "2026-01-01T00:00:00+00:00", "2026-1-01T00:00:00Z",
+		"2026-01-01T00:00:0aZ", "+026-01-01T00:00:00Z", "2026-01-01T00:00:00.-1Z", "2026-01-01T00:00:00.1a2Z",
+		"2026-01-01 00:00:00Z", "2026-01-01T00:00:00", "",
+	}
+	for _, in := range inputs {
+		got, ok := utcTimestamp([]byte(in))
+		if !ok {
+			continue // time.Parse decides
+		}
+		want, err := time.Parse(time.RFC3339Nano, in)
+		if err != nil {
+			t.Errorf("utcTimestamp(%q) = %v, time.Parse refuses it: %v", in, got, err)
+			continue
+		}
+		if got.Seconds != want.Unix() || int(got.Nanos) != want.Nanosecond() {
+			t.Errorf("utcTimestamp(%q) = %d.%09d, time.Parse reads %d.%09d", in, got.Seconds, got.Nanos, want.Unix(), want.Nanosecond())
+		}
+	}
+	// Every second of a leap year's days and hours, at a few fractions.
+	for day := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC); day.Year() == 2024; day = day.Add(7*time.Hour + 13*time.Minute + 17*time.Second) {
+		for _, frac := range []string{"", ".1", ".000000001", ".987654321", ".5000"} {
+			in := day.Format("2006-01-02T15:04:05") + frac + "Z"
+			got, ok := utcTimestamp([]byte(in))
+			want, err := time.Parse(time.RFC3339Nano, in)
+			if !ok || err != nil || got.Seconds != want.Unix() || int(got.Nanos) != want.Nanosecond() {
+				t.Fatalf("utcTimestamp(%q) = %v, %v; time.Parse %v, %v", in, got, ok, want, err)
+			}
+		}
+	}
+}
+
+// TestExactDecimalMatchesParseFloat: the float fast path reads what it
+// accepts to ParseFloat's value, bit for bit.
+func TestExactDecimalMatchesParseFloat(t *testing.T) {
+	inputs := []string{"0", "-0", "0.0", "-0.0", "1", "12.5", "0.1", "0.3", "123456789012345", "1234567890123456",
+		"0.000000000000001", "0.0000000000000001", "99999999.9999999", "-17.25", "3.14159265358979", "1e5", "1.5E-3", ".5", "5.", "-", "1.2.3"}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 100_000 {
+		intDigits, fracDigits := rng.IntN(10), rng.IntN(10)
+		in := strconv.FormatUint(rng.Uint64N(uint64(math.Pow10(intDigits))+1), 10)
+		if fracDigits > 0 {
+			f := strconv.FormatUint(rng.Uint64N(uint64(math.Pow10(fracDigits))), 10)
+			in += "." + strings.Repeat("0", fracDigits-len(f)) + f
+		}
+		if rng.IntN(2) == 0 {
+			in = "-" + in
+		}
+		inputs = append(inputs, in)
+	}
+	for _, in := range inputs {
+		got, ok := exactDecimal([]byte(in))
+		if !ok {
+			continue
+		}
+		want, err := strconv.ParseFloat(in, 64)
+		if err != nil || math.Float64bits(got) != math.Float64bits(want) {
+			t.Errorf("exactDecimal(%q) = %v (%#x), ParseFloat %v (%#x), %v", in, got, math.Float64bits(got), want, math.Float64bits(want), err)
+		}
 	}
 }

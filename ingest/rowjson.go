@@ -169,8 +169,53 @@ func (s *jscan) float() (float64, bool) {
 	if !ok {
 		return 0, false
 	}
+	if v, ok := exactDecimal(raw); ok {
+		return v, true
+	}
 	v, err := strconv.ParseFloat(unsafeString(raw), 64)
 	return v, err == nil
+}
+
+// pow10 are the powers of ten a float64 holds exactly.
+var pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
+
+// exactDecimal reads a number of the form -?D+(.D+)? with at most 15
+// digits in all, without strconv: the digits as an integer and the power
+// of ten are both exact in a float64, so one division rounds correctly
+// (Clinger's fast path, the same that strconv.ParseFloat takes first),
+// and the result is ParseFloat's. false for any other form.
+func exactDecimal(b []byte) (float64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	var mant uint64
+	digits, frac := 0, -1
+	for i, c := range b {
+		switch {
+		case isDigit(c):
+			mant = mant*10 + uint64(c-'0')
+			digits++
+			if frac >= 0 {
+				frac++
+			}
+		case c == '.' && frac < 0 && i > 0:
+			frac = 0
+		default:
+			return 0, false
+		}
+	}
+	if digits == 0 || digits > 15 || frac == 0 {
+		return 0, false
+	}
+	v := float64(mant)
+	if frac > 0 {
+		v /= pow10[frac]
+	}
+	if neg {
+		v = -v
+	}
+	return v, true
 }
 
 func (s *jscan) boolean() (bool, bool) {
@@ -194,6 +239,9 @@ func (s *jscan) timestamp() (sink.Timestamp, bool) {
 	if !ok {
 		return sink.Timestamp{}, false
 	}
+	if ts, ok := utcTimestamp(raw); ok {
+		return ts, true
+	}
 	str := unsafeString(raw)
 	t, err := time.Parse(time.RFC3339Nano, str)
 	if err != nil {
@@ -209,6 +257,71 @@ func (s *jscan) timestamp() (sink.Timestamp, bool) {
 		}
 	}
 	return sink.Timestamp{Seconds: secs, Nanos: int32(t.Nanosecond()), Set: true}, true
+}
+
+// utcTimestamp reads the one form producers write,
+// YYYY-MM-DDTHH:MM:SS[.F{1,9}]Z, without time.Parse; false for any other
+// text (the caller then asks time.Parse). It accepts what time.Parse
+// accepts in that form, and reads it to the same instant.
+func utcTimestamp(b []byte) (sink.Timestamp, bool) {
+	const shortest = len("2006-01-02T15:04:05Z")
+	if len(b) < shortest || b[4] != '-' || b[7] != '-' || b[10] != 'T' || b[13] != ':' || b[16] != ':' || b[len(b)-1] != 'Z' {
+		return sink.Timestamp{}, false
+	}
+	num := func(i, n int) (int, bool) {
+		v := 0
+		for _, c := range b[i : i+n] {
+			if !isDigit(c) {
+				return 0, false
+			}
+			v = v*10 + int(c-'0')
+		}
+		return v, true
+	}
+	year, ok1 := num(0, 4)
+	month, ok2 := num(5, 2)
+	day, ok3 := num(8, 2)
+	hour, ok4 := num(11, 2)
+	minute, ok5 := num(14, 2)
+	sec, ok6 := num(17, 2)
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) ||
+		month < 1 || month > 12 || day < 1 || day > daysIn(month, year) || hour > 23 || minute > 59 || sec > 59 {
+		return sink.Timestamp{}, false
+	}
+	var nanos int
+	switch frac := b[19 : len(b)-1]; {
+	case len(frac) == 0:
+	case len(frac) < 2 || len(frac) > 10 || frac[0] != '.':
+		return sink.Timestamp{}, false
+	default:
+		v, ok := num(20, len(frac)-1)
+		if !ok {
+			return sink.Timestamp{}, false
+		}
+		for range 10 - len(frac) {
+			v *= 10
+		}
+		nanos = v
+	}
+	secs := time.Date(year, time.Month(month), day, hour, minute, sec, 0, time.UTC).Unix()
+	if secs < minTimestampSeconds || secs > maxTimestampSeconds {
+		return sink.Timestamp{}, false
+	}
+	return sink.Timestamp{Seconds: secs, Nanos: int32(nanos), Set: true}, true
+}
+
+// daysIn is the number of days of month in year (proleptic Gregorian).
+func daysIn(month, year int) int {
+	switch month {
+	case 2:
+		if year%4 == 0 && (year%100 != 0 || year%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
 }
 
 // The setters read the value at the scanner into dst, as protojson reads
@@ -253,7 +366,7 @@ func (s *jscan) setOptFloat(dst *sink.OptFloat) bool {
 // object reads a JSON object, calling field for each member with the scanner
 // at the value; it refuses a field number seen before (protojson refuses
 // duplicates, in either name form) and anything after the object.
-func (s *jscan) object(names map[string]int32, field func(num int32) bool) bool {
+func (s *jscan) object(keys *keyOrder, field func(num int32) bool) bool {
 	var seen uint64
 	if !s.expect('{') {
 		return false
@@ -261,12 +374,14 @@ func (s *jscan) object(names map[string]int32, field func(num int32) bool) bool 
 	if s.peek() == '}' {
 		s.i++
 	} else {
+		var prev int32
 		for {
 			key, ok := s.str()
 			if !ok {
 				return false
 			}
-			num, ok := names[string(key)]
+			num, ok := keys.lookup(prev, key)
+			prev = num
 			if !ok || num >= 64 || seen&(1<<num) != 0 {
 				return false
 			}
@@ -290,6 +405,47 @@ func (s *jscan) object(names map[string]int32, field func(num int32) bool) bool 
 	return s.i == len(s.b)
 }
 
+// keyOrder finds the field number of a member by its name. Producers
+// write the members of their records in one order, so it first compares
+// the name with the one that followed the previous member last time, and
+// hashes for the map only when they differ.
+type keyOrder struct {
+	names map[string]orderedKey // both JSON names of each field
+	// next is, by the field number of a member (0: the start of the
+	// object), the member that followed it last time.
+	next [64]orderedKey
+}
+
+type orderedKey struct {
+	name string
+	num  int32
+}
+
+func newKeyOrder(numbers map[string]int32) keyOrder {
+	o := keyOrder{names: make(map[string]orderedKey, len(numbers))}
+	for name, num := range numbers {
+		o.names[name] = orderedKey{name: name, num: num}
+	}
+	return o
+}
+
+// lookup returns the field number of key, the member after the one of
+// field number prev (0 for the first member).
+func (o *keyOrder) lookup(prev int32, key []byte) (int32, bool) {
+	if uint32(prev) >= uint32(len(o.next)) {
+		e, ok := o.names[string(key)]
+		return e.num, ok
+	}
+	if e := o.next[prev]; len(e.name) == len(key) && e.name == string(key) {
+		return e.num, true
+	}
+	e, ok := o.names[string(key)]
+	if ok {
+		o.next[prev] = e
+	}
+	return e.num, ok
+}
+
 // maxFastLabels bounds the labels the fast path reads (each is checked for
 // a duplicate against those before it); more go to protojson, and
 // validation refuses them anyway.
@@ -297,7 +453,7 @@ const maxFastLabels = 64
 
 func (d *RowDecoder) jsonEvent(r *sink.EventRow, b []byte) bool {
 	s := jscan{b: b}
-	return s.object(eventFieldNumbers, func(num int32) bool {
+	return s.object(&d.eventKeys, func(num int32) bool {
 		var ok bool
 		str := func(dst *string, intern bool) bool { return s.setStr(d, dst, intern) }
 		switch num {
@@ -411,7 +567,7 @@ func (d *RowDecoder) jsonLabels(r *sink.EventRow, s *jscan) bool {
 
 func (d *RowDecoder) jsonGPU(r *sink.GPURow, b []byte) bool {
 	s := jscan{b: b}
-	return s.object(gpuFieldNumbers, func(num int32) bool {
+	return s.object(&d.gpuKeys, func(num int32) bool {
 		var ok bool
 		str := func(dst *string, intern bool) bool { return s.setStr(d, dst, intern) }
 		switch num {
