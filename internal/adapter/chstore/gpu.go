@@ -141,15 +141,6 @@ func (s *Store) InsertGPUSamples(ctx context.Context, batch sink.GPUBatch) error
 	return s.sendColumns(s.ingestContext(ctx), "insert GPU samples batch", InsertGPUSamplesSQL, gpuColumns, b.columns())
 }
 
-// sendColumns sends one columnar INSERT.
-func (s *Store) sendColumns(ctx context.Context, what, insert string, names []string, cols []any) error {
-	return s.sendBlocks(ctx, what, insert, names, func() ([]any, error) {
-		c := cols
-		cols = nil
-		return c, nil
-	})
-}
-
 // sendBlocks sends one columnar INSERT in blocks: next returns the columns
 // of each block in turn, then nil; an error from next abandons the INSERT.
 // The driver's column buffers are reused from block to block, so a large

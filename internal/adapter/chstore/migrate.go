@@ -205,6 +205,8 @@ func (s *Store) recordedElsewhere(ctx context.Context, version int) (bool, error
 
 // apply runs the statements of migration m in the store's mode.
 func (s *Store) apply(ctx context.Context, m Migration) error {
+	// A prepared insert names the columns of the table as it was.
+	defer s.inserts.forget()
 	stmts, err := s.statements(m.Version, m.Statements...)
 	if err != nil {
 		return err

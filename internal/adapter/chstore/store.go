@@ -118,6 +118,8 @@ type Store struct {
 	// usageCostChunk bounds the rows of one query of EachUsageCost;
 	// usageCostChunkRows when zero (tests set it).
 	usageCostChunk int
+	// inserts are the prepared batches of the ingest inserts (insert.go).
+	inserts insertCache
 }
 
 // Open connects to ClickHouse and makes sure the database exists. It does not
