@@ -63,11 +63,14 @@ func decodeRecord(m proto.Message, kind string, value []byte, contentType string
 	return nil
 }
 
-// headerValue returns the value of the first header named key (case-insensitive).
+// headerValue returns the value of the first header named key
+// (case-insensitive). The string shares the header's bytes, which nothing
+// writes to (kafka-go gives each message its own), instead of a copy per
+// record.
 func headerValue(headers []kafka.Header, key string) string {
 	for _, h := range headers {
 		if strings.EqualFold(h.Key, key) {
-			return string(h.Value)
+			return unsafeString(h.Value)
 		}
 	}
 	return ""
@@ -76,7 +79,11 @@ func headerValue(headers []kafka.Header, key string) string {
 // recordIsJSON decides a record's encoding: its content-type header, else a
 // leading '{' means JSON and anything else protobuf.
 func recordIsJSON(value []byte, contentType string) (bool, error) {
-	switch ct := strings.ToLower(strings.TrimSpace(strings.SplitN(contentType, ";", 2)[0])); ct {
+	if contentType == ContentTypeJSON { // the usual header, as producers write it
+		return true, nil
+	}
+	mediaType, _, _ := strings.Cut(contentType, ";")
+	switch ct := strings.ToLower(strings.TrimSpace(mediaType)); ct {
 	case ContentTypeJSON:
 		return true, nil
 	case ContentTypeProtobuf, "application/protobuf", "application/vnd.google.protobuf":
