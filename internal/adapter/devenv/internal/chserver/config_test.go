@@ -63,13 +63,15 @@ func TestConfigXML(t *testing.T) {
 }
 
 // TestConfigXMLLean: a Lean server (meterd --dev) gets small caches and
-// ZSTD; the tests' and benchmarks' servers keep their larger mark cache and
-// ClickHouse's LZ4; both delete replaced parts after 1 s.
+// ZSTD for every part; the tests' and benchmarks' servers keep their larger
+// mark cache and ZSTD only for merged parts of 10 MiB or more (LZ4 for
+// inserts); both delete replaced parts after 1 s.
 func TestConfigXMLLean(t *testing.T) {
 	type parsed struct {
 		MarkCache         int64  `xml:"mark_cache_size"`
 		UncompressedCache *int64 `xml:"uncompressed_cache_size"`
 		Compression       string `xml:"compression>case>method"`
+		MinPartSize       int64  `xml:"compression>case>min_part_size"`
 		OldPartsLifetime  int    `xml:"merge_tree>old_parts_lifetime"`
 	}
 	zero := int64(0)
@@ -78,7 +80,7 @@ func TestConfigXMLLean(t *testing.T) {
 		want parsed
 	}{
 		{lean: true, want: parsed{MarkCache: 64 << 20, UncompressedCache: &zero, Compression: "zstd", OldPartsLifetime: 1}},
-		{lean: false, want: parsed{MarkCache: 256 << 20, OldPartsLifetime: 1}},
+		{lean: false, want: parsed{MarkCache: 256 << 20, Compression: "zstd", MinPartSize: 10 << 20, OldPartsLifetime: 1}},
 	} {
 		b, err := configXML("/tmp/ch", ports{TCP: 1, HTTP: 2}, security{}, tt.lean)
 		if err != nil {

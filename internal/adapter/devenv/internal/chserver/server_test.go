@@ -403,3 +403,60 @@ func TestInactivePartsDeleted(t *testing.T) {
 		t.Errorf("got %d rows, want at least 30", got)
 	}
 }
+
+// TestMergedPartsZSTD: the tests' and benchmarks' servers (not Lean) write
+// INSERTed parts and small merged ones with LZ4 and merged parts of 10 MiB
+// or more with ZSTD (docs/operations.md, "ClickHouse settings for
+// production"). The method is the byte after the 16-byte checksum of a
+// column file's first compressed block: 0x82 LZ4, 0x90 ZSTD.
+func TestMergedPartsZSTD(t *testing.T) {
+	chtest.RequireLocal(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	srv := start(t, dir)
+	conn := open(t, srv.Addr())
+	defer conn.Close()
+	method := func(table string) byte {
+		t.Helper()
+		var part string
+		if err := conn.QueryRow(ctx, "SELECT name FROM system.parts WHERE active AND database = 'default' AND table = ? ORDER BY modification_time DESC LIMIT 1", table).Scan(&part); err != nil {
+			t.Fatalf("active part of %s: %v", table, err)
+		}
+		f, err := os.Open(filepath.Join(dir, "data", "data", "default", table, part, "v.bin"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		head := make([]byte, 17)
+		if _, err := io.ReadFull(f, head); err != nil {
+			t.Fatal(err)
+		}
+		return head[16]
+	}
+	const lz4, zstd = 0x82, 0x90
+	// v is 8 incompressible bytes a row: two INSERTs of 1M rows make two
+	// parts of 8 MB each, merged into one of 16 MB.
+	for _, tt := range []struct {
+		table      string
+		rows       int
+		wantMerged byte
+	}{
+		{"big", 1_000_000, zstd},
+		{"small", 1_000, lz4},
+	} {
+		execSQL(t, srv.Addr(), "CREATE TABLE default."+tt.table+" (k UInt64, v UInt64) ENGINE = MergeTree ORDER BY k")
+		for i := range 2 {
+			execSQL(t, srv.Addr(), fmt.Sprintf("INSERT INTO default.%s (k, v) SELECT number, sipHash64(number) FROM system.numbers LIMIT %d OFFSET %d", tt.table, tt.rows, i*tt.rows))
+			if got := method(tt.table); got != lz4 {
+				t.Errorf("%s: INSERTed part compressed with method 0x%x, want LZ4 (0x%x)", tt.table, got, lz4)
+			}
+		}
+		execSQL(t, srv.Addr(), "OPTIMIZE TABLE default."+tt.table+" FINAL")
+		if n := count(t, srv.Addr(), "system.parts WHERE active AND database = 'default' AND table = '"+tt.table+"'"); n != 1 {
+			t.Fatalf("%s: %d active parts after OPTIMIZE FINAL, want 1", tt.table, n)
+		}
+		if got := method(tt.table); got != tt.wantMerged {
+			t.Errorf("%s: merged part compressed with method 0x%x, want 0x%x", tt.table, got, tt.wantMerged)
+		}
+	}
+}
