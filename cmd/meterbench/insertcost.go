@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -165,17 +166,23 @@ func insertCost(ctx context.Context, bch *benchClickHouse, db string, v insertVa
 		return 0, 0, err
 	}
 	m := newCPUMeter(bch.pid)
+	var lookups time.Duration
 	for _, b := range batches {
 		if !v.noLookup {
+			m0 := newCPUMeter(bch.pid)
 			if _, err := store.StoredEvents(ctx, b.KeyHashes()); err != nil {
 				return 0, 0, err
 			}
+			lookups += m0.lap().cpu[1]
 		}
 		if err := store.InsertEvents(ctx, b); err != nil {
 			return 0, 0, err
 		}
 	}
 	inserts = m.lap().cpu[1]
+	if lookups > 0 {
+		fmt.Fprintf(os.Stderr, "meterbench: %s: ClickHouse CPU during the event id lookups %.2f µs per event\n", v.name, lookups.Seconds()*1e6/float64(len(evs)))
+	}
 	if err := waitMerges(ctx, conn, db, settle); err != nil {
 		return 0, 0, err
 	}

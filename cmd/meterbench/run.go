@@ -44,7 +44,9 @@ type config struct {
 	rate        int
 	latencyDur  time.Duration
 	batch       int
+	batchWait   time.Duration
 	skipCHK     bool
+	narrowCHK   bool
 	compression string
 	profileDir  string
 }
@@ -85,8 +87,10 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	fs.IntVar(&cfg.rate, "latency-rate", 10_000, "events/s of the latency run")
 	fs.DurationVar(&cfg.latencyDur, "latency-duration", 20*time.Second, "length of the latency run")
 	fs.IntVar(&cfg.batch, "batch-size", 20_000, "meterd --batch-size and the raw insert batch")
+	fs.DurationVar(&cfg.batchWait, "batch-timeout", 500*time.Millisecond, "meterd --batch-timeout: below batch-size / batch-timeout events/s meterd's INSERTs are smaller than --batch-size")
 	fs.StringVar(&cfg.compression, "clickhouse-compression", "none", "compression of meterd's and the raw insert's ClickHouse connection (loopback: none)")
 	fs.BoolVar(&cfg.skipCHK, "skip-clickhouse-kafka", false, "skip ClickHouse's Kafka engine run")
+	fs.BoolVar(&cfg.narrowCHK, "clickhouse-kafka-narrow", false, "also run the Kafka engine into a narrow table (11 columns, no views, as before issue 34), for reference")
 	fs.StringVar(&cfg.profileDir, "meterd-profile", "", "write a CPU profile of meterd (--pprof) over each pipeline run's first 5 s to this folder")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -188,6 +192,18 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 			r.line("(e) ClickHouse Kafka engine (JSONEachRow + views), JSON records, meterd's schema", res.rate)
 			r.cpuLine(res, cfg.events)
 		}
+		if cfg.narrowCHK {
+			progress("(e') ClickHouse Kafka table engine, JSON records, narrow table")
+			chPids := processesUnder(ch.Dir())
+			chBefore, benchBefore := cpuOf(chPids), cpuOf([]int{os.Getpid()})
+			elapsed, err := bench.RunClickHouseKafkaEngine(ctx, ch.Addr(), "bench_chkafka_narrow", broker.Addr(), "bench.json", cfg.events, 10*time.Minute, bench.WithLogDir(filepath.Join(ch.Dir(), "log")))
+			if err != nil {
+				r.printf("(e') ClickHouse Kafka engine, narrow table: did not complete: %v\n", err)
+			} else {
+				r.line("(e') ClickHouse Kafka engine, JSON records, narrow table (11 columns, no views)", float64(cfg.events)/elapsed.Seconds())
+				r.cpuLine(pipeResult{chCPU: cpuOf(chPids) - chBefore, benchCPU: cpuOf([]int{os.Getpid()}) - benchBefore}, cfg.events)
+			}
+		}
 	}
 	r.summary(cfg.events, pipe, pipeJSON, engine)
 	return nil
@@ -208,15 +224,23 @@ func kafkaEngine(ctx context.Context, cfg config, chAddr, chDir, brokerAddr, top
 	if err != nil {
 		return pipeResult{}, fmt.Errorf("create the schema of %s: %w", db, err)
 	}
+	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{chAddr}})
+	if err != nil {
+		return pipeResult{}, err
+	}
+	defer conn.Close()
 	chPids := processesUnder(chDir)
+	i0, r0, m0 := chEvents(ctx, conn)
 	chBefore, benchBefore := cpuOf(chPids), cpuOf([]int{os.Getpid()})
 	elapsed, err := bench.RunClickHouseKafkaEngine(ctx, chAddr, db, brokerAddr, topic, cfg.events, 10*time.Minute,
 		bench.WithLogDir(filepath.Join(chDir, "log")), bench.WithStoreSchema())
 	if err != nil {
 		return pipeResult{}, err
 	}
-	return pipeResult{rate: float64(cfg.events) / elapsed.Seconds(),
-		chCPU: cpuOf(chPids) - chBefore, benchCPU: cpuOf([]int{os.Getpid()}) - benchBefore}, nil
+	res := pipeResult{rate: float64(cfg.events) / elapsed.Seconds(),
+		chCPU: cpuOf(chPids) - chBefore, benchCPU: cpuOf([]int{os.Getpid()}) - benchBefore}
+	res.countersSince(ctx, conn, i0, r0, m0)
+	return res, nil
 }
 
 // Targets of the ingest report (issue 34).
@@ -267,8 +291,8 @@ func (r *report) line(what string, rate float64) {
 func (r *report) header(cfg config) {
 	host, _ := os.Hostname()
 	r.printf("tokenmeter ingest benchmark — %s, %d CPUs, %s\n", host, runtime.NumCPU(), time.Now().UTC().Format(time.RFC3339))
-	r.printf("%d events per run, %d partitions, meterd --batch-size %d --clickhouse-compression %s (default heap limit 256 MiB)\n\n",
-		cfg.events, cfg.partitions, cfg.batch, cfg.compression)
+	r.printf("%d events per run, %d partitions, meterd --batch-size %d --batch-timeout %s --clickhouse-compression %s (default heap limit 256 MiB)\n\n",
+		cfg.events, cfg.partitions, cfg.batch, cfg.batchWait, cfg.compression)
 }
 
 // generate builds the synthetic events and their protobuf and JSON records.
@@ -376,6 +400,41 @@ type pipeResult struct {
 	// CPU per event: meterd's, ClickHouse's, and this process's (the
 	// in-process broker serving the fetches, and the row counting).
 	meterdCPU, chCPU, benchCPU time.Duration
+	// ClickHouse's counters over the run (system.events): INSERT
+	// statements, the rows they inserted and the rows merges wrote.
+	inserts, insertedRows, mergedRows uint64
+}
+
+// chEvents reads ClickHouse's cumulative counters that cpuLine reports.
+func chEvents(ctx context.Context, conn driver.Conn) (inserts, insertedRows, mergedRows uint64) {
+	rows, err := conn.Query(ctx, "SELECT event, value FROM system.events WHERE event IN ('InsertQuery', 'InsertedRows', 'MergedRows')")
+	if err != nil {
+		return 0, 0, 0
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var v uint64
+		if rows.Scan(&name, &v) != nil {
+			continue
+		}
+		switch name {
+		case "InsertQuery":
+			inserts = v
+		case "InsertedRows":
+			insertedRows = v
+		case "MergedRows":
+			mergedRows = v
+		}
+	}
+	return inserts, insertedRows, mergedRows
+}
+
+// countersSince sets res's counters to what ClickHouse counted since
+// before (chEvents' values then).
+func (res *pipeResult) countersSince(ctx context.Context, conn driver.Conn, i0, r0, m0 uint64) {
+	i1, r1, m1 := chEvents(ctx, conn)
+	res.inserts, res.insertedRows, res.mergedRows = i1-i0, r1-r0, m1-m0
 }
 
 // cpuLine prints where the CPU of a pipeline run went, per event.
@@ -383,6 +442,12 @@ func (r *report) cpuLine(res pipeResult, n int) {
 	per := func(d time.Duration) float64 { return d.Seconds() * 1e6 / float64(n) }
 	r.printf("    CPU per event: meterd %.1f µs, ClickHouse %.1f µs, broker (meterbench) %.1f µs\n",
 		per(res.meterdCPU), per(res.chCPU), per(res.benchCPU))
+	if res.inserts > 0 {
+		r.printf("    ClickHouse: %d INSERT statements, %.0f rows each on average; merges wrote %.2f rows per event\n",
+			res.inserts, float64(res.insertedRows)/float64(res.inserts), float64(res.mergedRows)/float64(n))
+	} else if res.mergedRows > 0 {
+		r.printf("    ClickHouse: merges wrote %.2f rows per event\n", float64(res.mergedRows)/float64(n))
+	}
 }
 
 // startMeterd runs the meterd binary with the ingest role on topic.
@@ -390,7 +455,7 @@ func startMeterd(ctx context.Context, cfg config, chAddr, brokerAddr, topic, db 
 	httpAddr := freeAddr()
 	args := []string{"--role", "ingest", "--clickhouse", chAddr, "--clickhouse-database", db,
 		"--kafka-brokers", brokerAddr, "--events-topic", topic, "--group-id", "bench-" + db,
-		"--http-addr", httpAddr, "--grpc-addr", freeAddr(), "--batch-size", strconv.Itoa(cfg.batch), "--log-level", "warn", "--clickhouse-compression", cfg.compression}
+		"--http-addr", httpAddr, "--grpc-addr", freeAddr(), "--batch-size", strconv.Itoa(cfg.batch), "--batch-timeout", cfg.batchWait.String(), "--log-level", "warn", "--clickhouse-compression", cfg.compression}
 	if cfg.profileDir != "" {
 		args = append(args, "--pprof")
 		go profileMeterd(ctx, httpAddr, filepath.Join(cfg.profileDir, db+".pprof"))
@@ -429,6 +494,7 @@ func pipeline(ctx context.Context, cfg config, chAddr, chDir, brokerAddr, topic,
 		return pipeResult{}, fmt.Errorf("create the schema of %s: %w", db, err)
 	}
 	chPids := processesUnder(chDir)
+	i0, r0, m0 := chEvents(ctx, conn)
 	chBefore, benchBefore := cpuOf(chPids), cpuOf([]int{os.Getpid()})
 	start := time.Now()
 	cmd, stop, err := startMeterd(ctx, cfg, chAddr, brokerAddr, topic, db)
@@ -447,6 +513,7 @@ func pipeline(ctx context.Context, cfg config, chAddr, chDir, brokerAddr, topic,
 			res.rate = float64(n) / time.Since(start).Seconds()
 			res.meterdCPU = cpuOf([]int{cmd.Process.Pid})
 			res.chCPU, res.benchCPU = cpuOf(chPids)-chBefore, cpuOf([]int{os.Getpid()})-benchBefore
+			res.countersSince(ctx, conn, i0, r0, m0)
 			return res, nil
 		}
 		if cmd.ProcessState != nil {
