@@ -3,6 +3,7 @@ package chstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -79,6 +80,9 @@ type EventBatch struct {
 	// EventRow.Fingerprint: the event id index's columns (event_ids).
 	keyHash, fingerprint []uint64
 	scratch              []byte
+	// labels holds the rows' label_keys and label_values slices, one
+	// allocation for many rows (labelColumns).
+	labels []string
 }
 
 // Len is the number of rows in the batch.
@@ -98,7 +102,15 @@ func (b *EventBatch) Reset() {
 		labelKeys: b.labelKeys[:0], labelValues: b.labelValues[:0],
 		ingestedAt: b.ingestedAt[:0], partition: b.partition[:0], offset: b.offset[:0],
 		keyHash: b.keyHash[:0], fingerprint: b.fingerprint[:0],
+		scratch: b.scratch, labels: resetStrings(b.labels),
 	}
+}
+
+// resetStrings empties s, keeping its memory but not the strings (which
+// may hold the memory of the records they were decoded from).
+func resetStrings(s []string) []string {
+	clear(s)
+	return s[:0]
 }
 
 // Append adds one event, which the caller has validated, with its ITL.
@@ -151,7 +163,7 @@ func (b *EventBatch) AppendKeyedRow(r *sink.EventRow, itl sink.ITL, ingestedAt t
 	b.status = append(b.status, StatusName(meterv1.Status(r.Status)))
 	b.streaming = append(b.streaming, boolByte(r.Streaming))
 	b.sloClass = append(b.sloClass, r.SLOClass)
-	keys, values := labelColumns(r.Labels)
+	keys, values := b.labelColumns(r.Labels)
 	b.labelKeys = append(b.labelKeys, keys)
 	b.labelValues = append(b.labelValues, values)
 	b.ingestedAt = append(b.ingestedAt, ingestedAt.Truncate(time.Second))
@@ -165,10 +177,11 @@ func unixMilli(t sink.Timestamp) int64 { return t.Seconds*1000 + int64(t.Nanos)/
 
 // nullFloats is a Nullable(Float64) column: values and validity. (clickhouse-go
 // ignores Valid in []sql.NullFloat64, so the insert sends []*float64 built
-// from these at the last moment, one allocation per column and batch.)
+// from these at the last moment, in p, which is reused.)
 type nullFloats struct {
 	v  []float64
 	ok []bool
+	p  []*float64
 }
 
 func (n *nullFloats) add(p *float64) {
@@ -183,17 +196,22 @@ func (n *nullFloats) addValue(v float64, ok bool) {
 	n.v, n.ok = append(n.v, v), append(n.ok, ok)
 }
 
-func (n nullFloats) reset() nullFloats { return nullFloats{v: n.v[:0], ok: n.ok[:0]} }
+func (n nullFloats) reset() nullFloats {
+	clear(n.p)
+	return nullFloats{v: n.v[:0], ok: n.ok[:0], p: n.p[:0]}
+}
 
-// ptrs points into n.v, which must not grow while the result is in use.
-func (n nullFloats) ptrs() []*float64 {
-	out := make([]*float64, len(n.v))
+// ptrs points into n.v, which must not grow while the result is in use;
+// the next call reuses the result's memory.
+func (n *nullFloats) ptrs() []*float64 {
+	n.p = slices.Grow(n.p[:0], len(n.v))[:len(n.v)]
 	for i := range n.v {
+		n.p[i] = nil
 		if n.ok[i] {
-			out[i] = &n.v[i]
+			n.p[i] = &n.v[i]
 		}
 	}
-	return out
+	return n.p
 }
 
 func boolByte(b bool) uint8 {
@@ -203,21 +221,27 @@ func boolByte(b bool) uint8 {
 	return 0
 }
 
-var emptyStrings = []string{}
-
 // labelColumns splits labels, sorted by key, into the label_keys and
 // label_values arrays of a row (sorted, so that duplicates of an event
-// store identical rows).
-func labelColumns(labels []sink.Label) (keys, values []string) {
-	if len(labels) == 0 {
-		return emptyStrings, emptyStrings
+// store identical rows): nil for none (so that the insert passes the
+// driver an empty array without allocating), else slices of b.labels.
+func (b *EventBatch) labelColumns(labels []sink.Label) (keys, values []string) {
+	n := len(labels)
+	if n == 0 {
+		return nil, nil
 	}
-	both := make([]string, 2*len(labels))
-	keys, values = both[:len(labels):len(labels)], both[len(labels):]
-	for i, l := range labels {
-		keys[i], values[i] = l.Key, l.Value
+	if cap(b.labels)-len(b.labels) < 2*n {
+		// A new block; the rows before keep the old one.
+		b.labels = make([]string, 0, max(2*cap(b.labels), 4096, 2*n))
 	}
-	return keys, values
+	start := len(b.labels)
+	for _, l := range labels {
+		b.labels = append(b.labels, l.Key)
+	}
+	for _, l := range labels {
+		b.labels = append(b.labels, l.Value)
+	}
+	return b.labels[start : start+n : start+n], b.labels[start+n : start+2*n : start+2*n]
 }
 
 func (b *EventBatch) columns() []any {

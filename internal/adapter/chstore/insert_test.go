@@ -186,3 +186,62 @@ func TestInsertEventsAllocations(t *testing.T) {
 		t.Errorf("an INSERT allocated %d bytes an event, want < 1000", per)
 	}
 }
+
+// TestEventBatchReuse: a batch reused after Reset (its label memory
+// shared by many rows and kept) and compacted by Keep gives back each
+// row's event as appended.
+func TestEventBatchReuse(t *testing.T) {
+	var b chstore.EventBatch
+	fill := func(from, to int) []*meterv1.InferenceEvent {
+		b.Reset()
+		var want []*meterv1.InferenceEvent
+		for i := from; i < to; i++ {
+			ev := insertTestEvent("t", i)
+			if i%5 == 0 {
+				ev.Labels = map[string]string{}
+				for j := range 300 + i%400 { // past the first block of labels (4096 strings)
+					ev.Labels[fmt.Sprintf("k%04d", j)] = fmt.Sprint(i, j)
+				}
+			}
+			var r sink.EventRow
+			r.FromProto(ev)
+			b.AppendRow(&r, ingest.RowITL(&r), time.Now(), sink.Source{})
+			want = append(want, ev)
+		}
+		return want
+	}
+	check := func(want []*meterv1.InferenceEvent) {
+		t.Helper()
+		if b.Len() != len(want) {
+			t.Fatalf("%d rows, want %d", b.Len(), len(want))
+		}
+		for i, ev := range want {
+			got := b.Event(i)
+			if len(got.Labels) != len(ev.Labels) {
+				t.Fatalf("row %d: %d labels, want %d", i, len(got.Labels), len(ev.Labels))
+			}
+			for k, v := range ev.Labels {
+				if got.Labels[k] != v {
+					t.Fatalf("row %d: label %s = %q, want %q", i, k, got.Labels[k], v)
+				}
+			}
+			if got.GetEventId() != ev.GetEventId() || got.GetOutputTokens() != ev.GetOutputTokens() || (got.TtftMs == nil) != (ev.TtftMs == nil) {
+				t.Fatalf("row %d: %v, want %v", i, got, ev)
+			}
+		}
+	}
+	check(fill(0, 40))
+	want := fill(100, 130)
+	check(want)
+	keep := make([]bool, len(want))
+	var kept []*meterv1.InferenceEvent
+	for i := range keep {
+		keep[i] = i%3 != 1
+		if keep[i] {
+			kept = append(kept, want[i])
+		}
+	}
+	b.Keep(keep)
+	check(kept)
+	check(fill(7, 12))
+}
