@@ -580,7 +580,32 @@ WHERE active AND database = 'bench_q' GROUP BY table ORDER BY b DESC`)
 	}
 	fmt.Fprintf(stdout, "  all tables               %9.1f MiB %20s %7.2f bytes/event (target <= 80); without the GPU sample tables %.2f\n",
 		mib(total), "", float64(total)/float64(events), float64(total-gpu)/float64(events))
+	if err := largestColumnsReport(ctx, stdout, conn, events); err != nil {
+		return err
+	}
 	return costColumnsReport(ctx, stdout, conn, events)
+}
+
+// largestColumnsReport prints the compressed bytes per event of the 30
+// largest columns over every table (system.columns, without marks): where
+// the bytes of "all tables" are (docs/performance.md, "Storage in issue 34").
+func largestColumnsReport(ctx context.Context, stdout io.Writer, conn driver.Conn, events uint64) error {
+	rows, err := conn.Query(ctx, `SELECT table, name, type, data_compressed_bytes FROM system.columns
+WHERE database = 'bench_q' ORDER BY data_compressed_bytes DESC LIMIT 30`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	fmt.Fprintf(stdout, "\nthe 30 largest columns (compressed, without marks):\n")
+	for rows.Next() {
+		var table, name, typ string
+		var b uint64
+		if err := rows.Scan(&table, &name, &typ, &b); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "  %-46s %-22s %9.2f MiB %7.3f bytes/event\n", table+"."+name, typ, mib(b), float64(b)/float64(events))
+	}
+	return rows.Err()
 }
 
 // costColumnsReport prints the compressed bytes per event of cost_hour's
