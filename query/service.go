@@ -254,16 +254,6 @@ func (s *Service) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, erro
 			return nil, err
 		}
 	}
-	// GetLatency's breakdown is a second read, often of another table
-	// (rollup_hour's decode): run it beside this one, so that the answer
-	// waits for the slower of the two rather than for both.
-	var breakdown func() ([]RollupRow, error)
-	if q.Columns == LatencyBreakdownColumns && read.Level != LevelMinute {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel() // an error below stops the breakdown read
-		breakdown = s.startBreakdown(ctx, q)
-	}
 	if s.days && q.usesDays() {
 		if read.Days, err = rollup.FreshDays(ctx, s.src, q.Start, q.End); err != nil {
 			return nil, err
@@ -300,40 +290,23 @@ func (s *Service) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, erro
 		}
 		out = pageRollups(out, q.GroupBy, q.Offset, q.Limit)
 	}
-	if breakdown != nil {
-		extra, err := breakdown()
-		if err != nil {
+	if q.Columns == LatencyBreakdownColumns && read.Level != LevelMinute {
+		if err := s.addBreakdown(ctx, q, out); err != nil {
 			return nil, err
 		}
-		addBreakdown(out, extra)
 	}
 	return out, nil
 }
 
-// startBreakdown starts the read of the breakdown of the latency rows of q
-// (BreakdownColumns: prefill, decode and E2E per output-length class,
-// those kept at the level that answers q's grouping, RollupQuery.level)
-// and returns a function that waits for its rows.
-func (s *Service) startBreakdown(ctx context.Context, q RollupQuery) func() ([]RollupRow, error) {
+// addBreakdown sets the HourDists of the latency rows of q: prefill,
+// decode and E2E per output-length class, those kept at the level that
+// answers q's grouping (RollupQuery.level with BreakdownColumns).
+func (s *Service) addBreakdown(ctx context.Context, q RollupQuery, rows []RollupRow) error {
 	q.Columns = BreakdownColumns
-	type result struct {
-		rows []RollupRow
-		err  error
+	extra, err := s.Rollups(ctx, q)
+	if err != nil {
+		return err
 	}
-	done := make(chan result, 1)
-	go func() {
-		rows, err := s.Rollups(ctx, q)
-		done <- result{rows, err}
-	}()
-	return func() ([]RollupRow, error) {
-		r := <-done
-		return r.rows, r.err
-	}
-}
-
-// addBreakdown sets the HourDists of the latency rows from the rows of
-// their breakdown read (startBreakdown).
-func addBreakdown(rows, extra []RollupRow) {
 	byKey := make(map[string]map[string]Dist, len(extra))
 	for _, r := range extra {
 		byKey[sizeKey(r.Start, r.Group)] = r.HourDists
@@ -341,6 +314,7 @@ func addBreakdown(rows, extra []RollupRow) {
 	for i := range rows {
 		rows[i].HourDists = byKey[sizeKey(rows[i].Start, rows[i].Group)]
 	}
+	return nil
 }
 
 // latencySums adds the latency sums of the rows of one step and group in
