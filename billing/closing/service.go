@@ -681,13 +681,9 @@ func (s *Service) EachUsageCost(ctx context.Context, q UsageCostQuery, fn func(*
 	}
 	pricer := newUsageCostPricer(s, book, cq, width)
 	var out export.UsageCostRow
-	zones := map[string]billing.Period{} // tenant → the billing period of the last row
 	return s.d.Reads.EachUsageCost(ctx, cq, func(r *query.UsageCostRow) error {
-		p, ok := zones[r.Tenant]
-		if !ok || !p.Contains(r.Start) {
-			p = billing.PeriodOf(r.Start, s.Zone(r.Tenant))
-			zones[r.Tenant] = p
-		}
+		t := pricer.tenantOf(r) // the tenant's billing period, cached
+		p := &t.p
 		out = export.UsageCostRow{
 			ChargePeriodStart: r.Start, ChargePeriodEnd: r.Start.Add(width),
 			BillingPeriod: p.Key, BillingPeriodStart: p.Start.UTC(), BillingPeriodEnd: p.End.UTC(),
@@ -696,11 +692,11 @@ func (s *Service) EachUsageCost(ctx context.Context, q UsageCostQuery, fn func(*
 			Currency: book.Currency, ListCharge: billing.Money(r.ListCharge), AllocatedCost: billing.Money(r.CostNanos),
 			PriceBook: strings.Join(r.PriceVersions, " "),
 		}
-		if price, ok := book.TokenPrice(r.Model, r.Start); ok {
-			out.InputPer1M, out.CachedInputPer1M, out.OutputPer1M = price.InputPer1M, price.CachedInputPer1M, price.OutputPer1M
-			out.PriceID = price.ID()
+		if price := pricer.inForcePrice(r.Model, r.Start); price != nil { // cached: the model's price and its id
+			out.InputPer1M, out.CachedInputPer1M, out.OutputPer1M = price.price.InputPer1M, price.price.CachedInputPer1M, price.price.OutputPer1M
+			out.PriceID = price.id
 		}
-		return pricer.emit(ctx, r, &out, fn)
+		return pricer.emitFor(ctx, t, r, &out, fn)
 	})
 }
 

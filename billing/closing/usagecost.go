@@ -37,18 +37,37 @@ type usageCostPricer struct {
 	books   map[string]*billing.PriceBook // version → book
 	usage   map[pieceKey]map[[2]string]query.UsageRow
 	cost    map[pieceKey]map[[2]string]int64
-	// The fast path's caches: each tenant's period of its last row, and
-	// each book's price change instants by model.
-	periods map[string]billing.Period
-	changes map[*billing.PriceBook]map[string][]time.Time
-	// price's caches: each book's version and each model's prices in it.
-	versions map[*billing.PriceBook]string
-	prices   map[bookModel][]pricedAt
+	// The fast path's caches: each tenant's period of its last row and the
+	// book pricing it, and per book its version and each model's prices
+	// and price change instants.
+	tenants map[string]*tenantPeriod
+	bookSt  map[*billing.PriceBook]*bookState
 }
 
-type bookModel struct {
-	book  *billing.PriceBook
-	model string
+// tenantPeriod is a tenant's billing period of its last row, and the book
+// that prices it (nil until a row needs it).
+type tenantPeriod struct {
+	p    billing.Period
+	book *bookState
+}
+
+// bookState caches what pricing a row reads of a book.
+type bookState struct {
+	book    *billing.PriceBook
+	version string // "" until price needs it
+	models  map[string]*modelPrices
+}
+
+// modelPrices are one model's token prices in a book (with their ids),
+// its price change instants, and the last price looked up by at with the
+// instants it holds for, [from, until).
+type modelPrices struct {
+	prices      []pricedAt
+	changes     []time.Time
+	from, until time.Time
+	bounded     [2]bool // from, until set (else unbounded)
+	last        int     // index in prices of the last lookup's answer, -1: none
+	looked      bool
 }
 
 // pricedAt is a token price of a book and its id, from its EffectiveFrom.
@@ -64,8 +83,7 @@ type pieceKey struct {
 
 func newUsageCostPricer(s *Service, inForce *billing.PriceBook, cq query.CostQuery, width time.Duration) *usageCostPricer {
 	return &usageCostPricer{s: s, inForce: inForce, cq: cq, width: width, closed: map[string]map[string]string{}, books: map[string]*billing.PriceBook{},
-		periods: map[string]billing.Period{}, changes: map[*billing.PriceBook]map[string][]time.Time{},
-		versions: map[*billing.PriceBook]string{}, prices: map[bookModel][]pricedAt{},
+		tenants: map[string]*tenantPeriod{}, bookSt: map[*billing.PriceBook]*bookState{},
 		usage: map[pieceKey]map[[2]string]query.UsageRow{}, cost: map[pieceKey]map[[2]string]int64{}}
 }
 
@@ -145,18 +163,36 @@ func (x *usageCostPricer) pieces(ctx context.Context, tenant, model string, star
 	return out, nil
 }
 
-// changesInside reports whether model's price in book changes inside
-// (start, end).
-func (x *usageCostPricer) changesInside(book *billing.PriceBook, model string, start, end time.Time) bool {
-	byModel, ok := x.changes[book]
+// state is book's cache.
+func (x *usageCostPricer) state(book *billing.PriceBook) *bookState {
+	bs, ok := x.bookSt[book]
 	if !ok {
-		byModel = map[string][]time.Time{}
-		for _, tp := range book.TokenPrices {
-			byModel[tp.Model] = append(byModel[tp.Model], tp.EffectiveFrom)
-		}
-		x.changes[book] = byModel
+		bs = &bookState{book: book, models: map[string]*modelPrices{}}
+		x.bookSt[book] = bs
 	}
-	for _, at := range byModel[model] {
+	return bs
+}
+
+// model is model's prices in the book.
+func (bs *bookState) model(model string) *modelPrices {
+	mp, ok := bs.models[model]
+	if !ok {
+		mp = &modelPrices{last: -1}
+		for _, tp := range bs.book.TokenPrices {
+			if tp.Model == model {
+				mp.prices = append(mp.prices, pricedAt{price: tp, id: tp.ID()})
+				mp.changes = append(mp.changes, tp.EffectiveFrom)
+			}
+		}
+		bs.models[model] = mp
+	}
+	return mp
+}
+
+// changesInside reports whether the model's price changes inside
+// (start, end).
+func (mp *modelPrices) changesInside(start, end time.Time) bool {
+	for _, at := range mp.changes {
 		if at.After(start) && at.Before(end) {
 			return true
 		}
@@ -164,28 +200,84 @@ func (x *usageCostPricer) changesInside(book *billing.PriceBook, model string, s
 	return false
 }
 
+// at is the model's price at t as PriceBook.TokenPrice answers (the latest
+// EffectiveFrom not after t; of equal ones the first), nil when none: the
+// last answer while t stays in the instants it holds for.
+func (mp *modelPrices) at(t time.Time) *pricedAt {
+	if mp.looked && (!mp.bounded[0] || !t.Before(mp.from)) && (!mp.bounded[1] || t.Before(mp.until)) {
+		if mp.last < 0 {
+			return nil
+		}
+		return &mp.prices[mp.last]
+	}
+	best := -1
+	for i := range mp.prices {
+		if !mp.prices[i].price.EffectiveFrom.After(t) && (best < 0 || mp.prices[i].price.EffectiveFrom.After(mp.prices[best].price.EffectiveFrom)) {
+			best = i
+		}
+	}
+	// The answer holds from its EffectiveFrom (from the start of time when
+	// none) until the next EffectiveFrom after t.
+	mp.looked, mp.last, mp.bounded = true, best, [2]bool{best >= 0, false}
+	if best >= 0 {
+		mp.from = mp.prices[best].price.EffectiveFrom
+	}
+	for _, at := range mp.changes {
+		if at.After(t) && (!mp.bounded[1] || at.Before(mp.until)) {
+			mp.until, mp.bounded[1] = at, true
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	return &mp.prices[best]
+}
+
+// tenantOf is r's tenant's billing period of r's start (the last row's,
+// while it holds r).
+func (x *usageCostPricer) tenantOf(r *query.UsageCostRow) *tenantPeriod {
+	t, ok := x.tenants[r.Tenant]
+	if !ok {
+		t = &tenantPeriod{}
+		x.tenants[r.Tenant] = t
+	}
+	if t.p.Key == "" || !t.p.Contains(r.Start) {
+		t.p, t.book = billing.PeriodOf(r.Start, x.s.Zone(r.Tenant)), nil
+	}
+	return t
+}
+
+// inForcePrice is the price of model at t in the book in force, nil when
+// it has none.
+func (x *usageCostPricer) inForcePrice(model string, t time.Time) *pricedAt {
+	return x.state(x.inForce).model(model).at(t)
+}
+
 // emit writes row r (out filled from it as one piece: its step, the book
 // in force) as the rows of its pieces.
 func (x *usageCostPricer) emit(ctx context.Context, r *query.UsageCostRow, out *export.UsageCostRow, fn func(*export.UsageCostRow) error) error {
+	return x.emitFor(ctx, x.tenantOf(r), r, out, fn)
+}
+
+// emitFor is emit with r's tenant's period t (tenantOf).
+func (x *usageCostPricer) emitFor(ctx context.Context, t *tenantPeriod, r *query.UsageCostRow, out *export.UsageCostRow, fn func(*export.UsageCostRow) error) error {
 	if r.Tenant == billing.IdleTenant {
 		return fn(out) // no tenant's: no billing period to cut at, no statement
 	}
 	end := r.Start.Add(x.width)
 	// Most rows lie inside one period with no price change: priced as they
 	// are, without allocating (the export streams 500,000 rows a second).
-	p, ok := x.periods[r.Tenant]
-	if !ok || !p.Contains(r.Start) {
-		p = billing.PeriodOf(r.Start, x.s.Zone(r.Tenant))
-		x.periods[r.Tenant] = p
-	}
-	if !end.After(p.End) {
-		book, err := x.bookOf(ctx, r.Tenant, p)
-		if err != nil {
-			return err
+	if p := t.p; !end.After(p.End) {
+		if t.book == nil {
+			book, err := x.bookOf(ctx, r.Tenant, p)
+			if err != nil {
+				return err
+			}
+			t.book = x.state(book)
 		}
-		if !x.changesInside(book, r.Model, r.Start, end) {
-			if book != x.inForce {
-				x.price(out, piece{start: r.Start, end: end, period: p, book: book})
+		if !t.book.model(r.Model).changesInside(r.Start, end) {
+			if t.book.book != x.inForce {
+				x.price(out, piece{start: r.Start, end: end, period: p, book: t.book.book})
 			}
 			return fn(out)
 		}
@@ -246,22 +338,12 @@ func (x *usageCostPricer) emit(ctx context.Context, r *query.UsageCostRow, out *
 // the one in force reprices every row.
 func (x *usageCostPricer) price(row *export.UsageCostRow, pc piece) {
 	row.InputPer1M, row.CachedInputPer1M, row.OutputPer1M, row.PriceID, row.ListCharge = 0, 0, 0, "", 0
-	v, ok := x.versions[pc.book]
-	if !ok {
-		v = pc.book.Version()
-		x.versions[pc.book] = v
+	bs := x.state(pc.book)
+	if bs.version == "" {
+		bs.version = pc.book.Version()
 	}
-	row.PriceBook = v
-	k := bookModel{pc.book, row.Model}
-	ps, ok := x.prices[k]
-	if !ok {
-		for _, tp := range pc.book.TokenPrices {
-			if tp.Model == row.Model {
-				ps = append(ps, pricedAt{price: tp, id: tp.ID()})
-			}
-		}
-		x.prices[k] = ps
-	}
+	row.PriceBook = bs.version
+	ps := bs.model(row.Model).prices
 	best := -1
 	for i := range ps {
 		if !ps[i].price.EffectiveFrom.After(pc.start) && (best < 0 || ps[i].price.EffectiveFrom.After(ps[best].price.EffectiveFrom)) {

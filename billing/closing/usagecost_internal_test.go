@@ -3,6 +3,7 @@ package closing
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -93,6 +94,48 @@ func TestListChargeMatchesPriceBook(t *testing.T) {
 		got, ok := listCharge(p, input-cached, cached, output)
 		if ok != wok || got != want {
 			t.Fatalf("%+v × %d/%d/%d: listCharge %s (%v), PriceBook.ListCharge %s (%v)", p, input, cached, output, got, ok, want, wok)
+		}
+	}
+}
+
+// TestCachedPriceMatchesTokenPrice: the export's cached price lookup (the
+// last answer kept while the instant stays where it holds) answers what
+// PriceBook.TokenPrice does, with its price's id, for instants in order
+// (as the export asks), backwards and at random, including instants on
+// and next to a price change and before a model's first price.
+func TestCachedPriceMatchesTokenPrice(t *testing.T) {
+	rng := rand.New(rand.NewPCG(34, 4))
+	base := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	for round := range 200 {
+		book := &billing.PriceBook{Currency: "USD"}
+		for m := range 3 {
+			for range rng.IntN(4) {
+				book.TokenPrices = append(book.TokenPrices, billing.TokenPrice{Model: fmt.Sprintf("m%d", m),
+					EffectiveFrom: base.Add(time.Duration(rng.IntN(48)) * time.Hour),
+					InputPer1M:    billing.Money(rng.Int64N(1e9)), OutputPer1M: billing.Money(rng.Int64N(1e9))})
+			}
+		}
+		x := newUsageCostPricer(&Service{}, book, query.CostQuery{}, time.Hour)
+		var instants []time.Time
+		for h := -2; h < 50; h++ {
+			at := base.Add(time.Duration(h) * time.Hour)
+			instants = append(instants, at, at.Add(-time.Nanosecond), at.Add(time.Minute))
+		}
+		switch round % 3 {
+		case 1:
+			slices.Reverse(instants)
+		case 2:
+			rng.Shuffle(len(instants), func(i, j int) { instants[i], instants[j] = instants[j], instants[i] })
+		}
+		for _, at := range instants {
+			for m := range 4 {
+				model := fmt.Sprintf("m%d", m)
+				want, ok := book.TokenPrice(model, at)
+				got := x.inForcePrice(model, at)
+				if ok != (got != nil) || ok && (got.price != want || got.id != want.ID()) {
+					t.Fatalf("round %d, %s at %s: cached %+v, TokenPrice %+v %v", round, model, at, got, want, ok)
+				}
+			}
 		}
 	}
 }

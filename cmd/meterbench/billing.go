@@ -713,7 +713,7 @@ func timeExport(ctx context.Context, svc *closing.Service, f export.Format, star
 		what: fmt.Sprintf("usage-and-cost export, hourly, %d days, all tenants, %s with finance columns (%d rows, %.0f MiB; in process)",
 			int(end.Sub(start)/(24*time.Hour)), f, rows, mib(uint64(cw.n))),
 		got:    fmt.Sprintf("%.0f rows/s (%.1f s), peak RSS %.0f MiB", rate, el.Seconds(), mib(max(peak, hwm))),
-		target: "≥ 500,000 rows/s, RSS < 300 MiB", ok: rate >= 500_000 && max(peak, hwm) < 300<<20,
+		target: "≥ 500,000 rows/s, RSS < 200 MiB", ok: rate >= 500_000 && max(peak, hwm) < 200<<20,
 		note: fmt.Sprintf("first row after %.2f s; RSS before %.0f MiB, sampled peak %.0f MiB, VmHWM %.0f MiB; %s",
 			first.Seconds(), mib(before), mib(peak), mib(hwm), cpuNote(l, 0)),
 	}, nil
@@ -1024,7 +1024,7 @@ func timeRESTExport(ctx context.Context, meterd, chAddr string, fmts []export.Fo
 			what: fmt.Sprintf("usage-and-cost export, hourly, %d days, all tenants, %s with finance columns (%d rows, %.0f MiB), REST through meterd --role api",
 				int(end.Sub(start)/(24*time.Hour)), f, rows, mib(uint64(cw.n))),
 			got:    fmt.Sprintf("%.0f rows/s (%.1f s), meterd peak RSS %.0f MiB", rate, el.Seconds(), mib(max(peak, hwm))),
-			target: "≥ 500,000 rows/s, RSS < 300 MiB", ok: rate >= 500_000 && max(peak, hwm) < 300<<20,
+			target: "≥ 500,000 rows/s, RSS < 200 MiB", ok: rate >= 500_000 && max(peak, hwm) < 200<<20,
 			note: fmt.Sprintf("headers after %.2f s; meterd RSS before %.0f MiB, sampled peak %.0f MiB, VmHWM %.0f MiB; CPU: meterd %.1f s, meterbench %.1f s (the client), ClickHouse %.1f s",
 				first.Seconds(), mib(before), mib(peak), mib(hwm), (after - meterdCPU).Seconds(), l.cpu[0].Seconds(), l.cpu[1].Seconds()),
 		})

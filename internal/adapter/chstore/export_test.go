@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"tokenmeter/query"
 )
 
 // Exec runs a statement on the store's database, for tests that change
@@ -36,7 +38,23 @@ func (s *Store) Count(ctx context.Context, table string) (uint64, error) {
 // SetUsageCostChunkRows bounds the rows of one query of EachUsageCost.
 func (s *Store) SetUsageCostChunkRows(n int) { s.usageCostChunk = n }
 
+// EachUsageCostGrouped streams q's usage-and-cost rows as ClickHouse sums
+// them (the wider steps' read), for any step: what the hour step's rows
+// summed in Go must equal.
+func (s *Store) EachUsageCostGrouped(ctx context.Context, q query.CostQuery, row func(r *query.UsageCostRow) error) error {
+	q, err := q.Normalize()
+	if err != nil {
+		return err
+	}
+	chunks, err := s.usageCostChunks(ctx, q)
+	if err != nil {
+		return err
+	}
+	return s.eachUsageCostGrouped(ctx, q, chunks, row)
+}
+
 // UsageCostResultRows returns the rows each finished usage-and-cost query
+// (the hour step's read of cost_hour's rows, a wider step's GROUP BY)
 // returned that ran with max_query_size set to marker (a harmless setting
 // that tells a test's queries apart in system.query_log; they must run with
 // log_queries).
@@ -50,7 +68,7 @@ func (s *Store) UsageCostResultRows(ctx context.Context, marker uint64) ([]uint6
 	)
 	err := s.each(ctx, "query log", `SELECT result_rows FROM system.query_log
 WHERE type = 2 AND Settings.Values[indexOf(Settings.Names, 'max_query_size')] = ?
-  AND query LIKE '%GROUP BY b, tenant_id, model, deployment%'
+  AND query LIKE '%AS b, tenant_id, model, deployment,%'
 ORDER BY event_time`, []any{strconv.FormatUint(marker, 10)}, []any{&n}, func() error {
 		out = append(out, n)
 		return nil

@@ -83,11 +83,13 @@ ORDER BY b, tenant_id, model, deployment`, bucket, allocationColumns[b][i], busy
 }
 
 // usageCostChunkRows bounds the cost_hour rows one query of EachUsageCost
-// reads. Each query reads most of the month's partition again (cost_hour
-// is ordered by tenant first), so chunks are not smaller: on the bench's
-// month of 1,000 tenants (2.9M rows), 64k-row chunks took ClickHouse 12.5 s
-// of CPU, 128k 8.8 s and 256k 8.5 s; the process's peak RSS was 58, 89 and
-// 145 MiB.
+// reads (of the newest computation of each hour). Each query reads most of
+// the month's partition again (cost_hour is ordered by tenant first), so
+// chunks are not smaller; the hourly export holds two chunks' rows (about
+// 100 bytes a row: one read while the last is streamed). On the bench's
+// month of 1,000 tenants (2.8M rows, 2026-11-27, 2-core machine under load),
+// 128k-row chunks took ClickHouse 4.2-4.5 s of CPU with a peak RSS of
+// 125 MiB (CSV) and 151 MiB (Parquet); 256k rows 2.5 s, 206 and 237 MiB.
 const usageCostChunkRows = 128 * 1024
 
 // EachUsageCost streams the detailed usage-and-cost rows of a normalized
@@ -108,6 +110,19 @@ func (s *Store) EachUsageCost(ctx context.Context, q query.CostQuery, row func(r
 	if err != nil {
 		return err
 	}
+	if q.StepSeconds() == 3600 {
+		// An hour's rows are read as stored and sorted here (one row per
+		// tenant, deployment and model an hour): see usage_cost.go.
+		return s.eachUsageCostRows(ctx, q, chunks, row)
+	}
+	// A wider step's rows are summed by ClickHouse: it sends a day's rows
+	// in one row per tenant, model and deployment.
+	return s.eachUsageCostGrouped(ctx, q, chunks, row)
+}
+
+// eachUsageCostGrouped streams the rows of the ranges chunks of q summed
+// by ClickHouse (usageCostSQL), one query a chunk.
+func (s *Store) eachUsageCostGrouped(ctx context.Context, q query.CostQuery, chunks []usageCostRange, row func(r *query.UsageCostRow) error) error {
 	var (
 		r     query.UsageCostRow
 		start uint32
@@ -116,7 +131,7 @@ func (s *Store) EachUsageCost(ctx context.Context, q query.CostQuery, row func(r
 		&r.OutputTokens, &r.ListCharge, &r.ListUnpricedRequests, &r.CostNanos, &r.BusyNanos, &r.PriceVersions}
 	for _, c := range chunks {
 		cq := q
-		cq.Start, cq.End = c[0], c[1]
+		cq.Start, cq.End = c.start, c.end
 		stmt, args, err := usageCostSQL(cq)
 		if err != nil {
 			return err
@@ -133,37 +148,62 @@ func (s *Store) EachUsageCost(ctx context.Context, q query.CostQuery, row func(r
 	return nil
 }
 
+// usageCostRange is a chunk of a usage-and-cost read: a range of whole
+// steps and the rows of cost_hour that it reads.
+type usageCostRange struct {
+	start, end time.Time
+	rows       uint64
+}
+
 // usageCostChunks splits q's range at step boundaries into consecutive
-// ranges of at most s's chunk of cost_hour rows each (counting the rows of
-// every computation of an hour: at least as many as are read). A step with
-// more rows is a range of its own.
-func (s *Store) usageCostChunks(ctx context.Context, q query.CostQuery) ([][2]time.Time, error) {
+// ranges of at most s's chunk of cost_hour rows each, counting the rows of
+// the newest computation of each hour (those read; a computation since
+// adds few if any). A step with more rows is a range of its own.
+func (s *Store) usageCostChunks(ctx context.Context, q query.CostQuery) ([]usageCostRange, error) {
 	limit := uint64(s.usageCostChunk)
 	if limit == 0 {
 		limit = usageCostChunkRows
 	}
 	bucket, args := stepExpr("hour", q.StepSeconds(), q.Start)
 	where, whereArgs := scope("hour", q.Start, q.End, q.TenantID)
-	stmt := fmt.Sprintf("SELECT %s AS b, count() FROM cost_hour WHERE %s GROUP BY b ORDER BY b", bucket, where)
+	stmt := fmt.Sprintf(`SELECT %s AS b, toUInt32(hour) AS h, version, count() FROM cost_hour WHERE %s
+GROUP BY b, h, version ORDER BY b, h, version`, bucket, where)
 	var (
-		out   [][2]time.Time
-		from  = q.Start
-		rows  uint64
-		b     uint32
-		count uint64
+		out            []usageCostRange
+		from           = q.Start
+		rows, stepRows uint64 // rows of the range so far, of the step so far
+		lastB, lastH   uint32
+		started        bool
+		b, h           uint32
+		version, count uint64
+		hourRows       uint64 // the rows of the newest version of hour lastH so far
 	)
-	err := s.each(ctx, "usage and cost rows per step", stmt, append(args, whereArgs...), []any{&b, &count}, func() error {
+	endStep := func() {
 		// A step's bucket starts on the step grid: cutting there keeps each
 		// step whole in one range.
-		if step := time.Unix(int64(b), 0).UTC(); rows > 0 && rows+count > limit && step.After(from) {
-			out = append(out, [2]time.Time{from, step})
+		if step := time.Unix(int64(lastB), 0).UTC(); rows > 0 && rows+stepRows > limit && step.After(from) {
+			out = append(out, usageCostRange{from, step, rows})
 			from, rows = step, 0
 		}
-		rows += count
+		rows += stepRows
+	}
+	err := s.each(ctx, "usage and cost rows per step", stmt, append(args, whereArgs...), []any{&b, &h, &version, &count}, func() error {
+		if started && h != lastH {
+			stepRows += hourRows
+		}
+		if started && b != lastB {
+			endStep()
+			stepRows = 0
+		}
+		lastB, lastH, hourRows, started = b, h, count, true // versions ascend: the last is the newest
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return append(out, [2]time.Time{from, q.End}), nil
+	if started {
+		stepRows += hourRows
+		endStep()
+	}
+	return append(out, usageCostRange{from, q.End, rows}), nil
 }

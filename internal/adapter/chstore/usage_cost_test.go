@@ -131,3 +131,97 @@ func TestEachUsageCostReadsInBoundedChunks(t *testing.T) {
 		})
 	}
 }
+
+// TestEachUsageCostHourSumsAsGroupBy: the hourly export reads cost_hour's
+// rows as stored and sorts and sums them in Go; its rows must be what
+// ClickHouse's GROUP BY of the same rows gives (EachUsageCostGrouped),
+// row for row and in the same order, on rows with several lines of a key
+// in one computation (GPU types, unattributed lines, two price versions),
+// hours computed again (fewer or other lines), tenant names that sort
+// differently from their arrival, and chunks small enough that the next
+// chunk is read while the last is streamed.
+func TestEachUsageCostHourSumsAsGroupBy(t *testing.T) {
+	s := chstoretest.OpenMigrated(t)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(34, 1))
+	day := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	tenants := []string{"b", "B", "a", "a-2", "__idle", "zeta", "é"}
+	models := []string{"m2", "m1", "M"}
+	deployments := []string{"d1", "d0"}
+	write := func(h int, version uint64) {
+		t.Helper()
+		var cost []rollup.CostRow
+		for range 5 + rng.IntN(40) {
+			r := rollup.CostRow{Hour: day.Add(time.Duration(h) * time.Hour), TenantID: tenants[rng.IntN(len(tenants))],
+				Deployment: deployments[rng.IntN(len(deployments))], Model: models[rng.IntN(len(models))],
+				GPUType: []string{"H100", "A100"}[rng.IntN(2)], Unattributed: rng.IntN(4) == 0,
+				Requests: rng.Uint64N(1000), InputTokens: rng.Uint64N(1 << 40), CachedInputTokens: rng.Uint64N(1 << 30),
+				OutputTokens: rng.Uint64N(1 << 40), ListCharge: rng.Int64N(1<<50) - 1<<40, ListPriced: rng.IntN(3) > 0,
+				PriceVersion: fmt.Sprintf("v%d", rng.IntN(3))}
+			for b := range r.Busy {
+				r.Busy[b] = rng.Int64N(1 << 50)
+				for i := range r.Cost[b] {
+					r.Cost[b][i] = rng.Int64N(1<<50) - 1<<30
+				}
+			}
+			cost = append(cost, r)
+		}
+		if err := s.WriteCost(ctx, nil, cost, version); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for h := range 60 {
+		write(h, 1)
+		if h%7 == 3 {
+			write(h, 2) // computed again
+		}
+	}
+	format := func(r *query.UsageCostRow) string {
+		return fmt.Sprintf("%s %q %q %q %d %d %d %d %d %d %d %d %q", r.Start.Format(time.RFC3339), r.Tenant, r.Model, r.Deployment,
+			r.Requests, r.InputTokens, r.CachedInputTokens, r.OutputTokens, r.ListCharge, r.ListUnpricedRequests, r.CostNanos, r.BusyNanos, r.PriceVersions)
+	}
+	reads := query.New(s, query.Config{})
+	for _, chunk := range []int{0, 1, 40, 333} {
+		for _, policy := range [][2]string{{"", ""}, {"request_time", "shared_even"}} {
+			s.SetUsageCostChunkRows(chunk)
+			q := query.CostQuery{Start: day.Add(2 * time.Hour), End: day.Add(59 * time.Hour), Step: "hour", Busy: policy[0], Idle: policy[1]}
+			var want, got []string
+			nq, err := q.Normalize()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.EachUsageCostGrouped(ctx, nq, func(r *query.UsageCostRow) error {
+				want = append(want, format(r))
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := reads.EachUsageCost(ctx, q, func(r *query.UsageCostRow) error {
+				got = append(got, format(r))
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if len(want) < 100 {
+				t.Fatalf("only %d rows", len(want))
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("chunk %d, policies %v: rows (-GROUP BY +read and summed in Go):\n%s", chunk, policy, diff)
+			}
+		}
+	}
+	// A row function's error stops the stream (the next chunk's read is
+	// cancelled) and is returned.
+	s.SetUsageCostChunkRows(10)
+	stop := fmt.Errorf("enough")
+	n := 0
+	err := reads.EachUsageCost(ctx, query.CostQuery{Start: day, End: day.Add(60 * time.Hour), Step: "hour"}, func(*query.UsageCostRow) error {
+		if n++; n == 25 {
+			return stop
+		}
+		return nil
+	})
+	if err != stop || n != 25 {
+		t.Errorf("after %d rows: %v, want the row function's error after 25", n, err)
+	}
+}
