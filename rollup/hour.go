@@ -176,22 +176,25 @@ type hourRollup struct {
 	tenants map[string]*RollupRecord
 	total   RollupRecord
 
-	// The group and minute being counted, with the histograms of the
-	// minute row and of the group's finished minutes.
+	// The group and minute being counted (its row is the last of
+	// pending), with the histograms of the minute row and of the group's
+	// finished minutes.
 	cur        *hourGroup
 	minute     int64
-	row        RollupRecord
 	minuteHist [4]sketch.Merger
 	groupHist  [4]sketch.Merger
 	// The HourDists of the group being counted (kept per group, not per
 	// minute).
 	hourHist [NumHourDists]sketch.Merger
-	// The finished minute rows of the tenant being counted, put in the
-	// table's key order (bucket, then group) when it is done; they go out
-	// in blocks of RollupBlockRows.
+	// The minute rows of the tenant being counted, put in the table's key
+	// order (bucket, then group) when it is done; they go out in blocks of
+	// RollupBlockRows.
 	pending      []RollupRecord
 	pendingOrder []int32 // pending in minute order
 	eventOrder   []int32 // a group's events in minute order
+	eventMinute  []uint8 // the minute of each of a group's events
+	rowMinute    []uint8 // the minute of each pending row
+	tokenKeys    []int16 // tokenKeys()
 	block        []RollupRecord
 	emit         func([]RollupRecord) error
 	newRows      func() []RollupRecord
@@ -201,7 +204,7 @@ type hourRollup struct {
 // block of finished minute rows, and newRows gives the next empty block.
 func newHourRollup(hour time.Time, spec GoodputSpec, emit func([]RollupRecord) error, newRows func() []RollupRecord) *hourRollup {
 	return &hourRollup{hour: hour, spec: spec, groups: map[uint64]*hourGroup{}, tenants: map[string]*RollupRecord{},
-		total: RollupRecord{Bucket: hour}, emit: emit, newRows: newRows}
+		total: RollupRecord{Bucket: hour}, emit: emit, newRows: newRows, tokenKeys: tokenKeys()}
 }
 
 // addGroup registers a group of the hour under its hash, with the number
@@ -314,20 +317,18 @@ func (h *hourRollup) countAll() error {
 	slices.SortFunc(h.order, func(a, b *hourGroup) int { return slices.Compare(a.acc.Dims[:], b.acc.Dims[:]) })
 	base := h.hour.Unix()
 	for _, g := range h.order {
-		// add needs the events of a minute together, no finer order.
-		var outside *HourEvent
-		h.eventOrder = byMinute(h.eventOrder, len(g.events), func(i int) int64 {
+		// count needs the events of a minute together, no finer order.
+		h.eventMinute = slices.Grow(h.eventMinute[:0], len(g.events))[:len(g.events)]
+		for i := range g.events {
 			m := (int64(g.events[i].CompletedAt) - base) / 60
-			if m < 0 || m >= 60 {
-				outside, m = &g.events[i], 0
+			if m < 0 || m >= MinutesPerHour {
+				return h.add(&g.events[i]) // its error
 			}
-			return m
-		})
-		if outside != nil {
-			return h.add(outside) // its error
+			h.eventMinute[i] = uint8(m)
 		}
+		h.eventOrder = byMinute(h.eventOrder, h.eventMinute)
 		for _, i := range h.eventOrder {
-			if err := h.add(&g.events[i]); err != nil {
+			if err := h.count(g, &g.events[i], int64(h.eventMinute[i])); err != nil {
 				return err
 			}
 		}
@@ -344,9 +345,15 @@ func (h *hourRollup) add(e *HourEvent) error {
 		return errUnknownGroup
 	}
 	minute := (int64(e.CompletedAt) - h.hour.Unix()) / 60
-	if minute < 0 || minute >= 60 {
+	if minute < 0 || minute >= MinutesPerHour {
 		return fmt.Errorf("event at %d outside the hour %s", e.CompletedAt, h.hour.Format(time.RFC3339))
 	}
+	return h.count(g, e, minute)
+}
+
+// count counts the event e of the group g in its minute of the hour, as
+// add does.
+func (h *hourRollup) count(g *hourGroup, e *HourEvent, minute int64) error {
 	if g != h.cur || minute != h.minute {
 		if g.done || (g == h.cur && minute < h.minute) {
 			return errOutOfOrder
@@ -364,7 +371,12 @@ func (h *hourRollup) add(e *HourEvent) error {
 			h.cur = g
 		}
 		h.minute = minute
-		h.row = RollupRecord{Bucket: h.hour.Add(time.Duration(minute) * time.Minute), Dims: g.acc.Dims}
+		// The row is made where it stays until its tenant is done.
+		h.pending = slices.Grow(h.pending, 1)[:len(h.pending)+1]
+		row := &h.pending[len(h.pending)-1]
+		*row = RollupRecord{}
+		row.Bucket, row.Dims = h.hour.Add(time.Duration(minute)*time.Minute), g.acc.Dims
+		h.rowMinute = append(h.rowMinute, uint8(minute))
 	}
 	tTTFT := g.ttft
 	if e.TTFTEstimated {
@@ -382,7 +394,7 @@ func (h *hourRollup) add(e *HourEvent) error {
 		}
 	}
 	h.addHourDists(e, e2eKey)
-	addEvent(&h.row, e, goodRequest(e.OK(), e.Latency[0], e.Latency[1], e.Latency[2], tTTFT, g.itl, g.e2e))
+	addEvent(&h.pending[len(h.pending)-1], e, goodRequest(e.OK(), e.Latency[0], e.Latency[1], e.Latency[2], tTTFT, g.itl, g.e2e))
 	return nil
 }
 
@@ -397,8 +409,8 @@ func (h *hourRollup) addHourDists(e *HourEvent, e2eKey int16) {
 	if !math.IsNaN(ttft) && !math.IsNaN(e2e) {
 		h.hourHist[DistDecode].AddKey(sketch.Key(max(e2e-ttft, 0)), 1)
 	}
-	h.hourHist[DistPromptSize].AddKey(tokenKey(e.Prompt), 1)
-	h.hourHist[DistOutputSize].AddKey(tokenKey(e.Output), 1)
+	h.hourHist[DistPromptSize].AddKey(h.tokenKey(e.Prompt), 1)
+	h.hourHist[DistOutputSize].AddKey(h.tokenKey(e.Output), 1)
 	if !math.IsNaN(e2e) {
 		h.hourHist[OutputClass(e.Output)].AddKey(e2eKey, 1)
 	}
@@ -414,28 +426,29 @@ var tokenKeys = sync.OnceValue(func() []int16 {
 	return keys
 })
 
-// tokenKey is sketch.Key of the token count n.
-func tokenKey(n uint64) int16 {
-	if n < 1<<16 {
-		return tokenKeys()[n]
+// tokenKey is sketch.Key of the token count n, from tokenKeys (looked up
+// once per hour: a call of the sync.OnceValue per count cost as much as the
+// lookup).
+func (h *hourRollup) tokenKey(n uint64) int16 {
+	if n < uint64(len(h.tokenKeys)) {
+		return h.tokenKeys[n]
 	}
 	return sketch.Key(float64(n))
 }
 
-// byMinute returns the positions 0…n-1 ordered by minute(i), which must lie
-// in [0, 60), and in order within a minute (a counting sort), in dst's
-// memory.
-func byMinute(dst []int32, n int, minute func(i int) int64) []int32 {
-	var at [61]int32
-	for i := range n {
-		at[minute(i)+1]++
+// byMinute returns the positions of minutes ordered by their minute, which
+// must lie in [0, MinutesPerHour), and in order within a minute (a
+// counting sort), in dst's memory.
+func byMinute(dst []int32, minutes []uint8) []int32 {
+	var at [MinutesPerHour + 1]int32
+	for _, m := range minutes {
+		at[m+1]++
 	}
 	for m := 1; m < len(at); m++ {
 		at[m] += at[m-1]
 	}
-	dst = slices.Grow(dst[:0], n)[:n]
-	for i := range n {
-		m := minute(i)
+	dst = slices.Grow(dst[:0], len(minutes))[:len(minutes)]
+	for i, m := range minutes {
 		dst[at[m]] = int32(i)
 		at[m]++
 	}
@@ -447,14 +460,14 @@ func (h *hourRollup) endMinute() error {
 	if h.cur == nil {
 		return nil
 	}
-	for m := range h.row.Keys {
+	row := &h.pending[len(h.pending)-1]
+	for m := range row.Keys {
 		mh := h.minuteHist[m].Take()
-		h.row.Keys[m], h.row.Counts[m] = mh.Keys, mh.Counts
+		row.Keys[m], row.Counts[m] = mh.Keys, mh.Counts
 		h.groupHist[m].Add(mh)
 	}
-	addTotals(&h.cur.acc, &h.row)
-	addMinute(&h.cur.acc, int(h.minute), h.row.Requests, h.row.Output)
-	h.pending = append(h.pending, h.row)
+	addTotals(&h.cur.acc, row)
+	addMinute(&h.cur.acc, int(h.minute), row.Requests, row.Output)
 	return nil
 }
 
@@ -462,7 +475,7 @@ func (h *hourRollup) endMinute() error {
 // blocks, ordered by minute; rows of one minute keep the order they were
 // counted in (the order of their groups).
 func (h *hourRollup) endTenant() error {
-	h.pendingOrder = byMinute(h.pendingOrder, len(h.pending), func(i int) int64 { return int64(h.pending[i].Bucket.Sub(h.hour) / time.Minute) })
+	h.pendingOrder = byMinute(h.pendingOrder, h.rowMinute)
 	for _, i := range h.pendingOrder {
 		if h.block == nil {
 			h.block = h.newRows()[:0]
@@ -476,8 +489,10 @@ func (h *hourRollup) endTenant() error {
 			}
 		}
 	}
-	clear(h.pending) // drop the histograms they hold
-	h.pending = h.pending[:0]
+	// The rows left behind are overwritten by the next tenant's; the
+	// histograms they hold live until then (a few of the arrays Take
+	// shares), or until the hour's rollup is dropped.
+	h.pending, h.rowMinute = h.pending[:0], h.rowMinute[:0]
 	return nil
 }
 
@@ -522,64 +537,83 @@ func (h *hourRollup) finish() error {
 
 // levels returns the rows of the hour tables, with their histograms: those
 // of the groups (merged from their minutes when counted), merged from the
-// groups for the tenants, and from the tenants for the total; and with
-// their per-minute counts (summed the same way) and busiest minute.
+// groups for the tenants and for each model and deployment, and from the
+// latter for the total (a few rows rather than a thousand tenants'); and
+// with their per-minute counts (summed the same way) and busiest minute.
+// A tenant row gets only the HourDists rollup_tenant_hour keeps.
 func (h *hourRollup) levels() map[string][]RollupRecord {
 	out := map[string][]RollupRecord{}
 	var merge sketch.Merger
-	var tenants []string
+	tenants := make([]string, 0, len(h.tenants))
 	for t := range h.tenants {
 		tenants = append(tenants, t)
 	}
 	slices.Sort(tenants)
-	byTenant := map[string][]*hourGroup{}
+	byTenant := make(map[string][]*hourGroup, len(h.tenants))
+	groups := make([]RollupRecord, 0, len(h.order))
 	for _, g := range h.order {
 		if g.acc.Requests > 0 {
 			setPeaks(&g.acc)
 			byTenant[g.acc.Dims[0]] = append(byTenant[g.acc.Dims[0]], g)
-			out["rollup_hour"] = append(out["rollup_hour"], g.acc)
+			groups = append(groups, g.acc)
 		}
 	}
-	for m := range LatencyMetrics {
-		for _, t := range tenants {
+	if len(groups) > 0 {
+		out["rollup_hour"] = groups
+	}
+	tenantDists := make([]bool, NumHourDists)
+	for d, name := range HourDists {
+		tenantDists[d] = slices.Contains(HourDistTables["rollup_tenant_hour"], name)
+	}
+	rows := make([]RollupRecord, 0, len(tenants))
+	for _, t := range tenants {
+		tr := h.tenants[t]
+		for m := range LatencyMetrics {
 			for _, g := range byTenant[t] {
 				merge.Add(sketch.Histogram{Keys: g.acc.Keys[m], Counts: g.acc.Counts[m]})
 			}
 			th := merge.Take()
-			h.tenants[t].Keys[m], h.tenants[t].Counts[m] = th.Keys, th.Counts
+			tr.Keys[m], tr.Counts[m] = th.Keys, th.Counts
 		}
-		for _, t := range tenants {
-			merge.Add(sketch.Histogram{Keys: h.tenants[t].Keys[m], Counts: h.tenants[t].Counts[m]})
-		}
-		total := merge.Take()
-		h.total.Keys[m], h.total.Counts[m] = total.Keys, total.Counts
-	}
-	for d := range NumHourDists {
-		for _, t := range tenants {
+		for d := range NumHourDists {
+			if !tenantDists[d] {
+				continue
+			}
 			for _, g := range byTenant[t] {
 				merge.Add(sketch.Histogram{Keys: g.acc.HourKeys[d], Counts: g.acc.HourCounts[d]})
 			}
 			th := merge.Take()
-			h.tenants[t].HourKeys[d], h.tenants[t].HourCounts[d] = th.Keys, th.Counts
+			tr.HourKeys[d], tr.HourCounts[d] = th.Keys, th.Counts
 		}
-		for _, t := range tenants {
-			merge.Add(sketch.Histogram{Keys: h.tenants[t].HourKeys[d], Counts: h.tenants[t].HourCounts[d]})
+		if tr.Requests > 0 {
+			setPeaks(tr)
+			rows = append(rows, *tr)
 		}
-		total := merge.Take()
-		h.total.HourKeys[d], h.total.HourCounts[d] = total.Keys, total.Counts
 	}
-	for _, t := range tenants {
-		if h.tenants[t].Requests > 0 {
-			setPeaks(h.tenants[t])
-			out["rollup_tenant_hour"] = append(out["rollup_tenant_hour"], *h.tenants[t])
-		}
+	if len(rows) > 0 {
+		out["rollup_tenant_hour"] = rows
+	}
+	deps := h.deploymentLevel(&merge)
+	if len(deps) > 0 {
+		out["rollup_deployment_hour"] = deps
 	}
 	if h.total.Requests > 0 {
+		for m := range LatencyMetrics {
+			for _, r := range deps {
+				merge.Add(sketch.Histogram{Keys: r.Keys[m], Counts: r.Counts[m]})
+			}
+			th := merge.Take()
+			h.total.Keys[m], h.total.Counts[m] = th.Keys, th.Counts
+		}
+		for d := range NumHourDists {
+			for _, r := range deps {
+				merge.Add(sketch.Histogram{Keys: r.HourKeys[d], Counts: r.HourCounts[d]})
+			}
+			th := merge.Take()
+			h.total.HourKeys[d], h.total.HourCounts[d] = th.Keys, th.Counts
+		}
 		setPeaks(&h.total)
 		out["rollup_total_hour"] = []RollupRecord{h.total}
-	}
-	if deps := h.deploymentLevel(&merge); len(deps) > 0 {
-		out["rollup_deployment_hour"] = deps
 	}
 	for table, rows := range out {
 		keepHourDists(table, rows)

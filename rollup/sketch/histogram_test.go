@@ -95,6 +95,64 @@ func TestMerger(t *testing.T) {
 	}
 }
 
+// TestMergerAnyKeys checks the Merger over the whole key range, the range's
+// ends and neighbouring keys of its bitmap words included, with single keys
+// and histograms added in any mix and sums taken of every size (none, one
+// bucket, every bucket).
+func TestMergerAnyKeys(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var m Merger
+	randomKey := func() int16 {
+		switch rng.IntN(4) {
+		case 0: // an end of the range, or next to one
+			return []int16{MinKey, MinKey + 1, MaxKey - 1, MaxKey}[rng.IntN(4)]
+		case 1: // a word boundary of the bitmap (keys 64 apart from MinKey)
+			n := int(MaxKey-MinKey) + 1
+			return MinKey + int16((64*rng.IntN(24)-rng.IntN(2)+n)%n)
+		}
+		return MinKey + int16(rng.IntN(int(MaxKey-MinKey)+1))
+	}
+	for round := range 200 {
+		var want Histogram
+		for range rng.IntN(6) {
+			if rng.IntN(2) == 0 {
+				k, n := randomKey(), uint64(rng.IntN(3)) // n = 0 adds no bucket
+				m.AddKey(k, n)
+				if n > 0 {
+					want.Merge(Histogram{Keys: []int16{k}, Counts: []uint64{n}})
+				}
+				continue
+			}
+			keys := map[int16]uint64{}
+			for range rng.IntN(50) {
+				keys[randomKey()] += uint64(1 + rng.IntN(1000))
+			}
+			var h Histogram
+			for _, k := range slices.Sorted(func(yield func(int16) bool) {
+				for k := range keys {
+					if !yield(k) {
+						return
+					}
+				}
+			}) {
+				h.Keys, h.Counts = append(h.Keys, k), append(h.Counts, keys[k])
+			}
+			m.Add(h)
+			want.Merge(h)
+		}
+		if round%50 == 49 { // every bucket
+			for k := MinKey; k <= MaxKey; k++ {
+				m.AddKey(k, 1)
+				want.Merge(Histogram{Keys: []int16{k}, Counts: []uint64{1}})
+			}
+		}
+		got := m.Take()
+		if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("round %d: Merger differs from Merge (-want +got):\n%s", round, diff)
+		}
+	}
+}
+
 func TestFromArraysErrors(t *testing.T) {
 	tests := []struct {
 		name   string

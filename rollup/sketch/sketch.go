@@ -80,8 +80,37 @@ func Key(v float64) int16 {
 	case v >= MaxValue:
 		return MaxKey
 	}
-	return int16(math.Ceil(math.Log(v) / lnGamma))
+	// ln v = e·ln 2 + ln(1 + j/256) + ln(1 + r), for v = m·2^e with m in
+	// [1 + j/256, 1 + (j+1)/256) and 1 + r = m / (1 + j/256): a table and
+	// a short series instead of math.Log (4 of them per event were a tenth
+	// of the hour rollup's CPU). Its error, below 1e-12 of a key, decides
+	// the key unless ln v / ln γ is that close to a whole number; those
+	// (about one value in 10^8) take math.Log's key.
+	b := math.Float64bits(v)
+	j := b >> (52 - 8) & 255
+	r := math.Float64frombits(b&(1<<52-1)|1023<<52)*logTable.inv[j] - 1
+	ln := float64(int(b>>52)-1023)*math.Ln2 + logTable.ln[j] +
+		r*(1-r*(1.0/2-r*(1.0/3-r*(1.0/4-r*(1.0/5)))))
+	f := ln * logTable.perLnGamma
+	k := math.Ceil(f)
+	if d := k - f; d < 1e-9 || d > 1-1e-9 {
+		return int16(math.Ceil(math.Log(v) / lnGamma))
+	}
+	return int16(k)
 }
+
+// logTable holds ln(1 + j/256) and 1 / (1 + j/256) for Key, and 1 / ln γ.
+var logTable = func() (t struct {
+	ln, inv    [256]float64
+	perLnGamma float64
+}) {
+	for j := range 256 {
+		t.ln[j] = math.Log(1 + float64(j)/256)
+		t.inv[j] = 1 / (1 + float64(j)/256)
+	}
+	t.perLnGamma = 1 / lnGamma
+	return t
+}()
 
 // Value returns the estimate of the values in bucket k: 2γ^k/(γ+1), within
 // α of every value in (γ^(k−1), γ^k]. For MinKey it is about 1 µs, the

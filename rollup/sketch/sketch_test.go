@@ -46,6 +46,55 @@ func TestKey(t *testing.T) {
 	}
 }
 
+// TestKeyIsCeilLog checks Key's table and series against the definition it
+// replaces, ⌈math.Log(v) / ln γ⌉ (the same division ClickHouse does), value
+// for value: log-uniform random values over the whole key range, the
+// float64 neighbours of every bucket bound (where the definition itself
+// rounds, and Key falls back to it), every token count below 2^16 (the
+// rollup's token sizes) and whole and round milliseconds.
+func TestKeyIsCeilLog(t *testing.T) {
+	want := func(v float64) int16 {
+		switch {
+		case !(v > MinValue):
+			return MinKey
+		case v >= MaxValue:
+			return MaxKey
+		}
+		return int16(math.Ceil(math.Log(v) / lnGamma))
+	}
+	var checked, wrong int
+	check := func(v float64) {
+		checked++
+		if got, w := Key(v), want(v); got != w {
+			if wrong++; wrong <= 10 {
+				t.Errorf("Key(%v) = %d, want ⌈ln v / ln γ⌉ = %d", v, got, w)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	lo, hi := math.Log(MinValue), math.Log(MaxValue)
+	for range 2_000_000 {
+		check(math.Exp(lo + rng.Float64()*(hi-lo)))
+	}
+	for k := MinKey - 1; k <= MaxKey+1; k++ {
+		b := math.Pow(Gamma, float64(k))
+		for _, v := range []float64{b, math.Nextafter(b, 0), math.Nextafter(b, math.Inf(1))} {
+			check(v)
+			for range 8 {
+				v = math.Nextafter(v, 0)
+				check(v)
+			}
+		}
+	}
+	for n := range 1 << 16 {
+		check(float64(n))
+		check(float64(n) / 1000)
+	}
+	if wrong > 0 {
+		t.Errorf("%d of %d values keyed differently", wrong, checked)
+	}
+}
+
 // TestKeyRange checks the documented constants against the mapping.
 func TestKeyRange(t *testing.T) {
 	if got := math.Ceil(math.Log(MinValue) / lnGamma); got != float64(MinKey) {
