@@ -42,13 +42,19 @@ type usageCostPricer struct {
 	// and price change instants.
 	tenants map[string]*tenantPeriod
 	bookSt  map[*billing.PriceBook]*bookState
+	last    *tenantPeriod // the last row's tenant
 }
 
 // tenantPeriod is a tenant's billing period of its last row, and the book
 // that prices it (nil until a row needs it).
 type tenantPeriod struct {
+	name string
 	p    billing.Period
 	book *bookState
+	// next is the tenant whose rows came after this one's last time: rows
+	// come in (hour, tenant) order, the same tenants each hour, so it is
+	// mostly the next row's tenant, found without hashing its name.
+	next *tenantPeriod
 }
 
 // bookState caches what pricing a row reads of a book.
@@ -236,11 +242,22 @@ func (mp *modelPrices) at(t time.Time) *pricedAt {
 // tenantOf is r's tenant's billing period of r's start (the last row's,
 // while it holds r).
 func (x *usageCostPricer) tenantOf(r *query.UsageCostRow) *tenantPeriod {
-	t, ok := x.tenants[r.Tenant]
-	if !ok {
-		t = &tenantPeriod{}
-		x.tenants[r.Tenant] = t
+	t := x.last
+	switch {
+	case t != nil && t.name == r.Tenant:
+	case t != nil && t.next != nil && t.next.name == r.Tenant:
+		t = t.next
+	default:
+		var ok bool
+		if t, ok = x.tenants[r.Tenant]; !ok {
+			t = &tenantPeriod{name: r.Tenant}
+			x.tenants[r.Tenant] = t
+		}
+		if x.last != nil {
+			x.last.next = t
+		}
 	}
+	x.last = t
 	if t.p.Key == "" || !t.p.Contains(r.Start) {
 		t.p, t.book = billing.PeriodOf(r.Start, x.s.Zone(r.Tenant)), nil
 	}
