@@ -46,8 +46,10 @@ func levelFor(start, end time.Time, step, tenant string, groupBy []string) Level
 // rollup.HourDists (SizeColumns, BreakdownColumns) it is the level whose
 // table keeps them (rollup.HourDistTables) and answers the grouping: the
 // all-tenant rows without a tenant and grouped by nothing, model or
-// deployment (every one); else the tenant rows for the token sizes of a
-// tenant or per tenant, the group rows for decode.
+// deployment (every one); else the tenant rows for the token sizes and
+// decode of a tenant or per tenant, the group rows for decode of other
+// groupings. (Tenant rows rolled up before they kept decode make
+// Service.Rollups read the group rows instead: RollupRow.DecodeUnkept.)
 func (q RollupQuery) level() Level {
 	l := levelFor(q.Start, q.End, q.Step, q.TenantID, q.GroupBy)
 	if l == LevelMinute || (q.Columns != SizeColumns && q.Columns != BreakdownColumns) {
@@ -59,7 +61,7 @@ func (q RollupQuery) level() Level {
 		return l
 	case byDeployment:
 		return LevelDeploymentHour
-	case q.Columns == SizeColumns && l == LevelTenantHour:
+	case l == LevelTenantHour:
 		return l
 	}
 	return LevelHour

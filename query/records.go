@@ -132,6 +132,11 @@ type RollupRow struct {
 	// read keeps (rollup.HourDistTables; none at the minute level):
 	// histograms, with Count their sum of counts and no Sum.
 	HourDists map[string]Dist
+	// DecodeUnkept says that HourDists["decode"] came from tenant rows
+	// (hour or day) of which some were rolled up before those rows kept
+	// decode (their decode arrays are empty, not "no decode"): the store
+	// sets it, and Service.Rollups then reads decode from the group rows.
+	DecodeUnkept bool
 	// Goodput, counted with SLO versions MinSLO..MaxSLO (equal unless a
 	// recomputation after an SLO change is still under way).
 	GoodRequests     uint64

@@ -259,12 +259,41 @@ func (s *Service) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, erro
 			return nil, err
 		}
 	}
+	out, err := s.readRollups(ctx, read, bounded)
+	if errors.Is(err, errDecodeUnkept) {
+		// Some tenant rows of the range were rolled up before they kept
+		// decode: the group rows answer it, as they did then.
+		read.Level, read.Days = LevelHour, nil
+		out, err = s.readRollups(ctx, read, bounded)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if q.Columns == LatencyBreakdownColumns && read.Level != LevelMinute {
+		if err := s.addBreakdown(ctx, q, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// errDecodeUnkept stops a read that met a row with RollupRow.DecodeUnkept.
+var errDecodeUnkept = errors.New("decode not kept by every row read")
+
+// readRollups runs read for Rollups (bounded: at most Config.MaxSeriesRows
+// rows), failing with errDecodeUnkept at the first row that says its
+// decode is not kept.
+func (s *Service) readRollups(ctx context.Context, read RollupRead, bounded bool) ([]RollupRow, error) {
+	q := read.Query
 	var (
 		out   []RollupRow
 		index = map[string]int{} // step and group → out, when merging here
 		sums  []latencySums      // the latency sums of out[i], when merging here
 	)
-	err = s.src.RollupRows(ctx, read, func(r *RollupRow) error {
+	err := s.src.RollupRows(ctx, read, func(r *RollupRow) error {
+		if r.DecodeUnkept {
+			return errDecodeUnkept
+		}
 		if !read.Merge {
 			id := stepID(r.Start, q.GroupBy, r.Group)
 			if i, ok := index[id]; ok {
@@ -289,11 +318,6 @@ func (s *Service) Rollups(ctx context.Context, q RollupQuery) ([]RollupRow, erro
 			sums[i].set(&out[i])
 		}
 		out = pageRollups(out, q.GroupBy, q.Offset, q.Limit)
-	}
-	if q.Columns == LatencyBreakdownColumns && read.Level != LevelMinute {
-		if err := s.addBreakdown(ctx, q, out); err != nil {
-			return nil, err
-		}
 	}
 	return out, nil
 }

@@ -26,11 +26,14 @@ var HourDists = []string{"prefill", "decode", "prompt_size", "output_size", "e2e
 // (docs/performance.md): the all-tenant rows (per hour, and per model and
 // deployment) are few and keep every one; the rows per group (17 events
 // each at the query benchmark's scale) keep decode; the tenant rows, and
-// the day rows made of them, keep the token sizes.
+// the day rows made of them, keep the token sizes and decode (so that a
+// tenant's latency breakdown, or every tenant's by tenant, need not merge
+// every group row of rollup_hour; rows written before they kept decode say
+// so: migration 0029's decode_kept).
 var HourDistTables = map[string][]string{
 	"rollup_hour":            {"decode"},
-	"rollup_tenant_hour":     {"prompt_size", "output_size"},
-	"rollup_tenant_day":      {"prompt_size", "output_size"},
+	"rollup_tenant_hour":     {"decode", "prompt_size", "output_size"},
+	"rollup_tenant_day":      {"decode", "prompt_size", "output_size"},
 	"rollup_total_hour":      HourDists,
 	"rollup_deployment_hour": HourDists,
 }

@@ -3,6 +3,7 @@ package chstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"tokenmeter/query"
@@ -63,12 +64,19 @@ func rollupSQL(r query.RollupRead) (string, []any) {
 			}
 		}
 	}
+	marked := readsDecodeKept(r, kept)
+	if marked {
+		sel = append(sel, agg("min", "decode_kept"))
+	}
 	where, whereArgs := scope("bucket", q.Start, q.End, q.TenantID)
 	from, fromArgs := newestRows(levelTables[r.Level], "bucket", where, whereArgs, "")
 	if len(r.Days) > 0 {
 		cols := rollupColumnList
 		for _, d := range kept {
 			cols += ", " + d + "_keys, " + d + "_counts"
+		}
+		if marked {
+			cols += ", decode_kept"
 		}
 		from, fromArgs = withDays(cols, r.Days, where, whereArgs)
 	}
@@ -111,6 +119,15 @@ func keptHourDists(r query.RollupRead, hourDists bool) []string {
 	return kept
 }
 
+// readsDecodeKept reports whether a read of the histograms kept (of
+// keptHourDists) reads decode from rows that say whether they keep it
+// (decodeKept: the tenant rows, hour or day): it reads their decode_kept
+// too, and a row (or merged group) with a 0 there comes with
+// query.RollupRow.DecodeUnkept.
+func readsDecodeKept(r query.RollupRead, kept []string) bool {
+	return slices.Contains(kept, "decode") && decodeKept(levelTables[r.Level])
+}
+
 // RollupRows runs a rollup read (see query.RollupRead), calling row for each
 // row; the row and its maps are reused from call to call.
 func (s *Store) RollupRows(ctx context.Context, r query.RollupRead, row func(*query.RollupRow) error) error {
@@ -146,6 +163,11 @@ func (s *Store) RollupRows(ctx context.Context, r query.RollupRead, row func(*qu
 	for i := range hdists {
 		dest = append(dest, &hourKeys[i], &hourCounts[i])
 	}
+	var kept8 uint8
+	marked := readsDecodeKept(r, kept)
+	if marked {
+		dest = append(dest, &kept8)
+	}
 	out.Group = make(map[string]string, len(q.GroupBy))
 	out.HourDists = make(map[string]query.Dist, len(kept))
 	out.ErrorsBy = make(map[string]uint64, len(errClasses))
@@ -178,6 +200,7 @@ func (s *Store) RollupRows(ctx context.Context, r query.RollupRead, row func(*qu
 				out.HourDists[d] = hdists[i]
 			}
 		}
+		out.DecodeUnkept = marked && kept8 == 0
 		out.Start = k.start(q.StepSeconds(), q.Start)
 		for i, f := range q.GroupBy {
 			out.Group[f] = k.groups[i]

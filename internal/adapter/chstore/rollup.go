@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"tokenmeter/query"
+	"tokenmeter/rollup"
 )
 
 // rollupColumns is the column list of every rollup table.
@@ -43,14 +44,27 @@ func hourHistColumns() []string {
 	return cols
 }
 
+// decodeKept reports whether table's rows are written with decode_kept = 1
+// (migration 0029): the tenant rows, which keep decode since
+// rollup.HourDistTables gives it to them; older rows hold 0, and their
+// empty decode arrays do not mean "no decode" (a read that meets one
+// answers from rollup_hour instead: query.RollupRow.DecodeUnkept).
+func decodeKept(table string) bool {
+	return (table == "rollup_tenant_hour" || table == "rollup_tenant_day") && slices.Contains(rollup.HourDistTables[table], "decode")
+}
+
 // columnsOf is the column list of table's rows as written: the hour tables
 // add the peak, per-minute and hour histogram columns to every rollup
-// table's columns.
+// table's columns, and the tenant rows decode_kept (decodeKept).
 func columnsOf(table string) []string {
 	if table == "rollup_minute_recent" {
 		return rollupColumns()
 	}
-	return slices.Concat(rollupColumns(), peakColumns, minuteColumns, hourHistColumns())
+	cols := slices.Concat(rollupColumns(), peakColumns, minuteColumns, hourHistColumns())
+	if decodeKept(table) {
+		cols = append(cols, "decode_kept")
+	}
+	return cols
 }
 
 // ServerNow is ClickHouse's clock, which stamps dirty_hours.

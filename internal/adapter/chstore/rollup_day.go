@@ -105,12 +105,18 @@ func (s *Store) WriteDay(ctx context.Context, d rollup.DayRollup, version uint64
 	for _, d := range hourDistColumns {
 		sel = append(sel, fmt.Sprintf("(sumMap(%[1]s_keys, %[1]s_counts) AS day_%[1]s).1", d), "day_"+d+".2")
 	}
+	hist := hourHistColumns()
+	if decodeKept("rollup_tenant_day") {
+		// A tenant's day keeps decode only if every hour row of it did.
+		hist = append(hist, "decode_kept")
+		sel = append(sel, "min(decode_kept)")
+	}
 	query := fmt.Sprintf(`INSERT INTO rollup_tenant_day (%s, %s, hour_versions, %s)
 SELECT %s
 FROM rollup_tenant_hour
 WHERE bucket >= toDateTime(?) AND bucket <= toDateTime(?)
   AND (toUInt32(bucket), version) IN (%s)
-GROUP BY tenant_id`, rollupColumnList, strings.Join(peakColumns, ", "), strings.Join(hourHistColumns(), ", "), strings.Join(sel, ", "), strings.Join(pairs, ", "))
+GROUP BY tenant_id`, rollupColumnList, strings.Join(peakColumns, ", "), strings.Join(hist, ", "), strings.Join(sel, ", "), strings.Join(pairs, ", "))
 	if err := s.conn.Exec(ctx, query, d.Day.Unix(), version, d.HourVersions, first.Unix(), last.Unix()); err != nil {
 		return fmt.Errorf("roll up day %s: %w", d.Day.Format(time.DateOnly), classify(err))
 	}

@@ -145,11 +145,13 @@ type rollupBlock struct {
 	minReq, minOut         [][]uint64
 	hourKeys               [rollup.NumHourDists][][]int16
 	hourCounts             [rollup.NumHourDists][][]uint64
+	kept                   []uint8
 }
 
 // fill lays rows out as the columns of rollupColumns, followed, with
-// hourCols, by those of peakColumns, minuteColumns and hourHistColumns.
-func (b *rollupBlock) fill(rows []rollup.RollupRecord, sloVersion uint32, version uint64, hourCols bool) []any {
+// hourCols, by those of peakColumns, minuteColumns and hourHistColumns,
+// and with kept by decode_kept, 1 on every row (decodeKept).
+func (b *rollupBlock) fill(rows []rollup.RollupRecord, sloVersion uint32, version uint64, hourCols, kept bool) []any {
 	n := len(rows)
 	b.bucket = reuse(b.bucket, n)
 	for d := range b.dims {
@@ -214,6 +216,13 @@ func (b *rollupBlock) fill(rows []rollup.RollupRecord, sloVersion uint32, versio
 		for d := range b.hourKeys {
 			cols = append(cols, b.hourKeys[d], b.hourCounts[d])
 		}
+	}
+	if kept {
+		b.kept = reuse(b.kept, n)
+		for range rows {
+			b.kept = append(b.kept, 1)
+		}
+		cols = append(cols, b.kept)
 	}
 	return cols
 }
@@ -288,6 +297,6 @@ func (s *Store) insertRollupRows(ctx context.Context, table string, next func() 
 				return nil, err
 			}
 		}
-		return b.fill(rows, sloVersion, version, hourCols), nil
+		return b.fill(rows, sloVersion, version, hourCols, decodeKept(table)), nil
 	})
 }
