@@ -460,6 +460,9 @@ func compareReads(t *testing.T, e *eqStores) {
 		{Start: whole[0], End: whole[1], Step: "hour", GroupBy: []string{"model"}, Columns: query.LatencyColumns},
 		{Start: whole[0], End: whole[1], Step: "hour", GroupBy: []string{"model"}, Columns: query.LatencyBreakdownColumns},
 		{Start: whole[0], End: whole[1], Step: "hour", GroupBy: []string{"slo_class"}, Columns: query.LatencyBreakdownColumns},
+		// Decode from the tenant hour and day rows (decode_kept).
+		{Start: whole[0], End: whole[1], Step: "hour", TenantID: "initech", Columns: query.LatencyBreakdownColumns},
+		{Start: days[0], End: days[1], Step: "day", GroupBy: []string{"tenant_id"}, Columns: query.LatencyBreakdownColumns},
 		{Start: days[0], End: days[1], Step: "day", GroupBy: []string{"tenant_id"}, Columns: query.SizeColumns},
 		{Start: eqStart.Add(time.Hour), End: eqStart.Add(2 * time.Hour), Step: "minute", GroupBy: []string{"tenant_id"}},
 		{Start: eqStart.Add(30 * time.Minute), End: eqStart.Add(150 * time.Minute), Step: "hour", GroupBy: []string{"model"}},
