@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -602,54 +603,75 @@ func TestRowDecoderInternsOnlyValidLengths(t *testing.T) {
 	}
 }
 
-// TestUTCTimestampMatchesTimeParse: the timestamp fast path reads what it
-// accepts to the instant time.Parse reads (and refuses what time.Parse
-// refuses), over calendar edges and malformed forms.
+// TestUTCTimestampMatchesTimeParse: the timestamp fast path accepts the
+// form producers write (and reads it to the instant time.Parse reads), and
+// hands every other text, valid or not, to time.Parse.
 func TestUTCTimestampMatchesTimeParse(t *testing.T) {
-	inputs := []string{
+	fast := []string{
 		"2026-11-27T16:05:15Z", "2026-11-27T16:05:15.5Z", "2026-11-27T16:05:15.123456789Z",
-		"2026-11-27T16:05:15.1234567891Z", "2026-11-27T16:05:15.Z", "2026-11-27T16:05:15,5Z",
-		"2024-02-29T00:00:00Z", "2023-02-29T00:00:00Z", "2000-02-29T23:59:59Z", "1900-02-29T00:00:00Z",
-		"2026-04-31T00:00:00Z", "2026-12-31T23:59:59.999999999Z", "2026-13-01T00:00:00Z", "2026-00-10T00:00:00Z",
-		"2026-01-00T00:00:00Z", "2026-01-01T24:00:00Z", "2026-01-01T23:60:00Z", "2026-01-01T23:59:60Z",
-		"0000-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999999999Z",
-		"2026-01-01t00:00:00Z", "2026-01-01T00:00:00z", "2026-01-01T00:00:00+00:00", "2026-1-01T00:00:00Z",
-		"2026-01-01T00:00:0aZ", "+026-01-01T00:00:00Z", "2026-01-01T00:00:00.-1Z", "2026-01-01T00:00:00.1a2Z",
-		"2026-01-01 00:00:00Z", "2026-01-01T00:00:00", "",
+		"2026-11-27T16:05:15.123Z", "2026-11-27T16:05:15.123456Z", "2024-02-29T00:00:00Z",
+		"2000-02-29T23:59:59Z", "2026-12-31T23:59:59.999999999Z", "0001-01-01T00:00:00Z",
+		"9999-12-31T23:59:59.999999999Z",
 	}
-	for _, in := range inputs {
+	library := []string{
+		"2026-11-27T16:05:15.1234567891Z", "2026-11-27T16:05:15.Z", "2026-11-27T16:05:15,5Z",
+		"2023-02-29T00:00:00Z", "1900-02-29T00:00:00Z", "2026-04-31T00:00:00Z", "2026-13-01T00:00:00Z",
+		"2026-00-10T00:00:00Z", "2026-01-00T00:00:00Z", "2026-01-01T24:00:00Z", "2026-01-01T23:60:00Z",
+		"2026-01-01T23:59:60Z", "0000-01-01T00:00:00Z", "2026-01-01t00:00:00Z", "2026-01-01T00:00:00z",
+		"2026-01-01T00:00:00+00:00", "2026-01-01T00:00:00-07:00", "2026-1-01T00:00:00Z", "2026-01-01T00:00:0aZ",
+		"+026-01-01T00:00:00Z", "2026-01-01T00:00:00.-1Z", "2026-01-01T00:00:00.1a2Z", "2026-01-01 00:00:00Z",
+		"2026-01-01T00:00:00", "",
+	}
+	check := func(in string) {
+		t.Helper()
 		got, ok := utcTimestamp([]byte(in))
-		if !ok {
-			continue // time.Parse decides
-		}
 		want, err := time.Parse(time.RFC3339Nano, in)
-		if err != nil {
-			t.Errorf("utcTimestamp(%q) = %v, time.Parse refuses it: %v", in, got, err)
-			continue
+		if !ok || err != nil || got.Seconds != want.Unix() || int(got.Nanos) != want.Nanosecond() {
+			t.Errorf("utcTimestamp(%q) = %d.%09d, %v; time.Parse reads %d.%09d, %v", in, got.Seconds, got.Nanos, ok, want.Unix(), want.Nanosecond(), err)
 		}
-		if got.Seconds != want.Unix() || int(got.Nanos) != want.Nanosecond() {
-			t.Errorf("utcTimestamp(%q) = %d.%09d, time.Parse reads %d.%09d", in, got.Seconds, got.Nanos, want.Unix(), want.Nanosecond())
+	}
+	for _, in := range fast {
+		check(in)
+	}
+	for _, in := range library {
+		if got, ok := utcTimestamp([]byte(in)); ok {
+			t.Errorf("utcTimestamp(%q) = %v, want it handed to time.Parse", in, got)
 		}
 	}
 	// Every second of a leap year's days and hours, at a few fractions.
 	for day := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC); day.Year() == 2024; day = day.Add(7*time.Hour + 13*time.Minute + 17*time.Second) {
 		for _, frac := range []string{"", ".1", ".000000001", ".987654321", ".5000"} {
-			in := day.Format("2006-01-02T15:04:05") + frac + "Z"
-			got, ok := utcTimestamp([]byte(in))
-			want, err := time.Parse(time.RFC3339Nano, in)
-			if !ok || err != nil || got.Seconds != want.Unix() || int(got.Nanos) != want.Nanosecond() {
-				t.Fatalf("utcTimestamp(%q) = %v, %v; time.Parse %v, %v", in, got, ok, want, err)
-			}
+			check(day.Format("2006-01-02T15:04:05") + frac + "Z")
 		}
 	}
 }
 
-// TestExactDecimalMatchesParseFloat: the float fast path reads what it
-// accepts to ParseFloat's value, bit for bit.
+// TestExactDecimalMatchesParseFloat: the float fast path accepts every
+// plain decimal of at most 15 digits, reads it to ParseFloat's value bit
+// for bit, and hands every other form to ParseFloat.
 func TestExactDecimalMatchesParseFloat(t *testing.T) {
-	inputs := []string{"0", "-0", "0.0", "-0.0", "1", "12.5", "0.1", "0.3", "123456789012345", "1234567890123456",
-		"0.000000000000001", "0.0000000000000001", "99999999.9999999", "-17.25", "3.14159265358979", "1e5", "1.5E-3", ".5", "5.", "-", "1.2.3"}
+	fast := []string{"0", "-0", "0.0", "-0.0", "1", "12.5", "0.1", "0.3", "123456789012345",
+		"0.00000000000001", "99999999.9999999", "-17.25", "3.14159265358979", "2596.397", "0.068"}
+	library := []string{"1234567890123456", "0.000000000000001", "1e5", "1.5E-3", ".5", "5.", "-", "", "1.2.3",
+		",5", "1,5", "+1", "0x10", "Infinity", "NaN"}
+	check := func(in string) {
+		t.Helper()
+		got, ok := exactDecimal([]byte(in))
+		want, err := strconv.ParseFloat(in, 64)
+		if !ok || err != nil || math.Float64bits(got) != math.Float64bits(want) {
+			t.Errorf("exactDecimal(%q) = %v (%#x), %v; ParseFloat %v (%#x), %v", in, got, math.Float64bits(got), ok, want, math.Float64bits(want), err)
+		}
+	}
+	for _, in := range fast {
+		check(in)
+	}
+	for _, in := range library {
+		if got, ok := exactDecimal([]byte(in)); ok {
+			t.Errorf("exactDecimal(%q) = %v, want it handed to ParseFloat", in, got)
+		}
+	}
 	rng := rand.New(rand.NewPCG(3, 4))
+	fastN, libraryN := 0, 0
 	for range 100_000 {
 		intDigits, fracDigits := rng.IntN(10), rng.IntN(10)
 		in := strconv.FormatUint(rng.Uint64N(uint64(math.Pow10(intDigits))+1), 10)
@@ -660,16 +682,68 @@ func TestExactDecimalMatchesParseFloat(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			in = "-" + in
 		}
-		inputs = append(inputs, in)
-	}
-	for _, in := range inputs {
-		got, ok := exactDecimal([]byte(in))
-		if !ok {
+		if len(in)-strings.Count(in, "-")-strings.Count(in, ".") <= 15 {
+			check(in)
+			fastN++
 			continue
 		}
-		want, err := strconv.ParseFloat(in, 64)
-		if err != nil || math.Float64bits(got) != math.Float64bits(want) {
-			t.Errorf("exactDecimal(%q) = %v (%#x), ParseFloat %v (%#x), %v", in, got, math.Float64bits(got), want, math.Float64bits(want), err)
+		if got, ok := exactDecimal([]byte(in)); ok {
+			t.Errorf("exactDecimal(%q) = %v: %d digits, want it handed to ParseFloat", in, got, len(in))
 		}
+		libraryN++
+	}
+	if fastN == 0 || libraryN == 0 {
+		t.Fatalf("random inputs too narrow: %d fast, %d library", fastN, libraryN)
+	}
+}
+
+// TestTypicalRecordsTakeFastPaths: the timestamps and milliseconds of the
+// records the workload generator writes (as protojson writes them) take the
+// fast paths, not time.Parse and ParseFloat, and the records decode without
+// a fallback.
+func TestTypicalRecordsTakeFastPaths(t *testing.T) {
+	g, err := workload.New(workload.Config{Seed: 7, Start: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), Duration: 24 * time.Hour, Events: 2000, Tenants: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewRowDecoder(DefaultLimits())
+	var r sink.EventRow
+	stamps, numbers := 0, 0
+	for i := range 2000 {
+		ev := &meterv1.InferenceEvent{}
+		g.Fill(ev, i)
+		js, err := protojson.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.DecodeEvent(&r, js, ContentTypeJSON); err != nil {
+			t.Fatalf("record %s: %v", js, err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(js))
+		dec.UseNumber()
+		var fields map[string]any
+		if err := dec.Decode(&fields); err != nil {
+			t.Fatal(err)
+		}
+		for name, v := range fields {
+			switch {
+			case name == "receivedAt" || name == "completedAt":
+				if _, ok := utcTimestamp([]byte(v.(string))); !ok {
+					t.Fatalf("%s %q of a typical record went to time.Parse", name, v)
+				}
+				stamps++
+			case strings.HasSuffix(name, "Ms"):
+				if _, ok := exactDecimal([]byte(v.(json.Number))); !ok {
+					t.Fatalf("%s %s of a typical record went to ParseFloat", name, v)
+				}
+				numbers++
+			}
+		}
+	}
+	if d.Fallbacks != 0 {
+		t.Fatalf("%d of 2000 typical records fell back to protojson", d.Fallbacks)
+	}
+	if stamps < 2000 || numbers < 2000 {
+		t.Fatalf("too few fields checked: %d timestamps, %d milliseconds", stamps, numbers)
 	}
 }
