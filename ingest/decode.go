@@ -64,13 +64,20 @@ func decodeRecord(m proto.Message, kind string, value []byte, contentType string
 }
 
 // headerValue returns the value of the first header named key
-// (case-insensitive). The string shares the header's bytes, which nothing
-// writes to (kafka-go gives each message its own), instead of a copy per
-// record.
+// (case-insensitive). A known content type comes back as the package's
+// constant, with no copy per record; any other value is copied, so the
+// string never shares the header's bytes (a reader that reuses its fetch
+// buffers may rewrite them after the record is handled).
 func headerValue(headers []kafka.Header, key string) string {
 	for _, h := range headers {
 		if strings.EqualFold(h.Key, key) {
-			return unsafeString(h.Value)
+			switch {
+			case string(h.Value) == ContentTypeJSON: // compared in place, no allocation
+				return ContentTypeJSON
+			case string(h.Value) == ContentTypeProtobuf:
+				return ContentTypeProtobuf
+			}
+			return string(h.Value)
 		}
 	}
 	return ""
