@@ -86,7 +86,7 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 	fs.StringVar(&cfg.meterd, "meterd", "bin/meterd", "meterd binary to measure (make build)")
 	fs.IntVar(&cfg.rate, "latency-rate", 10_000, "events/s of the latency run")
 	fs.DurationVar(&cfg.latencyDur, "latency-duration", 20*time.Second, "length of the latency run")
-	fs.IntVar(&cfg.batch, "batch-size", 20_000, "meterd --batch-size and the raw insert batch")
+	fs.IntVar(&cfg.batch, "batch-size", 100_000, "meterd --batch-size and the raw insert batch")
 	fs.DurationVar(&cfg.batchWait, "batch-timeout", 500*time.Millisecond, "meterd --batch-timeout: below batch-size / batch-timeout events/s meterd's INSERTs are smaller than --batch-size")
 	fs.StringVar(&cfg.compression, "clickhouse-compression", "none", "compression of meterd's and the raw insert's ClickHouse connection (loopback: none)")
 	fs.BoolVar(&cfg.skipCHK, "skip-clickhouse-kafka", false, "skip ClickHouse's Kafka engine run")

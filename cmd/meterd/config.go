@@ -348,7 +348,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	fs.StringVar(&c.PricesFile, "prices", "", "JSON price book (GPU $/hour, token list prices; see docs/operations.md); a changed file becomes a new price version at start")
 	fs.StringVar(&c.DLQTopic, "dlq-topic", ingest.DefaultDLQTopic, "Kafka dead-letter topic")
 	fs.StringVar(&c.GroupID, "group-id", ingest.DefaultGroupID, "Kafka consumer group of the ingest role")
-	fs.IntVar(&c.BatchSize, "batch-size", 20_000, "flush an insert batch at this many records")
+	fs.IntVar(&c.BatchSize, "batch-size", 100_000, "flush an insert batch at this many records (fewer when --batch-timeout comes first)")
 	fs.DurationVar(&c.BatchTimeout, "batch-timeout", 500*time.Millisecond, "flush a non-empty batch this long after its first record")
 	fs.IntVar(&c.MaxBatch, "max-batch-events", 10_000, "most events in one publish request, and spans in one OTLP export request")
 	fs.IntVar(&c.MaxBody, "max-request-bytes", 16<<20, "largest request body or gRPC message")
