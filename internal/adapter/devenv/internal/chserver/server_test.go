@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -416,22 +417,30 @@ func TestMergedPartsZSTD(t *testing.T) {
 	srv := start(t, dir)
 	conn := open(t, srv.Addr())
 	defer conn.Close()
+	// method reads the newest active part's compression method. A part
+	// that a merge retired (and removed) between the query and the read is
+	// looked up again.
 	method := func(table string) byte {
 		t.Helper()
-		var part string
-		if err := conn.QueryRow(ctx, "SELECT name FROM system.parts WHERE active AND database = 'default' AND table = ? ORDER BY modification_time DESC LIMIT 1", table).Scan(&part); err != nil {
-			t.Fatalf("active part of %s: %v", table, err)
+		for try := 0; ; try++ {
+			var part string
+			if err := conn.QueryRow(ctx, "SELECT name FROM system.parts WHERE active AND database = 'default' AND table = ? ORDER BY modification_time DESC, name DESC LIMIT 1", table).Scan(&part); err != nil {
+				t.Fatalf("active part of %s: %v", table, err)
+			}
+			f, err := os.Open(filepath.Join(dir, "data", "data", "default", table, part, "v.bin"))
+			if errors.Is(err, fs.ErrNotExist) && try < 10 {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			head := make([]byte, 17)
+			if _, err := io.ReadFull(f, head); err != nil {
+				t.Fatal(err)
+			}
+			return head[16]
 		}
-		f, err := os.Open(filepath.Join(dir, "data", "data", "default", table, part, "v.bin"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		head := make([]byte, 17)
-		if _, err := io.ReadFull(f, head); err != nil {
-			t.Fatal(err)
-		}
-		return head[16]
 	}
 	const lz4, zstd = 0x82, 0x90
 	// v is 8 incompressible bytes a row: two INSERTs of 1M rows make two
@@ -445,15 +454,33 @@ func TestMergedPartsZSTD(t *testing.T) {
 		{"small", 1_000, lz4},
 	} {
 		execSQL(t, srv.Addr(), "CREATE TABLE default."+tt.table+" (k UInt64, v UInt64) ENGINE = MergeTree ORDER BY k")
+		// No background merge while the INSERTed parts are checked: on a
+		// slow machine one could merge the two parts before the second
+		// check, which would then read the merged part.
+		execSQL(t, srv.Addr(), "SYSTEM STOP MERGES default."+tt.table)
+		parts := "system.parts WHERE active AND database = 'default' AND table = '" + tt.table + "'"
 		for i := range 2 {
 			execSQL(t, srv.Addr(), fmt.Sprintf("INSERT INTO default.%s (k, v) SELECT number, sipHash64(number) FROM system.numbers LIMIT %d OFFSET %d", tt.table, tt.rows, i*tt.rows))
+			if n := count(t, srv.Addr(), parts); n != uint64(i+1) {
+				t.Fatalf("%s: %d active parts after %d INSERTs with merges stopped, want %d", tt.table, n, i+1, i+1)
+			}
 			if got := method(tt.table); got != lz4 {
 				t.Errorf("%s: INSERTed part compressed with method 0x%x, want LZ4 (0x%x)", tt.table, got, lz4)
 			}
 		}
-		execSQL(t, srv.Addr(), "OPTIMIZE TABLE default."+tt.table+" FINAL")
-		if n := count(t, srv.Addr(), "system.parts WHERE active AND database = 'default' AND table = '"+tt.table+"'"); n != 1 {
-			t.Fatalf("%s: %d active parts after OPTIMIZE FINAL, want 1", tt.table, n)
+		// STOP MERGES blocks OPTIMIZE too. Once merges run again a
+		// background merge may take the parts first, and OPTIMIZE then does
+		// nothing: wait for the single part, asking again meanwhile.
+		execSQL(t, srv.Addr(), "SYSTEM START MERGES default."+tt.table)
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			execSQL(t, srv.Addr(), "OPTIMIZE TABLE default."+tt.table+" FINAL")
+			n := count(t, srv.Addr(), parts)
+			if n == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d active parts 2 min after OPTIMIZE FINAL, want 1", tt.table, n)
+			}
 		}
 		if got := method(tt.table); got != tt.wantMerged {
 			t.Errorf("%s: merged part compressed with method 0x%x, want 0x%x", tt.table, got, tt.wantMerged)
