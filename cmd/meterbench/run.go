@@ -230,7 +230,7 @@ func kafkaEngine(ctx context.Context, cfg config, chAddr, chDir, brokerAddr, top
 	}
 	defer conn.Close()
 	chPids := processesUnder(chDir)
-	i0, r0, m0 := chEvents(ctx, conn)
+	counters0, countersErr := chEvents(ctx, conn)
 	chBefore, benchBefore := cpuOf(chPids), cpuOf([]int{os.Getpid()})
 	elapsed, err := bench.RunClickHouseKafkaEngine(ctx, chAddr, db, brokerAddr, topic, cfg.events, 10*time.Minute,
 		bench.WithLogDir(filepath.Join(chDir, "log")), bench.WithStoreSchema())
@@ -239,7 +239,7 @@ func kafkaEngine(ctx context.Context, cfg config, chAddr, chDir, brokerAddr, top
 	}
 	res := pipeResult{rate: float64(cfg.events) / elapsed.Seconds(),
 		chCPU: cpuOf(chPids) - chBefore, benchCPU: cpuOf([]int{os.Getpid()}) - benchBefore}
-	res.countersSince(ctx, conn, i0, r0, m0)
+	res.countersSince(ctx, conn, counters0, countersErr)
 	return res, nil
 }
 
@@ -401,40 +401,72 @@ type pipeResult struct {
 	// in-process broker serving the fetches, and the row counting).
 	meterdCPU, chCPU, benchCPU time.Duration
 	// ClickHouse's counters over the run (system.events): INSERT
-	// statements, the rows they inserted and the rows merges wrote.
+	// statements, the rows they inserted and the rows merges wrote;
+	// countersErr says why they could not be read (cpuLine prints n/a).
+	counters    chCounters
+	countersErr error
+}
+
+// chCounters are ClickHouse's cumulative counters that cpuLine reports.
+type chCounters struct {
+	// inserts is system.events' InsertQuery: every INSERT statement into
+	// any table (meterd's events and event_ids statements, and the empty
+	// INSERT each newly prepared batch sends), not meterd's batches.
 	inserts, insertedRows, mergedRows uint64
 }
 
 // chEvents reads ClickHouse's cumulative counters that cpuLine reports.
-func chEvents(ctx context.Context, conn driver.Conn) (inserts, insertedRows, mergedRows uint64) {
+func chEvents(ctx context.Context, conn driver.Conn) (chCounters, error) {
 	rows, err := conn.Query(ctx, "SELECT event, value FROM system.events WHERE event IN ('InsertQuery', 'InsertedRows', 'MergedRows')")
 	if err != nil {
-		return 0, 0, 0
+		return chCounters{}, fmt.Errorf("read system.events: %w", err)
 	}
 	defer rows.Close()
+	var c chCounters
 	for rows.Next() {
 		var name string
 		var v uint64
-		if rows.Scan(&name, &v) != nil {
-			continue
+		if err := rows.Scan(&name, &v); err != nil {
+			return chCounters{}, fmt.Errorf("read system.events: %w", err)
 		}
 		switch name {
 		case "InsertQuery":
-			inserts = v
+			c.inserts = v
 		case "InsertedRows":
-			insertedRows = v
+			c.insertedRows = v
 		case "MergedRows":
-			mergedRows = v
+			c.mergedRows = v
 		}
 	}
-	return inserts, insertedRows, mergedRows
+	if err := rows.Err(); err != nil {
+		return chCounters{}, fmt.Errorf("read system.events: %w", err)
+	}
+	return c, nil
 }
 
 // countersSince sets res's counters to what ClickHouse counted since
-// before (chEvents' values then).
-func (res *pipeResult) countersSince(ctx context.Context, conn driver.Conn, i0, r0, m0 uint64) {
-	i1, r1, m1 := chEvents(ctx, conn)
-	res.inserts, res.insertedRows, res.mergedRows = i1-i0, r1-r0, m1-m0
+// before (chEvents' values then, and its error). A failed read on either
+// side, or a counter that went down (a restarted server), leaves them
+// unset with countersErr saying why.
+func (res *pipeResult) countersSince(ctx context.Context, conn driver.Conn, before chCounters, beforeErr error) {
+	if beforeErr != nil {
+		res.countersErr = beforeErr
+		return
+	}
+	after, err := chEvents(ctx, conn)
+	if err != nil {
+		res.countersErr = err
+		return
+	}
+	if after.inserts < before.inserts || after.insertedRows < before.insertedRows || after.mergedRows < before.mergedRows {
+		res.countersErr = errors.New("system.events went down during the run (server restarted?)")
+		return
+	}
+	res.counters = chCounters{
+		inserts:      after.inserts - before.inserts,
+		insertedRows: after.insertedRows - before.insertedRows,
+		mergedRows:   after.mergedRows - before.mergedRows,
+	}
 }
 
 // cpuLine prints where the CPU of a pipeline run went, per event.
@@ -442,11 +474,14 @@ func (r *report) cpuLine(res pipeResult, n int) {
 	per := func(d time.Duration) float64 { return d.Seconds() * 1e6 / float64(n) }
 	r.printf("    CPU per event: meterd %.1f µs, ClickHouse %.1f µs, broker (meterbench) %.1f µs\n",
 		per(res.meterdCPU), per(res.chCPU), per(res.benchCPU))
-	if res.inserts > 0 {
-		r.printf("    ClickHouse: %d INSERT statements, %.0f rows each on average; merges wrote %.2f rows per event\n",
-			res.inserts, float64(res.insertedRows)/float64(res.inserts), float64(res.mergedRows)/float64(n))
-	} else if res.mergedRows > 0 {
-		r.printf("    ClickHouse: merges wrote %.2f rows per event\n", float64(res.mergedRows)/float64(n))
+	switch c := res.counters; {
+	case res.countersErr != nil:
+		r.printf("    ClickHouse counters: n/a (%v)\n", res.countersErr)
+	case c.inserts > 0:
+		r.printf("    ClickHouse: %d INSERT statements into all tables (events, event_ids, and each prepared batch's empty INSERT), %.0f inserted rows per statement on average; merges wrote %.2f rows per event\n",
+			c.inserts, float64(c.insertedRows)/float64(c.inserts), float64(c.mergedRows)/float64(n))
+	case c.mergedRows > 0:
+		r.printf("    ClickHouse: merges wrote %.2f rows per event\n", float64(c.mergedRows)/float64(n))
 	}
 }
 
@@ -494,7 +529,7 @@ func pipeline(ctx context.Context, cfg config, chAddr, chDir, brokerAddr, topic,
 		return pipeResult{}, fmt.Errorf("create the schema of %s: %w", db, err)
 	}
 	chPids := processesUnder(chDir)
-	i0, r0, m0 := chEvents(ctx, conn)
+	counters0, countersErr := chEvents(ctx, conn)
 	chBefore, benchBefore := cpuOf(chPids), cpuOf([]int{os.Getpid()})
 	start := time.Now()
 	cmd, stop, err := startMeterd(ctx, cfg, chAddr, brokerAddr, topic, db)
@@ -513,7 +548,7 @@ func pipeline(ctx context.Context, cfg config, chAddr, chDir, brokerAddr, topic,
 			res.rate = float64(n) / time.Since(start).Seconds()
 			res.meterdCPU = cpuOf([]int{cmd.Process.Pid})
 			res.chCPU, res.benchCPU = cpuOf(chPids)-chBefore, cpuOf([]int{os.Getpid()})-benchBefore
-			res.countersSince(ctx, conn, i0, r0, m0)
+			res.countersSince(ctx, conn, counters0, countersErr)
 			return res, nil
 		}
 		if cmd.ProcessState != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -33,5 +34,31 @@ func TestReportSummary(t *testing.T) {
 	(&report{w: &b}).summary(n, proto, json, nil)
 	if got := b.String(); !strings.Contains(got, "not measured (>= 1.5x)") || strings.Contains(got, "Kafka engine, JSON ") {
 		t.Errorf("summary without the Kafka engine run:\n%s", got)
+	}
+}
+
+// TestCPULineCounters: ClickHouse's counters print as n/a when a read of
+// system.events failed (not as a wrapped difference), and the INSERT line
+// says which statements it counts.
+func TestCPULineCounters(t *testing.T) {
+	const n = 1_000
+	var failed pipeResult
+	failed.countersSince(t.Context(), nil, chCounters{}, errors.New("connection refused"))
+	ok := pipeResult{counters: chCounters{inserts: 4, insertedRows: 2_000, mergedRows: 500}}
+	var b strings.Builder
+	r := &report{w: &b}
+	r.cpuLine(failed, n)
+	r.cpuLine(ok, n)
+	got := b.String()
+	for _, want := range []string{
+		"ClickHouse counters: n/a (connection refused)",
+		"ClickHouse: 4 INSERT statements into all tables (events, event_ids, and each prepared batch's empty INSERT), 500 inserted rows per statement on average; merges wrote 0.50 rows per event",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("cpuLine lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "18446744073") {
+		t.Errorf("cpuLine printed a wrapped counter:\n%s", got)
 	}
 }
