@@ -81,15 +81,22 @@ type EventBatch struct {
 	keyHash, fingerprint []uint64
 	scratch              []byte
 	// labels holds the rows' label_keys and label_values slices, one
-	// allocation for many rows (labelColumns).
-	labels []string
+	// allocation for many rows (labelColumns); labelsUsed counts the
+	// strings the batch's rows took from it and the blocks before it.
+	labels     []string
+	labelsUsed int
 }
 
 // Len is the number of rows in the batch.
 func (b *EventBatch) Len() int { return len(b.eventID) }
 
-// Reset empties the batch, keeping its memory.
+// Reset empties the batch, keeping its memory (but not a block of labels
+// far larger than the batch used: one label-heavy batch would keep it).
 func (b *EventBatch) Reset() {
+	labels := resetStrings(b.labels)
+	if cap(labels) > 4*max(b.labelsUsed, minLabelBlock) {
+		labels = nil
+	}
 	*b = EventBatch{
 		tenantID: b.tenantID[:0], eventID: b.eventID[:0], requestID: b.requestID[:0],
 		model: b.model[:0], modelVersion: b.modelVersion[:0], deployment: b.deployment[:0],
@@ -102,7 +109,7 @@ func (b *EventBatch) Reset() {
 		labelKeys: b.labelKeys[:0], labelValues: b.labelValues[:0],
 		ingestedAt: b.ingestedAt[:0], partition: b.partition[:0], offset: b.offset[:0],
 		keyHash: b.keyHash[:0], fingerprint: b.fingerprint[:0],
-		scratch: b.scratch, labels: resetStrings(b.labels),
+		scratch: b.scratch, labels: labels,
 	}
 }
 
@@ -221,6 +228,9 @@ func boolByte(b bool) uint8 {
 	return 0
 }
 
+// minLabelBlock is the size of the first block of labels (strings).
+const minLabelBlock = 4096
+
 // labelColumns splits labels, sorted by key, into the label_keys and
 // label_values arrays of a row (sorted, so that duplicates of an event
 // store identical rows): nil for none (so that the insert passes the
@@ -232,8 +242,9 @@ func (b *EventBatch) labelColumns(labels []sink.Label) (keys, values []string) {
 	}
 	if cap(b.labels)-len(b.labels) < 2*n {
 		// A new block; the rows before keep the old one.
-		b.labels = make([]string, 0, max(2*cap(b.labels), 4096, 2*n))
+		b.labels = make([]string, 0, max(2*cap(b.labels), minLabelBlock, 2*n))
 	}
+	b.labelsUsed += 2 * n
 	start := len(b.labels)
 	for _, l := range labels {
 		b.labels = append(b.labels, l.Key)

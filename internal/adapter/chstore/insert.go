@@ -28,19 +28,45 @@ import (
 // slices, one append of a whole slice per column.
 //
 // A batch whose INSERT failed is dropped rather than reused: the next
-// prepares a new one, with the columns the server names then (a migration
-// in between may have changed them; apply forgets every prepared batch).
+// prepares a new one, with the columns the server names then. So is one
+// whose context was done when Send returned (clickhouse-go's watchdog of
+// that context may still close the connection the batch holds at that
+// moment, which would be the next INSERT's), and one holding more than
+// maxReusedRows rows (its buffers would keep that memory for good).
+//
+// A migration run by this process forgets every prepared batch (apply):
+// the idle ones at once, and those out in an INSERT at that moment when
+// they come back (the cache's generation). A migration run by another
+// process (another replica, meterd migrate) is not seen here: a batch is
+// re-prepared once it is maxInsertAge old, and until then an INSERT whose
+// block no longer fits the table fails once and is retried with a new one.
 
 // maxIdleInserts is how many prepared batches of a statement are kept
 // between INSERTs: one per writer inserting at once. More writers prepare
 // more, and the extra are dropped after use.
 const maxIdleInserts = 4
 
+// maxReusedRows is the most rows a batch may have sent and be kept: more
+// than twice meterd's default --batch-size (100,000). A larger INSERT (a
+// replay with a larger batch size) prepares its own and drops it.
+const maxReusedRows = 1 << 18
+
+// maxInsertAge is how long a prepared batch is used, so that one prepared
+// before another process's migration is re-prepared within that time.
+const maxInsertAge = 5 * time.Minute
+
 // insertCache holds the prepared batches of each statement. The zero value
 // is empty and ready.
 type insertCache struct {
 	mu   sync.Mutex
 	idle map[string][]*reusedInsert
+	// gen counts forget calls: a batch prepared before the last is not
+	// kept (put).
+	gen uint64
+	// afterSend, when set (by tests), runs after each Send, before the
+	// batch is kept or dropped; maxRows, when set, replaces maxReusedRows.
+	afterSend func()
+	maxRows   int
 }
 
 // reusedInsert is a batch prepared once and sent again for each INSERT.
@@ -52,17 +78,26 @@ type reusedInsert struct {
 	// the deadline, cancellation), so it stands for the context of the
 	// INSERT in progress.
 	ctx *callContext
+	// gen is the cache's generation when the batch was prepared, and
+	// prepared the time.
+	gen      uint64
+	prepared time.Time
 }
 
 // take returns an idle prepared batch of insert, or prepares one with ctx.
 func (c *insertCache) take(ctx context.Context, conn driver.Conn, insert string, columns int) (*reusedInsert, error) {
+	now := time.Now()
 	c.mu.Lock()
-	if idle := c.idle[insert]; len(idle) > 0 {
+	for idle := c.idle[insert]; len(idle) > 0; idle = c.idle[insert] {
 		ri := idle[len(idle)-1]
+		idle[len(idle)-1] = nil
 		c.idle[insert] = idle[:len(idle)-1]
-		c.mu.Unlock()
-		return ri, nil
+		if now.Sub(ri.prepared) < maxInsertAge {
+			c.mu.Unlock()
+			return ri, nil
+		}
 	}
+	gen := c.gen
 	c.mu.Unlock()
 	cc := newCallContext()
 	cc.set(ctx)
@@ -76,13 +111,22 @@ func (c *insertCache) take(ctx context.Context, conn driver.Conn, insert string,
 		_ = batch.Abort()
 		return nil, fmt.Errorf("the server's block has %d columns, the statement %d", len(cols), columns)
 	}
-	return &reusedInsert{batch: batch, cols: cols, ctx: cc}, nil
+	return &reusedInsert{batch: batch, cols: cols, ctx: cc, gen: gen, prepared: now}, nil
 }
 
-// put keeps ri for the next INSERT of insert, unless enough are kept.
+// put keeps ri for the next INSERT of insert, unless enough are kept, it
+// was prepared before the last forget, or it holds more than
+// maxReusedRows rows.
 func (c *insertCache) put(insert string, ri *reusedInsert) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	maxRows := maxReusedRows
+	if c.maxRows > 0 {
+		maxRows = c.maxRows
+	}
+	if ri.gen != c.gen || ri.cols[0].Rows() > maxRows {
+		return
+	}
 	if c.idle == nil {
 		c.idle = make(map[string][]*reusedInsert)
 	}
@@ -91,11 +135,24 @@ func (c *insertCache) put(insert string, ri *reusedInsert) {
 	}
 }
 
-// forget drops every prepared batch (after a schema change).
+// forget drops every prepared batch (after a schema change): the idle ones
+// now, those in use when they are put back.
 func (c *insertCache) forget() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.idle = nil
+	c.gen++
+}
+
+// idleCount is the number of idle prepared batches of all statements.
+func (c *insertCache) idleCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, idle := range c.idle {
+		n += len(idle)
+	}
+	return n
 }
 
 // sendColumns sends one columnar INSERT of cols, whose values are slices
@@ -114,10 +171,17 @@ func (s *Store) sendColumns(ctx context.Context, what, insert string, names []st
 	ri.ctx.set(ctx)
 	err = ri.batch.Send()
 	ri.ctx.set(nil)
+	if s.inserts.afterSend != nil {
+		s.inserts.afterSend()
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, classify(err))
 	}
-	s.inserts.put(insert, ri)
+	// A batch whose context is done by now is not kept: the context's
+	// watchdog may yet close the connection it holds (see above).
+	if ctx.Err() == nil {
+		s.inserts.put(insert, ri)
+	}
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -35,13 +36,18 @@ func insertTestEvent(tenant string, i int) *meterv1.InferenceEvent {
 
 func insertTestEvents(t testing.TB, s *chstore.Store, tenant string, from, to int) error {
 	t.Helper()
+	return insertTestEventsCtx(t, context.Background(), s, tenant, from, to)
+}
+
+func insertTestEventsCtx(t testing.TB, ctx context.Context, s *chstore.Store, tenant string, from, to int) error {
+	t.Helper()
 	b := s.NewEventBatch()
 	for i := from; i < to; i++ {
 		var r sink.EventRow
 		r.FromProto(insertTestEvent(tenant, i))
 		b.AppendKeyedRow(&r, ingest.RowITL(&r), time.Now(), sink.Source{Offset: int64(i)}, sink.EventKey(r.TenantID, r.EventID), r.Fingerprint(new([]byte)))
 	}
-	return s.InsertEvents(context.Background(), b)
+	return s.InsertEvents(ctx, b)
 }
 
 // checkStored holds the rows of tenant in inference_events and event_ids
@@ -244,4 +250,167 @@ func TestEventBatchReuse(t *testing.T) {
 	b.Keep(keep)
 	check(kept)
 	check(fill(7, 12))
+}
+
+// TestInsertAfterCancelledInsert: an INSERT whose context is cancelled as
+// its Send returns does not keep its prepared batch (clickhouse-go's
+// watchdog of that context could close the connection of the batch's next
+// INSERT), and the next INSERT stores exactly its rows. The idle count
+// fails on the old code (2 batches kept, not 1).
+func TestInsertAfterCancelledInsert(t *testing.T) {
+	s := chstoretest.OpenMigrated(t)
+	if err := insertTestEvents(t, s, "before", 0, 3); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.IdleInserts(); n != 2 {
+		t.Fatalf("%d idle batches after an insert of events and ids, want 2", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.AfterInsertSend(cancel)
+	if err := insertTestEventsCtx(t, ctx, s, "during", 0, 3); err == nil {
+		t.Fatal("an insert whose context was cancelled after the events' Send inserted the ids too")
+	}
+	s.AfterInsertSend(nil)
+	// The events' batch is dropped; the ids' batch, never taken, stays.
+	if n := s.IdleInserts(); n != 1 {
+		t.Errorf("%d idle batches after a cancelled insert, want 1", n)
+	}
+	if err := insertTestEvents(t, s, "after", 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	checkStored(t, s, "before", 0, 3)
+	checkStored(t, s, "after", 0, 5)
+	// A context cancelled before the call inserts nothing.
+	if err := insertTestEventsCtx(t, ctx, s, "cancelled", 0, 3); err == nil {
+		t.Fatal("an insert with a cancelled context succeeded")
+	}
+	if n, err := s.QueryUint64(context.Background(), "SELECT count() FROM inference_events WHERE tenant_id = 'cancelled'"); err != nil || n != 0 {
+		t.Errorf("a cancelled insert stored %d rows (%v)", n, err)
+	}
+}
+
+// TestInsertMigrationWhileBatchOut: a migration (which forgets the
+// prepared batches) that runs while an INSERT holds a batch makes that
+// batch be dropped when it comes back, not kept for the next INSERT. The
+// idle count fails on the old code (the stale batch was put back: 2, not 1).
+func TestInsertMigrationWhileBatchOut(t *testing.T) {
+	s := chstoretest.OpenMigrated(t)
+	if err := insertTestEvents(t, s, "before", 0, 3); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	s.AfterInsertSend(func() { once.Do(s.ForgetInserts) })
+	if err := insertTestEvents(t, s, "during", 0, 4); err != nil {
+		t.Fatal(err)
+	}
+	s.AfterInsertSend(nil)
+	// The events' batch was out when forgotten; the ids' was prepared
+	// after and is kept.
+	if n := s.IdleInserts(); n != 1 {
+		t.Errorf("%d idle batches after a migration during an insert, want 1", n)
+	}
+	if err := insertTestEvents(t, s, "after", 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	checkStored(t, s, "before", 0, 3)
+	checkStored(t, s, "during", 0, 4)
+	checkStored(t, s, "after", 0, 5)
+}
+
+// TestInsertLargeBatchNotKept: a batch that sent more rows than a prepared
+// batch may keep (set to 1,000 here; 1<<18 in meterd) is dropped, so its
+// buffers do not stay that size, and the next, small INSERT stores exactly
+// its rows. Fails on the old code (both batches kept).
+func TestInsertLargeBatchNotKept(t *testing.T) {
+	s := chstoretest.OpenMigrated(t)
+	s.SetMaxReusedRows(1000)
+	const large = 1001
+	if err := insertTestEvents(t, s, "large", 0, large); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.IdleInserts(); n != 0 {
+		t.Errorf("%d idle batches after an insert of %d rows, want 0", n, large)
+	}
+	if err := insertTestEvents(t, s, "small", 0, 7); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.IdleInserts(); n != 2 {
+		t.Errorf("%d idle batches after a small insert, want 2", n)
+	}
+	checkStored(t, s, "large", 0, large)
+	checkStored(t, s, "small", 0, 7)
+}
+
+// TestInsertSettingsOnReusedBatch: the settings of each INSERT's context
+// apply to that INSERT, also through a reused prepared batch (clickhouse-go
+// reads them at each Send; ingestContext depends on it). A marker setting
+// tells the two INSERTs apart in system.query_log. Passes on the old code
+// too: it pins clickhouse-go's behaviour down.
+func TestInsertSettingsOnReusedBatch(t *testing.T) {
+	s := chstoretest.OpenMigrated(t)
+	marked := func(marker int) context.Context {
+		return clickhouse.Context(context.Background(), clickhouse.WithSettings(clickhouse.Settings{"log_queries": 1, "max_query_size": marker}))
+	}
+	if err := insertTestEventsCtx(t, marked(262_147), s, "first", 0, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := insertTestEventsCtx(t, marked(262_149), s, "second", 0, 4); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.IdleInserts(); n != 2 {
+		t.Fatalf("%d idle batches, want 2 (the second insert reused the first's)", n)
+	}
+	ctx := context.Background()
+	if err := s.Exec(ctx, "SYSTEM FLUSH LOGS"); err != nil {
+		t.Fatal(err)
+	}
+	for _, marker := range []string{"262147", "262149"} {
+		n, err := s.QueryUint64(ctx, `SELECT count() FROM system.query_log WHERE type = 2
+  AND query LIKE 'INSERT INTO inference_events (%' AND Settings.Values[indexOf(Settings.Names, 'max_query_size')] = ?`, marker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			t.Errorf("no finished INSERT into inference_events ran with max_query_size %s", marker)
+		}
+	}
+	checkStored(t, s, "first", 0, 3)
+	checkStored(t, s, "second", 0, 4)
+}
+
+// TestEventBatchLabelBlockShrinks: Reset drops a block of labels far larger
+// than the batch just used, so one label-heavy batch does not keep its
+// memory for good. Fails on the old code (the block kept its 32,768 strings).
+func TestEventBatchLabelBlockShrinks(t *testing.T) {
+	var b chstore.EventBatch
+	fill := func(rows, labels int) {
+		b.Reset()
+		for i := range rows {
+			ev := insertTestEvent("t", i)
+			ev.Labels = map[string]string{}
+			for j := range labels {
+				ev.Labels[fmt.Sprintf("k%04d", j)] = fmt.Sprint(i, j)
+			}
+			var r sink.EventRow
+			r.FromProto(ev)
+			b.AppendRow(&r, ingest.RowITL(&r), time.Now(), sink.Source{})
+		}
+	}
+	fill(100, 200) // 40,000 strings
+	big := b.LabelBlockCap()
+	if big <= 4*4096 {
+		t.Fatalf("label block of %d strings after 40,000, want > %d", big, 4*4096)
+	}
+	fill(10, 2)
+	if got := b.LabelBlockCap(); got != big {
+		t.Errorf("label block of %d strings after a reset of the large batch, want it kept (%d)", got, big)
+	}
+	fill(10, 2)
+	if got := b.LabelBlockCap(); got > 4*4096 {
+		t.Errorf("label block of %d strings after a batch of 20 labels, want <= %d", got, 4*4096)
+	}
+	if got := b.Event(3).Labels["k0001"]; got != "3 1" {
+		t.Errorf("row 3 label k0001 = %q, want \"3 1\"", got)
+	}
 }
