@@ -215,14 +215,8 @@ func dispatch(ctx context.Context, args []string, getenv func(string) string, st
 // (the broker) used from the creation of the engine's tables to the poll
 // that saw the last row. Its meterdCPU is zero: no meterd runs.
 func kafkaEngine(ctx context.Context, cfg config, chAddr, chDir, brokerAddr, topic, db string) (pipeResult, error) {
-	store, err := chstore.Open(chstore.Config{Addr: []string{chAddr}, Database: db}, logsetup.Warnings(io.Discard))
-	if err != nil {
+	if err := createSchema(ctx, chAddr, db); err != nil {
 		return pipeResult{}, err
-	}
-	_, err = store.Migrate(ctx)
-	store.Close()
-	if err != nil {
-		return pipeResult{}, fmt.Errorf("create the schema of %s: %w", db, err)
 	}
 	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{chAddr}})
 	if err != nil {
@@ -519,14 +513,8 @@ func pipeline(ctx context.Context, cfg config, chAddr, chDir, brokerAddr, topic,
 	// The schema exists before the clock starts, as the Kafka engine's
 	// tables do in (e): both are timed from the start of consumption, not
 	// from the creation of tables.
-	store, err := chstore.Open(chstore.Config{Addr: []string{chAddr}, Database: db}, logsetup.Warnings(io.Discard))
-	if err != nil {
+	if err := createSchema(ctx, chAddr, db); err != nil {
 		return pipeResult{}, err
-	}
-	_, err = store.Migrate(ctx)
-	store.Close()
-	if err != nil {
-		return pipeResult{}, fmt.Errorf("create the schema of %s: %w", db, err)
 	}
 	chPids := processesUnder(chDir)
 	counters0, countersErr := chEvents(ctx, conn)
@@ -711,4 +699,19 @@ func profileMeterd(ctx context.Context, addr, file string) {
 		}
 		return
 	}
+}
+
+// createSchema migrates database db of the server at chAddr: the tables
+// meterd and the Kafka engine runs fill.
+func createSchema(ctx context.Context, chAddr, db string) error {
+	store, err := chstore.Open(chstore.Config{Addr: []string{chAddr}, Database: db}, logsetup.Warnings(io.Discard))
+	if err != nil {
+		return err
+	}
+	_, err = store.Migrate(ctx)
+	store.Close()
+	if err != nil {
+		return fmt.Errorf("create the schema of %s: %w", db, err)
+	}
+	return nil
 }

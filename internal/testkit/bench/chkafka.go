@@ -311,12 +311,8 @@ func seedGroupOffsets(ctx context.Context, brokerAddr, topic, group string) erro
 	return nil
 }
 
-// queueDDL creates the Kafka engine table. Its columns are the protojson
-// keys of InferenceEvent that the target needs; the engine skips the other
-// keys (labels, a nested object, included). The int64 fields arrive as JSON
-// strings, which 18.16 reads into Int64 columns; absent keys read as the
-// column default. A value of the wrong JSON type fails the whole block.
-func queueDDL(database, brokerAddr, topic, group string, o kafkaEngineOptions) string {
+// kafkaSettings is the SETTINGS list of a Kafka engine table of topic.
+func kafkaSettings(brokerAddr, topic, group string, o kafkaEngineOptions) string {
 	settings := []string{
 		"kafka_broker_list = " + quote(brokerAddr),
 		"kafka_topic_list = " + quote(topic),
@@ -327,6 +323,15 @@ func queueDDL(database, brokerAddr, topic, group string, o kafkaEngineOptions) s
 	if o.maxBlockSize > 0 {
 		settings = append(settings, fmt.Sprintf("kafka_max_block_size = %d", o.maxBlockSize))
 	}
+	return strings.Join(settings, ",\n    ")
+}
+
+// queueDDL creates the Kafka engine table. Its columns are the protojson
+// keys of InferenceEvent that the target needs; the engine skips the other
+// keys (labels, a nested object, included). The int64 fields arrive as JSON
+// strings, which 18.16 reads into Int64 columns; absent keys read as the
+// column default. A value of the wrong JSON type fails the whole block.
+func queueDDL(database, brokerAddr, topic, group string, o kafkaEngineOptions) string {
 	return `CREATE TABLE ` + database + `.` + KafkaEngineQueueTable + `
 (
     eventId            String,
@@ -342,7 +347,7 @@ func queueDDL(database, brokerAddr, topic, group string, o kafkaEngineOptions) s
     status             String
 )
 ENGINE = Kafka SETTINGS
-    ` + strings.Join(settings, ",\n    ")
+    ` + kafkaSettings(brokerAddr, topic, group, o)
 }
 
 // targetDDL creates the table the view fills, with chstore's names and types
@@ -599,16 +604,6 @@ func readFrom(path string, offset int64) []byte {
 // is an object: skipped). Optional numbers are Nullable, so that an absent
 // one is NULL as in meterd's rows.
 func storeQueueDDL(database, brokerAddr, topic, group string, o kafkaEngineOptions) string {
-	settings := []string{
-		"kafka_broker_list = " + quote(brokerAddr),
-		"kafka_topic_list = " + quote(topic),
-		"kafka_group_name = " + quote(group),
-		"kafka_format = 'JSONEachRow'",
-		fmt.Sprintf("kafka_num_consumers = %d", o.consumers),
-	}
-	if o.maxBlockSize > 0 {
-		settings = append(settings, fmt.Sprintf("kafka_max_block_size = %d", o.maxBlockSize))
-	}
 	return `CREATE TABLE ` + database + `.` + KafkaEngineQueueTable + `
 (
     eventId            String,
@@ -637,7 +632,7 @@ func storeQueueDDL(database, brokerAddr, topic, group string, o kafkaEngineOptio
     sloClass           String
 )
 ENGINE = Kafka SETTINGS
-    ` + strings.Join(settings, ",\n    ")
+    ` + kafkaSettings(brokerAddr, topic, group, o)
 }
 
 // rfc3339Millis is the SQL for the Unix milliseconds of an RFC 3339 string
