@@ -483,18 +483,22 @@ func FuzzRowDecodeGPUSample(f *testing.F) {
 	})
 }
 
-// BenchmarkDecodePath measures what the consumer does per record before
-// the insert: decode, validate and append to the batch, with the library
-// decoders and messages (as before) and with RowDecoder and rows.
-func BenchmarkDecodePath(b *testing.B) {
-	now := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
-	limits := DefaultLimits()
+// benchRecord is the decode benchmarks' corpus in one encoding.
+type benchRecord struct {
+	name, ct string
+	values   [][]byte
+}
+
+// benchRecords returns the valid events of a 10,000-event corpus encoded
+// as JSON and as protobuf records.
+func benchRecords(b *testing.B, limits Limits, now time.Time) []benchRecord {
 	var events []*meterv1.InferenceEvent
 	for _, ev := range corpusEvents(b, 10_000) {
 		if limits.Validate(ev, now) == nil {
 			events = append(events, ev)
 		}
 	}
+	var out []benchRecord
 	for _, enc := range []struct {
 		name, ct string
 		marshal  func(proto.Message) ([]byte, error)
@@ -503,6 +507,19 @@ func BenchmarkDecodePath(b *testing.B) {
 		for i, ev := range events {
 			values[i], _ = enc.marshal(ev)
 		}
+		out = append(out, benchRecord{enc.name, enc.ct, values})
+	}
+	return out
+}
+
+// BenchmarkDecodePath measures what the consumer does per record before
+// the insert: decode, validate and append to the batch, with the library
+// decoders and messages (as before) and with RowDecoder and rows.
+func BenchmarkDecodePath(b *testing.B) {
+	now := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
+	limits := DefaultLimits()
+	for _, enc := range benchRecords(b, limits, now) {
+		values := enc.values
 		b.Run(enc.name+"/library", func(b *testing.B) {
 			dec := NewDecoder(limits)
 			var batch chstore.EventBatch
@@ -547,20 +564,8 @@ func BenchmarkDecodePath(b *testing.B) {
 func BenchmarkRowDecode(b *testing.B) {
 	now := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
 	limits := DefaultLimits()
-	var events []*meterv1.InferenceEvent
-	for _, ev := range corpusEvents(b, 10_000) {
-		if limits.Validate(ev, now) == nil {
-			events = append(events, ev)
-		}
-	}
-	for _, enc := range []struct {
-		name, ct string
-		marshal  func(proto.Message) ([]byte, error)
-	}{{"json", ContentTypeJSON, protojson.Marshal}, {"protobuf", ContentTypeProtobuf, proto.Marshal}} {
-		values := make([][]byte, len(events))
-		for i, ev := range events {
-			values[i], _ = enc.marshal(ev)
-		}
+	for _, enc := range benchRecords(b, limits, now) {
+		values := enc.values
 		b.Run(enc.name, func(b *testing.B) {
 			dec := NewRowDecoder(limits)
 			var row sink.EventRow
