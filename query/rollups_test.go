@@ -101,16 +101,8 @@ func TestRollupHourExact(t *testing.T) {
 }
 
 func TestTooManySeries(t *testing.T) {
-	addr, db := chtest.NewDB(t)
-	s, err := chstore.Open(chstore.Config{Addr: []string{addr}, Database: db}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	_, _, s := migratedStore(t)
 	ctx := context.Background()
-	if _, err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	var b chstore.EventBatch
 	for i := range 400 { // 400 × 37 s: about four hours, well over 5 minutes
 		ev := event(i)
@@ -401,4 +393,20 @@ func TestRollupDays(t *testing.T) {
 	}
 	checkStale(days(1, 2))
 	check("an hour of day 1 counted with SLO version 2", days(0), nil)
+}
+
+// migratedStore opens a store on a new database of the test server and
+// migrates it.
+func migratedStore(t *testing.T) (addr, db string, s *chstore.Store) {
+	t.Helper()
+	addr, db = chtest.NewDB(t)
+	s, err := chstore.Open(chstore.Config{Addr: []string{addr}, Database: db}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return addr, db, s
 }

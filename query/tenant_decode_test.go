@@ -3,8 +3,6 @@ package query_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -14,9 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"tokenmeter/internal/adapter/chstore"
 	"tokenmeter/internal/adapter/chstore/chstoretest"
-	"tokenmeter/internal/testkit/chtest"
 	"tokenmeter/query"
 	"tokenmeter/rollup"
 )
@@ -27,16 +23,8 @@ import (
 // (rollup_hour, as before the tenant rows kept it) when some row of the
 // range was rolled up before: the same answers either way.
 func TestTenantDecode(t *testing.T) {
-	addr, db := chtest.NewDB(t)
-	s, err := chstore.Open(chstore.Config{Addr: []string{addr}, Database: db}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	addr, db, s := migratedStore(t)
 	ctx := context.Background()
-	if _, err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	conn, err := clickhouse.Open(&clickhouse.Options{Addr: []string{addr}, Auth: clickhouse.Auth{Database: db}})
 	if err != nil {
 		t.Fatal(err)
